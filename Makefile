@@ -1,0 +1,39 @@
+# shardhost — developer commands. `make setup` once, then `make test`.
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+TOOLS_DEPS := tools/go.mod tools/go.sum
+BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
+
+.PHONY: setup test vet fmt-check bench demo clean-bin
+
+## setup: download Go modules and build the pinned etcd + toxiproxy binaries into ./bin
+setup: $(BIN)/etcd $(BIN)/etcdctl $(BIN)/toxiproxy-server $(BIN)/toxiproxy-cli
+	$(GO) mod download
+	@if [ -f examples/go.mod ]; then cd examples && $(GO) mod download; fi
+	@$(BIN)/etcd --version | head -1
+	@$(BIN)/toxiproxy-server --version 2>&1 | head -1
+
+# etcd's and toxiproxy's main packages are all named "server": always give -o.
+$(BIN)/etcd: $(TOOLS_DEPS)
+	$(BUILD) -o $@ go.etcd.io/etcd/server/v3
+$(BIN)/etcdctl: $(TOOLS_DEPS)
+	$(BUILD) -o $@ go.etcd.io/etcd/etcdctl/v3
+$(BIN)/toxiproxy-server: $(TOOLS_DEPS)
+	$(BUILD) -o $@ github.com/Shopify/toxiproxy/v2/cmd/server
+$(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
+	$(BUILD) -o $@ github.com/Shopify/toxiproxy/v2/cmd/cli
+
+## test: vet and run the whole suite with the race detector (needs `make setup`)
+test: vet
+	$(GO) test -race -shuffle=on -timeout 20m ./...
+	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) build ./... ; fi
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+clean-bin:
+	rm -rf $(BIN)

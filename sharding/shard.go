@@ -1,0 +1,62 @@
+package sharding
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ShardID identifies a shard: an integer in [0, N) for a cluster of N shards.
+type ShardID uint32
+
+// String returns the decimal form of s, as used in storage keys.
+func (s ShardID) String() string { return strconv.FormatUint(uint64(s), 10) }
+
+// ParseShardID parses the decimal form produced by [ShardID.String].
+func ParseShardID(s string) (ShardID, error) {
+	v, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("sharding: parse shard id %q: %w", s, err)
+	}
+	return ShardID(v), nil
+}
+
+// MaxShards is the largest supported shard count per cluster.
+const MaxShards = 1 << 20
+
+// ErrInvalidNumShards reports a shard count outside [1, MaxShards].
+var ErrInvalidNumShards = errors.New("sharding: invalid number of shards")
+
+// ValidateNumShards reports whether n is a usable shard count: 1 <= n <= MaxShards.
+func ValidateNumShards(n int) error {
+	if n < 1 || n > MaxShards {
+		return fmt.Errorf("%w: %d (want 1..%d)", ErrInvalidNumShards, n, MaxShards)
+	}
+	return nil
+}
+
+// ShardOf returns the shard of entityID in a cluster of n shards:
+// FNV-1a-64 of the ID's bytes, modulo n. n must be valid (see
+// [ValidateNumShards]); ShardOf panics on n <= 0.
+func ShardOf(entityID string, n int) ShardID {
+	if n <= 0 {
+		panic("sharding: ShardOf with n <= 0")
+	}
+	return ShardID(Hash64(entityID) % uint64(n))
+}
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// Hash64 is FNV-1a-64 of the bytes of s (identical to hash/fnv's New64a,
+// without allocating).
+func Hash64(s string) uint64 {
+	h := uint64(fnvOffset64)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime64
+	}
+	return h
+}
