@@ -1,0 +1,82 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Sentinel errors. Implementations translate backend errors into these (or
+// into the typed errors below, which match them with errors.Is); callers
+// never need to match error strings.
+var (
+	// ErrUnavailable: the store could not be asked or did not answer in
+	// time (transport failure, timeout, no leader). Nothing can be concluded
+	// about the outcome of a write that failed this way.
+	ErrUnavailable = errors.New("storage: unavailable")
+	// ErrLeaseNotFound: the lease does not exist (expired or revoked).
+	ErrLeaseNotFound = errors.New("storage: lease not found")
+	// ErrCompacted: a watch asked for a revision the store no longer keeps.
+	ErrCompacted = errors.New("storage: revision compacted")
+	// ErrFenced: a fenced write carried an epoch that is no longer current.
+	ErrFenced = errors.New("storage: fenced: epoch is not current")
+	// ErrNotOwner: the caller's lease does not hold the lock at the given epoch.
+	ErrNotOwner = errors.New("storage: lock not held by this lease at this epoch")
+	// ErrNoHandoff: the handoff record a transfer requires is missing or
+	// attached to another lease.
+	ErrNoHandoff = errors.New("storage: no handoff record for the target")
+	// ErrHandoffConflict: a handoff record of another lease exists.
+	ErrHandoffConflict = errors.New("storage: handoff record held by another lease")
+	// ErrCorrupt: a stored key or value cannot be decoded.
+	ErrCorrupt = errors.New("storage: corrupt record")
+	// ErrInvalidArgument: the request itself is malformed.
+	ErrInvalidArgument = errors.New("storage: invalid argument")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("storage: closed")
+)
+
+// FencedError reports a checkpoint write rejected because Epoch is not the
+// current epoch of Shard's lock. Current is 0 when the lock does not exist.
+type FencedError struct {
+	Shard   sharding.ShardID
+	Epoch   Epoch
+	Current Epoch
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("storage: fenced: shard %d epoch %d is not current (current %d)", e.Shard, e.Epoch, e.Current)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// HandoffConflictError reports a handoff record attached to another lease.
+type HandoffConflictError struct {
+	Shard    sharding.ShardID
+	Existing Handoff
+}
+
+func (e *HandoffConflictError) Error() string {
+	return fmt.Sprintf("storage: handoff of shard %d already held by lease %x (to %q)", e.Shard, e.Existing.Lease, e.Existing.To)
+}
+
+// Is makes errors.Is(err, ErrHandoffConflict) true.
+func (e *HandoffConflictError) Is(target error) bool { return target == ErrHandoffConflict }
+
+// CorruptError reports a key or value that cannot be decoded.
+type CorruptError struct {
+	Keyspace Keyspace
+	Key      string
+	Err      error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("storage: corrupt record %s/%s: %v", e.Keyspace, e.Key, e.Err)
+}
+
+// Unwrap returns the decoding error.
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }

@@ -1,0 +1,559 @@
+// Package etcd implements [storage.Store] on etcd v3 through
+// go.etcd.io/etcd/client/v3. It is the only package of shardhost that
+// imports the etcd client.
+//
+// Keys live under "/{namespace}/" with the layout of the design: runners/,
+// shards/, handoffs/ and checkpoints/. Batched lock operations are one
+// transaction of at most [storage.MaxTxnOps] nested per-shard transactions,
+// so "held elsewhere" is decided per shard inside one atomic request.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use; the etcd client is shared without any
+// lock. Every call runs under a context with a timeout ([Config.OpTimeout]
+// when the caller's context has no earlier deadline).
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+var _ storage.Store = (*Store)(nil)
+
+// DefaultOpTimeout bounds a call whose context has no earlier deadline.
+const DefaultOpTimeout = 5 * time.Second
+
+// Config holds the optional settings of a Store. Zero fields mean defaults.
+type Config struct {
+	// OpTimeout bounds each call whose context has no earlier deadline.
+	// Default DefaultOpTimeout.
+	OpTimeout time.Duration
+}
+
+// Store is a storage.Store on an etcd cluster.
+type Store struct {
+	cli       *clientv3.Client
+	prefix    string // "/{namespace}/"
+	opTimeout time.Duration
+}
+
+// New returns a store that keeps its keys under "/{namespace}/" in the etcd
+// cluster behind cli. The caller keeps ownership of cli and closes it after
+// the store is no longer used.
+func New(cli *clientv3.Client, namespace string, cfg Config) (*Store, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("%w: nil etcd client", storage.ErrInvalidArgument)
+	}
+	if namespace == "" || strings.ContainsAny(namespace, "/\x00") {
+		return nil, fmt.Errorf("%w: namespace %q: want a non-empty name without '/'", storage.ErrInvalidArgument, namespace)
+	}
+	if cfg.OpTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative OpTimeout", storage.ErrInvalidArgument)
+	}
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = DefaultOpTimeout
+	}
+	return &Store{cli: cli, prefix: "/" + namespace + "/", opTimeout: cfg.OpTimeout}, nil
+}
+
+// ClientConfig returns the etcd client settings shardhost recommends for
+// endpoints: gRPC keepalive pings every 10 s with a 2 s timeout, so a
+// black-holed member is dropped from the client's connection pool well
+// within the default lease TTL (15 s) minus the detach margin, instead of
+// receiving requests until the TCP connection times out.
+func ClientConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		PermitWithoutStream:  true,
+	}
+}
+
+func (s *Store) key(ks storage.Keyspace, name string) string {
+	return s.prefix + string(ks) + "/" + name
+}
+func (s *Store) shardKey(sh sharding.ShardID) string {
+	return s.key(storage.KeyspaceShards, sh.String())
+}
+func (s *Store) handoffKey(sh sharding.ShardID) string {
+	return s.key(storage.KeyspaceHandoffs, sh.String())
+}
+func (s *Store) checkpointKey(sh sharding.ShardID) string {
+	return s.prefix + "checkpoints/" + sh.String()
+}
+
+// ctx applies the default timeout when ctx has no earlier deadline.
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.opTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.opTimeout)
+}
+
+// translate maps an etcd client error onto the storage sentinels.
+func translate(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("%w: %w", storage.ErrLeaseNotFound, err)
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("%w: %w", storage.ErrCompacted, err)
+	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrDuplicateKey),
+		errors.Is(err, rpctypes.ErrEmptyKey), errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return fmt.Errorf("%w: %w", storage.ErrInvalidArgument, err)
+	default:
+		// Timeouts, cancellation, transport and leader errors: nothing can
+		// be concluded about the request.
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, err)
+	}
+}
+
+func keyValue(kv *mvccpb.KeyValue, prefixLen int) storage.KeyValue {
+	return storage.KeyValue{
+		Key:            string(kv.Key[prefixLen:]),
+		Value:          kv.Value,
+		Lease:          storage.LeaseID(kv.Lease),
+		CreateRevision: storage.Revision(kv.CreateRevision),
+		ModRevision:    storage.Revision(kv.ModRevision),
+	}
+}
+
+func (s *Store) lockOf(kv *mvccpb.KeyValue) storage.Lock {
+	l, _ := storage.DecodeLock(keyValue(kv, len(s.key(storage.KeyspaceShards, ""))))
+	return l
+}
+
+// Grant implements storage.Leases.
+func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, error) {
+	if ttl <= 0 {
+		return storage.Lease{}, fmt.Errorf("%w: lease TTL %v", storage.ErrInvalidArgument, ttl)
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	resp, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return storage.Lease{}, fmt.Errorf("grant lease: %w", translate(err))
+	}
+	return storage.Lease{ID: storage.LeaseID(resp.ID), TTL: time.Duration(resp.TTL) * time.Second}, nil
+}
+
+// KeepAliveOnce implements storage.Leases.
+func (s *Store) KeepAliveOnce(ctx context.Context, id storage.LeaseID) (time.Duration, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		return 0, fmt.Errorf("keep-alive lease %x: %w", id, translate(err))
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
+}
+
+// Revoke implements storage.Leases.
+func (s *Store) Revoke(ctx context.Context, id storage.LeaseID) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(id)); err != nil {
+		return fmt.Errorf("revoke lease %x: %w", id, translate(err))
+	}
+	return nil
+}
+
+// PutRunner implements storage.Registry.
+func (s *Store) PutRunner(ctx context.Context, lease storage.LeaseID, rec storage.RunnerRecord) (storage.Revision, error) {
+	val, err := storage.EncodeRunner(rec)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Put(ctx, s.key(storage.KeyspaceRunners, rec.ID), string(val), clientv3.WithLease(clientv3.LeaseID(lease)))
+	if err != nil {
+		return 0, fmt.Errorf("put runner %q: %w", rec.ID, translate(err))
+	}
+	return storage.Revision(resp.Header.Revision), nil
+}
+
+// batchTxn runs one transaction whose Then holds one nested op per shard of
+// shards[lo:hi] and returns the nested responses and the revision.
+func (s *Store) batchTxn(ctx context.Context, ops []clientv3.Op) ([]*clientv3.TxnResponse, storage.Revision, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, translate(err)
+	}
+	out := make([]*clientv3.TxnResponse, len(resp.Responses))
+	for i, r := range resp.Responses {
+		t := r.GetResponseTxn()
+		if t == nil {
+			return nil, 0, fmt.Errorf("%w: nested response %d is not a txn", storage.ErrUnavailable, i)
+		}
+		out[i] = (*clientv3.TxnResponse)(t)
+	}
+	return out, storage.Revision(resp.Header.Revision), nil
+}
+
+func firstKV(r *clientv3.TxnResponse) *mvccpb.KeyValue {
+	if len(r.Responses) == 0 {
+		return nil
+	}
+	rr := r.Responses[0].GetResponseRange()
+	if rr == nil || len(rr.Kvs) == 0 {
+		return nil
+	}
+	return rr.Kvs[0]
+}
+
+// Acquire implements storage.Locks.
+func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storage.Owner, shards []sharding.ShardID) ([]storage.AcquireResult, error) {
+	val, err := storage.EncodeOwner(owner)
+	if err != nil {
+		return nil, err
+	}
+	if err := storage.CheckShards(shards); err != nil {
+		return nil, err
+	}
+	out := make([]storage.AcquireResult, 0, len(shards))
+	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+		batch := shards[b[0]:b[1]]
+		ops := make([]clientv3.Op, len(batch))
+		for i, sh := range batch {
+			key := s.shardKey(sh)
+			ops[i] = clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+				[]clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))},
+				[]clientv3.Op{clientv3.OpGet(key)},
+			)
+		}
+		resps, rev, err := s.batchTxn(ctx, ops)
+		if err != nil {
+			return nil, fmt.Errorf("acquire %d shards: %w", len(shards), err)
+		}
+		for i, r := range resps {
+			res := storage.AcquireResult{Shard: batch[i]}
+			kv := firstKV(r)
+			switch {
+			case r.Succeeded:
+				res.Status, res.Epoch = storage.Acquired, storage.Epoch(rev)
+			case kv != nil && storage.LeaseID(kv.Lease) == lease:
+				res.Status, res.Epoch = storage.AlreadyOwned, storage.Epoch(kv.ModRevision)
+			case kv != nil:
+				res.Status, res.Holder = storage.HeldElsewhere, s.lockOf(kv)
+			default:
+				return nil, fmt.Errorf("acquire shard %d: %w: lock neither created nor found", batch[i], storage.ErrUnavailable)
+			}
+			out = append(out, res)
+		}
+	}
+	return out, nil
+}
+
+// Verify implements storage.Locks. A lock is still held at epoch E exactly
+// when its ModRevision is E: only the holder writes its lock, every write
+// changes the ModRevision, and an expiry deletes the key, so comparing the
+// ModRevision alone proves lease and epoch. The healthy path is a single
+// read-only transaction per batch with no reads returned.
+func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
+	var lost []storage.LostLock
+	for _, b := range storage.Batches(len(held), storage.MaxTxnOps) {
+		batch := held[b[0]:b[1]]
+		cmps := make([]clientv3.Cmp, len(batch))
+		gets := make([]clientv3.Op, len(batch))
+		for i, h := range batch {
+			key := s.shardKey(h.Shard)
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(key), "=", int64(h.Epoch))
+			gets[i] = clientv3.OpGet(key)
+		}
+		tctx, cancel := s.ctx(ctx)
+		resp, err := s.cli.Txn(tctx).If(cmps...).Else(gets...).Commit()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("verify %d locks: %w", len(held), translate(err))
+		}
+		if resp.Succeeded {
+			continue
+		}
+		for i, h := range batch {
+			var kv *mvccpb.KeyValue
+			if rr := resp.Responses[i].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+				kv = rr.Kvs[0]
+			}
+			switch {
+			case kv == nil:
+				lost = append(lost, storage.LostLock{Shard: h.Shard})
+			case storage.LeaseID(kv.Lease) != lease || storage.Epoch(kv.ModRevision) != h.Epoch:
+				lost = append(lost, storage.LostLock{Shard: h.Shard, Exists: true, Holder: s.lockOf(kv)})
+			}
+		}
+	}
+	return lost, nil
+}
+
+// Release implements storage.Locks.
+func (s *Store) Release(ctx context.Context, lease storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
+	if err := storage.CheckShards(shards); err != nil {
+		return nil, err
+	}
+	var released []sharding.ShardID
+	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+		batch := shards[b[0]:b[1]]
+		ops := make([]clientv3.Op, len(batch))
+		for i, sh := range batch {
+			key := s.shardKey(sh)
+			ops[i] = clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease))},
+				[]clientv3.Op{clientv3.OpDelete(key)}, nil)
+		}
+		resps, _, err := s.batchTxn(ctx, ops)
+		if err != nil {
+			return released, fmt.Errorf("release %d shards: %w", len(shards), err)
+		}
+		for i, r := range resps {
+			if r.Succeeded {
+				released = append(released, batch[i])
+			}
+		}
+	}
+	return released, nil
+}
+
+// Rewrite implements storage.Locks.
+func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storage.Owner, shards []sharding.ShardID) ([]storage.AcquireResult, error) {
+	val, err := storage.EncodeOwner(owner)
+	if err != nil {
+		return nil, err
+	}
+	if err := storage.CheckShards(shards); err != nil {
+		return nil, err
+	}
+	var out []storage.AcquireResult
+	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+		batch := shards[b[0]:b[1]]
+		ops := make([]clientv3.Op, len(batch))
+		for i, sh := range batch {
+			key := s.shardKey(sh)
+			ops[i] = clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease))},
+				[]clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))},
+				[]clientv3.Op{clientv3.OpGet(key)})
+		}
+		resps, rev, err := s.batchTxn(ctx, ops)
+		if err != nil {
+			return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
+		}
+		for i, r := range resps {
+			if r.Succeeded {
+				out = append(out, storage.AcquireResult{Shard: batch[i], Status: storage.Acquired, Epoch: storage.Epoch(rev)})
+			} else if kv := firstKV(r); kv != nil {
+				out = append(out, storage.AcquireResult{Shard: batch[i], Status: storage.HeldElsewhere, Holder: s.lockOf(kv)})
+			}
+		}
+	}
+	return out, nil
+}
+
+// Transfer implements storage.Locks.
+func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (storage.Epoch, error) {
+	val, err := storage.EncodeOwner(req.ToOwner)
+	if err != nil {
+		return 0, err
+	}
+	sk, hk := s.shardKey(req.Shard), s.handoffKey(req.Shard)
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.LeaseValue(sk), "=", clientv3.LeaseID(req.FromLease)),
+		clientv3.Compare(clientv3.ModRevision(sk), "=", int64(req.FromEpoch)),
+		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(req.ToLease)),
+	).Then(
+		clientv3.OpPut(sk, string(val), clientv3.WithLease(clientv3.LeaseID(req.ToLease))),
+		clientv3.OpDelete(hk),
+	).Else(
+		clientv3.OpGet(sk),
+	).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, translate(err))
+	}
+	if resp.Succeeded {
+		return storage.Epoch(resp.Header.Revision), nil
+	}
+	if rr := resp.Responses[0].GetResponseRange(); rr == nil || len(rr.Kvs) == 0 ||
+		storage.LeaseID(rr.Kvs[0].Lease) != req.FromLease || storage.Epoch(rr.Kvs[0].ModRevision) != req.FromEpoch {
+		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
+	}
+	return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
+}
+
+// PutHandoff implements storage.Handoffs.
+func (s *Store) PutHandoff(ctx context.Context, lease storage.LeaseID, shard sharding.ShardID, rec storage.HandoffRecord) (storage.Revision, error) {
+	val, err := storage.EncodeHandoff(rec)
+	if err != nil {
+		return 0, err
+	}
+	hk := s.handoffKey(shard)
+	put := clientv3.OpPut(hk, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).Then(put).Else(
+		clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(lease))},
+			[]clientv3.Op{put},
+			[]clientv3.Op{clientv3.OpGet(hk)}),
+	).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("put handoff of shard %d: %w", shard, translate(err))
+	}
+	if !resp.Succeeded {
+		nested := (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
+		if !nested.Succeeded {
+			e := &storage.HandoffConflictError{Shard: shard}
+			if kv := firstKV(nested); kv != nil {
+				e.Existing, _ = storage.DecodeHandoff(keyValue(kv, len(s.key(storage.KeyspaceHandoffs, ""))))
+			}
+			return 0, e
+		}
+	}
+	return storage.Revision(resp.Header.Revision), nil
+}
+
+// DeleteHandoff implements storage.Handoffs.
+func (s *Store) DeleteHandoff(ctx context.Context, lease storage.LeaseID, shard sharding.ShardID) (bool, error) {
+	hk := s.handoffKey(shard)
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(lease))).
+		Then(clientv3.OpDelete(hk)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("delete handoff of shard %d: %w", shard, translate(err))
+	}
+	return resp.Succeeded, nil
+}
+
+// WriteCheckpoint implements storage.Checkpoints.
+func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epoch storage.Epoch, data []byte) (storage.Revision, error) {
+	sk := s.shardKey(shard)
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(sk), "=", int64(epoch))).
+		Then(clientv3.OpPut(s.checkpointKey(shard), string(storage.EncodeCheckpoint(epoch, data)))).
+		Else(clientv3.OpGet(sk)).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("write checkpoint of shard %d: %w", shard, translate(err))
+	}
+	if !resp.Succeeded {
+		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
+		if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+			fe.Current = storage.Epoch(rr.Kvs[0].ModRevision)
+		}
+		return 0, fe
+	}
+	return storage.Revision(resp.Header.Revision), nil
+}
+
+// ReadCheckpoint implements storage.Checkpoints.
+func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID) (storage.Checkpoint, bool, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.checkpointKey(shard))
+	if err != nil {
+		return storage.Checkpoint{}, false, fmt.Errorf("read checkpoint of shard %d: %w", shard, translate(err))
+	}
+	if len(resp.Kvs) == 0 {
+		return storage.Checkpoint{}, false, nil
+	}
+	cp, err := storage.DecodeCheckpoint(shard, resp.Kvs[0].Value, storage.Revision(resp.Kvs[0].ModRevision))
+	return cp, err == nil, err
+}
+
+// Ping implements storage.Store with a linearizable read of one key.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.cli.Get(ctx, s.prefix+"ping", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("ping: %w", translate(err))
+	}
+	return nil
+}
+
+// List implements storage.Lister.
+func (s *Store) List(ctx context.Context, ks storage.Keyspace) (storage.Snapshot, error) {
+	prefix := s.key(ks, "")
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return storage.Snapshot{}, fmt.Errorf("list %s: %w", ks, translate(err))
+	}
+	snap := storage.Snapshot{Revision: storage.Revision(resp.Header.Revision), KVs: make([]storage.KeyValue, len(resp.Kvs))}
+	for i, kv := range resp.Kvs {
+		snap.KVs[i] = keyValue(kv, len(prefix))
+	}
+	return snap, nil
+}
+
+// Watch implements storage.Lister. The watch requires a leader: if the
+// member it is connected to loses its leader, the watch fails with
+// storage.ErrUnavailable instead of stalling.
+func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Revision) <-chan storage.WatchResponse {
+	out := make(chan storage.WatchResponse)
+	prefix := s.key(ks, "")
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(from)))
+	go func() {
+		defer close(out)
+		defer cancel()
+		send := func(r storage.WatchResponse) bool {
+			select {
+			case out <- r:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				if wr.CompactRevision != 0 {
+					err = fmt.Errorf("watch %s from %d: %w (compacted at %d)", ks, from, storage.ErrCompacted, wr.CompactRevision)
+				} else {
+					err = fmt.Errorf("watch %s: %w", ks, translate(err))
+				}
+				send(storage.WatchResponse{Err: err})
+				return
+			}
+			if len(wr.Events) == 0 {
+				continue
+			}
+			evs := make([]storage.Event, len(wr.Events))
+			for i, ev := range wr.Events {
+				evs[i].KV = keyValue(ev.Kv, len(prefix))
+				if ev.Type == mvccpb.DELETE {
+					evs[i].Type = storage.EventDelete
+				} else {
+					evs[i].Type = storage.EventPut
+				}
+			}
+			if !send(storage.WatchResponse{Events: evs}) {
+				return
+			}
+		}
+		if ctx.Err() == nil {
+			send(storage.WatchResponse{Err: fmt.Errorf("watch %s: %w: watch channel closed", ks, storage.ErrUnavailable)})
+		}
+	}()
+	return out
+}

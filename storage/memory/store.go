@@ -1,0 +1,635 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// DefaultOpTimeout bounds a call whose context has no deadline.
+const DefaultOpTimeout = 5 * time.Second
+
+var _ storage.Store = (*Store)(nil)
+
+// Op names a kind of call, for fault injection and call counting.
+type Op string
+
+// The operations of a Store.
+const (
+	OpGrant      Op = "grant"
+	OpKeepAlive  Op = "keepalive"
+	OpRevoke     Op = "revoke"
+	OpPutRunner  Op = "put-runner"
+	OpAcquire    Op = "acquire"
+	OpVerify     Op = "verify"
+	OpRelease    Op = "release"
+	OpRewrite    Op = "rewrite"
+	OpTransfer   Op = "transfer"
+	OpHandoff    Op = "handoff"
+	OpCheckpoint Op = "checkpoint"
+	OpList       Op = "list"
+	OpWatch      Op = "watch"
+	OpPing       Op = "ping"
+)
+
+// Store is one client of a Cluster. Its fault hooks affect this client only.
+type Store struct {
+	c         *Cluster
+	name      string
+	opTimeout time.Duration
+
+	mu          sync.Mutex
+	partitioned bool
+	healed      chan struct{} // closed when a partition heals
+	fail        map[Op]error
+	delay       map[Op]time.Duration
+	calls       map[Op]int
+}
+
+// Cluster returns the cluster this client talks to.
+func (s *Store) Cluster() *Cluster { return s.c }
+
+// Partition cuts this client off (on) or reconnects it (off). While cut off,
+// calls block until their context ends and fail with storage.ErrUnavailable;
+// watches deliver nothing and catch up after the partition heals.
+func (s *Store) Partition(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on == s.partitioned {
+		return
+	}
+	s.partitioned = on
+	if on {
+		s.healed = make(chan struct{})
+	} else {
+		close(s.healed)
+	}
+}
+
+// FailKeepAlive makes KeepAliveOnce fail at once with storage.ErrUnavailable
+// (on) or work again (off).
+func (s *Store) FailKeepAlive(on bool) {
+	if on {
+		s.Fail(OpKeepAlive, storage.ErrUnavailable)
+	} else {
+		s.Fail(OpKeepAlive, nil)
+	}
+}
+
+// Fail makes every call of op fail at once with err (wrapped with the
+// operation); a nil err removes the fault.
+func (s *Store) Fail(op Op, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail == nil {
+		s.fail = make(map[Op]error)
+	}
+	if err == nil {
+		delete(s.fail, op)
+	} else {
+		s.fail[op] = err
+	}
+}
+
+// Delay makes every call of op wait d (or until its context ends) before it
+// is carried out; 0 removes the delay.
+func (s *Store) Delay(op Op, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.delay == nil {
+		s.delay = make(map[Op]time.Duration)
+	}
+	if d <= 0 {
+		delete(s.delay, op)
+	} else {
+		s.delay[op] = d
+	}
+}
+
+// Calls returns how many calls of op this client has started.
+func (s *Store) Calls(op Op) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[op]
+}
+
+// start applies the faults for op. The returned context carries the default
+// timeout if ctx had no deadline; callers must call the returned cancel.
+func (s *Store) start(ctx context.Context, op Op) (context.Context, context.CancelFunc, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+		return ctx, cancel, s.faults(ctx, op)
+	}
+	return ctx, func() {}, s.faults(ctx, op)
+}
+
+func (s *Store) faults(ctx context.Context, op Op) error {
+	s.mu.Lock()
+	if s.calls == nil {
+		s.calls = make(map[Op]int)
+	}
+	s.calls[op]++
+	d := s.delay[op]
+	s.mu.Unlock()
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return s.ctxErr(ctx, op)
+		case <-t.C:
+		}
+	}
+	s.mu.Lock()
+	healed, partitioned := s.healed, s.partitioned
+	failErr := s.fail[op]
+	s.mu.Unlock()
+	if partitioned {
+		select {
+		case <-ctx.Done():
+			return s.ctxErr(ctx, op)
+		case <-healed:
+		}
+	}
+	if failErr != nil {
+		return fmt.Errorf("memory %s: %s: %w", s.name, op, failErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return s.ctxErr(ctx, op)
+	}
+	s.c.mu.Lock()
+	closed := s.c.closed
+	s.c.mu.Unlock()
+	if closed {
+		return storage.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) ctxErr(ctx context.Context, op Op) error {
+	return fmt.Errorf("memory %s: %s: %w: %w", s.name, op, storage.ErrUnavailable, context.Cause(ctx))
+}
+
+// Grant implements storage.Leases.
+func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, error) {
+	if ttl <= 0 {
+		return storage.Lease{}, fmt.Errorf("%w: lease TTL %v", storage.ErrInvalidArgument, ttl)
+	}
+	_, cancel, err := s.start(ctx, OpGrant)
+	defer cancel()
+	if err != nil {
+		return storage.Lease{}, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextLease++
+	id := c.nextLease
+	l := &lease{id: id, ttl: ttl, expiry: time.Now().Add(ttl), keys: make(map[string]struct{})}
+	l.timer = time.AfterFunc(ttl, func() { c.expire(id) })
+	c.leases[id] = l
+	return storage.Lease{ID: id, TTL: ttl}, nil
+}
+
+// KeepAliveOnce implements storage.Leases.
+func (s *Store) KeepAliveOnce(ctx context.Context, id storage.LeaseID) (time.Duration, error) {
+	_, cancel, err := s.start(ctx, OpKeepAlive)
+	defer cancel()
+	if err != nil {
+		return 0, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.leases[id]
+	if !ok {
+		return 0, fmt.Errorf("keep-alive lease %x: %w", id, storage.ErrLeaseNotFound)
+	}
+	if !time.Now().Before(l.expiry) { // the timer has not run yet
+		c.revokeLocked(l)
+		return 0, fmt.Errorf("keep-alive lease %x: %w", id, storage.ErrLeaseNotFound)
+	}
+	l.expiry = time.Now().Add(l.ttl)
+	l.timer.Reset(l.ttl)
+	return l.ttl, nil
+}
+
+// Revoke implements storage.Leases.
+func (s *Store) Revoke(ctx context.Context, id storage.LeaseID) error {
+	_, cancel, err := s.start(ctx, OpRevoke)
+	defer cancel()
+	if err != nil {
+		return err
+	}
+	if !s.c.ExpireLease(id) {
+		return fmt.Errorf("revoke lease %x: %w", id, storage.ErrLeaseNotFound)
+	}
+	return nil
+}
+
+// PutRunner implements storage.Registry.
+func (s *Store) PutRunner(ctx context.Context, leaseID storage.LeaseID, rec storage.RunnerRecord) (storage.Revision, error) {
+	val, err := storage.EncodeRunner(rec)
+	if err != nil {
+		return 0, err
+	}
+	_, cancel, err := s.start(ctx, OpPutRunner)
+	defer cancel()
+	if err != nil {
+		return 0, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tx := c.begin()
+	if err := tx.put(runnerKey(rec.ID), val, leaseID); err != nil {
+		return 0, fmt.Errorf("put runner %q: %w", rec.ID, err)
+	}
+	return tx.commit(), nil
+}
+
+func runnerKey(id string) string         { return string(storage.KeyspaceRunners) + "/" + id }
+func shardKey(s sharding.ShardID) string { return string(storage.KeyspaceShards) + "/" + s.String() }
+func handoffKey(s sharding.ShardID) string {
+	return string(storage.KeyspaceHandoffs) + "/" + s.String()
+}
+func checkpointKey(s sharding.ShardID) string { return "checkpoints/" + s.String() }
+func lockOf(key string, e *kv) storage.Lock   { l, _ := storage.DecodeLock(e.keyValue(key)); return l }
+func handoffOf(key string, e *kv) storage.Handoff {
+	h, _ := storage.DecodeHandoff(e.keyValue(key))
+	return h
+}
+
+// Acquire implements storage.Locks.
+func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner storage.Owner, shards []sharding.ShardID) ([]storage.AcquireResult, error) {
+	val, err := storage.EncodeOwner(owner)
+	if err != nil {
+		return nil, err
+	}
+	if err := storage.CheckShards(shards); err != nil {
+		return nil, err
+	}
+	out := make([]storage.AcquireResult, 0, len(shards))
+	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+		if err := s.acquireBatch(ctx, leaseID, val, shards[b[0]:b[1]], &out); err != nil {
+			return nil, fmt.Errorf("acquire %d shards: %w", len(shards), err)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) acquireBatch(ctx context.Context, leaseID storage.LeaseID, val []byte, shards []sharding.ShardID, out *[]storage.AcquireResult) error {
+	_, cancel, err := s.start(ctx, OpAcquire)
+	defer cancel()
+	if err != nil {
+		return err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tx := c.begin()
+	res := make([]storage.AcquireResult, len(shards))
+	for i, sh := range shards {
+		key := shardKey(sh)
+		res[i].Shard = sh
+		switch e, ok := c.kvs[key]; {
+		case !ok:
+			if err := tx.put(key, val, leaseID); err != nil {
+				c.rollback(tx)
+				return err
+			}
+			res[i].Status, res[i].Epoch = storage.Acquired, storage.Epoch(tx.rev)
+		case e.lease == leaseID:
+			res[i].Status, res[i].Epoch = storage.AlreadyOwned, storage.Epoch(e.mod)
+		default:
+			res[i].Status, res[i].Holder = storage.HeldElsewhere, lockOf(key, e)
+		}
+	}
+	tx.commit()
+	*out = append(*out, res...)
+	return nil
+}
+
+// rollback undoes the puts of an uncommitted txn. Only acquire needs it: its
+// puts are all creations of keys under one lease.
+func (c *Cluster) rollback(tx *txn) {
+	for _, ev := range tx.events {
+		if e, ok := c.kvs[ev.key]; ok {
+			if l, ok := c.leases[e.lease]; ok {
+				delete(l.keys, ev.key)
+			}
+			delete(c.kvs, ev.key)
+		}
+	}
+	tx.events = nil
+}
+
+// Verify implements storage.Locks.
+func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
+	var lost []storage.LostLock
+	for _, b := range storage.Batches(len(held), storage.MaxTxnOps) {
+		_, cancel, err := s.start(ctx, OpVerify)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("verify %d locks: %w", len(held), err)
+		}
+		c := s.c
+		c.mu.Lock()
+		for _, h := range held[b[0]:b[1]] {
+			key := shardKey(h.Shard)
+			e, ok := c.kvs[key]
+			switch {
+			case !ok:
+				lost = append(lost, storage.LostLock{Shard: h.Shard})
+			case e.lease != leaseID || storage.Epoch(e.mod) != h.Epoch:
+				lost = append(lost, storage.LostLock{Shard: h.Shard, Exists: true, Holder: lockOf(key, e)})
+			}
+		}
+		c.mu.Unlock()
+	}
+	return lost, nil
+}
+
+// Release implements storage.Locks.
+func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
+	if err := storage.CheckShards(shards); err != nil {
+		return nil, err
+	}
+	var released []sharding.ShardID
+	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+		_, cancel, err := s.start(ctx, OpRelease)
+		cancel()
+		if err != nil {
+			return released, fmt.Errorf("release %d shards: %w", len(shards), err)
+		}
+		c := s.c
+		c.mu.Lock()
+		tx := c.begin()
+		for _, sh := range shards[b[0]:b[1]] {
+			key := shardKey(sh)
+			if e, ok := c.kvs[key]; ok && e.lease == leaseID {
+				tx.del(key)
+				released = append(released, sh)
+			}
+		}
+		tx.commit()
+		c.mu.Unlock()
+	}
+	return released, nil
+}
+
+// Rewrite implements storage.Locks.
+func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner storage.Owner, shards []sharding.ShardID) ([]storage.AcquireResult, error) {
+	val, err := storage.EncodeOwner(owner)
+	if err != nil {
+		return nil, err
+	}
+	if err := storage.CheckShards(shards); err != nil {
+		return nil, err
+	}
+	var out []storage.AcquireResult
+	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+		_, cancel, err := s.start(ctx, OpRewrite)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
+		}
+		c := s.c
+		c.mu.Lock()
+		tx := c.begin()
+		for _, sh := range shards[b[0]:b[1]] {
+			key := shardKey(sh)
+			e, ok := c.kvs[key]
+			switch {
+			case !ok:
+			case e.lease == leaseID:
+				_ = tx.put(key, val, leaseID) // the lease exists: it holds the key
+				out = append(out, storage.AcquireResult{Shard: sh, Status: storage.Acquired, Epoch: storage.Epoch(tx.rev)})
+			default:
+				out = append(out, storage.AcquireResult{Shard: sh, Status: storage.HeldElsewhere, Holder: lockOf(key, e)})
+			}
+		}
+		tx.commit()
+		c.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Transfer implements storage.Locks.
+func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (storage.Epoch, error) {
+	val, err := storage.EncodeOwner(req.ToOwner)
+	if err != nil {
+		return 0, err
+	}
+	_, cancel, err := s.start(ctx, OpTransfer)
+	defer cancel()
+	if err != nil {
+		return 0, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sk, hk := shardKey(req.Shard), handoffKey(req.Shard)
+	if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
+		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
+	}
+	if e, ok := c.kvs[hk]; !ok || e.lease != req.ToLease {
+		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
+	}
+	tx := c.begin()
+	if err := tx.put(sk, val, req.ToLease); err != nil {
+		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, err)
+	}
+	tx.del(hk)
+	return storage.Epoch(tx.commit()), nil
+}
+
+// PutHandoff implements storage.Handoffs.
+func (s *Store) PutHandoff(ctx context.Context, leaseID storage.LeaseID, shard sharding.ShardID, rec storage.HandoffRecord) (storage.Revision, error) {
+	val, err := storage.EncodeHandoff(rec)
+	if err != nil {
+		return 0, err
+	}
+	_, cancel, err := s.start(ctx, OpHandoff)
+	defer cancel()
+	if err != nil {
+		return 0, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := handoffKey(shard)
+	if e, ok := c.kvs[key]; ok && e.lease != leaseID {
+		return 0, &storage.HandoffConflictError{Shard: shard, Existing: handoffOf(key, e)}
+	}
+	tx := c.begin()
+	if err := tx.put(key, val, leaseID); err != nil {
+		return 0, fmt.Errorf("put handoff of shard %d: %w", shard, err)
+	}
+	return tx.commit(), nil
+}
+
+// DeleteHandoff implements storage.Handoffs.
+func (s *Store) DeleteHandoff(ctx context.Context, leaseID storage.LeaseID, shard sharding.ShardID) (bool, error) {
+	_, cancel, err := s.start(ctx, OpHandoff)
+	defer cancel()
+	if err != nil {
+		return false, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := handoffKey(shard)
+	if e, ok := c.kvs[key]; !ok || e.lease != leaseID {
+		return false, nil
+	}
+	tx := c.begin()
+	tx.del(key)
+	tx.commit()
+	return true, nil
+}
+
+// WriteCheckpoint implements storage.Checkpoints.
+func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epoch storage.Epoch, data []byte) (storage.Revision, error) {
+	_, cancel, err := s.start(ctx, OpCheckpoint)
+	defer cancel()
+	if err != nil {
+		return 0, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.kvs[shardKey(shard)]
+	if !ok || storage.Epoch(e.mod) != epoch {
+		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
+		if ok {
+			fe.Current = storage.Epoch(e.mod)
+		}
+		return 0, fe
+	}
+	tx := c.begin()
+	_ = tx.put(checkpointKey(shard), storage.EncodeCheckpoint(epoch, data), storage.NoLease)
+	return tx.commit(), nil
+}
+
+// ReadCheckpoint implements storage.Checkpoints.
+func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID) (storage.Checkpoint, bool, error) {
+	_, cancel, err := s.start(ctx, OpCheckpoint)
+	defer cancel()
+	if err != nil {
+		return storage.Checkpoint{}, false, err
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.kvs[checkpointKey(shard)]
+	if !ok {
+		return storage.Checkpoint{}, false, nil
+	}
+	cp, err := storage.DecodeCheckpoint(shard, e.value, e.mod)
+	return cp, err == nil, err
+}
+
+// Ping implements storage.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	_, cancel, err := s.start(ctx, OpPing)
+	defer cancel()
+	return err
+}
+
+// List implements storage.Lister.
+func (s *Store) List(ctx context.Context, ks storage.Keyspace) (storage.Snapshot, error) {
+	_, cancel, err := s.start(ctx, OpList)
+	defer cancel()
+	if err != nil {
+		return storage.Snapshot{}, fmt.Errorf("list %s: %w", ks, err)
+	}
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prefix := string(ks) + "/"
+	snap := storage.Snapshot{Revision: c.rev}
+	for k, e := range c.kvs {
+		if strings.HasPrefix(k, prefix) {
+			snap.KVs = append(snap.KVs, e.keyValue(k))
+		}
+	}
+	slices.SortFunc(snap.KVs, func(a, b storage.KeyValue) int { return strings.Compare(a.Key, b.Key) })
+	return snap, nil
+}
+
+// Watch implements storage.Lister.
+func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Revision) <-chan storage.WatchResponse {
+	ch := make(chan storage.WatchResponse)
+	s.mu.Lock()
+	if s.calls == nil {
+		s.calls = make(map[Op]int)
+	}
+	s.calls[OpWatch]++
+	s.mu.Unlock()
+	go s.watch(ctx, string(ks)+"/", from, ch)
+	return ch
+}
+
+func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision, ch chan<- storage.WatchResponse) {
+	defer close(ch)
+	c := s.c
+	send := func(r storage.WatchResponse) bool {
+		select {
+		case ch <- r:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		// A partitioned client sees nothing until the partition heals.
+		s.mu.Lock()
+		healed, partitioned := s.healed, s.partitioned
+		s.mu.Unlock()
+		if partitioned {
+			select {
+			case <-ctx.Done():
+				return
+			case <-healed:
+			}
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			send(storage.WatchResponse{Err: storage.ErrClosed})
+			return
+		}
+		if next <= c.compacted {
+			c.mu.Unlock()
+			send(storage.WatchResponse{Err: fmt.Errorf("watch %s from %d: %w (compacted at %d)", prefix, next, storage.ErrCompacted, c.compacted)})
+			return
+		}
+		i, _ := slices.BinarySearchFunc(c.history, next, func(e event, r storage.Revision) int {
+			return int(e.kv.ModRevision - r)
+		})
+		var evs []storage.Event
+		for _, e := range c.history[i:] {
+			if strings.HasPrefix(e.key, prefix) {
+				evs = append(evs, storage.Event{Type: e.typ, KV: e.kv})
+			}
+		}
+		next = c.rev + 1
+		changed := c.changed
+		c.mu.Unlock()
+		if len(evs) > 0 && !send(storage.WatchResponse{Events: evs}) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package storage
+
+import (
+	"context"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// LeaseID identifies a lease in the store. The zero value means "no lease".
+type LeaseID int64
+
+// NoLease is the zero LeaseID: a key without a lease, or no lease granted yet.
+const NoLease LeaseID = 0
+
+// Revision is a store-wide, strictly increasing modification counter.
+type Revision int64
+
+// Epoch identifies one ownership of a shard: the revision at which the lock
+// was last written by its holder. Epochs of a shard strictly increase across
+// its owners; writes fenced by an epoch succeed only while it is current.
+type Epoch int64
+
+// MaxTxnOps is the largest number of operations an implementation puts in
+// one transaction (etcd's default --max-txn-ops).
+const MaxTxnOps = 128
+
+// Lease is a granted lease: keys attached to it are deleted when it expires
+// or is revoked.
+type Lease struct {
+	ID  LeaseID
+	TTL time.Duration // granted time to live; may be longer than requested
+}
+
+// Leases grants, renews and revokes leases.
+type Leases interface {
+	// Grant creates a lease of at least ttl.
+	Grant(ctx context.Context, ttl time.Duration) (Lease, error)
+	// KeepAliveOnce renews the lease once and returns the granted TTL, which
+	// counts from (no earlier than) the moment the request was sent. A lease
+	// that no longer exists yields ErrLeaseNotFound.
+	KeepAliveOnce(ctx context.Context, id LeaseID) (time.Duration, error)
+	// Revoke deletes the lease and every key attached to it. Revoking a
+	// lease that does not exist yields ErrLeaseNotFound.
+	Revoke(ctx context.Context, id LeaseID) error
+}
+
+// Registry publishes runner records.
+type Registry interface {
+	// PutRunner writes runners/{rec.ID} attached to lease, replacing any
+	// previous record of that ID (a previous incarnation's record moves to
+	// the new lease). It returns the revision of the write.
+	PutRunner(ctx context.Context, lease LeaseID, rec RunnerRecord) (Revision, error)
+}
+
+// AcquireStatus is the per-shard outcome of [Locks.Acquire].
+type AcquireStatus int
+
+const (
+	// Acquired: the lock was created for the caller's lease at Epoch.
+	Acquired AcquireStatus = iota + 1
+	// AlreadyOwned: the lock already existed under the caller's lease;
+	// Epoch is its current epoch (unchanged).
+	AlreadyOwned
+	// HeldElsewhere: the lock exists under another lease; Holder describes it.
+	HeldElsewhere
+)
+
+func (s AcquireStatus) String() string {
+	switch s {
+	case Acquired:
+		return "acquired"
+	case AlreadyOwned:
+		return "already-owned"
+	case HeldElsewhere:
+		return "held-elsewhere"
+	default:
+		return "unknown"
+	}
+}
+
+// AcquireResult is the outcome of acquiring one shard.
+type AcquireResult struct {
+	Shard  sharding.ShardID
+	Status AcquireStatus
+	Epoch  Epoch // for Acquired and AlreadyOwned
+	Holder Lock  // for HeldElsewhere (Owner may be zero if the value is corrupt)
+}
+
+// Held names a lock the caller believes it owns, at an epoch.
+type Held struct {
+	Shard sharding.ShardID
+	Epoch Epoch
+}
+
+// LostLock reports a lock the caller no longer owns at the epoch it held.
+type LostLock struct {
+	Shard  sharding.ShardID
+	Exists bool // the key exists (under another lease or at another epoch)
+	Holder Lock // the current lock when Exists
+}
+
+// TransferRequest moves one lock from the caller's lease to a target lease.
+type TransferRequest struct {
+	Shard     sharding.ShardID
+	FromLease LeaseID // the caller's lease; it must hold the lock...
+	FromEpoch Epoch   // ...at this epoch
+	ToLease   LeaseID // the target's lease; it must hold handoffs/{Shard}
+	ToOwner   Owner   // the value written for the target
+}
+
+// Locks manages the shard locks shards/{shard}.
+type Locks interface {
+	// Acquire tries to create the lock of each shard under lease with value
+	// owner. Shards are split into transactions of at most MaxTxnOps. The
+	// results are in the order of shards. Duplicate shards are invalid.
+	Acquire(ctx context.Context, lease LeaseID, owner Owner, shards []sharding.ShardID) ([]AcquireResult, error)
+	// Verify checks, without writing, that every held lock still exists
+	// under lease at its epoch. It returns the locks that do not.
+	Verify(ctx context.Context, lease LeaseID, held []Held) ([]LostLock, error)
+	// Release deletes the locks of shards that are attached to lease and
+	// returns the shards it deleted; locks held by other leases are left
+	// alone.
+	Release(ctx context.Context, lease LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error)
+	// Rewrite re-writes each lock still attached to lease with value owner,
+	// which gives it a new, larger epoch and kills the old one (used after
+	// re-attachment). Locks no longer attached to lease are reported with
+	// status HeldElsewhere or omitted when absent.
+	Rewrite(ctx context.Context, lease LeaseID, owner Owner, shards []sharding.ShardID) ([]AcquireResult, error)
+	// Transfer moves a lock in one transaction: if shards/{Shard} is attached
+	// to FromLease at FromEpoch and handoffs/{Shard} is attached to ToLease,
+	// it writes shards/{Shard} = ToOwner under ToLease and deletes the
+	// handoff record. It returns the new epoch. ErrNotOwner when the caller
+	// does not hold the lock at FromEpoch, ErrNoHandoff when the target's
+	// record is missing, ErrLeaseNotFound when ToLease does not exist.
+	Transfer(ctx context.Context, req TransferRequest) (Epoch, error)
+}
+
+// Handoffs manages handoff records handoffs/{shard}.
+type Handoffs interface {
+	// PutHandoff creates handoffs/{shard} under lease, or updates it if it
+	// is already attached to lease. A record attached to another lease is
+	// left alone and yields a *HandoffConflictError.
+	PutHandoff(ctx context.Context, lease LeaseID, shard sharding.ShardID, rec HandoffRecord) (Revision, error)
+	// DeleteHandoff deletes handoffs/{shard} if it is attached to lease.
+	// It reports whether it deleted a record.
+	DeleteHandoff(ctx context.Context, lease LeaseID, shard sharding.ShardID) (bool, error)
+}
+
+// Checkpoint is the stored state of a shard, written under an epoch.
+type Checkpoint struct {
+	Data     []byte
+	Epoch    Epoch    // the writer's epoch
+	Revision Revision // revision of the write
+}
+
+// Checkpoints stores fenced per-shard checkpoints checkpoints/{shard}.
+type Checkpoints interface {
+	// WriteCheckpoint stores data for shard if epoch is the current epoch
+	// of the shard's lock, in the same transaction; otherwise it writes
+	// nothing and returns a *FencedError.
+	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epoch Epoch, data []byte) (Revision, error)
+	// ReadCheckpoint returns the last checkpoint of shard; ok is false when
+	// none was ever written.
+	ReadCheckpoint(ctx context.Context, shard sharding.ShardID) (cp Checkpoint, ok bool, err error)
+}
+
+// Keyspace names one family of keys that can be listed and watched.
+type Keyspace string
+
+// The key families.
+const (
+	KeyspaceRunners  Keyspace = "runners"
+	KeyspaceShards   Keyspace = "shards"
+	KeyspaceHandoffs Keyspace = "handoffs"
+)
+
+// KeyValue is one key of a keyspace as stored. Key is the name within the
+// keyspace (a runner ID, or a shard number in decimal).
+type KeyValue struct {
+	Key            string
+	Value          []byte
+	Lease          LeaseID
+	CreateRevision Revision
+	ModRevision    Revision
+}
+
+// EventType says whether a key was written or deleted.
+type EventType int
+
+// Event types.
+const (
+	EventPut EventType = iota + 1
+	EventDelete
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventPut:
+		return "PUT"
+	case EventDelete:
+		return "DELETE"
+	default:
+		return "UNKNOWN"
+	}
+}
+
+// Event is one change of a key. For a DELETE, KV holds only Key and
+// ModRevision (the revision of the deletion).
+type Event struct {
+	Type EventType
+	KV   KeyValue
+}
+
+// Snapshot is the content of a keyspace at one revision.
+type Snapshot struct {
+	Revision Revision
+	KVs      []KeyValue
+}
+
+// WatchResponse carries the events of one or more revisions, in order. A
+// response with Err set is the last on its channel.
+type WatchResponse struct {
+	Events []Event
+	Err    error // ErrCompacted if the start revision is gone; ErrUnavailable otherwise
+}
+
+// Lister lists and watches keyspaces.
+type Lister interface {
+	// List returns every key of ks at one revision.
+	List(ctx context.Context, ks Keyspace) (Snapshot, error)
+	// Watch delivers every change of ks at revisions >= from, in order,
+	// until ctx is done (then the channel is closed) or the watch fails
+	// (then one response with Err is sent and the channel is closed).
+	Watch(ctx context.Context, ks Keyspace, from Revision) <-chan WatchResponse
+}
+
+// Store is everything shardhost needs from its coordination store.
+type Store interface {
+	Leases
+	Registry
+	Locks
+	Handoffs
+	Checkpoints
+	Lister
+	// Ping performs a linearizable read: it succeeds only if the store can
+	// currently serve consistent requests to this client.
+	Ping(ctx context.Context) error
+}
