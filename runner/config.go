@@ -1,0 +1,231 @@
+package runner
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Defaults of Config.
+const (
+	DefaultNumShards              = 1024
+	DefaultLeaseTTL               = 15 * time.Second
+	DefaultKeepAliveRetryInterval = 250 * time.Millisecond
+	DefaultAcquireRetryInterval   = 200 * time.Millisecond
+	DefaultAcquireRetryWindow     = 2 * time.Second
+	DefaultRebalanceDebounce      = 100 * time.Millisecond
+	DefaultResyncInterval         = time.Minute
+	DefaultOpTimeout              = 3 * time.Second
+	DefaultDrainTimeout           = 10 * time.Second
+	DefaultProbeInterval          = 500 * time.Millisecond
+	DefaultStorageErrorThreshold  = 3
+)
+
+// SingleAttempt as AcquireRetryWindow makes every acquisition a single
+// attempt: a shard held elsewhere is not retried until a watch reports its
+// lock deleted (or the next resync).
+const SingleAttempt time.Duration = -1
+
+// Config holds the settings of a Runner. Zero fields mean the documented
+// defaults, applied by New; New validates the result, relations included.
+// Every runner of a cluster must agree on NumShards and Strategy.
+type Config struct {
+	// ID is the runner's stable name, unique in the cluster (e.g. a pod
+	// name). Default: the host name. A restarted process with the same ID is
+	// a new incarnation and does not inherit the old one's locks.
+	ID string
+	// Address is the host:port other runners use to reach this one
+	// (published in the runner record).
+	Address string
+	// Weight is the relative share of shards this runner takes. Default 1.
+	Weight int
+	// ClientOnly: the runner registers with weight 0 and never owns shards.
+	ClientOnly bool
+	// NumShards in the cluster. Default 1024.
+	NumShards int
+	// Strategy assigns shards to runners. Default sharding.Balanced().
+	Strategy sharding.Strategy
+
+	// LeaseTTL of the runner's lease. Default 15 s.
+	LeaseTTL time.Duration
+	// LeaseRenewInterval between renewals. Default LeaseTTL/3; at most LeaseTTL/3.
+	LeaseRenewInterval time.Duration
+	// KeepAliveRetryInterval between renewal attempts after a failure.
+	// Default 250 ms.
+	KeepAliveRetryInterval time.Duration
+
+	// DetachMargin: the runner detaches at lease deadline - DetachMargin.
+	// Default LeaseTTL/3. It must exceed the worst pause plus clock-rate
+	// drift over a TTL.
+	DetachMargin time.Duration
+	// KeepAliveFailureThreshold of consecutive failed renewals that detaches
+	// early. Default 0: off (the deadline alone decides).
+	KeepAliveFailureThreshold int
+	// StorageErrorThreshold of consecutive failed list/acquire/verify calls
+	// that detaches. Default 3. A single failure may be a request that went
+	// to a dead etcd member; the lease deadline protects safety meanwhile.
+	StorageErrorThreshold int
+	// RecoverWindow of continuous health before a detached runner
+	// re-attaches. Default LeaseTTL/3.
+	RecoverWindow time.Duration
+	// ProbeInterval between probes of the store while detached. Default 500 ms.
+	ProbeInterval time.Duration
+	// DisableDetachment keeps the runner attached when it should detach and
+	// only logs (for staged roll-outs). Detachment is enabled by default.
+	// Even when disabled, a lease the store reports lost drops every shard,
+	// since the store already deleted their locks.
+	DisableDetachment bool
+
+	// AcquireRetryInterval between attempts on a shard held elsewhere.
+	// Default 200 ms.
+	AcquireRetryInterval time.Duration
+	// AcquireRetryWindow during which a shard held elsewhere is retried.
+	// Default 2 s; SingleAttempt (any negative value) for one attempt.
+	AcquireRetryWindow time.Duration
+	// RebalanceDebounce: membership changes closer than this are coalesced
+	// before the assignment is recomputed. Default 100 ms.
+	RebalanceDebounce time.Duration
+	// ResyncInterval of the safety-net full reconciliation. Default 1 min.
+	ResyncInterval time.Duration
+	// VerifyInterval between read-only verifications of owned locks.
+	// Default LeaseRenewInterval.
+	VerifyInterval time.Duration
+	// OpTimeout bounds each storage call (and never extends past the detach
+	// instant). Default 3 s.
+	OpTimeout time.Duration
+	// DrainTimeout bounds draining a shard's entities before its lock is
+	// released. Default 10 s.
+	DrainTimeout time.Duration
+
+	// Logger for lifecycle events. Default slog.Default().
+	Logger *slog.Logger
+	// MeterProvider for metrics. Default otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+}
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		c.ID, _ = os.Hostname()
+	}
+	if c.Weight == 0 {
+		c.Weight = 1
+	}
+	if c.ClientOnly {
+		c.Weight = 0
+	}
+	if c.NumShards == 0 {
+		c.NumShards = DefaultNumShards
+	}
+	if c.Strategy == nil {
+		c.Strategy = sharding.Default()
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.LeaseRenewInterval == 0 {
+		c.LeaseRenewInterval = c.LeaseTTL / 3
+	}
+	if c.KeepAliveRetryInterval == 0 {
+		c.KeepAliveRetryInterval = min(DefaultKeepAliveRetryInterval, c.LeaseRenewInterval/2)
+	}
+	if c.DetachMargin == 0 {
+		c.DetachMargin = c.LeaseTTL / 3
+	}
+	if c.StorageErrorThreshold == 0 {
+		c.StorageErrorThreshold = DefaultStorageErrorThreshold
+	}
+	if c.RecoverWindow == 0 {
+		c.RecoverWindow = c.LeaseTTL / 3
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.AcquireRetryInterval == 0 {
+		c.AcquireRetryInterval = DefaultAcquireRetryInterval
+	}
+	if c.AcquireRetryWindow == 0 {
+		c.AcquireRetryWindow = DefaultAcquireRetryWindow
+	}
+	if c.AcquireRetryWindow < 0 {
+		c.AcquireRetryWindow = SingleAttempt
+	}
+	if c.RebalanceDebounce == 0 {
+		c.RebalanceDebounce = DefaultRebalanceDebounce
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = DefaultResyncInterval
+	}
+	if c.VerifyInterval == 0 {
+		c.VerifyInterval = c.LeaseRenewInterval
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = DefaultOpTimeout
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	return c
+}
+
+// validate checks a config with defaults applied.
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if c.ID == "" {
+		return bad("empty ID and no host name")
+	}
+	if err := sharding.ValidateNumShards(c.NumShards); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	for name, d := range map[string]time.Duration{
+		"LeaseTTL": c.LeaseTTL, "LeaseRenewInterval": c.LeaseRenewInterval,
+		"KeepAliveRetryInterval": c.KeepAliveRetryInterval, "DetachMargin": c.DetachMargin,
+		"RecoverWindow": c.RecoverWindow, "ProbeInterval": c.ProbeInterval,
+		"AcquireRetryInterval": c.AcquireRetryInterval, "RebalanceDebounce": c.RebalanceDebounce,
+		"ResyncInterval": c.ResyncInterval, "VerifyInterval": c.VerifyInterval,
+		"OpTimeout": c.OpTimeout, "DrainTimeout": c.DrainTimeout,
+	} {
+		if d <= 0 {
+			return bad("%s must be positive, got %v", name, d)
+		}
+	}
+	switch {
+	case c.Weight < 0:
+		return bad("negative Weight %d", c.Weight)
+	case c.LeaseTTL < time.Second:
+		return bad("LeaseTTL %v below 1s (etcd grants whole seconds)", c.LeaseTTL)
+	case c.DetachMargin >= c.LeaseTTL:
+		return bad("DetachMargin %v must be less than LeaseTTL %v", c.DetachMargin, c.LeaseTTL)
+	case c.LeaseRenewInterval > c.LeaseTTL/3:
+		return bad("LeaseRenewInterval %v must be at most LeaseTTL/3 (%v)", c.LeaseRenewInterval, c.LeaseTTL/3)
+	case c.LeaseRenewInterval >= c.LeaseTTL-c.DetachMargin:
+		return bad("LeaseRenewInterval %v leaves no time to retry before the detach instant (TTL %v - margin %v)",
+			c.LeaseRenewInterval, c.LeaseTTL, c.DetachMargin)
+	case c.KeepAliveRetryInterval >= c.LeaseRenewInterval:
+		return bad("KeepAliveRetryInterval %v must be less than LeaseRenewInterval %v", c.KeepAliveRetryInterval, c.LeaseRenewInterval)
+	case c.KeepAliveFailureThreshold < 0 || c.StorageErrorThreshold < 0:
+		return bad("negative failure threshold")
+	}
+	return nil
+}
+
+func newIncarnation() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,360 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// controlLoop acquires assigned shards, releases unassigned ones and
+// verifies owned locks. It is the only goroutine that writes locks while
+// attached; it does nothing while starting or detached.
+func (r *Runner) controlLoop(ctx context.Context) {
+	var bg sync.WaitGroup // releases in flight
+	defer bg.Wait()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	verify := time.NewTicker(r.cfg.VerifyInterval)
+	resync := time.NewTicker(r.cfg.ResyncInterval)
+	defer func() { retry.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
+	var dirtySince time.Time // first unprocessed membership change
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.stopReq:
+			bg.Wait()
+			r.shutdown(ctx)
+			return
+		case <-r.rebalance:
+			// Trailing debounce, but never postpone past 10 debounces.
+			if dirtySince.IsZero() {
+				dirtySince = time.Now()
+			}
+			if time.Since(dirtySince) < 10*r.cfg.RebalanceDebounce {
+				debounce.Reset(r.cfg.RebalanceDebounce)
+				continue
+			}
+			dirtySince = time.Time{}
+			debounce.Stop()
+			r.recompute()
+		case <-debounce.C:
+			dirtySince = time.Time{}
+			r.recompute()
+		case <-r.kick:
+		case <-retry.C:
+		case <-verify.C:
+			r.verify(ctx)
+		case <-resync.C:
+			r.mu.Lock()
+			for _, p := range r.pending {
+				*p = pending{since: time.Now()}
+			}
+			r.recomputeLocked()
+			r.mu.Unlock()
+		}
+		if next, ok := r.round(ctx, &bg); ok {
+			retry.Reset(next)
+		}
+	}
+}
+
+func (r *Runner) recompute() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recomputeLocked()
+}
+
+// round starts releases of owned-but-unassigned shards and acquires
+// assigned-but-unowned ones. It returns when the next retry is due.
+func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, bool) {
+	r.mu.Lock()
+	if r.phase != phaseAttached || r.stopping {
+		r.mu.Unlock()
+		return 0, false
+	}
+	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
+	var acquire, release []sharding.ShardID
+	for id, p := range r.pending {
+		if _, leaving := r.releasing[id]; !leaving && !p.exhausted && r.desiredLocked(id) {
+			acquire = append(acquire, id)
+		}
+	}
+	// Release only on a membership view that includes this incarnation:
+	// an incomplete view must not shed every shard.
+	for id, s := range r.owned {
+		if _, leaving := r.releasing[id]; !leaving && r.registeredLocked() && !r.desiredLocked(id) {
+			release = append(release, id)
+			r.releasing[id] = s.epoch
+		}
+	}
+	r.mu.Unlock()
+	if len(release) > 0 {
+		slices.Sort(release)
+		bg.Go(func() { r.release(ctx, gen, release, ErrShardMoved) })
+	}
+	if len(acquire) == 0 {
+		return 0, false
+	}
+	slices.Sort(acquire)
+	r.acquire(actx, gen, leaseID, acquire)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pending {
+		if !p.exhausted {
+			return r.cfg.AcquireRetryInterval, true
+		}
+	}
+	return 0, false
+}
+
+// acquire tries to lock shards for the attachment gen and installs what it
+// got, unless the runner detached meanwhile.
+func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.LeaseID, shards []sharding.ShardID) {
+	cctx, cancel := r.opCtx(actx)
+	start := time.Now()
+	res, err := r.store.Acquire(cctx, leaseID, r.owner(), shards)
+	cancel()
+	r.met.acquireLatency.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs)
+	if actx.Err() != nil {
+		return // detached meanwhile: whatever was locked is rewritten on re-attach
+	}
+	r.storageResult("acquire", err)
+	if err != nil {
+		return
+	}
+	var rewrite []sharding.ShardID
+	var exhausted []sharding.ShardID
+	r.mu.Lock()
+	if r.gen != gen || !r.mayOwnLocked() {
+		r.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	for _, a := range res {
+		p := r.pending[a.Shard]
+		switch a.Status {
+		case storage.Acquired:
+			r.installLocked(a.Shard, a.Epoch)
+		case storage.AlreadyOwned:
+			// Locked under our lease before (a call cut short by a detach):
+			// never reuse an epoch we did not install; bump it first.
+			rewrite = append(rewrite, a.Shard)
+		case storage.HeldElsewhere:
+			if p == nil {
+				continue
+			}
+			p.attempts++
+			if p.attempts > 1 {
+				r.met.acquireRetries.Add(context.Background(), 1, r.met.attrs)
+			}
+			if r.cfg.AcquireRetryWindow < 0 || now.Sub(p.since) >= r.cfg.AcquireRetryWindow {
+				p.exhausted = true
+				exhausted = append(exhausted, a.Shard)
+			}
+		}
+	}
+	r.mu.Unlock()
+	if len(exhausted) > 0 {
+		r.met.acquireExhausted.Add(context.Background(), int64(len(exhausted)), r.met.attrs)
+		r.log.Warn("acquire retry window exhausted; waiting for the locks to be deleted",
+			"shards", len(exhausted), "first", exhausted[0], "window", r.cfg.AcquireRetryWindow)
+	}
+	if len(rewrite) > 0 {
+		r.rewrite(actx, gen, leaseID, rewrite)
+	}
+}
+
+// rewrite bumps the epochs of locks held under our lease and installs them.
+func (r *Runner) rewrite(actx context.Context, gen uint64, leaseID storage.LeaseID, shards []sharding.ShardID) {
+	cctx, cancel := r.opCtx(actx)
+	res, err := r.store.Rewrite(cctx, leaseID, r.owner(), shards)
+	cancel()
+	if actx.Err() != nil {
+		return
+	}
+	r.storageResult("rewrite", err)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen || !r.mayOwnLocked() {
+		return
+	}
+	for _, a := range res {
+		if a.Status == storage.Acquired {
+			r.installLocked(a.Shard, a.Epoch)
+		}
+	}
+}
+
+// mayOwnLocked reports whether installing an ownership now is allowed: the
+// runner is attached and the detach instant has not passed.
+func (r *Runner) mayOwnLocked() bool {
+	if r.phase != phaseAttached {
+		return false
+	}
+	h, _ := r.keeper.Health()
+	return h.Lease == r.lease && time.Now().Before(r.policy.TripAt(h.Deadline))
+}
+
+// verify checks, read-only, that every owned lock is still ours.
+func (r *Runner) verify(ctx context.Context) {
+	r.mu.Lock()
+	if r.phase != phaseAttached || len(r.owned) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
+	held := make([]storage.Held, 0, len(r.owned))
+	for id, s := range r.owned {
+		if _, leaving := r.releasing[id]; !leaving {
+			held = append(held, storage.Held{Shard: id, Epoch: s.epoch})
+		}
+	}
+	r.mu.Unlock()
+	cctx, cancel := r.opCtx(actx)
+	lost, err := r.store.Verify(cctx, leaseID, held)
+	cancel()
+	if actx.Err() != nil {
+		return
+	}
+	r.storageResult("verify", err)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen {
+		return
+	}
+	for _, l := range lost {
+		s, ok := r.owned[l.Shard]
+		if _, leaving := r.releasing[l.Shard]; ok && !leaving && s.epoch == epochOf(held, l.Shard) {
+			r.lockLostLocked(l.Shard, "verification found the lock gone or changed")
+		}
+	}
+}
+
+func epochOf(held []storage.Held, id sharding.ShardID) storage.Epoch {
+	for _, h := range held {
+		if h.Shard == id {
+			return h.Epoch
+		}
+	}
+	return 0
+}
+
+// release drains shards (owned at gen), ends their ownership with cause
+// and deletes their locks in batched transactions.
+func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID, cause error) {
+	r.mu.Lock()
+	if r.gen != gen {
+		r.mu.Unlock()
+		return
+	}
+	actx, leaseID := r.attachCtx, r.lease
+	shards := make([]*shard, 0, len(ids))
+	for _, id := range ids {
+		if s, ok := r.owned[id]; ok {
+			shards = append(shards, s)
+		}
+	}
+	r.mu.Unlock()
+
+	r.drain(actx, shards)
+
+	r.mu.Lock()
+	if r.gen != gen {
+		r.mu.Unlock()
+		return
+	}
+	for _, s := range shards {
+		if cur, ok := r.owned[s.id]; ok && cur == s {
+			s.cancel(cause)
+			delete(r.owned, s.id)
+			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch})
+		}
+	}
+	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
+	r.mu.Unlock()
+
+	cctx, cancel := r.opCtx(actx)
+	_, err := r.store.Release(cctx, leaseID, ids)
+	cancel()
+	if actx.Err() == nil {
+		r.storageResult("release", err)
+	}
+	r.mu.Lock()
+	for _, id := range ids {
+		delete(r.releasing, id)
+	}
+	r.mu.Unlock()
+	if err != nil && actx.Err() == nil {
+		// The locks may still be ours: the next round sees them as
+		// AlreadyOwned or, if no longer assigned, they are released again
+		// once re-acquired; meanwhile our lease keeps them from others.
+		// Ask the acquirer to look again.
+		signal(r.kick)
+	}
+}
+
+// drain waits for the shards' in-flight work, bounded by DrainTimeout and
+// the detach instant. (Entity hosting plugs in here.)
+func (r *Runner) drain(ctx context.Context, shards []*shard) {
+	if len(shards) == 0 {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
+	defer cancel()
+	h, _ := r.keeper.Health()
+	dctx, cancel2 := context.WithDeadline(dctx, r.policy.TripAt(h.Deadline))
+	defer cancel2()
+	var wg sync.WaitGroup
+	for _, s := range shards {
+		wg.Go(func() { r.drainShard(dctx, s) })
+	}
+	wg.Wait()
+}
+
+// drainShard is the hook for entity hosting.
+func (r *Runner) drainShard(ctx context.Context, s *shard) {}
+
+// shutdown releases every shard and revokes the lease (graceful stop).
+func (r *Runner) shutdown(ctx context.Context) {
+	r.mu.Lock()
+	attached := r.phase == phaseAttached
+	r.stopping = true
+	if attached {
+		r.phase = phaseStopping
+	}
+	gen := r.gen
+	var ids []sharding.ShardID
+	for id, s := range r.owned {
+		ids = append(ids, id)
+		r.releasing[id] = s.epoch
+	}
+	r.mu.Unlock()
+	slices.Sort(ids)
+	r.log.Info("shutting down", "owned", len(ids))
+	if attached && len(ids) > 0 {
+		// release() checks the phase only through gen; keep it attached-like.
+		r.release(ctx, gen, ids, ErrShutdown)
+	}
+	r.mu.Lock()
+	r.dropOwnedLocked(ErrShutdown)
+	r.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+	defer cancel()
+	if err := r.keeper.Revoke(rctx); err != nil && !errors.Is(err, storage.ErrLeaseNotFound) {
+		r.log.Warn("revoking the lease failed; it will expire on its own", "err", err)
+	}
+}

@@ -1,0 +1,272 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardhost/shardhost/detachment"
+	"github.com/shardhost/shardhost/lease"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// watchdog owns the attachment: it registers at start, trips detachment on
+// the lease's health (deadline - margin, failure streak, lease lost), and
+// while detached probes the store and re-attaches after RecoverWindow of
+// continuous health. It never blocks on a store call while attached, so a
+// hung call elsewhere cannot delay a detach.
+func (r *Runner) watchdog(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	backoff := r.cfg.ProbeInterval
+	for {
+		h, changed := r.keeper.Health()
+		r.mu.Lock()
+		ph := r.phase
+		r.mu.Unlock()
+		var wait time.Duration
+		switch ph {
+		case phaseStarting:
+			if err := r.attach(ctx, h); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				r.log.Warn("registration failed; retrying", "err", err, "in", backoff)
+				wait, backoff = backoff, min(2*backoff, 5*time.Second)
+			} else {
+				backoff = r.cfg.ProbeInterval
+				continue
+			}
+		case phaseAttached, phaseStopping:
+			r.observeLease(h)
+			reason := r.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
+			if reason != detachment.ReasonNone {
+				r.mu.Lock()
+				r.tripLocked(reason, leaseDetail(h))
+				r.mu.Unlock()
+				if r.isPhase(phaseDetached) {
+					continue
+				}
+			}
+			wait = time.Until(r.policy.TripAt(h.Deadline))
+			if h.Lost || wait <= 0 { // tripped with detachment disabled: re-check later
+				wait = r.cfg.ProbeInterval
+			}
+		case phaseDetached:
+			r.observeLease(h)
+			wait = r.probe(ctx, h)
+		default:
+			return
+		}
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-timer.C:
+		}
+	}
+}
+
+func (r *Runner) isPhase(p phase) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase == p
+}
+
+func leaseDetail(h lease.Health) string {
+	d := fmt.Sprintf("deadline in %v, failure streak %d", time.Until(h.Deadline).Round(time.Millisecond), h.FailureStreak)
+	if h.Err != nil {
+		d += ": " + h.Err.Error()
+	}
+	return d
+}
+
+// observeLease records lease metrics and logs keep-alive streak transitions.
+func (r *Runner) observeLease(h lease.Health) {
+	r.mu.Lock()
+	prev := r.lastStreak
+	r.lastStreak = h.FailureStreak
+	r.mu.Unlock()
+	ctx := context.Background()
+	r.met.keepAliveStreak.Record(ctx, int64(h.FailureStreak), r.met.attrs)
+	switch {
+	case h.FailureStreak > prev:
+		r.met.keepAliveFailures.Add(ctx, int64(h.FailureStreak-prev), r.met.attrs)
+		if prev == 0 {
+			r.log.Warn("lease keep-alive degraded", "err", h.Err, "deadline_in", time.Until(h.Deadline).Round(time.Millisecond))
+		}
+	case h.FailureStreak == 0 && prev > 0:
+		r.log.Info("lease keep-alive recovered", "failed_attempts", prev, "deadline_in", time.Until(h.Deadline).Round(time.Millisecond))
+	}
+}
+
+// tripLocked detaches for reason, or, with detachment disabled, logs that
+// it would have. It reports whether the runner is detached afterwards. A
+// lost lease drops every shard even when detachment is disabled: the store
+// has already deleted the locks.
+func (r *Runner) tripLocked(reason detachment.Reason, detail string) bool {
+	if r.phase == phaseDetached {
+		r.machine.Detach(time.Now(), reason, detail) // update the reason
+		return true
+	}
+	if r.phase != phaseAttached && r.phase != phaseStopping {
+		return false
+	}
+	if !r.machine.Enabled() && reason != detachment.ReasonLeaseLost {
+		if r.wouldDetach != reason {
+			r.wouldDetach = reason
+			r.log.Warn("would detach, but detachment is disabled", "reason", reason.String(), "detail", detail)
+		}
+		return false
+	}
+	r.machine.Detach(time.Now(), reason, detail)
+	r.detachLocked(reason, detail)
+	return true
+}
+
+// detachLocked performs the detach transition. Before any further cluster
+// operation: the phase changes (loops pause, admission stops), in-flight
+// store calls of the attachment are cancelled, and every shard is dropped
+// with cause ErrDetached.
+func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
+	h, _ := r.keeper.Health()
+	r.phase = phaseDetached
+	r.gen++
+	r.attachStop(ErrDetached)
+	n := len(r.owned)
+	r.dropOwnedLocked(ErrDetached)
+	clear(r.pending)
+	r.storageErrs = 0
+	r.wouldDetach = detachment.ReasonNone
+	r.hub.publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
+	ctx := context.Background()
+	r.met.detached.Record(ctx, 1, r.met.attrs)
+	r.met.detaches.Add(ctx, 1, r.met.attrs, r.met.withReason(reason.String()))
+	r.log.Warn("detached: every shard stopped", "reason", reason.String(), "detail", detail,
+		"shards_dropped", n, "deadline_in", time.Until(h.Deadline).Round(time.Millisecond))
+}
+
+// Detach detaches the runner by hand (reason manual). It re-attaches on its
+// own after RecoverWindow of health. It does nothing when detachment is
+// disabled or the runner is not attached.
+func (r *Runner) Detach() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tripLocked(detachment.ReasonManual, "requested")
+}
+
+// probe runs one probe while detached and re-attaches when the recover
+// window has passed. It returns the wait until the next probe.
+func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
+	now := time.Now()
+	healthy := false
+	if h.Lease != storage.NoLease && !h.Lost {
+		// The keep-alive is the probe: ask for one now, judge the last.
+		r.keeper.RenewNow()
+		healthy = h.Healthy && now.Before(r.policy.TripAt(h.Deadline))
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		healthy = r.store.Ping(pctx) == nil
+		cancel()
+	}
+	if !healthy {
+		r.machine.SignalUnhealthy(now)
+		return r.cfg.ProbeInterval
+	}
+	r.machine.SignalHealthy(now)
+	at, ok := r.machine.ReattachAt()
+	if !r.machine.Enabled() {
+		at, ok = now, true // a lost lease with detachment disabled: re-register at once
+	}
+	if !ok || now.Before(at) {
+		return min(r.cfg.ProbeInterval, max(time.Until(at), time.Millisecond))
+	}
+	if err := r.attach(ctx, h); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("re-attach failed", "err", err)
+		}
+		r.machine.SignalUnhealthy(time.Now())
+		return r.cfg.ProbeInterval
+	}
+	return 0
+}
+
+var errLeaseChanged = errors.New("lease changed during attach")
+
+// attach registers (granting a new lease if there is none or it was lost)
+// and, when the lease survived a detach, bumps the epochs of the locks
+// still under it so no pre-detach epoch stays valid. Then it marks the
+// runner attached.
+func (r *Runner) attach(ctx context.Context, h lease.Health) error {
+	newLease := h.Lease == storage.NoLease || h.Lost
+	if newLease {
+		if _, err := r.keeper.Grant(ctx); err != nil {
+			return err
+		}
+		h, _ = r.keeper.Health()
+	}
+	rec := storage.RunnerRecord{
+		ID: r.cfg.ID, Address: r.cfg.Address, Weight: r.cfg.Weight,
+		Incarnation: r.incarnation, Started: r.started,
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	if _, err := r.store.PutRunner(cctx, h.Lease, rec); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	var kept []storage.AcquireResult
+	if !newLease {
+		snap, err := r.store.List(cctx, storage.KeyspaceShards)
+		if err != nil {
+			return fmt.Errorf("list locks: %w", err)
+		}
+		var mine []sharding.ShardID
+		for _, kv := range snap.KVs {
+			if l, ok := decodeLock(kv); ok && l.Lease == h.Lease && int(l.Shard) < r.cfg.NumShards {
+				mine = append(mine, l.Shard)
+			}
+		}
+		if len(mine) > 0 {
+			if kept, err = r.store.Rewrite(cctx, h.Lease, r.owner(), mine); err != nil {
+				return fmt.Errorf("bump epochs of %d kept locks: %w", len(mine), err)
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, _ := r.keeper.Health(); cur.Lease != h.Lease || cur.Lost {
+		return errLeaseChanged
+	}
+	from := r.phase
+	if r.stopping || (from != phaseStarting && from != phaseDetached) {
+		return nil // stopping or stopped meanwhile
+	}
+	r.machine.MaybeReattach(time.Now())
+	r.phase = phaseAttached
+	r.gen++
+	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)
+	r.lease = h.Lease
+	r.storageErrs = 0
+	r.met.detached.Record(context.Background(), 0, r.met.attrs)
+	if newLease {
+		r.hub.publish(Registered{EventBase: r.base(), Lease: h.Lease})
+	}
+	if from == phaseDetached {
+		r.hub.publish(Reattached{EventBase: r.base(), Lease: h.Lease, NewLease: newLease})
+		r.log.Info("re-attached", "lease", fmt.Sprintf("%x", h.Lease), "new_lease", newLease, "kept_shards", len(kept))
+	} else {
+		r.log.Info("registered", "lease", fmt.Sprintf("%x", h.Lease))
+	}
+	for _, a := range kept {
+		if a.Status == storage.Acquired && r.mayOwnLocked() {
+			r.installLocked(a.Shard, a.Epoch)
+		}
+	}
+	r.recomputeLocked()
+	signal(r.kick)
+	signal(r.rebalance)
+	return nil
+}

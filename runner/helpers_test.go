@@ -1,0 +1,124 @@
+package runner_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+// recorder collects the events of several runners in one order.
+type recorder struct {
+	mu     sync.Mutex
+	events []runner.Event
+	wg     sync.WaitGroup
+}
+
+func (rec *recorder) follow(sub *runner.Subscription) {
+	rec.wg.Go(func() {
+		for ev := range sub.Events() {
+			rec.mu.Lock()
+			rec.events = append(rec.events, ev)
+			rec.mu.Unlock()
+		}
+	})
+}
+
+func (rec *recorder) all() []runner.Event {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	out := slices.Clone(rec.events)
+	slices.SortStableFunc(out, func(a, b runner.Event) int { return a.Base().Time.Compare(b.Base().Time) })
+	return out
+}
+
+// started is a running runner in a test.
+type started struct {
+	*runner.Runner
+	store *memory.Store
+	sub   *runner.Subscription
+	done  chan error
+}
+
+func logger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// start runs a runner on a new client of cluster. Its events go to rec (if
+// not nil). Cleanup closes it.
+func start(t *testing.T, c *memory.Cluster, rec *recorder, cfg runner.Config) *started {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = logger(t)
+	}
+	s := c.NewStore(cfg.ID)
+	r, err := runner.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &started{Runner: r, store: s, sub: r.Subscribe(), done: make(chan error, 1)}
+	if rec != nil {
+		rec.follow(st.sub)
+	}
+	go func() { st.done <- r.Run(context.Background()) }()
+	t.Cleanup(func() {
+		r.Close()
+		<-st.done
+		st.sub.Close()
+	})
+	return st
+}
+
+// waitFor polls cond every 10ms (fake time inside synctest) until it holds
+// or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// partitionOK reports whether the runners own an exact partition of n
+// shards that matches assignment a.
+func partitionOK(rs []*started, n int) (bool, string) {
+	owner := make([]string, n)
+	for _, r := range rs {
+		for id := range r.Owned() {
+			if owner[id] != "" {
+				return false, "shard " + id.String() + " owned by " + owner[id] + " and " + r.ID()
+			}
+			owner[id] = r.ID()
+		}
+	}
+	a := rs[0].Assignment()
+	if len(a) != n {
+		return false, "no assignment yet"
+	}
+	for id := range n {
+		if owner[id] == "" || owner[id] != a[id] {
+			return false, "shard " + sharding.ShardID(id).String() + " owned by " + owner[id] + ", assigned to " + a[id]
+		}
+	}
+	return true, ""
+}
+
+func locksOf(c *memory.Cluster, n int) map[sharding.ShardID]storage.LeaseID {
+	out := map[sharding.ShardID]storage.LeaseID{}
+	for id := range n {
+		if kv, ok := c.Get("shards/" + sharding.ShardID(id).String()); ok {
+			out[sharding.ShardID(id)] = kv.Lease
+		}
+	}
+	return out
+}

@@ -1,0 +1,83 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// meterName is the instrumentation scope of every shardhost instrument.
+const meterName = "github.com/shardhost/shardhost"
+
+// metrics holds the instruments of one runner, created once in New. All
+// carry the attribute runner=<ID>; none carries entity IDs.
+type metrics struct {
+	attrs metric.MeasurementOption
+
+	detached           metric.Int64Gauge
+	keepAliveFailures  metric.Int64Counter
+	keepAliveStreak    metric.Int64Gauge
+	acquireRetries     metric.Int64Counter
+	acquireExhausted   metric.Int64Counter
+	shardsOwned        metric.Int64Gauge
+	acquireLatency     metric.Float64Histogram
+	storageErrors      metric.Int64Counter
+	detaches           metric.Int64Counter
+	deadlineLagCB      metric.Registration
+	deadlineLagReading func() (time.Duration, bool)
+}
+
+func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool)) (*metrics, error) {
+	m := mp.Meter(meterName)
+	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID)), deadlineLagReading: lag}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	out.detached, err = m.Int64Gauge("sharding.detached", metric.WithDescription("1 while the runner is detached, else 0"))
+	add(err)
+	out.keepAliveFailures, err = m.Int64Counter("sharding.lease_keepalive_failures", metric.WithDescription("failed lease renewals"))
+	add(err)
+	out.keepAliveStreak, err = m.Int64Gauge("sharding.lease_keepalive_failure_streak", metric.WithDescription("consecutive failed lease renewals"))
+	add(err)
+	out.acquireRetries, err = m.Int64Counter("sharding.acquire_retry_attempts", metric.WithDescription("acquire attempts on shards held elsewhere, after the first"))
+	add(err)
+	out.acquireExhausted, err = m.Int64Counter("sharding.acquire_retry_window_exhausted", metric.WithDescription("shards whose acquire retry window ran out"))
+	add(err)
+	out.shardsOwned, err = m.Int64Gauge("sharding.shards_owned", metric.WithDescription("shards owned by the runner"))
+	add(err)
+	out.acquireLatency, err = m.Float64Histogram("sharding.acquire_latency", metric.WithUnit("s"), metric.WithDescription("duration of one batched acquire call"))
+	add(err)
+	out.storageErrors, err = m.Int64Counter("sharding.storage_errors", metric.WithDescription("failed list/acquire/verify/release calls"))
+	add(err)
+	out.detaches, err = m.Int64Counter("sharding.detaches", metric.WithDescription("detach transitions, by reason"))
+	add(err)
+	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
+		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))
+	add(err)
+	if err == nil {
+		out.deadlineLagCB, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			if d, ok := out.deadlineLagReading(); ok {
+				o.ObserveFloat64(lagGauge, d.Seconds(), out.attrs)
+			}
+			return nil
+		}, lagGauge)
+		add(err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (m *metrics) close() {
+	if m.deadlineLagCB != nil {
+		_ = m.deadlineLagCB.Unregister()
+	}
+}
+
+func (m *metrics) withReason(reason string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("reason", reason))
+}

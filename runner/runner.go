@@ -1,0 +1,371 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/detachment"
+	"github.com/shardhost/shardhost/lease"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// phase is the lifecycle phase of a Runner.
+type phase int
+
+const (
+	phaseNew      phase = iota // constructed, Run not called
+	phaseStarting              // Run called, not registered yet
+	phaseAttached              // registered, may own shards
+	phaseDetached              // detached: owns nothing, probing
+	phaseStopping              // Shutdown releasing shards
+	phaseStopped               // Run returned or about to
+)
+
+func (p phase) String() string {
+	return [...]string{"new", "starting", "attached", "detached", "stopping", "stopped"}[p]
+}
+
+// shard is one owned shard. Its context is cancelled, with the cause, when
+// ownership ends; everything hosted in the shard hangs off it.
+type shard struct {
+	id     sharding.ShardID
+	epoch  storage.Epoch
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	since  time.Time
+}
+
+// pending tracks an assigned shard this runner does not own yet.
+type pending struct {
+	since     time.Time // start of the current retry window
+	attempts  int       // attempts in the window
+	exhausted bool      // window ran out; wait for a DELETE or a resync
+}
+
+// Runner hosts shards of a cluster. See the package documentation.
+type Runner struct {
+	store       storage.Store
+	cfg         Config
+	log         *slog.Logger
+	met         *metrics
+	keeper      *lease.Keeper
+	machine     *detachment.Machine
+	policy      detachment.Policy
+	incarnation string
+	started     time.Time
+	hub         hub
+
+	kick      chan struct{} // 1-buffered: run a control round now
+	rebalance chan struct{} // 1-buffered: membership changed
+	stopReq   chan struct{} // closed by Shutdown: release and stop
+	closeReq  chan struct{} // closed by Close: stop abruptly
+	done      chan struct{} // closed when Run has returned
+	stopOnce  sync.Once
+	closeOnce sync.Once
+
+	mu          sync.Mutex
+	phase       phase
+	gen         uint64 // incremented on every attach and detach
+	attachCtx   context.Context
+	attachStop  context.CancelCauseFunc
+	lease       storage.LeaseID
+	owned       map[sharding.ShardID]*shard
+	releasing   map[sharding.ShardID]storage.Epoch // being released or rewritten by us
+	pending     map[sharding.ShardID]*pending
+	members     map[string]storage.Runner
+	locks       map[sharding.ShardID]storage.Lock
+	assignment  sharding.Assignment
+	assignErr   error
+	membersSeen bool // the membership view has been listed at least once
+	locksSeen   bool
+	storageErrs int  // consecutive failed storage calls
+	stopping    bool // Shutdown started: no more attaching or acquiring
+	lastStreak  int // keep-alive streak last logged
+	wouldDetach detachment.Reason
+}
+
+// New returns a runner on store. It does nothing until Run.
+func New(store storage.Store, cfg Config) (*Runner, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	keeper, err := lease.New(store, lease.Config{
+		TTL:           cfg.LeaseTTL,
+		RenewInterval: cfg.LeaseRenewInterval,
+		RetryInterval: cfg.KeepAliveRetryInterval,
+		CallTimeout:   min(cfg.LeaseRenewInterval, cfg.OpTimeout),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	r := &Runner{
+		store:       store,
+		cfg:         cfg,
+		log:         cfg.Logger.With("runner", cfg.ID),
+		keeper:      keeper,
+		machine:     detachment.New(detachment.Config{Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow}),
+		policy:      detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
+		incarnation: newIncarnation(),
+		kick:        make(chan struct{}, 1),
+		rebalance:   make(chan struct{}, 1),
+		stopReq:     make(chan struct{}),
+		closeReq:    make(chan struct{}),
+		done:        make(chan struct{}),
+		owned:       make(map[sharding.ShardID]*shard),
+		releasing:   make(map[sharding.ShardID]storage.Epoch),
+		pending:     make(map[sharding.ShardID]*pending),
+		members:     make(map[string]storage.Runner),
+		locks:       make(map[sharding.ShardID]storage.Lock),
+	}
+	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag)
+	if err != nil {
+		return nil, fmt.Errorf("runner: metrics: %w", err)
+	}
+	return r, nil
+}
+
+// ID returns the runner's ID.
+func (r *Runner) ID() string { return r.cfg.ID }
+
+// Incarnation returns the unique name of this runner instance.
+func (r *Runner) Incarnation() string { return r.incarnation }
+
+// Config returns the effective configuration (defaults applied).
+func (r *Runner) Config() Config { return r.cfg }
+
+// Subscribe returns a subscription to the runner's events from now on.
+func (r *Runner) Subscribe() *Subscription { return r.hub.subscribe() }
+
+func (r *Runner) owner() storage.Owner {
+	return storage.Owner{RunnerID: r.cfg.ID, Incarnation: r.incarnation}
+}
+
+func (r *Runner) base() EventBase { return EventBase{Runner: r.cfg.ID, Time: time.Now()} }
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Owned returns the shards owned now with their epochs, ascending.
+func (r *Runner) Owned() map[sharding.ShardID]storage.Epoch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[sharding.ShardID]storage.Epoch, len(r.owned))
+	for id, s := range r.owned {
+		out[id] = s.epoch
+	}
+	return out
+}
+
+// Assignment returns the assignment this runner computed last (nil before
+// the membership was first listed).
+func (r *Runner) Assignment() sharding.Assignment {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.assignment)
+}
+
+// Status is a snapshot of a runner's state.
+type Status struct {
+	Phase    string
+	Detached bool
+	Reason   detachment.Reason // while detached
+	Lease    storage.LeaseID
+	Deadline time.Time // lease deadline
+	Owned    int
+	Members  int
+}
+
+// Status returns a snapshot of the runner's state.
+func (r *Runner) Status() Status {
+	h, _ := r.keeper.Health()
+	st := r.machine.State()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Status{
+		Phase: r.phase.String(), Detached: r.phase == phaseDetached, Reason: st.Reason,
+		Lease: r.lease, Deadline: h.Deadline, Owned: len(r.owned), Members: len(r.members),
+	}
+}
+
+func (r *Runner) deadlineLag() (time.Duration, bool) {
+	h, _ := r.keeper.Health()
+	if h.Lease == storage.NoLease {
+		return 0, false
+	}
+	return time.Until(h.Deadline), true
+}
+
+// Run registers the runner and hosts shards until ctx ends, Shutdown
+// completes or Close is called. It returns nil after Shutdown or Close and
+// ctx's error when ctx ended; an ended ctx stops the runner like Close (no
+// release, the lease expires on its own), so call Shutdown for a graceful
+// stop. Run retries registration until it succeeds: a store that is down at
+// start delays registration but does not fail Run.
+func (r *Runner) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.phase != phaseNew {
+		r.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	r.phase = phaseStarting
+	r.started = time.Now()
+	r.mu.Unlock()
+	defer close(r.done)
+	defer r.met.close()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _ = r.keeper.Run(ctx) })
+	wg.Go(func() { r.followRunners(ctx) })
+	wg.Go(func() { r.followLocks(ctx) })
+	wg.Go(func() { r.watchdog(ctx) })
+
+	loopDone := make(chan struct{})
+	wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
+
+	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
+		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)
+	var err error
+	select {
+	case <-ctx.Done():
+		err = ctx.Err()
+		r.dropAll(ErrShutdown, "context ended")
+	case <-r.closeReq:
+		r.dropAll(ErrShutdown, "closed")
+	case <-loopDone: // Shutdown finished releasing
+	}
+	cancel(ErrShutdown)
+	r.mu.Lock()
+	r.phase = phaseStopped
+	r.mu.Unlock()
+	return err
+}
+
+// Shutdown stops the runner gracefully: it drains and releases every shard
+// (batched), revokes its lease (deleting its registration) and waits for
+// Run to return, all bounded by ctx. If ctx ends first, the runner is closed
+// abruptly and ctx's error returned. Safe to call concurrently and more than
+// once; before Run it only prevents Run from starting.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	if r.phase == phaseNew {
+		r.phase = phaseStopped
+		r.mu.Unlock()
+		r.stopOnce.Do(func() { close(r.stopReq) })
+		return nil
+	}
+	r.mu.Unlock()
+	r.stopOnce.Do(func() { close(r.stopReq) })
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		r.Close()
+		return ctx.Err()
+	}
+}
+
+// Close stops the runner abruptly: every entity is interrupted with
+// ErrShutdown, no lock is released and the lease is not revoked, so other
+// runners take over the shards only after the lease expires (this is also
+// how tests simulate a crash). Close waits for Run to return. Idempotent.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	started := r.phase != phaseNew
+	if !started {
+		r.phase = phaseStopped
+	}
+	r.mu.Unlock()
+	r.closeOnce.Do(func() { close(r.closeReq) })
+	if started {
+		<-r.done
+	}
+}
+
+// dropAll ends every ownership with cause, without touching the store.
+func (r *Runner) dropAll(cause error, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase = phaseStopped
+	r.gen++
+	if r.attachStop != nil {
+		r.attachStop(cause)
+	}
+	r.dropOwnedLocked(cause)
+	r.log.Info("runner stopped", "why", why)
+}
+
+// dropOwnedLocked cancels every owned shard with cause and forgets it.
+func (r *Runner) dropOwnedLocked(cause error) {
+	ids := make([]sharding.ShardID, 0, len(r.owned))
+	for id := range r.owned {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		s := r.owned[id]
+		s.cancel(cause)
+		delete(r.owned, id)
+		r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
+	}
+	clear(r.releasing)
+	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
+}
+
+// installLocked records shard id as owned at epoch.
+func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
+	ctx, cancel := context.WithCancelCause(r.attachCtx)
+	r.owned[id] = &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel, since: time.Now()}
+	delete(r.pending, id)
+	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
+	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
+}
+
+// opCtx returns the context for one storage call of the attachment gen:
+// cancelled on detach, bounded by OpTimeout and by the detach instant.
+func (r *Runner) opCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	h, _ := r.keeper.Health()
+	deadline := time.Now().Add(r.cfg.OpTimeout)
+	if trip := r.policy.TripAt(h.Deadline); h.Lease != storage.NoLease && trip.Before(deadline) {
+		deadline = trip
+	}
+	return context.WithDeadline(parent, deadline)
+}
+
+// storageResult records the outcome of a list/acquire/verify/release call
+// and detaches after StorageErrorThreshold consecutive failures.
+func (r *Runner) storageResult(op string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.storageErrs = 0
+		return
+	}
+	if r.phase != phaseAttached {
+		return
+	}
+	r.storageErrs++
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs)
+	r.log.Warn("storage call failed", "op", op, "streak", r.storageErrs, "err", err)
+	if r.storageErrs >= r.cfg.StorageErrorThreshold {
+		r.detachLocked(detachment.ReasonStorageError, fmt.Sprintf("%s: %v", op, err))
+	}
+}
+
+var errStopping = errors.New("runner: stopping")

@@ -1,0 +1,65 @@
+package sharding
+
+import (
+	"errors"
+	"hash/fnv"
+	"testing"
+)
+
+// TestShardOfVectors pins the entity-to-shard mapping, which is part of the
+// wire contract: changing it moves every entity of a live cluster.
+func TestShardOfVectors(t *testing.T) {
+	tests := []struct {
+		id   string
+		n    int
+		hash uint64
+		want ShardID
+	}{
+		{"counter-42", 1024, 0x73c2492824bba838, 56},
+		{"counter-42", 1000, 0x73c2492824bba838, 464},
+		{"counter-42", 1, 0x73c2492824bba838, 0},
+		{"", 16, 0xcbf29ce484222325, 5}, // the FNV-1a-64 offset basis
+		{"a", 16384, 0xaf63dc4c8601ec8c, 11404},
+		{"order:9f3c2e", 4096, 0x2849b833935ee48f, 1167},
+		{"user/Zoë-東京-🚀", MaxShards, 0xc1859681ef909571, 38257},
+	}
+	for _, tt := range tests {
+		if got := Hash64(tt.id); got != tt.hash {
+			t.Errorf("Hash64(%q) = %#x, want %#x", tt.id, got, tt.hash)
+		}
+		h := fnv.New64a()
+		h.Write([]byte(tt.id))
+		if got := h.Sum64(); got != tt.hash {
+			t.Errorf("fnv.New64a(%q) = %#x, want %#x", tt.id, got, tt.hash)
+		}
+		if got := ShardOf(tt.id, tt.n); got != tt.want {
+			t.Errorf("ShardOf(%q, %d) = %d, want %d", tt.id, tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestShardIDRoundTrip(t *testing.T) {
+	for _, s := range []ShardID{0, 1, 1023, MaxShards - 1, 1<<32 - 1} {
+		got, err := ParseShardID(s.String())
+		if err != nil || got != s {
+			t.Errorf("ParseShardID(%q) = %d, %v, want %d, nil", s.String(), got, err, s)
+		}
+	}
+	for _, in := range []string{"", "-1", "x", "4294967296"} {
+		if _, err := ParseShardID(in); err == nil {
+			t.Errorf("ParseShardID(%q) = nil error, want one", in)
+		}
+	}
+}
+
+func TestValidateNumShards(t *testing.T) {
+	for _, tt := range []struct {
+		n  int
+		ok bool
+	}{{-1, false}, {0, false}, {1, true}, {MaxShards, true}, {MaxShards + 1, false}} {
+		err := ValidateNumShards(tt.n)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrInvalidNumShards)) {
+			t.Errorf("ValidateNumShards(%d) = %v, want ok=%v", tt.n, err, tt.ok)
+		}
+	}
+}
