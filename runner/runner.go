@@ -86,7 +86,7 @@ type Runner struct {
 	locksSeen   bool
 	storageErrs int  // consecutive failed storage calls
 	stopping    bool // Shutdown started: no more attaching or acquiring
-	lastStreak  int // keep-alive streak last logged
+	lastStreak  int  // keep-alive streak last logged
 	wouldDetach detachment.Reason
 }
 
