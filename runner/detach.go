@@ -21,6 +21,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	backoff := r.cfg.ProbeInterval
+	var nextProbe time.Time
 	for {
 		h, changed := r.keeper.Health()
 		r.mu.Lock()
@@ -55,8 +56,15 @@ func (r *Runner) watchdog(ctx context.Context) {
 				wait = r.cfg.ProbeInterval
 			}
 		case phaseDetached:
+			// Probe on a schedule, not on every health change: a probe's
+			// own renewal changes the health.
 			r.observeLease(h)
-			wait = r.probe(ctx, h)
+			if now := time.Now(); now.Before(nextProbe) {
+				wait = nextProbe.Sub(now)
+			} else {
+				wait = r.probe(ctx, h)
+				nextProbe = time.Now().Add(wait)
+			}
 		default:
 			return
 		}

@@ -170,6 +170,19 @@ func (r *Runner) Owned() map[sharding.ShardID]storage.Epoch {
 	return out
 }
 
+// ShardContext returns the context of shard id while this runner owns it.
+// It is cancelled when ownership ends; context.Cause says why
+// (ErrDetached, ErrShardMoved, ErrShutdown).
+func (r *Runner) ShardContext(id sharding.ShardID) (context.Context, storage.Epoch, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.owned[id]
+	if !ok {
+		return nil, 0, false
+	}
+	return s.ctx, s.epoch, true
+}
+
 // Assignment returns the assignment this runner computed last (nil before
 // the membership was first listed).
 func (r *Runner) Assignment() sharding.Assignment {

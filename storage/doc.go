@@ -17,7 +17,8 @@
 //     the key's ModRevision, so it strictly increases across the owners of a
 //     shard, and re-acquiring after a loss always yields a larger epoch.
 //   - Batches. Acquire, Verify and Release take any number of shards and split
-//     them into transactions of at most [MaxTxnOps] operations. A shard held
+//     them into transactions of [MaxShardsPerTxn] shards, at most [MaxTxnOps]
+//     operations each. A shard held
 //     by somebody else is a per-shard result, never an error. An error means
 //     the store could not be asked (transport, timeout, lease not found); then
 //     nothing can be concluded about the shards of the failed transaction.

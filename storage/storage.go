@@ -25,6 +25,13 @@ type Epoch int64
 // one transaction (etcd's default --max-txn-ops).
 const MaxTxnOps = 128
 
+// MaxShardsPerTxn is how many shards one batched transaction covers. Each
+// shard needs a nested per-shard transaction (acquire, release, rewrite) or
+// two comparisons (verify); etcd counts the operations of a nested
+// transaction against the budget left by its parent, so half of MaxTxnOps
+// keeps every batch within the limit.
+const MaxShardsPerTxn = MaxTxnOps / 2
+
 // Lease is a granted lease: keys attached to it are deleted when it expires
 // or is revoked.
 type Lease struct {
@@ -112,7 +119,7 @@ type TransferRequest struct {
 // Locks manages the shard locks shards/{shard}.
 type Locks interface {
 	// Acquire tries to create the lock of each shard under lease with value
-	// owner. Shards are split into transactions of at most MaxTxnOps. The
+	// owner. Shards are split into transactions of MaxShardsPerTxn. The
 	// results are in the order of shards. Duplicate shards are invalid.
 	Acquire(ctx context.Context, lease LeaseID, owner Owner, shards []sharding.ShardID) ([]AcquireResult, error)
 	// Verify checks, without writing, that every held lock still exists

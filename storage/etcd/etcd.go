@@ -3,9 +3,9 @@
 // imports the etcd client.
 //
 // Keys live under "/{namespace}/" with the layout of the design: runners/,
-// shards/, handoffs/ and checkpoints/. Batched lock operations are one
-// transaction of at most [storage.MaxTxnOps] nested per-shard transactions,
-// so "held elsewhere" is decided per shard inside one atomic request.
+// shards/, handoffs/ and checkpoints/. A batched lock operation is one
+// transaction of [storage.MaxShardsPerTxn] nested per-shard transactions, so
+// "held elsewhere" is decided per shard inside one atomic request.
 //
 // # Concurrency
 //
@@ -229,7 +229,7 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 		return nil, err
 	}
 	out := make([]storage.AcquireResult, 0, len(shards))
-	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
 		batch := shards[b[0]:b[1]]
 		ops := make([]clientv3.Op, len(batch))
 		for i, sh := range batch {
@@ -263,20 +263,20 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 	return out, nil
 }
 
-// Verify implements storage.Locks. A lock is still held at epoch E exactly
-// when its ModRevision is E: only the holder writes its lock, every write
-// changes the ModRevision, and an expiry deletes the key, so comparing the
-// ModRevision alone proves lease and epoch. The healthy path is a single
-// read-only transaction per batch with no reads returned.
+// Verify implements storage.Locks: one read-only transaction per batch that
+// compares lease and ModRevision of every lock and returns no reads on the
+// healthy path.
 func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
 	var lost []storage.LostLock
-	for _, b := range storage.Batches(len(held), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(held), storage.MaxShardsPerTxn) {
 		batch := held[b[0]:b[1]]
-		cmps := make([]clientv3.Cmp, len(batch))
+		cmps := make([]clientv3.Cmp, 0, 2*len(batch))
 		gets := make([]clientv3.Op, len(batch))
 		for i, h := range batch {
 			key := s.shardKey(h.Shard)
-			cmps[i] = clientv3.Compare(clientv3.ModRevision(key), "=", int64(h.Epoch))
+			cmps = append(cmps,
+				clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease)),
+				clientv3.Compare(clientv3.ModRevision(key), "=", int64(h.Epoch)))
 			gets[i] = clientv3.OpGet(key)
 		}
 		tctx, cancel := s.ctx(ctx)
@@ -310,7 +310,7 @@ func (s *Store) Release(ctx context.Context, lease storage.LeaseID, shards []sha
 		return nil, err
 	}
 	var released []sharding.ShardID
-	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
 		batch := shards[b[0]:b[1]]
 		ops := make([]clientv3.Op, len(batch))
 		for i, sh := range batch {
@@ -342,7 +342,7 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 		return nil, err
 	}
 	var out []storage.AcquireResult
-	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
 		batch := shards[b[0]:b[1]]
 		ops := make([]clientv3.Op, len(batch))
 		for i, sh := range batch {

@@ -47,6 +47,7 @@ type Store struct {
 	mu          sync.Mutex
 	partitioned bool
 	healed      chan struct{} // closed when a partition heals
+	broken      chan struct{} // closed by BreakWatches
 	fail        map[Op]error
 	delay       map[Op]time.Duration
 	calls       map[Op]int
@@ -70,6 +71,26 @@ func (s *Store) Partition(on bool) {
 	} else {
 		close(s.healed)
 	}
+}
+
+// BreakWatches ends every open watch of this client with
+// storage.ErrUnavailable, as a lost connection does on etcd.
+func (s *Store) BreakWatches() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil {
+		close(s.broken)
+	}
+	s.broken = make(chan struct{})
+}
+
+func (s *Store) brokenCh() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken == nil {
+		s.broken = make(chan struct{})
+	}
+	return s.broken
 }
 
 // FailKeepAlive makes KeepAliveOnce fail at once with storage.ErrUnavailable
@@ -276,7 +297,7 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 		return nil, err
 	}
 	out := make([]storage.AcquireResult, 0, len(shards))
-	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
 		if err := s.acquireBatch(ctx, leaseID, val, shards[b[0]:b[1]], &out); err != nil {
 			return nil, fmt.Errorf("acquire %d shards: %w", len(shards), err)
 		}
@@ -333,7 +354,7 @@ func (c *Cluster) rollback(tx *txn) {
 // Verify implements storage.Locks.
 func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
 	var lost []storage.LostLock
-	for _, b := range storage.Batches(len(held), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(held), storage.MaxShardsPerTxn) {
 		_, cancel, err := s.start(ctx, OpVerify)
 		cancel()
 		if err != nil {
@@ -362,7 +383,7 @@ func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, shards []s
 		return nil, err
 	}
 	var released []sharding.ShardID
-	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
 		_, cancel, err := s.start(ctx, OpRelease)
 		cancel()
 		if err != nil {
@@ -394,7 +415,7 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 		return nil, err
 	}
 	var out []storage.AcquireResult
-	for _, b := range storage.Batches(len(shards), storage.MaxTxnOps) {
+	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
 		_, cancel, err := s.start(ctx, OpRewrite)
 		cancel()
 		if err != nil {
@@ -580,6 +601,7 @@ func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Rev
 func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision, ch chan<- storage.WatchResponse) {
 	defer close(ch)
 	c := s.c
+	broken := s.brokenCh()
 	send := func(r storage.WatchResponse) bool {
 		select {
 		case ch <- r:
@@ -596,6 +618,9 @@ func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision,
 		if partitioned {
 			select {
 			case <-ctx.Done():
+				return
+			case <-broken:
+				send(storage.WatchResponse{Err: fmt.Errorf("watch %s: %w: broken by test", prefix, storage.ErrUnavailable)})
 				return
 			case <-healed:
 			}
@@ -628,6 +653,9 @@ func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision,
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-broken:
+			send(storage.WatchResponse{Err: fmt.Errorf("watch %s: %w: broken by test", prefix, storage.ErrUnavailable)})
 			return
 		case <-changed:
 		}

@@ -1,0 +1,661 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// EtcdOption changes how [StartEtcd] and [StartEtcdCluster] run members.
+type EtcdOption func(*etcdConfig)
+
+type etcdConfig struct {
+	heartbeat    time.Duration
+	election     time.Duration
+	logLevel     string
+	startTimeout time.Duration
+	extraArgs    []string
+}
+
+// WithRaftTiming sets --heartbeat-interval and --election-timeout (whole
+// milliseconds). The default is 50 ms and 500 ms; election must be at least
+// five heartbeats, as etcd requires.
+func WithRaftTiming(heartbeat, election time.Duration) EtcdOption {
+	return func(c *etcdConfig) { c.heartbeat, c.election = heartbeat, election }
+}
+
+// WithLogLevel sets etcd's --log-level (debug, info, warn, error, panic,
+// fatal). The default is error. The log goes to a file in the test's temp
+// directory whose tail is printed if the test fails.
+func WithLogLevel(level string) EtcdOption {
+	return func(c *etcdConfig) { c.logLevel = level }
+}
+
+// WithStartTimeout bounds how long starting or restarting waits for members
+// to become ready before the test fails. The default is 20 s.
+func WithStartTimeout(d time.Duration) EtcdOption {
+	return func(c *etcdConfig) { c.startTimeout = d }
+}
+
+// WithEtcdArgs appends flags to every member's command line, for instance
+// "--auto-compaction-retention=1" or "--unsafe-no-fsync". Flags that the
+// helpers set themselves (name, data dir, URLs, initial cluster, timing, log
+// level) must not be repeated.
+func WithEtcdArgs(args ...string) EtcdOption {
+	return func(c *etcdConfig) { c.extraArgs = append(c.extraArgs, args...) }
+}
+
+// newEtcdConfig applies opts over the defaults and validates the result.
+func newEtcdConfig(opts []EtcdOption) (etcdConfig, error) {
+	c := etcdConfig{
+		heartbeat:    50 * time.Millisecond,
+		election:     500 * time.Millisecond,
+		logLevel:     "error",
+		startTimeout: 20 * time.Second,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	switch {
+	case c.heartbeat < time.Millisecond || c.heartbeat%time.Millisecond != 0:
+		return c, fmt.Errorf("heartbeat %v: want whole milliseconds >= 1ms", c.heartbeat)
+	case c.election%time.Millisecond != 0:
+		return c, fmt.Errorf("election timeout %v: want whole milliseconds", c.election)
+	case c.election < 5*c.heartbeat:
+		return c, fmt.Errorf("election timeout %v < 5 × heartbeat %v", c.election, c.heartbeat)
+	case c.startTimeout <= 0:
+		return c, fmt.Errorf("start timeout %v: want > 0", c.startTimeout)
+	}
+	return c, nil
+}
+
+// Client settings for NewEtcdClient. gRPC does not ping more often than
+// every 10 s whatever is asked.
+const (
+	clientDialTimeout      = 2 * time.Second
+	clientKeepAliveTime    = 10 * time.Second
+	clientKeepAliveTimeout = 2 * time.Second
+	probeTimeout           = 500 * time.Millisecond
+)
+
+// Etcd is one etcd member running as a child process: a single-member
+// cluster from [StartEtcd] or a member of an [EtcdCluster]. Its name, data
+// directory and ports stay the same across Kill/Stop and Restart.
+type Etcd struct {
+	name    string
+	bin     string
+	dataDir string
+	logPath string
+	cfg     etcdConfig
+	cluster *EtcdCluster
+
+	mu         sync.Mutex
+	clientPort int
+	peerPort   int
+	proc       *process // nil before the first start
+	started    bool     // has been ready once: restarts join as "existing"
+}
+
+// Name returns the member's name (m0, m1, ...).
+func (e *Etcd) Name() string { return e.name }
+
+// Endpoint returns the member's client address, "127.0.0.1:port".
+func (e *Etcd) Endpoint() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return hostPort(e.clientPort)
+}
+
+// ClientURL returns the member's client URL, "http://127.0.0.1:port".
+func (e *Etcd) ClientURL() string { return "http://" + e.Endpoint() }
+
+// PeerURL returns the member's peer URL, "http://127.0.0.1:port".
+func (e *Etcd) PeerURL() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return "http://" + hostPort(e.peerPort)
+}
+
+// DataDir returns the member's data directory (inside the test's temp dir).
+func (e *Etcd) DataDir() string { return e.dataDir }
+
+// LogPath returns the file that receives the member's stdout and stderr,
+// across restarts.
+func (e *Etcd) LogPath() string { return e.logPath }
+
+// PID returns the process id of the member's current or last process.
+func (e *Etcd) PID() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.proc == nil {
+		return 0
+	}
+	return e.proc.pid()
+}
+
+// Running reports whether the member's process is alive (possibly paused).
+func (e *Etcd) Running() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.proc != nil && !e.proc.exited()
+}
+
+// Client returns a new client for this member only, closed when t ends.
+func (e *Etcd) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return NewEtcdClient(t, e.Endpoint())
+}
+
+// Kill sends SIGKILL and waits (at most 10 s) for the process to exit. It
+// does nothing if the member is not running.
+func (e *Etcd) Kill() {
+	if p := e.current(); p != nil {
+		_ = p.kill()
+	}
+}
+
+// Stop sends SIGTERM, waits up to 3 s for a graceful exit, then kills. It
+// does nothing if the member is not running. A member whose peers are still
+// running takes about a second to stop gracefully (it waits for their
+// connections to close).
+func (e *Etcd) Stop() {
+	if p := e.current(); p != nil {
+		_ = p.stop(stopGrace)
+	}
+}
+
+// Pause sends SIGSTOP and waits (at most 1 s) until the process is stopped:
+// it keeps its sockets but answers nothing, like a long GC pause or a frozen
+// VM. It does nothing if the member is not running.
+func (e *Etcd) Pause() {
+	if p := e.current(); p != nil {
+		p.pause()
+	}
+}
+
+// Resume sends SIGCONT to a paused member and waits (at most 1 s) until it
+// runs again.
+func (e *Etcd) Resume() {
+	if p := e.current(); p != nil {
+		p.resume()
+	}
+}
+
+func (e *Etcd) current() *process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.proc
+}
+
+// Restart starts the member again with the same name, data directory and
+// ports, first stopping it (as Stop) if it is still running. It waits until
+// the member listens on its ports; then, if a quorum of its cluster's
+// members is running (always true for a single member), until the member is
+// ready (/readyz: it knows a leader and serves linearizable reads). Without a
+// quorum it cannot become ready, so it returns early; call WaitReady once
+// enough members run. Paused members count as running. The test fails if
+// the member exits or does not get there within the start timeout.
+func (e *Etcd) Restart(t testing.TB) {
+	t.Helper()
+	if p := e.current(); p != nil {
+		if err := p.stop(stopGrace); err != nil {
+			t.Fatalf("testenv: restart etcd %s: %v", e.name, err)
+		}
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.startTimeout)
+	defer cancel()
+	if err := e.launch(); err != nil {
+		t.Fatalf("testenv: restart etcd %s: %v", e.name, err)
+	}
+	if err := e.waitListening(ctx); err != nil {
+		t.Fatalf("testenv: restart etcd %s: %v\n%s log tail:\n%s", e.name, err, e.name, logTail(e.logPath))
+	}
+	if !e.cluster.quorumRunning() {
+		t.Logf("testenv: etcd %s restarted (listening, no quorum running) in %v", e.name, time.Since(start).Round(time.Millisecond))
+		return
+	}
+	if err := e.waitReady(ctx); err != nil {
+		t.Fatalf("testenv: restart etcd %s: %v\n%s log tail:\n%s", e.name, err, e.name, logTail(e.logPath))
+	}
+	t.Logf("testenv: etcd %s restarted and ready in %v", e.name, time.Since(start).Round(time.Millisecond))
+}
+
+// WaitReady waits until the member answers /readyz (it knows a leader and
+// serves linearizable reads), failing the test after the start timeout or as
+// soon as the process exits.
+func (e *Etcd) WaitReady(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.startTimeout)
+	defer cancel()
+	if err := e.waitReady(ctx); err != nil {
+		t.Fatalf("testenv: etcd %s: %v\n%s log tail:\n%s", e.name, err, e.name, logTail(e.logPath))
+	}
+}
+
+// launch starts a process for the member. The previous process, if any,
+// must have exited.
+func (e *Etcd) launch() error {
+	initialCluster := e.cluster.initialCluster() // locks every member
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.proc != nil && !e.proc.exited() {
+		return fmt.Errorf("previous process %d still running", e.proc.pid())
+	}
+	state := "new"
+	if e.started {
+		state = "existing"
+	}
+	args := []string{
+		"--name", e.name,
+		"--data-dir", e.dataDir,
+		"--listen-client-urls", "http://" + hostPort(e.clientPort),
+		"--advertise-client-urls", "http://" + hostPort(e.clientPort),
+		"--listen-peer-urls", "http://" + hostPort(e.peerPort),
+		"--initial-advertise-peer-urls", "http://" + hostPort(e.peerPort),
+		"--initial-cluster", initialCluster,
+		"--initial-cluster-state", state,
+		"--initial-cluster-token", e.cluster.token,
+		"--heartbeat-interval", strconv.FormatInt(e.cfg.heartbeat.Milliseconds(), 10),
+		"--election-timeout", strconv.FormatInt(e.cfg.election.Milliseconds(), 10),
+		"--log-level", e.cfg.logLevel,
+	}
+	args = append(args, e.cfg.extraArgs...)
+	p, err := startProcess(e.bin, args, e.logPath, "ETCD_", "ETCDCTL_")
+	if err != nil {
+		return err
+	}
+	e.proc = p
+	return nil
+}
+
+// waitListening waits until the member's client port accepts connections.
+// etcd binds its listeners before it needs a quorum.
+func (e *Etcd) waitListening(ctx context.Context) error {
+	p, addr := e.current(), e.Endpoint()
+	if p == nil {
+		return errNotStarted
+	}
+	var d net.Dialer
+	return poll(ctx, p, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// waitReady waits until GET /readyz answers 200.
+func (e *Etcd) waitReady(ctx context.Context) error {
+	p, url := e.current(), e.ClientURL()+"/readyz"
+	if p == nil {
+		return errNotStarted
+	}
+	return poll(ctx, p, func(ctx context.Context) error { return httpOK(ctx, url) })
+}
+
+// poll calls probe until it succeeds, ctx ends or p exits.
+func poll(ctx context.Context, p *process, probe func(context.Context) error) error {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		err := probe(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return p.exitError()
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last probe: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// probeClient makes one connection per probe (no keep-alive), so probing
+// leaves no idle connections or goroutines behind.
+var probeClient = &http.Client{
+	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	Timeout:   probeTimeout,
+}
+
+func httpOK(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// EtcdClientConfig returns the client configuration NewEtcdClient uses:
+// 2 s dial timeout, keep-alive pings every 10 s with a 2 s timeout, no
+// logging. Tests that need other settings can start from it.
+func EtcdClientConfig(endpoints ...string) clientv3.Config {
+	return clientv3.Config{
+		Endpoints:            endpoints,
+		DialTimeout:          clientDialTimeout,
+		DialKeepAliveTime:    clientKeepAliveTime,
+		DialKeepAliveTimeout: clientKeepAliveTimeout,
+		Logger:               zap.NewNop(),
+	}
+}
+
+// NewEtcdClient returns a new etcd client for the endpoints (host:port or
+// URLs, for instance a toxiproxy [Proxy.Addr]) with [EtcdClientConfig],
+// closed when t ends. Creating a client does not wait for a connection.
+func NewEtcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(EtcdClientConfig(endpoints...))
+	if err != nil {
+		t.Fatalf("testenv: etcd client for %v: %v", endpoints, err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// EtcdCluster is a set of etcd members started together by
+// [StartEtcdCluster] with a static initial cluster on loopback. When the test
+// ends all members get SIGTERM at once and SIGKILL after 1 s: a graceful stop
+// of a member whose peers are alive takes about a second in etcd, and a
+// leader stopping alongside its followers can hang for its 6 s request
+// timeout, so a cluster's cleanup costs about 1 s.
+type EtcdCluster struct {
+	token   string
+	members []*Etcd
+}
+
+var clusterSeq atomic.Int64
+
+// StartEtcd starts a single-member etcd cluster and waits until it is ready
+// (/readyz). It is stopped when t ends. It is StartEtcdCluster(t, 1, opts...)
+// returning the only member.
+func StartEtcd(t testing.TB, opts ...EtcdOption) *Etcd {
+	t.Helper()
+	return StartEtcdCluster(t, 1, opts...).members[0]
+}
+
+// StartEtcdCluster starts an n-member etcd cluster on loopback and waits
+// until every member is ready (/readyz: each knows the leader and serves
+// linearizable reads, so writes through any member succeed). Start-up is
+// retried with fresh ports if another process took one of them; the test
+// fails if the cluster is not ready within the start timeout (20 s by
+// default). All members are stopped when t ends.
+func StartEtcdCluster(t testing.TB, n int, opts ...EtcdOption) *EtcdCluster {
+	t.Helper()
+	cfg, err := newEtcdConfig(opts)
+	if err != nil {
+		t.Fatalf("testenv: etcd options: %v", err)
+	}
+	if n < 1 {
+		t.Fatalf("testenv: etcd cluster of %d members", n)
+	}
+	bin := Binary(t, "etcd")
+	base := t.TempDir()
+	c := &EtcdCluster{token: fmt.Sprintf("testenv-%d-%d", os.Getpid(), clusterSeq.Add(1))}
+	for i := range n {
+		name := fmt.Sprintf("m%d", i)
+		c.members = append(c.members, &Etcd{
+			name:    name,
+			bin:     bin,
+			dataDir: filepath.Join(base, name+".etcd"),
+			logPath: filepath.Join(base, name+".log"),
+			cfg:     cfg,
+			cluster: c,
+		})
+	}
+	t.Cleanup(func() { c.cleanup(t) })
+
+	start := time.Now()
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		err := c.start(t)
+		if err == nil {
+			break
+		}
+		c.killAll()
+		inUse := false
+		for _, m := range c.members {
+			inUse = inUse || logContains(m.logPath, "address already in use")
+		}
+		if !inUse || attempt == attempts {
+			t.Fatalf("testenv: start etcd cluster of %d (attempt %d): %v\n%s", n, attempt, err, c.logTails())
+		}
+		t.Logf("testenv: etcd port taken by another process, retrying with new ports: %v", err)
+		for _, m := range c.members {
+			if err := os.RemoveAll(m.dataDir); err != nil {
+				t.Fatalf("testenv: %v", err)
+			}
+		}
+	}
+	for _, m := range c.members {
+		m.mu.Lock()
+		m.started = true
+		m.mu.Unlock()
+	}
+	t.Logf("testenv: etcd cluster of %d ready in %v: %v", n, time.Since(start).Round(time.Millisecond), c.Endpoints())
+	return c
+}
+
+// start assigns fresh ports to every member, launches them and waits until
+// all are ready.
+func (c *EtcdCluster) start(t testing.TB) error {
+	t.Helper()
+	for _, m := range c.members {
+		client, peer := FreePort(t), FreePort(t)
+		m.mu.Lock()
+		m.clientPort, m.peerPort = client, peer
+		m.mu.Unlock()
+	}
+	for _, m := range c.members {
+		if err := m.launch(); err != nil {
+			return fmt.Errorf("etcd %s: %w", m.name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.members[0].cfg.startTimeout)
+	defer cancel()
+	for _, m := range c.members {
+		if err := m.waitReady(ctx); err != nil {
+			return fmt.Errorf("etcd %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+func (c *EtcdCluster) initialCluster() string {
+	parts := make([]string, len(c.members))
+	for i, m := range c.members {
+		m.mu.Lock()
+		parts[i] = m.name + "=http://" + hostPort(m.peerPort)
+		m.mu.Unlock()
+	}
+	return strings.Join(parts, ",")
+}
+
+// quorumRunning reports whether a majority of members have a live process.
+func (c *EtcdCluster) quorumRunning() bool {
+	return c.runningCount() > len(c.members)/2
+}
+
+func (c *EtcdCluster) runningCount() int {
+	n := 0
+	for _, m := range c.members {
+		if m.Running() {
+			n++
+		}
+	}
+	return n
+}
+
+// killAll kills every member concurrently and waits for them to exit.
+func (c *EtcdCluster) killAll() {
+	var wg sync.WaitGroup
+	for _, m := range c.members {
+		wg.Go(m.Kill)
+	}
+	wg.Wait()
+}
+
+// cleanup stops all members concurrently (SIGTERM, SIGKILL after
+// cleanupGrace), reaps them, and prints the logs' tails if the test failed.
+//
+// A lone member stops gracefully in milliseconds. In a cluster a graceful
+// stop cannot be quick: a member whose peers are still connected waits up
+// to 1 s for their connections to close, and a leader tries to hand
+// leadership to a follower, which waits for the request timeout (6 s) when
+// the follower is stopping too or has just died. The data is thrown away, so
+// cleanup does not wait for that.
+func (c *EtcdCluster) cleanup(t testing.TB) {
+	start := time.Now()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, m := range c.members {
+		p := m.current()
+		if p == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := p.stop(cleanupGrace); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("etcd %s: %w", m.name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("testenv: etcd stopped in %v", time.Since(start).Round(time.Millisecond))
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("testenv: stop etcd: %v", err)
+	}
+	if t.Failed() {
+		t.Logf("testenv: etcd logs (test failed):\n%s", c.logTails())
+	}
+}
+
+func (c *EtcdCluster) logTails() string {
+	var b strings.Builder
+	for _, m := range c.members {
+		fmt.Fprintf(&b, "--- etcd %s log tail (%s):\n%s\n", m.name, m.logPath, logTail(m.logPath))
+	}
+	return b.String()
+}
+
+// Members returns the members, in start order (m0, m1, ...).
+func (c *EtcdCluster) Members() []*Etcd {
+	return append([]*Etcd(nil), c.members...)
+}
+
+// Endpoints returns every member's client address, "127.0.0.1:port", in
+// member order.
+func (c *EtcdCluster) Endpoints() []string {
+	eps := make([]string, len(c.members))
+	for i, m := range c.members {
+		eps[i] = m.Endpoint()
+	}
+	return eps
+}
+
+// Client returns a new client for all members' endpoints, closed when t
+// ends.
+func (c *EtcdCluster) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return NewEtcdClient(t, c.Endpoints()...)
+}
+
+// WaitReady waits until every running member answers /readyz, failing the
+// test after the start timeout.
+func (c *EtcdCluster) WaitReady(t testing.TB) {
+	t.Helper()
+	for _, m := range c.members {
+		if m.Running() {
+			m.WaitReady(t)
+		}
+	}
+}
+
+// Leader returns the running member that reports itself as the raft leader,
+// waiting (up to the start timeout) while there is none.
+func (c *EtcdCluster) Leader(t testing.TB) *Etcd {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), c.members[0].cfg.startTimeout)
+	defer cancel()
+	for {
+		m, err := c.leader(ctx)
+		if m != nil {
+			return m
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testenv: no etcd leader within %v: %v", c.members[0].cfg.startTimeout, err)
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// leader asks each running member whether it is the leader. It uses the
+// gRPC Status call: asking through etcd's HTTP/JSON gateway instead
+// (/v3/maintenance/status) makes that member's graceful stop take about a
+// second longer.
+func (c *EtcdCluster) leader(ctx context.Context) (*Etcd, error) {
+	var running []*Etcd
+	for _, m := range c.members {
+		if m.Running() {
+			running = append(running, m)
+		}
+	}
+	if len(running) == 0 {
+		return nil, errors.New("no member is running")
+	}
+	eps := make([]string, len(running))
+	for i, m := range running {
+		eps[i] = m.Endpoint()
+	}
+	cli, err := clientv3.New(EtcdClientConfig(eps...))
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	var errs []error
+	for _, m := range running {
+		sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		st, err := cli.Status(sctx, m.Endpoint())
+		cancel()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("etcd %s: %w", m.name, err))
+		case st.Leader != 0 && st.Leader == st.Header.MemberId:
+			return m, nil
+		}
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no running member is the leader")
+	}
+	return nil, errors.Join(errs...)
+}
