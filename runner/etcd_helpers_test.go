@@ -1,0 +1,258 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardhost/shardhost/internal/testenv"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/etcd"
+)
+
+var etcdNamespaces atomic.Int64
+
+// cluster is a namespace of a real etcd shared by the runners of a test.
+type cluster struct {
+	t         *testing.T
+	endpoints []string
+	ns        string
+	direct    *clientv3.Client // unproxied observer
+	rec       *recorder
+}
+
+func newCluster(t *testing.T, srvEndpoints []string, direct *clientv3.Client) *cluster {
+	return &cluster{
+		t: t, endpoints: srvEndpoints, direct: direct, rec: &recorder{},
+		ns: fmt.Sprintf("rt%d", etcdNamespaces.Add(1)),
+	}
+}
+
+// etcdRunner is a runner on a real etcd.
+type etcdRunner struct {
+	*runner.Runner
+	sub  *runner.Subscription
+	done chan error
+	once sync.Once
+}
+
+// start runs a runner whose client talks to endpoints (default: the
+// cluster's). Its events go to the cluster's recorder.
+func (c *cluster) start(cfg runner.Config, endpoints ...string) *etcdRunner {
+	t := c.t
+	t.Helper()
+	if len(endpoints) == 0 {
+		endpoints = c.endpoints
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logger(t)
+	}
+	s, err := etcd.New(testenv.NewEtcdClient(t, endpoints...), c.ns, etcd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	er := &etcdRunner{Runner: r, sub: r.Subscribe(), done: make(chan error, 1)}
+	c.rec.follow(er.sub)
+	go func() { er.done <- r.Run(context.Background()) }()
+	t.Cleanup(er.stop)
+	return er
+}
+
+// stop closes the runner (if still running) and ends its subscription.
+func (er *etcdRunner) stop() {
+	er.once.Do(func() {
+		er.Close()
+		<-er.done
+		er.sub.Close()
+	})
+}
+
+// shutdown stops the runner gracefully.
+func (er *etcdRunner) shutdown(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := er.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	er.stop()
+}
+
+// locks lists the shard locks in etcd: shard -> lease.
+func (c *cluster) locks() map[sharding.ShardID]storage.LeaseID {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	prefix := "/" + c.ns + "/shards/"
+	resp, err := c.direct.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[sharding.ShardID]storage.LeaseID{}
+	for _, kv := range resp.Kvs {
+		id, err := sharding.ParseShardID(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		out[id] = storage.LeaseID(kv.Lease)
+	}
+	return out
+}
+
+// exactPartition reports whether the runners own every shard exactly once,
+// as assigned, and etcd's locks agree (each under its owner's lease).
+func (c *cluster) exactPartition(rs []*etcdRunner, n int) (bool, string) {
+	owner := make([]*etcdRunner, n)
+	for _, r := range rs {
+		for id := range r.Owned() {
+			if owner[id] != nil {
+				return false, fmt.Sprintf("shard %d owned by %s and %s", id, owner[id].ID(), r.ID())
+			}
+			owner[id] = r
+		}
+	}
+	a := rs[0].Assignment()
+	if len(a) != n {
+		return false, "no assignment"
+	}
+	for _, r := range rs[1:] {
+		if !slices.Equal(r.Assignment(), a) {
+			return false, "runners disagree on the assignment"
+		}
+	}
+	counts := sharding.Assignment(a).Counts()
+	for _, r := range rs {
+		if r.Config().Weight > 0 && counts[r.ID()] == 0 {
+			return false, "the assignment leaves out " + r.ID()
+		}
+	}
+	locks := c.locks()
+	for id := range n {
+		o := owner[id]
+		if o == nil || o.ID() != a[id] {
+			return false, fmt.Sprintf("shard %d not owned by its assignee %s", id, a[id])
+		}
+		if locks[sharding.ShardID(id)] != o.Status().Lease {
+			return false, fmt.Sprintf("lock of shard %d under lease %x, owner's lease %x", id, locks[sharding.ShardID(id)], o.Status().Lease)
+		}
+	}
+	return true, ""
+}
+
+func (c *cluster) waitPartition(rs []*etcdRunner, n int, d time.Duration) {
+	c.t.Helper()
+	var why string
+	deadline := time.Now().Add(d)
+	for {
+		ok, w := c.exactPartition(rs, n)
+		if ok {
+			return
+		}
+		why = w
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no exact partition after %v: %s", d, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// watchDeletes records when keys under prefix (relative to the namespace)
+// are deleted, as seen by the unproxied client.
+type deleteLog struct {
+	mu   sync.Mutex
+	at   map[string]time.Time
+	stop func()
+}
+
+func (c *cluster) watchDeletes(prefix string) *deleteLog {
+	ctx, cancel := context.WithCancel(context.Background())
+	full := "/" + c.ns + "/" + prefix
+	dl := &deleteLog{at: map[string]time.Time{}}
+	wch := c.direct.Watch(ctx, full, clientv3.WithPrefix())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for wr := range wch {
+			now := time.Now()
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					dl.mu.Lock()
+					dl.at[strings.TrimPrefix(string(ev.Kv.Key), full)] = now
+					dl.mu.Unlock()
+				}
+			}
+		}
+	}()
+	dl.stop = func() { cancel(); <-done }
+	c.t.Cleanup(dl.stop)
+	return dl
+}
+
+func (dl *deleteLog) get(key string) (time.Time, bool) {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	at, ok := dl.at[key]
+	return at, ok
+}
+
+// checkSingleOwner fails if, by the recorded events, two runners owned a
+// shard at the same instant.
+func checkSingleOwner(t *testing.T, evs []runner.Event) {
+	t.Helper()
+	owner := map[sharding.ShardID]string{}
+	violations := 0
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case runner.ShardAcquired:
+			if o := owner[e.Shard]; o != "" && o != e.Runner {
+				violations++
+				if violations <= 5 {
+					t.Errorf("shard %d acquired by %s at %v while %s still owned it", e.Shard, e.Runner, e.Time.Format(time.StampMicro), o)
+				}
+			}
+			owner[e.Shard] = e.Runner
+		case runner.ShardReleased:
+			if owner[e.Shard] == e.Runner {
+				owner[e.Shard] = ""
+			}
+		case runner.ShardLost:
+			if owner[e.Shard] == e.Runner {
+				owner[e.Shard] = ""
+			}
+		}
+	}
+	if violations > 0 {
+		t.Errorf("%d double-ownership violations", violations)
+	}
+}
+
+// acquiredOf returns the ShardAcquired events of runner id, by shard.
+func acquiredOf(evs []runner.Event, id string) map[sharding.ShardID][]runner.ShardAcquired {
+	out := map[sharding.ShardID][]runner.ShardAcquired{}
+	for _, ev := range evs {
+		if a, ok := ev.(runner.ShardAcquired); ok && a.Runner == id {
+			out[a.Shard] = append(out[a.Shard], a)
+		}
+	}
+	return out
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}

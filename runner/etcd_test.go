@@ -1,0 +1,214 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardhost/shardhost/internal/testenv"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+func startEtcdCluster(t *testing.T) *cluster {
+	srv := testenv.StartEtcd(t)
+	return newCluster(t, []string{srv.Endpoint()}, srv.Client(t))
+}
+
+func TestEtcdConvergesToExactPartition(t *testing.T) {
+	for _, n := range []int{3, 8} {
+		t.Run(fmt.Sprintf("%d-runners", n), func(t *testing.T) {
+			c := startEtcdCluster(t)
+			var rs []*etcdRunner
+			start := time.Now()
+			for i := range n {
+				rs = append(rs, c.start(runner.Config{ID: fmt.Sprintf("r%d", i), NumShards: 1024}))
+			}
+			c.waitPartition(rs, 1024, 30*time.Second)
+			t.Logf("%d runners own an exact partition of 1024 shards %v after start", n, time.Since(start).Round(time.Millisecond))
+			checkSingleOwner(t, c.rec.all())
+		})
+	}
+}
+
+func TestEtcdJoinMovesOnlyStrategyShards(t *testing.T) {
+	c := startEtcdCluster(t)
+	var rs []*etcdRunner
+	for i := range 3 {
+		rs = append(rs, c.start(runner.Config{ID: fmt.Sprintf("r%d", i), NumShards: 1024}))
+	}
+	c.waitPartition(rs, 1024, 30*time.Second)
+	before := rs[0].Assignment()
+	joinedAt := time.Now()
+	rs = append(rs, c.start(runner.Config{ID: "r3", NumShards: 1024}))
+	c.waitPartition(rs, 1024, 30*time.Second)
+	after := rs[0].Assignment()
+	moved := sharding.Diff(before, after)
+	want, err := sharding.Balanced().Assign(sharding.Input{NumShards: 1024, Runners: []sharding.Runner{{ID: "r0", Weight: 1}, {ID: "r1", Weight: 1}, {ID: "r2", Weight: 1}, {ID: "r3", Weight: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := sharding.Diff(want, after); len(d) != 0 {
+		t.Fatalf("assignment after the join differs from the strategy's in %d shards", len(d))
+	}
+	// Only the moved shards changed hands: no ownership event on others.
+	changed := map[sharding.ShardID]bool{}
+	for _, ev := range c.rec.all() {
+		if ev.Base().Time.Before(joinedAt) {
+			continue
+		}
+		switch e := ev.(type) {
+		case runner.ShardAcquired:
+			changed[e.Shard] = true
+		case runner.ShardReleased:
+			changed[e.Shard] = true
+		case runner.ShardLost:
+			changed[e.Shard] = true
+		}
+	}
+	isMoved := map[sharding.ShardID]bool{}
+	for _, id := range moved {
+		isMoved[id] = true
+	}
+	for id := range changed {
+		if !isMoved[id] {
+			t.Errorf("shard %d changed owner although the strategy kept it", id)
+		}
+	}
+	if len(changed) != len(moved) {
+		t.Errorf("%d shards changed owner, the strategy moved %d", len(changed), len(moved))
+	}
+	t.Logf("join of a 4th runner moved %d of 1024 shards (optimum %d); converged in %v", len(moved), 1024/4, time.Since(joinedAt).Round(time.Millisecond))
+	checkSingleOwner(t, c.rec.all())
+}
+
+func TestEtcdGracefulShutdownIsWatchDriven(t *testing.T) {
+	c := startEtcdCluster(t)
+	cfg := func(id string) runner.Config {
+		return runner.Config{ID: id, NumShards: 256, LeaseTTL: 10 * time.Second}
+	}
+	rs := []*etcdRunner{c.start(cfg("a")), c.start(cfg("b")), c.start(cfg("c"))}
+	c.waitPartition(rs, 256, 30*time.Second)
+	gone := len(rs[2].Owned())
+	stopped := time.Now()
+	rs[2].shutdown(t)
+	c.waitPartition(rs[:2], 256, 30*time.Second)
+	took := time.Since(stopped)
+	t.Logf("%d shards of the stopped runner re-owned %v after Shutdown began", gone, took.Round(time.Millisecond))
+	// Well inside the TTL: the takeover followed the deletions, not an expiry.
+	if took >= 10*time.Second {
+		t.Errorf("takeover took %v, not before the stopped runner's lease (TTL 10s) could expire", took)
+	}
+	checkSingleOwner(t, c.rec.all())
+}
+
+func TestEtcdCrashTakeoverAfterLeaseExpiry(t *testing.T) {
+	c := startEtcdCluster(t)
+	cfg := func(id string) runner.Config {
+		return runner.Config{ID: id, NumShards: 256, LeaseTTL: 4 * time.Second}
+	}
+	rs := []*etcdRunner{c.start(cfg("a")), c.start(cfg("b")), c.start(cfg("c"))}
+	c.waitPartition(rs, 256, 30*time.Second)
+	deletes := c.watchDeletes("runners/")
+	victim := rs[2].Owned()
+	crashed := time.Now()
+	rs[2].stop() // Close: no release, no revoke
+	c.waitPartition(rs[:2], 256, 30*time.Second)
+	expired, ok := deletes.get("c")
+	if !ok {
+		t.Fatal("the crashed runner's record was never deleted")
+	}
+	evs := c.rec.all()
+	var last time.Time
+	for id := range victim {
+		for _, who := range []string{"a", "b"} {
+			for _, a := range acquiredOf(evs, who)[id] {
+				if a.Time.After(crashed) && a.Time.Before(expired) {
+					t.Errorf("%s acquired shard %d at %v, before the crashed runner's lease expired", who, id, a.Time.Sub(crashed))
+				}
+				if a.Time.After(last) {
+					last = a.Time
+				}
+			}
+		}
+	}
+	t.Logf("crash at 0: lease expired on the server at %v; all %d shards re-owned at %v",
+		expired.Sub(crashed).Round(time.Millisecond), len(victim), last.Sub(crashed).Round(time.Millisecond))
+	checkSingleOwner(t, evs)
+}
+
+// A lock held elsewhere is retried for AcquireRetryWindow, then the runner
+// waits: only the watch can wake it when the lock is deleted.
+func TestEtcdWatchDrivenReacquire(t *testing.T) {
+	c := startEtcdCluster(t)
+	ctx := t.Context()
+	// A foreign lease holds every shard before the runner starts.
+	l, err := c.direct.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for id := range n {
+		if _, err := c.direct.Put(ctx, fmt.Sprintf("/%s/shards/%d", c.ns, id), `{"runnerID":"squatter"}`, clientv3.WithLease(l.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := c.start(runner.Config{ID: "a", NumShards: n, AcquireRetryWindow: time.Second})
+	time.Sleep(2 * time.Second) // the retry window (1s) is exhausted
+	if len(r.Owned()) != 0 {
+		t.Fatal("acquired a shard held elsewhere")
+	}
+	var lat []time.Duration
+	for id := range n {
+		key := fmt.Sprintf("/%s/shards/%d", c.ns, id)
+		deleted := time.Now()
+		if _, err := c.direct.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		var as []runner.ShardAcquired
+		for len(as) == 0 {
+			if time.Since(deleted) > 10*time.Second {
+				t.Fatalf("shard %d not re-acquired 10s after its lock was deleted", id)
+			}
+			time.Sleep(time.Millisecond)
+			as = acquiredOf(c.rec.all(), "a")[sharding.ShardID(id)]
+		}
+		lat = append(lat, as[0].Time.Sub(deleted))
+	}
+	t.Logf("watch-driven re-acquire latency (delete -> owned), %d runs: median %v, all %v (AcquireRetryInterval %v, window exhausted)",
+		len(lat), median(lat), lat, runner.DefaultAcquireRetryInterval)
+}
+
+func TestEtcdRapidJoinsNeverDoubleOwn(t *testing.T) {
+	c := startEtcdCluster(t)
+	var rs []*etcdRunner
+	for i := range 5 {
+		rs = append(rs, c.start(runner.Config{ID: fmt.Sprintf("r%d", i), NumShards: 1024}))
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.waitPartition(rs, 1024, 60*time.Second)
+	evs := c.rec.all()
+	checkSingleOwner(t, evs)
+	moves := 0
+	for _, ev := range evs {
+		if _, ok := ev.(runner.ShardReleased); ok {
+			moves++
+		}
+	}
+	t.Logf("5 runners joining 50ms apart converged; %d planned releases on the way", moves)
+}
+
+func TestEtcdShutdownContextBoundsIt(t *testing.T) {
+	c := startEtcdCluster(t)
+	r := c.start(runner.Config{ID: "a", NumShards: 16})
+	c.waitPartition([]*etcdRunner{r}, 16, 30*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.Shutdown(ctx); err == nil {
+		t.Error("Shutdown with a cancelled context returned nil")
+	}
+	r.stop()
+}
