@@ -175,13 +175,14 @@ func (c *cluster) waitPartition(rs []*etcdRunner, n int, d time.Duration) {
 type deleteLog struct {
 	mu   sync.Mutex
 	at   map[string]time.Time
+	rev  map[string]storage.Revision
 	stop func()
 }
 
 func (c *cluster) watchDeletes(prefix string) *deleteLog {
 	ctx, cancel := context.WithCancel(context.Background())
 	full := "/" + c.ns + "/" + prefix
-	dl := &deleteLog{at: map[string]time.Time{}}
+	dl := &deleteLog{at: map[string]time.Time{}, rev: map[string]storage.Revision{}}
 	wch := c.direct.Watch(ctx, full, clientv3.WithPrefix())
 	done := make(chan struct{})
 	go func() {
@@ -191,7 +192,9 @@ func (c *cluster) watchDeletes(prefix string) *deleteLog {
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
 					dl.mu.Lock()
-					dl.at[strings.TrimPrefix(string(ev.Kv.Key), full)] = now
+					key := strings.TrimPrefix(string(ev.Kv.Key), full)
+					dl.at[key] = now
+					dl.rev[key] = storage.Revision(ev.Kv.ModRevision)
 					dl.mu.Unlock()
 				}
 			}
@@ -202,11 +205,12 @@ func (c *cluster) watchDeletes(prefix string) *deleteLog {
 	return dl
 }
 
-func (dl *deleteLog) get(key string) (time.Time, bool) {
+// get returns when the observer saw key deleted, and at which revision.
+func (dl *deleteLog) get(key string) (time.Time, storage.Revision, bool) {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	at, ok := dl.at[key]
-	return at, ok
+	return at, dl.rev[key], ok
 }
 
 // checkSingleOwner fails if, by the recorded events, two runners owned a

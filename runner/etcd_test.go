@@ -117,7 +117,7 @@ func TestEtcdCrashTakeoverAfterLeaseExpiry(t *testing.T) {
 	crashed := time.Now()
 	rs[2].stop() // Close: no release, no revoke
 	c.waitPartition(rs[:2], 256, 30*time.Second)
-	expired, ok := deletes.get("c")
+	expired, _, ok := deletes.get("c")
 	if !ok {
 		t.Fatal("the crashed runner's record was never deleted")
 	}
