@@ -197,6 +197,7 @@ func (r *Runner) recomputeLocked() {
 	}
 	r.assignErr = nil
 	r.assignment = a
+	r.assignedWithSelf = r.registeredLocked()
 	now := time.Now()
 	for id := range r.pending {
 		if !r.desiredLocked(id) {

@@ -34,11 +34,12 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			r.shutdown(ctx)
 			return
 		case <-r.rebalance:
-			// Trailing debounce, but never postpone past 10 debounces.
+			// Trailing debounce, but never postpone past 10 debounces, and
+			// not at all for the first assignment.
 			if dirtySince.IsZero() {
 				dirtySince = time.Now()
 			}
-			if time.Since(dirtySince) < 10*r.cfg.RebalanceDebounce {
+			if r.hasAssignment() && time.Since(dirtySince) < 10*r.cfg.RebalanceDebounce {
 				debounce.Reset(r.cfg.RebalanceDebounce)
 				continue
 			}
@@ -64,6 +65,12 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			retry.Reset(next)
 		}
 	}
+}
+
+func (r *Runner) hasAssignment() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.assignedWithSelf
 }
 
 func (r *Runner) recompute() {

@@ -59,6 +59,10 @@ func (r *Runner) watchdog(ctx context.Context) {
 			// Probe on a schedule, not on every health change: a probe's
 			// own renewal changes the health.
 			r.observeLease(h)
+			if h.Lease != storage.NoLease && !h.Lost && !h.Healthy {
+				// Any failed renewal, probe or not, breaks continuity.
+				r.machine.SignalUnhealthy(time.Now())
+			}
 			if now := time.Now(); now.Before(nextProbe) {
 				wait = nextProbe.Sub(now)
 			} else {

@@ -68,16 +68,19 @@ func (c *cluster) start(cfg runner.Config, endpoints ...string) *etcdRunner {
 	er := &etcdRunner{Runner: r, sub: r.Subscribe(), done: make(chan error, 1)}
 	c.rec.follow(er.sub)
 	go func() { er.done <- r.Run(context.Background()) }()
-	t.Cleanup(er.stop)
+	t.Cleanup(func() {
+		er.stop()
+		er.sub.Close()
+	})
 	return er
 }
 
-// stop closes the runner (if still running) and ends its subscription.
+// stop closes the runner (if still running). Its subscription stays open
+// until the test ends, so the recorder gets every event it emitted.
 func (er *etcdRunner) stop() {
 	er.once.Do(func() {
 		er.Close()
 		<-er.done
-		er.sub.Close()
 	})
 }
 

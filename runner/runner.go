@@ -69,25 +69,28 @@ type Runner struct {
 	stopOnce  sync.Once
 	closeOnce sync.Once
 
-	mu          sync.Mutex
-	phase       phase
-	gen         uint64 // incremented on every attach and detach
-	attachCtx   context.Context
-	attachStop  context.CancelCauseFunc
-	lease       storage.LeaseID
-	owned       map[sharding.ShardID]*shard
-	releasing   map[sharding.ShardID]storage.Epoch // being released or rewritten by us
-	pending     map[sharding.ShardID]*pending
-	members     map[string]storage.Runner
-	locks       map[sharding.ShardID]storage.Lock
-	assignment  sharding.Assignment
-	assignErr   error
-	membersSeen bool // the membership view has been listed at least once
-	locksSeen   bool
-	storageErrs int  // consecutive failed storage calls
-	stopping    bool // Shutdown started: no more attaching or acquiring
-	lastStreak  int  // keep-alive streak last logged
-	wouldDetach detachment.Reason
+	mu         sync.Mutex
+	phase      phase
+	gen        uint64 // incremented on every attach and detach
+	attachCtx  context.Context
+	attachStop context.CancelCauseFunc
+	lease      storage.LeaseID
+	owned      map[sharding.ShardID]*shard
+	releasing  map[sharding.ShardID]storage.Epoch // being released or rewritten by us
+	pending    map[sharding.ShardID]*pending
+	members    map[string]storage.Runner
+	locks      map[sharding.ShardID]storage.Lock
+	assignment sharding.Assignment
+	assignErr  error
+	// assignedWithSelf: the assignment was computed from a view holding
+	// this incarnation (later changes are debounced; the first is not).
+	assignedWithSelf bool
+	membersSeen      bool // the membership view has been listed at least once
+	locksSeen        bool
+	storageErrs      int  // consecutive failed storage calls
+	stopping         bool // Shutdown started: no more attaching or acquiring
+	lastStreak       int  // keep-alive streak last logged
+	wouldDetach      detachment.Reason
 }
 
 // New returns a runner on store. It does nothing until Run.

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -219,6 +220,38 @@ func firstKV(r *clientv3.TxnResponse) *mvccpb.KeyValue {
 	return rr.Kvs[0]
 }
 
+// batchParallelism is how many batch transactions of one call are in flight
+// at once: etcd commits concurrent requests in one raft entry and fsync, so
+// a 4096-shard acquire takes a few round trips instead of 64.
+const batchParallelism = 8
+
+// forBatches calls fn for each [lo, hi) batch of n items, up to
+// batchParallelism at a time, and returns the first error (the other
+// batches still complete: each is atomic on its own).
+func forBatches(n int, fn func(lo, hi int) error) error {
+	batches := storage.Batches(n, storage.MaxShardsPerTxn)
+	if len(batches) == 1 {
+		return fn(batches[0][0], batches[0][1])
+	}
+	errs := make([]error, len(batches))
+	sem := make(chan struct{}, batchParallelism)
+	var wg sync.WaitGroup
+	for i, b := range batches {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = fn(b[0], b[1])
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Acquire implements storage.Locks.
 func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storage.Owner, shards []sharding.ShardID) ([]storage.AcquireResult, error) {
 	val, err := storage.EncodeOwner(owner)
@@ -228,9 +261,9 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 	if err := storage.CheckShards(shards); err != nil {
 		return nil, err
 	}
-	out := make([]storage.AcquireResult, 0, len(shards))
-	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
-		batch := shards[b[0]:b[1]]
+	out := make([]storage.AcquireResult, len(shards))
+	err = forBatches(len(shards), func(lo, hi int) error {
+		batch := shards[lo:hi]
 		ops := make([]clientv3.Op, len(batch))
 		for i, sh := range batch {
 			key := s.shardKey(sh)
@@ -242,7 +275,7 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 		}
 		resps, rev, err := s.batchTxn(ctx, ops)
 		if err != nil {
-			return nil, fmt.Errorf("acquire %d shards: %w", len(shards), err)
+			return err
 		}
 		for i, r := range resps {
 			res := storage.AcquireResult{Shard: batch[i]}
@@ -255,10 +288,14 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 			case kv != nil:
 				res.Status, res.Holder = storage.HeldElsewhere, s.lockOf(kv)
 			default:
-				return nil, fmt.Errorf("acquire shard %d: %w: lock neither created nor found", batch[i], storage.ErrUnavailable)
+				return fmt.Errorf("shard %d: %w: lock neither created nor found", batch[i], storage.ErrUnavailable)
 			}
-			out = append(out, res)
+			out[lo+i] = res
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire %d shards: %w", len(shards), err)
 	}
 	return out, nil
 }
@@ -267,9 +304,12 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 // compares lease and ModRevision of every lock and returns no reads on the
 // healthy path.
 func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
-	var lost []storage.LostLock
-	for _, b := range storage.Batches(len(held), storage.MaxShardsPerTxn) {
-		batch := held[b[0]:b[1]]
+	var (
+		mu   sync.Mutex
+		lost []storage.LostLock
+	)
+	err := forBatches(len(held), func(lo, hi int) error {
+		batch := held[lo:hi]
 		cmps := make([]clientv3.Cmp, 0, 2*len(batch))
 		gets := make([]clientv3.Op, len(batch))
 		for i, h := range batch {
@@ -283,11 +323,13 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 		resp, err := s.cli.Txn(tctx).If(cmps...).Else(gets...).Commit()
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("verify %d locks: %w", len(held), translate(err))
+			return translate(err)
 		}
 		if resp.Succeeded {
-			continue
+			return nil
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		for i, h := range batch {
 			var kv *mvccpb.KeyValue
 			if rr := resp.Responses[i].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
@@ -300,6 +342,10 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 				lost = append(lost, storage.LostLock{Shard: h.Shard, Exists: true, Holder: s.lockOf(kv)})
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify %d locks: %w", len(held), err)
 	}
 	return lost, nil
 }
@@ -309,9 +355,9 @@ func (s *Store) Release(ctx context.Context, lease storage.LeaseID, shards []sha
 	if err := storage.CheckShards(shards); err != nil {
 		return nil, err
 	}
-	var released []sharding.ShardID
-	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
-		batch := shards[b[0]:b[1]]
+	done := make([]bool, len(shards))
+	err := forBatches(len(shards), func(lo, hi int) error {
+		batch := shards[lo:hi]
 		ops := make([]clientv3.Op, len(batch))
 		for i, sh := range batch {
 			key := s.shardKey(sh)
@@ -321,13 +367,21 @@ func (s *Store) Release(ctx context.Context, lease storage.LeaseID, shards []sha
 		}
 		resps, _, err := s.batchTxn(ctx, ops)
 		if err != nil {
-			return released, fmt.Errorf("release %d shards: %w", len(shards), err)
+			return err
 		}
 		for i, r := range resps {
-			if r.Succeeded {
-				released = append(released, batch[i])
-			}
+			done[lo+i] = r.Succeeded
 		}
+		return nil
+	})
+	var released []sharding.ShardID
+	for i, ok := range done {
+		if ok {
+			released = append(released, shards[i])
+		}
+	}
+	if err != nil {
+		return released, fmt.Errorf("release %d shards: %w", len(shards), err)
 	}
 	return released, nil
 }
@@ -341,9 +395,9 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 	if err := storage.CheckShards(shards); err != nil {
 		return nil, err
 	}
-	var out []storage.AcquireResult
-	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
-		batch := shards[b[0]:b[1]]
+	res := make([]*storage.AcquireResult, len(shards))
+	err = forBatches(len(shards), func(lo, hi int) error {
+		batch := shards[lo:hi]
 		ops := make([]clientv3.Op, len(batch))
 		for i, sh := range batch {
 			key := s.shardKey(sh)
@@ -354,14 +408,24 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 		}
 		resps, rev, err := s.batchTxn(ctx, ops)
 		if err != nil {
-			return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
+			return err
 		}
 		for i, r := range resps {
 			if r.Succeeded {
-				out = append(out, storage.AcquireResult{Shard: batch[i], Status: storage.Acquired, Epoch: storage.Epoch(rev)})
+				res[lo+i] = &storage.AcquireResult{Shard: batch[i], Status: storage.Acquired, Epoch: storage.Epoch(rev)}
 			} else if kv := firstKV(r); kv != nil {
-				out = append(out, storage.AcquireResult{Shard: batch[i], Status: storage.HeldElsewhere, Holder: s.lockOf(kv)})
+				res[lo+i] = &storage.AcquireResult{Shard: batch[i], Status: storage.HeldElsewhere, Holder: s.lockOf(kv)}
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
+	}
+	var out []storage.AcquireResult
+	for _, r := range res {
+		if r != nil {
+			out = append(out, *r)
 		}
 	}
 	return out, nil

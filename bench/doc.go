@@ -1,0 +1,10 @@
+// Package bench holds shardhost's benchmarks that need real components (a
+// real etcd started from ./bin, see `make setup`).
+//
+//	go test -run '^$' -bench . -benchtime 5x ./bench/
+//
+// BenchmarkAcquireCold measures one runner acquiring every shard of a cold
+// cluster and reports the etcd transactions it took (counted on the wire
+// with a gRPC interceptor). Strategy computation benchmarks live next to the
+// strategies: go test -run '^$' -bench Assign ./sharding/.
+package bench
