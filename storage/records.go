@@ -194,11 +194,11 @@ func EncodeCheckpoint(epoch Epoch, data []byte) []byte {
 	return b
 }
 
-// DecodeCheckpoint decodes the value of checkpoints/{shard}.
-func DecodeCheckpoint(shard sharding.ShardID, value []byte, rev Revision) (Checkpoint, error) {
+// DecodeCheckpoint decodes the value of a checkpoint key.
+func DecodeCheckpoint(shard sharding.ShardID, name string, value []byte, rev Revision) (Checkpoint, error) {
 	var v checkpointValue
 	if err := decodeJSON(value, &v); err != nil {
-		return Checkpoint{}, &CorruptError{Keyspace: "checkpoints", Key: shard.String(), Err: err}
+		return Checkpoint{}, &CorruptError{Keyspace: "checkpoints", Key: CheckpointKey(shard, name), Err: err}
 	}
 	return Checkpoint{Data: v.Data, Epoch: v.Epoch, Revision: rev}, nil
 }

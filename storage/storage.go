@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"net/url"
 	"time"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -161,15 +162,27 @@ type Checkpoint struct {
 	Revision Revision // revision of the write
 }
 
-// Checkpoints stores fenced per-shard checkpoints checkpoints/{shard}.
+// Checkpoints stores fenced checkpoints: one per shard (name "") and any
+// number of named ones per shard (e.g. one per entity), all fenced by the
+// shard's lock.
 type Checkpoints interface {
-	// WriteCheckpoint stores data for shard if epoch is the current epoch
-	// of the shard's lock, in the same transaction; otherwise it writes
-	// nothing and returns a *FencedError.
-	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epoch Epoch, data []byte) (Revision, error)
-	// ReadCheckpoint returns the last checkpoint of shard; ok is false when
-	// none was ever written.
-	ReadCheckpoint(ctx context.Context, shard sharding.ShardID) (cp Checkpoint, ok bool, err error)
+	// WriteCheckpoint stores data under (shard, name) if epoch is the
+	// current epoch of the shard's lock, in the same transaction;
+	// otherwise it writes nothing and returns a *FencedError.
+	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch Epoch, data []byte) (Revision, error)
+	// ReadCheckpoint returns the last checkpoint of (shard, name); ok is
+	// false when none was ever written.
+	ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (cp Checkpoint, ok bool, err error)
+}
+
+// CheckpointKey is the key of checkpoint (shard, name) relative to the
+// namespace: "checkpoints/{shard}" for the shard-level checkpoint,
+// "checkpoints/{shard}/{path-escaped name}" for a named one.
+func CheckpointKey(shard sharding.ShardID, name string) string {
+	if name == "" {
+		return "checkpoints/" + shard.String()
+	}
+	return "checkpoints/" + shard.String() + "/" + url.PathEscape(name)
 }
 
 // Keyspace names one family of keys that can be listed and watched.

@@ -92,8 +92,8 @@ func (s *Store) shardKey(sh sharding.ShardID) string {
 func (s *Store) handoffKey(sh sharding.ShardID) string {
 	return s.key(storage.KeyspaceHandoffs, sh.String())
 }
-func (s *Store) checkpointKey(sh sharding.ShardID) string {
-	return s.prefix + "checkpoints/" + sh.String()
+func (s *Store) checkpointKey(sh sharding.ShardID, name string) string {
+	return s.prefix + storage.CheckpointKey(sh, name)
 }
 
 // ctx applies the default timeout when ctx has no earlier deadline.
@@ -509,12 +509,12 @@ func (s *Store) DeleteHandoff(ctx context.Context, lease storage.LeaseID, shard 
 }
 
 // WriteCheckpoint implements storage.Checkpoints.
-func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epoch storage.Epoch, data []byte) (storage.Revision, error) {
+func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
 	sk := s.shardKey(shard)
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(sk), "=", int64(epoch))).
-		Then(clientv3.OpPut(s.checkpointKey(shard), string(storage.EncodeCheckpoint(epoch, data)))).
+		Then(clientv3.OpPut(s.checkpointKey(shard, name), string(storage.EncodeCheckpoint(epoch, data)))).
 		Else(clientv3.OpGet(sk)).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("write checkpoint of shard %d: %w", shard, translate(err))
@@ -530,17 +530,17 @@ func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epo
 }
 
 // ReadCheckpoint implements storage.Checkpoints.
-func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID) (storage.Checkpoint, bool, error) {
+func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (storage.Checkpoint, bool, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(ctx, s.checkpointKey(shard))
+	resp, err := s.cli.Get(ctx, s.checkpointKey(shard, name))
 	if err != nil {
 		return storage.Checkpoint{}, false, fmt.Errorf("read checkpoint of shard %d: %w", shard, translate(err))
 	}
 	if len(resp.Kvs) == 0 {
 		return storage.Checkpoint{}, false, nil
 	}
-	cp, err := storage.DecodeCheckpoint(shard, resp.Kvs[0].Value, storage.Revision(resp.Kvs[0].ModRevision))
+	cp, err := storage.DecodeCheckpoint(shard, name, resp.Kvs[0].Value, storage.Revision(resp.Kvs[0].ModRevision))
 	return cp, err == nil, err
 }
 

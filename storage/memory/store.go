@@ -517,7 +517,7 @@ func (s *Store) DeleteHandoff(ctx context.Context, leaseID storage.LeaseID, shar
 }
 
 // WriteCheckpoint implements storage.Checkpoints.
-func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epoch storage.Epoch, data []byte) (storage.Revision, error) {
+func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
 	_, cancel, err := s.start(ctx, OpCheckpoint)
 	defer cancel()
 	if err != nil {
@@ -535,12 +535,12 @@ func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, epo
 		return 0, fe
 	}
 	tx := c.begin()
-	_ = tx.put(checkpointKey(shard), storage.EncodeCheckpoint(epoch, data), storage.NoLease)
+	_ = tx.put(storage.CheckpointKey(shard, name), storage.EncodeCheckpoint(epoch, data), storage.NoLease)
 	return tx.commit(), nil
 }
 
 // ReadCheckpoint implements storage.Checkpoints.
-func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID) (storage.Checkpoint, bool, error) {
+func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (storage.Checkpoint, bool, error) {
 	_, cancel, err := s.start(ctx, OpCheckpoint)
 	defer cancel()
 	if err != nil {
@@ -549,11 +549,11 @@ func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID) (sto
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.kvs[checkpointKey(shard)]
+	e, ok := c.kvs[storage.CheckpointKey(shard, name)]
 	if !ok {
 		return storage.Checkpoint{}, false, nil
 	}
-	cp, err := storage.DecodeCheckpoint(shard, e.value, e.mod)
+	cp, err := storage.DecodeCheckpoint(shard, name, e.value, e.mod)
 	return cp, err == nil, err
 }
 

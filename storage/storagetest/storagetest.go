@@ -377,10 +377,10 @@ func testRewrite(t *testing.T, in Instance) {
 		if r.Status != storage.Acquired || r.Epoch <= res[i].Epoch {
 			t.Errorf("Rewrite(%d) = %+v, want a new epoch > %d", r.Shard, r, res[i].Epoch)
 		}
-		if _, err := s.WriteCheckpoint(ctx, r.Shard, res[i].Epoch, []byte("x")); !errors.Is(err, storage.ErrFenced) {
+		if _, err := s.WriteCheckpoint(ctx, r.Shard, "", res[i].Epoch, []byte("x")); !errors.Is(err, storage.ErrFenced) {
 			t.Errorf("checkpoint at the pre-rewrite epoch = %v, want ErrFenced", err)
 		}
-		if _, err := s.WriteCheckpoint(ctx, r.Shard, r.Epoch, []byte("x")); err != nil {
+		if _, err := s.WriteCheckpoint(ctx, r.Shard, "", r.Epoch, []byte("x")); err != nil {
 			t.Errorf("checkpoint at the rewritten epoch = %v", err)
 		}
 	}
@@ -675,11 +675,11 @@ func testCheckpoints(t *testing.T, in Instance) {
 	s := in.Store
 	ctx := ctxT(t)
 	la, lb := grant(t, s, 30*time.Second), grant(t, s, 30*time.Second)
-	if _, ok, err := s.ReadCheckpoint(ctx, 6); err != nil || ok {
+	if _, ok, err := s.ReadCheckpoint(ctx, 6, ""); err != nil || ok {
 		t.Fatalf("ReadCheckpoint(never written) = %v, %v; want not found", ok, err)
 	}
 	old := acquire(t, s, la, owner("a", "1"), 6)[0].Epoch
-	if _, err := s.WriteCheckpoint(ctx, 6, old, []byte("v1")); err != nil {
+	if _, err := s.WriteCheckpoint(ctx, 6, "", old, []byte("v1")); err != nil {
 		t.Fatalf("WriteCheckpoint(current epoch) = %v", err)
 	}
 	// The lock moves to B: A's epoch is dead.
@@ -690,27 +690,50 @@ func testCheckpoints(t *testing.T, in Instance) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.WriteCheckpoint(ctx, 6, old, []byte("zombie"))
+	_, err = s.WriteCheckpoint(ctx, 6, "", old, []byte("zombie"))
 	var fe *storage.FencedError
 	if !errors.As(err, &fe) || !errors.Is(err, storage.ErrFenced) || fe.Current != cur || fe.Epoch != old {
 		t.Fatalf("WriteCheckpoint(stale epoch) = %v, want *FencedError{Epoch %d, Current %d}", err, old, cur)
 	}
-	cp, ok, err := s.ReadCheckpoint(ctx, 6)
+	cp, ok, err := s.ReadCheckpoint(ctx, 6, "")
 	if err != nil || !ok || string(cp.Data) != "v1" || cp.Epoch != old {
 		t.Fatalf("ReadCheckpoint = %+v, %v, %v; want v1 at epoch %d", cp, ok, err, old)
 	}
-	if _, err := s.WriteCheckpoint(ctx, 6, cur, []byte("v2")); err != nil {
+	if _, err := s.WriteCheckpoint(ctx, 6, "", cur, []byte("v2")); err != nil {
 		t.Fatal(err)
 	}
 	// Unlocked shard: every epoch is stale.
 	if _, err := s.Release(ctx, lb, []sharding.ShardID{6}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WriteCheckpoint(ctx, 6, cur, []byte("v3")); !errors.As(err, &fe) || fe.Current != 0 {
+	if _, err := s.WriteCheckpoint(ctx, 6, "", cur, []byte("v3")); !errors.As(err, &fe) || fe.Current != 0 {
 		t.Fatalf("WriteCheckpoint(released shard) = %v, want *FencedError with Current 0", err)
 	}
-	if cp, _, _ := s.ReadCheckpoint(ctx, 6); string(cp.Data) != "v2" || cp.Epoch != cur {
+	if cp, _, _ := s.ReadCheckpoint(ctx, 6, ""); string(cp.Data) != "v2" || cp.Epoch != cur {
 		t.Fatalf("ReadCheckpoint = %+v, want v2 at epoch %d", cp, cur)
+	}
+	// Named checkpoints (one per entity) are independent of each other and
+	// of the shard's, and fenced the same way.
+	e2 := acquire(t, s, lb, owner("b", "1"), 6)[0].Epoch
+	for _, name := range []string{"counter-1", "a/b c?%"} {
+		if _, err := s.WriteCheckpoint(ctx, 6, name, e2, []byte("state of "+name)); err != nil {
+			t.Fatalf("WriteCheckpoint(%q) = %v", name, err)
+		}
+		if _, err := s.WriteCheckpoint(ctx, 6, name, cur, []byte("stale")); !errors.Is(err, storage.ErrFenced) {
+			t.Fatalf("WriteCheckpoint(%q, stale epoch) = %v, want ErrFenced", name, err)
+		}
+	}
+	for _, name := range []string{"counter-1", "a/b c?%"} {
+		cp, ok, err := s.ReadCheckpoint(ctx, 6, name)
+		if err != nil || !ok || string(cp.Data) != "state of "+name || cp.Epoch != e2 {
+			t.Fatalf("ReadCheckpoint(%q) = %+v, %v, %v", name, cp, ok, err)
+		}
+	}
+	if cp, _, _ := s.ReadCheckpoint(ctx, 6, ""); string(cp.Data) != "v2" {
+		t.Fatalf("shard checkpoint overwritten by a named one: %q", cp.Data)
+	}
+	if _, ok, err := s.ReadCheckpoint(ctx, 6, "never"); err != nil || ok {
+		t.Fatalf("ReadCheckpoint(never written) = %v, %v", ok, err)
 	}
 }
 

@@ -1,0 +1,353 @@
+package entity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Defaults of a kind's options.
+const (
+	DefaultIdleAfter = 2 * time.Minute
+	DefaultMailbox   = 1024
+)
+
+// Sentinel errors of the entity API. They survive the wire between runners
+// (the transport maps them to codes and back).
+var (
+	// ErrUnknownKind: no kind of that name is registered on the runner.
+	ErrUnknownKind = errors.New("entity: unknown kind")
+	// ErrUnknownMethod: the kind has no method of that name.
+	ErrUnknownMethod = errors.New("entity: unknown method")
+	// ErrMailboxFull: the entity's mailbox is at its bound; the message was
+	// not enqueued.
+	ErrMailboxFull = errors.New("entity: mailbox full")
+	// ErrInvalidKind: a kind or method definition is unusable.
+	ErrInvalidKind = errors.New("entity: invalid kind")
+	// ErrBadRequest: a request or response could not be decoded.
+	ErrBadRequest = errors.New("entity: undecodable message")
+)
+
+// PanicError is returned to the asker when its message's handler panicked.
+// The entity instance is discarded and recreated on the next message.
+type PanicError struct {
+	Kind, Method, Entity string
+	Value                string // fmt.Sprint of the panic value
+	Stack                string // the panicking goroutine's stack (empty after a hop)
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("entity: %s %q: handler %s panicked: %s", e.Kind, e.Entity, e.Method, e.Value)
+}
+
+// ActivateReason says why an entity became live on this runner.
+type ActivateReason string
+
+// Activation reasons.
+const (
+	// ActivateNew: first message since the shard was acquired here, or
+	// since the entity was passivated.
+	ActivateNew ActivateReason = "new"
+	// ActivateHandoff: the shard arrived here through a planned handoff.
+	ActivateHandoff ActivateReason = "handoff"
+	// ActivateRestart: the previous instance panicked.
+	ActivateRestart ActivateReason = "restart"
+)
+
+// WarmInfo is passed to Warmer.Warm.
+type WarmInfo struct {
+	Entity string
+	Shard  sharding.ShardID
+	From   string // the runner currently owning the shard
+	// Restore reads the entity's last checkpoint (ok false if none), as
+	// in ActivateInfo. Nil when the runtime has no store.
+	Restore func(ctx context.Context) (data []byte, ok bool, err error)
+}
+
+// ActivateInfo is passed to Activator.Activate.
+type ActivateInfo struct {
+	Entity string
+	Shard  sharding.ShardID
+	Epoch  int64 // the shard's ownership epoch on this runner
+	Reason ActivateReason
+	// Restore reads the entity's last checkpoint (ok false if none ever
+	// written). Nil when the runtime has no store.
+	Restore func(ctx context.Context) (data []byte, ok bool, err error)
+}
+
+// ReleaseInfo is passed to Releaser.Release.
+type ReleaseInfo struct {
+	Entity string
+	Shard  sharding.ShardID
+	Epoch  int64 // still valid while Release runs
+	// Reason is the runtime's cause: the runner's ErrPassivated,
+	// ErrShardMoved or ErrShutdown.
+	Reason error
+	// Checkpoint stores data for the entity, fenced by Epoch: it fails
+	// (with an error matching the storage's ErrFenced) if the shard's
+	// ownership moved on. Nil when the runtime has no store.
+	Checkpoint func(ctx context.Context, data []byte) error
+}
+
+// Warmer is implemented by entities that can prepare on a new owner before
+// it takes traffic (e.g. load state into a cache). Warm is called by the
+// new owner during a planned handoff for the entities the old owner reports
+// as hot, while the old owner still serves them: it must be
+// non-authoritative (no fenced writes, no side effects others rely on).
+// Calls for different entities may run concurrently; Warm may block up to
+// the handoff's WarmTimeout (ctx). An error is logged; the move goes on.
+type Warmer interface {
+	Warm(ctx context.Context, info WarmInfo) error
+}
+
+// Activator is implemented by entities that need to load state when they
+// become live on this runner. Activate is called on the entity's own
+// goroutine before its first message (one at a time with its handlers), so
+// it may block; ctx is the shard's context. An error fails the message that
+// triggered activation (and discards the instance: the next message tries
+// again).
+type Activator interface {
+	Activate(ctx context.Context, info ActivateInfo) error
+}
+
+// Releaser is implemented by entities that must save state when they stop
+// being live here: on passivation, when the shard is released or handed
+// off, and on graceful shutdown. Release is called after the entity's
+// mailbox drained, never concurrently with its handlers, while the shard's
+// epoch is still valid: the place to write a fenced checkpoint. It is not
+// called when the runner detaches (the epoch can no longer be trusted) or
+// crashes. ctx is bounded by the drain timeout. An error is logged.
+type Releaser interface {
+	Release(ctx context.Context, info ReleaseInfo) error
+}
+
+// Options are a kind's settings.
+type Options struct {
+	IdleAfter time.Duration // passivate after this long without messages
+	Mailbox   int           // bound of queued messages per entity
+	Codec     Codec         // used only when a message leaves the process
+}
+
+// Option configures a kind.
+type Option func(*Options)
+
+// IdleAfter passivates an entity after d without messages. Default 2 min.
+func IdleAfter(d time.Duration) Option { return func(o *Options) { o.IdleAfter = d } }
+
+// Mailbox bounds the number of messages queued per entity. Default 1024.
+func Mailbox(n int) Option { return func(o *Options) { o.Mailbox = n } }
+
+// WithCodec sets the codec of the kind's messages. Default JSON.
+func WithCodec(c Codec) Option { return func(o *Options) { o.Codec = c } }
+
+// Descriptor is the type-erased view of a kind that runtimes use.
+// *Kind[E] implements it.
+type Descriptor interface {
+	// Name is the kind's name, unique in a cluster.
+	Name() string
+	// New returns a fresh instance for the entity id.
+	New(id string) any
+	// Handler returns the method of that name.
+	Handler(method string) (*Handler, bool)
+	// Options returns the kind's options (defaults applied).
+	Options() Options
+}
+
+// Handler is one registered method or signal of a kind, type-erased.
+type Handler struct {
+	kind   string
+	name   string
+	oneWay bool
+	invoke func(inst any, ctx context.Context, req any) (any, error)
+	decReq func(c Codec, b []byte) (any, error)
+	decRsp func(c Codec, b []byte) (any, error)
+}
+
+// Name returns the method's name.
+func (h *Handler) Name() string { return h.name }
+
+// Kind returns the name of the method's kind.
+func (h *Handler) Kind() string { return h.kind }
+
+// OneWay reports whether the method is a signal (no response).
+func (h *Handler) OneWay() bool { return h.oneWay }
+
+// Invoke calls the method on inst (an instance made by the kind's New).
+func (h *Handler) Invoke(inst any, ctx context.Context, req any) (any, error) {
+	return h.invoke(inst, ctx, req)
+}
+
+// DecodeRequest decodes a request of this method.
+func (h *Handler) DecodeRequest(c Codec, b []byte) (any, error) { return h.decReq(c, b) }
+
+// DecodeResponse decodes a response of this method (nil for signals).
+func (h *Handler) DecodeResponse(c Codec, b []byte) (any, error) { return h.decRsp(c, b) }
+
+// Kind describes an entity type E: how to create instances and which
+// methods they have. Define kinds and their methods once, at package level;
+// they are safe for concurrent use once defined.
+type Kind[E any] struct {
+	name     string
+	newFn    func(id string) *E
+	opts     Options
+	handlers map[string]*Handler
+}
+
+var _ Descriptor = (*Kind[struct{}])(nil)
+
+// NewKind defines a kind. It panics on an empty name, a nil constructor or
+// invalid options: kinds are defined at init time, where a panic is the
+// clearest report.
+func NewKind[E any](name string, newFn func(id string) *E, opts ...Option) *Kind[E] {
+	o := Options{IdleAfter: DefaultIdleAfter, Mailbox: DefaultMailbox, Codec: JSON}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case name == "":
+		panic(fmt.Errorf("%w: empty kind name", ErrInvalidKind))
+	case newFn == nil:
+		panic(fmt.Errorf("%w: kind %q: nil constructor", ErrInvalidKind, name))
+	case o.IdleAfter <= 0:
+		panic(fmt.Errorf("%w: kind %q: IdleAfter must be positive", ErrInvalidKind, name))
+	case o.Mailbox <= 0:
+		panic(fmt.Errorf("%w: kind %q: Mailbox must be positive", ErrInvalidKind, name))
+	case o.Codec == nil:
+		panic(fmt.Errorf("%w: kind %q: nil codec", ErrInvalidKind, name))
+	}
+	return &Kind[E]{name: name, newFn: newFn, opts: o, handlers: make(map[string]*Handler)}
+}
+
+// Name implements Descriptor.
+func (k *Kind[E]) Name() string { return k.name }
+
+// New implements Descriptor.
+func (k *Kind[E]) New(id string) any { return k.newFn(id) }
+
+// Handler implements Descriptor.
+func (k *Kind[E]) Handler(method string) (*Handler, bool) {
+	h, ok := k.handlers[method]
+	return h, ok
+}
+
+// Options implements Descriptor.
+func (k *Kind[E]) Options() Options { return k.opts }
+
+func (k *Kind[E]) add(h *Handler) {
+	if h.name == "" {
+		panic(fmt.Errorf("%w: kind %q: empty method name", ErrInvalidKind, k.name))
+	}
+	if _, dup := k.handlers[h.name]; dup {
+		panic(fmt.Errorf("%w: kind %q: method %q defined twice", ErrInvalidKind, k.name, h.name))
+	}
+	k.handlers[h.name] = h
+}
+
+// Sender delivers calls to entities: a runner, locally or across the
+// cluster. entity never imports the runner; the runner implements Sender.
+type Sender interface {
+	// Send delivers c and, unless c.OneWay, returns the handler's response.
+	Send(ctx context.Context, c Call) (any, error)
+}
+
+// Call is one message to an entity.
+type Call struct {
+	Kind    Descriptor
+	Handler *Handler
+	Entity  string
+	Req     any
+	OneWay  bool
+}
+
+// MethodRef is a request/response method of kind E, created by Method.
+type MethodRef[E, Req, Resp any] struct {
+	kind *Kind[E]
+	h    *Handler
+}
+
+// Method registers fn, usually a method expression such as (*Counter).Inc,
+// as the request/response method name of kind k.
+func Method[E, Req, Resp any](k *Kind[E], name string, fn func(*E, context.Context, Req) (Resp, error)) *MethodRef[E, Req, Resp] {
+	if fn == nil {
+		panic(fmt.Errorf("%w: kind %q: nil method %q", ErrInvalidKind, k.name, name))
+	}
+	h := &Handler{
+		kind: k.name, name: name,
+		invoke: func(inst any, ctx context.Context, req any) (any, error) {
+			return fn(inst.(*E), ctx, req.(Req))
+		},
+		decReq: decoder[Req](),
+		decRsp: decoder[Resp](),
+	}
+	k.add(h)
+	return &MethodRef[E, Req, Resp]{kind: k, h: h}
+}
+
+// Name returns the method's name.
+func (m *MethodRef[E, Req, Resp]) Name() string { return m.h.name }
+
+// Ask sends req to the entity id and waits for its response. Delivery is
+// at most once: if Ask returns an error that does not guarantee the message
+// was not delivered (a handler error, a timeout after sending), the handler
+// may have run.
+func (m *MethodRef[E, Req, Resp]) Ask(ctx context.Context, s Sender, id string, req Req) (Resp, error) {
+	v, err := s.Send(ctx, Call{Kind: m.kind, Handler: m.h, Entity: id, Req: req})
+	if err != nil {
+		var zero Resp
+		return zero, err
+	}
+	r, ok := v.(Resp)
+	if !ok && v != nil {
+		var zero Resp
+		return zero, fmt.Errorf("%w: %s.%s response is %T", ErrBadRequest, m.kind.name, m.h.name, v)
+	}
+	return r, nil
+}
+
+// SignalRef is a fire-and-forget method of kind E, created by Signal.
+type SignalRef[E, Req any] struct {
+	kind *Kind[E]
+	h    *Handler
+}
+
+// Signal registers fn as the fire-and-forget method name of kind k. Its
+// error is logged by the runtime, not returned to the sender.
+func Signal[E, Req any](k *Kind[E], name string, fn func(*E, context.Context, Req) error) *SignalRef[E, Req] {
+	if fn == nil {
+		panic(fmt.Errorf("%w: kind %q: nil signal %q", ErrInvalidKind, k.name, name))
+	}
+	h := &Handler{
+		kind: k.name, name: name, oneWay: true,
+		invoke: func(inst any, ctx context.Context, req any) (any, error) {
+			return nil, fn(inst.(*E), ctx, req.(Req))
+		},
+		decReq: decoder[Req](),
+		decRsp: func(Codec, []byte) (any, error) { return nil, nil },
+	}
+	k.add(h)
+	return &SignalRef[E, Req]{kind: k, h: h}
+}
+
+// Name returns the signal's name.
+func (s *SignalRef[E, Req]) Name() string { return s.h.name }
+
+// Tell enqueues req for the entity id and returns without waiting for the
+// handler. A nil error means the message was accepted by the owner's
+// mailbox; it may still be dropped if the shard is lost before it runs.
+func (s *SignalRef[E, Req]) Tell(ctx context.Context, snd Sender, id string, req Req) error {
+	_, err := snd.Send(ctx, Call{Kind: s.kind, Handler: s.h, Entity: id, Req: req, OneWay: true})
+	return err
+}
+
+func decoder[T any]() func(Codec, []byte) (any, error) {
+	return func(c Codec, b []byte) (any, error) {
+		var v T
+		if err := c.Unmarshal(b, &v); err != nil {
+			return nil, fmt.Errorf("%w: %T: %w", ErrBadRequest, v, err)
+		}
+		return v, nil
+	}
+}
