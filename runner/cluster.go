@@ -161,7 +161,7 @@ func (r *Runner) lockLostLocked(id sharding.ShardID, detail string) {
 		return
 	}
 	r.log.Error("owned lock lost; dropping the shard (detachment disabled)", "shard", id, "detail", detail)
-	s.cancel(ErrShardMoved)
+	r.unhostLocked(s, ErrShardMoved)
 	delete(r.owned, id)
 	r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)

@@ -105,6 +105,13 @@ type Config struct {
 	// released. Default 10 s.
 	DrainTimeout time.Duration
 
+	// MaxResidentEntities caps the entities resident on this runner; above
+	// it the least recently used idle entity is passivated. Default 0: no
+	// cap (kinds' IdleAfter still passivates).
+	MaxResidentEntities int
+	// PassivationInterval between sweeps for idle entities. Default 1 s.
+	PassivationInterval time.Duration
+
 	// Logger for lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider for metrics. Default otel.GetMeterProvider().
@@ -172,6 +179,9 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.PassivationInterval == 0 {
+		c.PassivationInterval = time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -198,7 +208,7 @@ func (c Config) validate() error {
 		"RecoverWindow": c.RecoverWindow, "ProbeInterval": c.ProbeInterval,
 		"AcquireRetryInterval": c.AcquireRetryInterval, "RebalanceDebounce": c.RebalanceDebounce,
 		"ResyncInterval": c.ResyncInterval, "VerifyInterval": c.VerifyInterval,
-		"OpTimeout": c.OpTimeout, "DrainTimeout": c.DrainTimeout,
+		"OpTimeout": c.OpTimeout, "DrainTimeout": c.DrainTimeout, "PassivationInterval": c.PassivationInterval,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)
@@ -220,6 +230,8 @@ func (c Config) validate() error {
 		return bad("KeepAliveRetryInterval %v must be less than LeaseRenewInterval %v", c.KeepAliveRetryInterval, c.LeaseRenewInterval)
 	case c.KeepAliveFailureThreshold < 0 || c.StorageErrorThreshold < 0:
 		return bad("negative failure threshold")
+	case c.MaxResidentEntities < 0:
+		return bad("negative MaxResidentEntities")
 	}
 	return nil
 }

@@ -277,7 +277,7 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 	}
 	r.mu.Unlock()
 
-	r.drain(actx, shards)
+	r.drain(actx, shards, cause)
 
 	r.mu.Lock()
 	if r.gen != gen {
@@ -286,7 +286,7 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 	}
 	for _, s := range shards {
 		if cur, ok := r.owned[s.id]; ok && cur == s {
-			s.cancel(cause)
+			r.unhostLocked(s, cause)
 			delete(r.owned, s.id)
 			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch})
 		}
@@ -314,9 +314,10 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 	}
 }
 
-// drain waits for the shards' in-flight work, bounded by DrainTimeout and
-// the detach instant. (Entity hosting plugs in here.)
-func (r *Runner) drain(ctx context.Context, shards []*shard) {
+// drain stops admission to the shards, waits for their in-flight messages
+// and runs their entities' Release hooks (reason cause), all bounded by
+// DrainTimeout, the detach instant and, during Shutdown, its context.
+func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 	if len(shards) == 0 {
 		return
 	}
@@ -325,15 +326,16 @@ func (r *Runner) drain(ctx context.Context, shards []*shard) {
 	h, _ := r.keeper.Health()
 	dctx, cancel2 := context.WithDeadline(dctx, r.policy.TripAt(h.Deadline))
 	defer cancel2()
+	if sctx := r.shutdownContext(); sctx != nil {
+		stop := context.AfterFunc(sctx, cancel)
+		defer stop()
+	}
 	var wg sync.WaitGroup
 	for _, s := range shards {
-		wg.Go(func() { r.drainShard(dctx, s) })
+		wg.Go(func() { s.host.drain(dctx, cause) })
 	}
 	wg.Wait()
 }
-
-// drainShard is the hook for entity hosting.
-func (r *Runner) drainShard(ctx context.Context, s *shard) {}
 
 // shutdown releases every shard and revokes the lease (graceful stop).
 func (r *Runner) shutdown(ctx context.Context) {

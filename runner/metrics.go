@@ -28,9 +28,17 @@ type metrics struct {
 	detaches           metric.Int64Counter
 	deadlineLagCB      metric.Registration
 	deadlineLagReading func() (time.Duration, bool)
+
+	activations       metric.Int64Counter
+	passivations      metric.Int64Counter
+	evictions         metric.Int64Counter
+	mailboxRejections metric.Int64Counter
+	handlerDuration   metric.Float64Histogram
+	panics            metric.Int64Counter
+	dropped           metric.Int64Counter
 }
 
-func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool)) (*metrics, error) {
+func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
 	m := mp.Meter(meterName)
 	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID)), deadlineLagReading: lag}
 	var errs []error
@@ -54,16 +62,34 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.detaches, err = m.Int64Counter("sharding.detaches", metric.WithDescription("detach transitions, by reason"))
 	add(err)
+	out.activations, err = m.Int64Counter("sharding.entity_activations", metric.WithDescription("entity instances created"))
+	add(err)
+	out.passivations, err = m.Int64Counter("sharding.entity_passivations", metric.WithDescription("entities passivated (idle or evicted)"))
+	add(err)
+	out.evictions, err = m.Int64Counter("sharding.entity_evictions", metric.WithDescription("entities passivated by the resident cap"))
+	add(err)
+	out.mailboxRejections, err = m.Int64Counter("sharding.mailbox_rejections", metric.WithDescription("messages refused by a full mailbox"))
+	add(err)
+	out.handlerDuration, err = m.Float64Histogram("sharding.handler_duration", metric.WithUnit("s"),
+		metric.WithDescription("handler run time, sampled 1 in 64 messages per entity"))
+	add(err)
+	out.panics, err = m.Int64Counter("sharding.handler_panics", metric.WithDescription("handler panics (message failed, instance discarded)"))
+	add(err)
+	out.dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithDescription("signals dropped because their shard left the runner"))
+	add(err)
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))
 	add(err)
-	if err == nil {
+	activeGauge, err2 := m.Int64ObservableGauge("sharding.entities_active", metric.WithDescription("resident entities"))
+	add(err2)
+	if err == nil && err2 == nil {
 		out.deadlineLagCB, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			if d, ok := out.deadlineLagReading(); ok {
 				o.ObserveFloat64(lagGauge, d.Seconds(), out.attrs)
 			}
+			o.ObserveInt64(activeGauge, int64(entities()), out.attrs)
 			return nil
-		}, lagGauge)
+		}, lagGauge, activeGauge)
 		add(err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
@@ -39,6 +40,7 @@ type shard struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	since  time.Time
+	host   *shardHost
 }
 
 // pending tracks an assigned shard this runner does not own yet.
@@ -60,6 +62,11 @@ type Runner struct {
 	incarnation string
 	started     time.Time
 	hub         hub
+
+	kindsMu   sync.Mutex
+	kinds     atomic.Pointer[map[string]*kindRT] // copy on write
+	hosts     []atomic.Pointer[shardHost]        // by shard; nil when not hosted
+	residents residents
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -87,9 +94,10 @@ type Runner struct {
 	assignedWithSelf bool
 	membersSeen      bool // the membership view has been listed at least once
 	locksSeen        bool
-	storageErrs      int  // consecutive failed storage calls
-	stopping         bool // Shutdown started: no more attaching or acquiring
-	lastStreak       int  // keep-alive streak last logged
+	storageErrs      int             // consecutive failed storage calls
+	stopping         bool            // Shutdown started: no more attaching or acquiring
+	stopCtx          context.Context // the context of the first Shutdown call
+	lastStreak       int             // keep-alive streak last logged
 	wouldDetach      detachment.Reason
 }
 
@@ -130,7 +138,10 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		members:     make(map[string]storage.Runner),
 		locks:       make(map[sharding.ShardID]storage.Lock),
 	}
-	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag)
+	r.kinds.Store(&map[string]*kindRT{})
+	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
+	r.residents.r = r
+	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
 	if err != nil {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
@@ -251,6 +262,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	wg.Go(func() { r.followRunners(ctx) })
 	wg.Go(func() { r.followLocks(ctx) })
 	wg.Go(func() { r.watchdog(ctx) })
+	wg.Go(func() { r.janitor(ctx) })
 
 	loopDone := make(chan struct{})
 	wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
@@ -286,6 +298,9 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 		r.stopOnce.Do(func() { close(r.stopReq) })
 		return nil
 	}
+	if r.stopCtx == nil {
+		r.stopCtx = ctx
+	}
 	r.mu.Unlock()
 	r.stopOnce.Do(func() { close(r.stopReq) })
 	select {
@@ -295,6 +310,12 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 		r.Close()
 		return ctx.Err()
 	}
+}
+
+func (r *Runner) shutdownContext() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopCtx
 }
 
 // Close stops the runner abruptly: every entity is interrupted with
@@ -336,7 +357,7 @@ func (r *Runner) dropOwnedLocked(cause error) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		s := r.owned[id]
-		s.cancel(cause)
+		r.unhostLocked(s, cause)
 		delete(r.owned, id)
 		r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
 	}
@@ -344,10 +365,24 @@ func (r *Runner) dropOwnedLocked(cause error) {
 	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
 }
 
-// installLocked records shard id as owned at epoch.
+// unhostLocked ends the hosting of s: new messages stop finding it, then
+// its context is cancelled with cause (running handlers see it, queued
+// messages fail with it).
+func (r *Runner) unhostLocked(s *shard, cause error) {
+	if r.hosts[s.id].Load() == s.host {
+		r.hosts[s.id].Store(nil)
+	}
+	s.host.close()
+	s.cancel(cause)
+}
+
+// installLocked records shard id as owned at epoch and starts hosting it.
 func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 	ctx, cancel := context.WithCancelCause(r.attachCtx)
-	r.owned[id] = &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel, since: time.Now()}
+	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel, since: time.Now()}
+	s.host = newShardHost(r, s)
+	r.owned[id] = s
+	r.hosts[id].Store(s.host)
 	delete(r.pending, id)
 	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)

@@ -1,0 +1,144 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+type benchCounter struct{ n int64 }
+
+type incReq struct{ By int64 }
+
+func (c *benchCounter) Inc(_ context.Context, r incReq) (int64, error) { c.n += r.By; return c.n, nil }
+func (c *benchCounter) Add(_ context.Context, r incReq) error          { c.n += r.By; return nil }
+
+var (
+	benchKind = entity.NewKind("bench-counter", func(string) *benchCounter { return &benchCounter{} },
+		entity.Mailbox(1<<16), entity.IdleAfter(time.Hour))
+	benchInc = entity.Method(benchKind, "inc", (*benchCounter).Inc)
+	benchAdd = entity.Signal(benchKind, "add", (*benchCounter).Add)
+)
+
+// benchRunner returns a runner on the memory store that owns all shards.
+func benchRunner(b *testing.B) *runner.Runner {
+	b.Helper()
+	c := memory.NewCluster()
+	r, err := runner.New(c.NewStore("bench"), runner.Config{
+		ID: "bench", NumShards: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Register(benchKind); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	b.Cleanup(func() {
+		r.Close()
+		<-done
+		c.Close()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.Owned()) != 64 {
+		if time.Now().After(deadline) {
+			b.Fatal("runner did not own its shards")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return r
+}
+
+// BenchmarkTell: fire-and-forget to one entity; the clock stops when the
+// entity has processed every message.
+func BenchmarkTell(b *testing.B) {
+	r := benchRunner(b)
+	ctx := context.Background()
+	if _, err := benchInc.Ask(ctx, r, "hot", incReq{}); err != nil { // activate
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		for benchAdd.Tell(ctx, r, "hot", incReq{By: 1}) != nil {
+			runtime.Gosched() // mailbox full: let the entity catch up
+		}
+		n++
+	}
+	got, err := benchInc.Ask(ctx, r, "hot", incReq{})
+	if err != nil || got != int64(n) {
+		b.Fatalf("entity saw %d of %d messages (%v)", got, n, err)
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkAsk: request/response, each caller to its own entity.
+func BenchmarkAsk(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			r := benchRunner(b)
+			ctx := context.Background()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+			if callers == 1 {
+				for b.Loop() {
+					if _, err := benchInc.Ask(ctx, r, "e0", incReq{By: 1}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.RunParallel(func(pb *testing.PB) {
+					id := fmt.Sprintf("e%d", next.Add(1))
+					for pb.Next() {
+						if _, err := benchInc.Ask(ctx, r, id, incReq{By: 1}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "asks/s")
+		})
+	}
+}
+
+// BenchmarkActivate: tells to distinct new entities; reports the heap each
+// resident idle entity costs.
+func BenchmarkActivate(b *testing.B) {
+	r := benchRunner(b)
+	ctx := context.Background()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := benchAdd.Tell(ctx, r, fmt.Sprintf("entity-%d", i), incReq{By: 1}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "activations/s")
+	for r.EntityCount() != i {
+		time.Sleep(time.Millisecond)
+	}
+	// Let every entity goroutine finish, then measure the resident heap.
+	time.Sleep(50 * time.Millisecond)
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(i), "heap-B/entity")
+	b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+}

@@ -1,0 +1,691 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// UndeliveredError reports a message that never reached a handler: it was
+// queued for a shard that left this runner before the message ran. Like
+// NotOwnerError it is safe to retry.
+type UndeliveredError struct {
+	Shard sharding.ShardID
+	Cause error // ErrDetached, ErrShardMoved or ErrShutdown
+}
+
+func (e *UndeliveredError) Error() string {
+	return fmt.Sprintf("runner: message for shard %d not delivered: %v", e.Shard, e.Cause)
+}
+
+// Unwrap returns the cause.
+func (e *UndeliveredError) Unwrap() error { return e.Cause }
+
+// lingerSpins is how many times a hot entity's goroutine yields before
+// exiting on an empty mailbox: a sender on another core usually refills it
+// within that time, so a hot entity keeps its goroutine while an idle one
+// has none. An entity is hot when its goroutine restarts within hotWindow
+// of its last exit; new and occasional entities exit at once, so thousands
+// of them never spin.
+const (
+	lingerSpins = 8
+	hotWindow   = 100 * time.Microsecond
+)
+
+// clockBase makes monotonic nanosecond readings: time.Since(clockBase).
+var clockBase = time.Now()
+
+// kindRT is a kind registered on this runner.
+type kindRT struct {
+	desc entity.Descriptor
+	opts entity.Options
+}
+
+type entityKey struct{ kind, id string }
+
+// Register makes kinds available on this runner. Every runner of a cluster
+// should register the same kinds. Registering a different kind under a name
+// already taken is an error; registering the same kind twice is a no-op.
+func (r *Runner) Register(kinds ...entity.Descriptor) error {
+	r.kindsMu.Lock()
+	defer r.kindsMu.Unlock()
+	cur := r.kinds.Load()
+	next := make(map[string]*kindRT, len(*cur)+len(kinds))
+	for name, k := range *cur {
+		next[name] = k
+	}
+	for _, d := range kinds {
+		if d == nil || d.Name() == "" {
+			return fmt.Errorf("%w: nil or unnamed kind", entity.ErrInvalidKind)
+		}
+		if old, ok := next[d.Name()]; ok {
+			if old.desc != d {
+				return fmt.Errorf("%w: kind %q registered twice with different definitions", entity.ErrInvalidKind, d.Name())
+			}
+			continue
+		}
+		next[d.Name()] = &kindRT{desc: d, opts: d.Options()}
+	}
+	r.kinds.Store(&next)
+	return nil
+}
+
+func (r *Runner) kind(name string) *kindRT { return (*r.kinds.Load())[name] }
+
+// Send delivers a call to its entity. It implements entity.Sender: use the
+// typed Ask and Tell of entity method references rather than calling it.
+// Delivery is local when this runner owns the entity's shard at its current
+// epoch; otherwise Send returns a retryable *NotOwnerError (or an error
+// matching ErrDetached while detached).
+func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
+	if c.Kind == nil {
+		return nil, fmt.Errorf("%w: nil kind", entity.ErrUnknownKind)
+	}
+	k := r.kind(c.Kind.Name())
+	if k == nil {
+		return nil, fmt.Errorf("%w: %q", entity.ErrUnknownKind, c.Kind.Name())
+	}
+	h := c.Handler
+	if h == nil || k.desc != c.Kind {
+		name := ""
+		if h != nil {
+			name = h.Name()
+		}
+		var ok bool
+		if h, ok = k.desc.Handler(name); !ok {
+			return nil, fmt.Errorf("%w: %s.%s", entity.ErrUnknownMethod, k.desc.Name(), name)
+		}
+	}
+	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
+	if sh := r.hosts[id].Load(); sh != nil {
+		return sh.deliver(ctx, k, h, c.Entity, c.Req, c.OneWay)
+	}
+	return nil, r.notHere(id)
+}
+
+// notHere is the error for a shard not hosted here.
+func (r *Runner) notHere(id sharding.ShardID) error {
+	r.mu.Lock()
+	detached := r.phase == phaseDetached
+	r.mu.Unlock()
+	if detached {
+		return fmt.Errorf("%w: shard %d not served", ErrDetached, id)
+	}
+	hint, _ := r.OwnerOf(id)
+	if hint == r.cfg.ID {
+		hint = "" // our own stale lock (releasing or detached): no useful hint
+	}
+	return &NotOwnerError{Shard: id, OwnerHint: hint}
+}
+
+// shardHost hosts the entities of one owned shard at one epoch.
+type shardHost struct {
+	r      *Runner
+	id     sharding.ShardID
+	epoch  storage.Epoch
+	ctx    context.Context
+	done   <-chan struct{}
+	reason entity.ActivateReason
+
+	mu        sync.RWMutex
+	entities  map[entityKey]*resident
+	retiring  map[entityKey]chan struct{} // closed when the retired instance's Release returned
+	admitting bool
+
+	running  atomic.Int64 // entities with a goroutine
+	draining atomic.Bool
+	idle     chan struct{} // 1-buffered: running reached 0 while draining
+}
+
+func newShardHost(r *Runner, s *shard) *shardHost {
+	return &shardHost{
+		r: r, id: s.id, epoch: s.epoch, ctx: s.ctx, done: s.ctx.Done(), reason: entity.ActivateNew,
+		entities: make(map[entityKey]*resident), retiring: make(map[entityKey]chan struct{}),
+		admitting: true, idle: make(chan struct{}, 1),
+	}
+}
+
+type result struct {
+	v   any
+	err error
+}
+
+// waiter carries one ask's response; pooled.
+type waiter struct{ ch chan result }
+
+var waiters = sync.Pool{New: func() any { return &waiter{ch: make(chan result, 1)} }}
+
+type message struct {
+	h     *entity.Handler
+	req   any
+	reply *waiter // nil for a signal
+}
+
+// deliver enqueues a message for entity id of kind k and waits for the
+// response unless oneWay.
+func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay bool) (any, error) {
+	msg := message{h: h, req: req}
+	if !oneWay {
+		msg.reply = waiters.Get().(*waiter)
+	}
+	if err := sh.enqueue(ctx, k, entityKey{kind: k.desc.Name(), id: id}, msg); err != nil {
+		if msg.reply != nil {
+			waiters.Put(msg.reply)
+		}
+		return nil, err
+	}
+	if oneWay {
+		return nil, nil
+	}
+	select {
+	case res := <-msg.reply.ch:
+		waiters.Put(msg.reply)
+		return res.v, res.err
+	case <-ctx.Done():
+		// The handler may still run: at most once. The waiter is
+		// abandoned to the entity, which writes into its buffer.
+		return nil, fmt.Errorf("runner: ask %s %q: %w", k.desc.Name(), id, context.Cause(ctx))
+	}
+}
+
+// enqueue adds msg to the entity's mailbox, creating the entity if needed.
+// Admission is checked under sh.mu together with the enqueue, so once a
+// drain has stopped admission no message can slip in.
+func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg message) error {
+	for {
+		sh.mu.RLock()
+		if !sh.admitting {
+			sh.mu.RUnlock()
+			return sh.r.notHere(sh.id)
+		}
+		if e := sh.entities[key]; e != nil {
+			err := e.push(msg)
+			sh.mu.RUnlock()
+			return err
+		}
+		sh.mu.RUnlock()
+
+		sh.mu.Lock()
+		if !sh.admitting {
+			sh.mu.Unlock()
+			return sh.r.notHere(sh.id)
+		}
+		if e := sh.entities[key]; e != nil {
+			err := e.push(msg)
+			sh.mu.Unlock()
+			return err
+		}
+		if ch := sh.retiring[key]; ch != nil {
+			// The previous instance is running its Release hook: the new
+			// one must not activate before that finished.
+			sh.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("runner: waiting for %s %q to passivate: %w", key.kind, key.id, context.Cause(ctx))
+			}
+		}
+		e := &resident{key: key, kind: k, host: sh}
+		sh.entities[key] = e
+		err := e.push(msg)
+		sh.mu.Unlock()
+		sh.r.residents.add(e)
+		sh.r.met.activations.Add(context.Background(), 1, sh.r.met.attrs)
+		return err
+	}
+}
+
+// resident is one resident entity instance. It has a goroutine only while its
+// mailbox is non-empty (plus a short linger).
+type resident struct {
+	key  entityKey
+	kind *kindRT
+	host *shardHost
+
+	mu      sync.Mutex
+	queue   []message
+	spare   []message
+	running  bool
+	dead     bool          // retired: pushes fail with errRetired
+	hot      bool          // restarted within hotWindow: linger before exiting
+	lastExit time.Duration // since clockBase
+
+	// Owned by the entity's goroutine (or by the retiring goroutine once
+	// dead and idle).
+	inst      any
+	activated bool
+	restart   bool
+	processed uint64
+
+	// LRU links and last use, under Runner.residents.mu.
+	prev, next *resident
+	lastUsed   time.Time
+	listed     bool
+}
+
+var errRetired = errors.New("runner: entity retired")
+
+// push appends msg and starts the goroutine if needed. A retired instance
+// is replaced by the caller's retry. Callers hold host.mu (read or write).
+func (e *resident) push(msg message) error {
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return errRetired
+	}
+	if len(e.queue) >= e.kind.opts.Mailbox {
+		e.mu.Unlock()
+		e.host.r.met.mailboxRejections.Add(context.Background(), 1, e.host.r.met.attrs)
+		return fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.kind, e.key.id, e.kind.opts.Mailbox)
+	}
+	e.queue = append(e.queue, msg)
+	start := !e.running
+	if start {
+		e.running = true
+		e.hot = e.lastExit > 0 && time.Since(clockBase)-e.lastExit < hotWindow
+	}
+	e.mu.Unlock()
+	if start {
+		e.host.running.Add(1)
+		go e.run()
+	}
+	return nil
+}
+
+// run drains the mailbox in batches, then exits.
+func (e *resident) run() {
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			hot := e.hot
+			e.mu.Unlock()
+			if hot && e.linger() {
+				continue
+			}
+			e.mu.Lock()
+			if len(e.queue) > 0 {
+				e.mu.Unlock()
+				continue
+			}
+			e.running = false
+			e.lastExit = time.Since(clockBase)
+			e.mu.Unlock()
+			e.host.r.residents.touch(e)
+			if e.host.running.Add(-1) == 0 && e.host.draining.Load() {
+				signal(e.host.idle)
+			}
+			return
+		}
+		batch := e.queue
+		e.queue = e.spare[:0]
+		e.mu.Unlock()
+		for i := range batch {
+			e.process(&batch[i])
+			batch[i] = message{}
+		}
+		e.mu.Lock()
+		e.spare = batch[:0]
+		e.mu.Unlock()
+	}
+}
+
+// linger yields a few times and reports whether messages arrived.
+func (e *resident) linger() bool {
+	for range lingerSpins {
+		runtime.Gosched()
+		e.mu.Lock()
+		n := len(e.queue)
+		e.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// process runs one message, unless the shard is gone.
+func (e *resident) process(m *message) {
+	sh := e.host
+	select {
+	case <-sh.done:
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: context.Cause(sh.ctx)})
+		return
+	default:
+	}
+	if !e.activated {
+		if err := e.activate(); err != nil {
+			e.fail(m, err)
+			return
+		}
+	}
+	e.processed++
+	var start time.Time
+	sample := e.processed%64 == 1
+	if sample {
+		start = time.Now()
+	}
+	v, err := e.invoke(m)
+	if sample {
+		sh.r.met.handlerDuration.Record(context.Background(), time.Since(start).Seconds(), sh.r.met.attrs)
+	}
+	if m.reply != nil {
+		m.reply.ch <- result{v: v, err: err}
+	} else if err != nil {
+		sh.r.log.Debug("signal handler failed", "kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "err", err)
+	}
+}
+
+func (e *resident) fail(m *message, err error) {
+	if m.reply != nil {
+		m.reply.ch <- result{err: err}
+		return
+	}
+	e.host.r.met.dropped.Add(context.Background(), 1, e.host.r.met.attrs)
+}
+
+// invoke calls the handler, turning a panic into a *entity.PanicError and
+// discarding the instance.
+func (e *resident) invoke(m *message) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			sh := e.host
+			err = &entity.PanicError{Kind: e.key.kind, Method: m.h.Name(), Entity: e.key.id, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
+			e.inst, e.activated, e.restart = nil, false, true
+			sh.r.met.panics.Add(context.Background(), 1, sh.r.met.attrs)
+			sh.r.log.Error("entity handler panicked; instance discarded", "kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
+		}
+	}()
+	return m.h.Invoke(e.inst, e.host.ctx, m.req)
+}
+
+// activate creates the instance and calls its Activate hook.
+func (e *resident) activate() error {
+	sh := e.host
+	reason := sh.reason
+	if e.restart {
+		reason = entity.ActivateRestart
+	}
+	inst := e.kind.desc.New(e.key.id)
+	if a, ok := inst.(entity.Activator); ok {
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = &entity.PanicError{Kind: e.key.kind, Method: "Activate", Entity: e.key.id, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
+				}
+			}()
+			return a.Activate(sh.ctx, entity.ActivateInfo{
+				Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Restore: sh.restoreFunc(e.key),
+			})
+		}()
+		if err != nil {
+			return fmt.Errorf("runner: activate %s %q: %w", e.key.kind, e.key.id, err)
+		}
+	}
+	e.inst, e.activated, e.restart = inst, true, false
+	return nil
+}
+
+// checkpointName is the storage name of an entity's checkpoint.
+func checkpointName(key entityKey) string { return key.kind + "/" + key.id }
+
+func (sh *shardHost) restoreFunc(key entityKey) func(context.Context) ([]byte, bool, error) {
+	return func(ctx context.Context) ([]byte, bool, error) {
+		cp, ok, err := sh.r.store.ReadCheckpoint(ctx, sh.id, checkpointName(key))
+		return cp.Data, ok, err
+	}
+}
+
+func (sh *shardHost) checkpointFunc(key entityKey) func(context.Context, []byte) error {
+	return func(ctx context.Context, data []byte) error {
+		_, err := sh.r.store.WriteCheckpoint(ctx, sh.id, checkpointName(key), sh.epoch, data)
+		return err
+	}
+}
+
+// release calls inst's Release hook, if it has one and was activated.
+func (sh *shardHost) release(ctx context.Context, e *resident, reason error) {
+	rel, ok := e.inst.(entity.Releaser)
+	if !ok || !e.activated {
+		return
+	}
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("Release panicked: %v", p)
+			}
+		}()
+		return rel.Release(ctx, entity.ReleaseInfo{
+			Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Checkpoint: sh.checkpointFunc(e.key),
+		})
+	}()
+	if err != nil {
+		sh.r.log.Warn("entity Release hook failed", "kind", e.key.kind, "shard", sh.id, "reason", reason, "err", err)
+	}
+}
+
+// drain stops admission, waits (bounded by ctx) until no entity has a
+// goroutine, then runs the Release hooks of the activated entities with
+// reason. Messages arriving afterwards get NotOwner (retryable).
+func (sh *shardHost) drain(ctx context.Context, reason error) {
+	sh.mu.Lock()
+	sh.admitting = false
+	sh.draining.Store(true)
+	sh.mu.Unlock()
+	for sh.running.Load() > 0 {
+		select {
+		case <-sh.idle:
+		case <-ctx.Done():
+			sh.r.log.Warn("drain timed out; releasing with entities still busy", "shard", sh.id, "busy", sh.running.Load())
+			return
+		case <-time.After(50 * time.Millisecond): // cheap re-check against lost wake-ups
+		}
+	}
+	sh.mu.Lock()
+	es := make([]*resident, 0, len(sh.entities))
+	for _, e := range sh.entities {
+		e.mu.Lock()
+		e.dead = true
+		e.mu.Unlock()
+		es = append(es, e)
+	}
+	sh.mu.Unlock()
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, e := range es {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sh.release(ctx, e, reason)
+		})
+	}
+	wg.Wait()
+}
+
+// close ends hosting: no more admission, entities forgotten. Goroutines
+// still running fail their queued messages with the shard context's cause.
+func (sh *shardHost) close() {
+	sh.mu.Lock()
+	sh.admitting = false
+	es := make([]*resident, 0, len(sh.entities))
+	for _, e := range sh.entities {
+		es = append(es, e)
+	}
+	clear(sh.entities)
+	sh.mu.Unlock()
+	for _, e := range es {
+		e.mu.Lock()
+		e.dead = true
+		e.mu.Unlock()
+		sh.r.residents.remove(e)
+	}
+}
+
+// retire passivates an idle entity: it leaves the shard's map at once (a
+// new message creates a new instance, which waits for this one's Release
+// hook) and runs the Release hook with reason. It reports false if the
+// entity is busy or already gone.
+func (sh *shardHost) retire(e *resident, reason error) bool {
+	sh.mu.Lock()
+	if !sh.admitting || sh.entities[e.key] != e {
+		sh.mu.Unlock()
+		return false
+	}
+	e.mu.Lock()
+	if e.running || len(e.queue) > 0 {
+		e.mu.Unlock()
+		sh.mu.Unlock()
+		return false
+	}
+	e.dead = true
+	e.mu.Unlock()
+	delete(sh.entities, e.key)
+	done := make(chan struct{})
+	sh.retiring[e.key] = done
+	sh.mu.Unlock()
+	sh.r.residents.remove(e)
+	sh.r.met.passivations.Add(context.Background(), 1, sh.r.met.attrs)
+
+	ctx, cancel := context.WithTimeout(sh.ctx, sh.r.cfg.DrainTimeout)
+	sh.release(ctx, e, reason)
+	cancel()
+	sh.mu.Lock()
+	delete(sh.retiring, e.key)
+	sh.mu.Unlock()
+	close(done)
+	return true
+}
+
+// residents is the runner-wide LRU of resident entities (most recent at
+// head) and the resident cap.
+type residents struct {
+	r          *Runner
+	mu         sync.Mutex
+	head, tail *resident
+	n          int
+}
+
+func (rs *residents) unlinkLocked(e *resident) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		rs.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		rs.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+func (rs *residents) pushFrontLocked(e *resident) {
+	e.next = rs.head
+	if rs.head != nil {
+		rs.head.prev = e
+	}
+	rs.head = e
+	if rs.tail == nil {
+		rs.tail = e
+	}
+}
+
+// add lists a new entity and, over the resident cap, evicts the least
+// recently used idle one.
+func (rs *residents) add(e *resident) {
+	rs.mu.Lock()
+	e.lastUsed = time.Now()
+	e.listed = true
+	rs.pushFrontLocked(e)
+	rs.n++
+	var victims []*resident
+	if limit := rs.r.cfg.MaxResidentEntities; limit > 0 && rs.n > limit {
+		for v := rs.tail; v != nil && rs.n-len(victims) > limit; v = v.prev {
+			if v != e && v.idle() {
+				victims = append(victims, v)
+			}
+		}
+	}
+	rs.mu.Unlock()
+	for _, v := range victims {
+		if v.host.retire(v, ErrPassivated) {
+			rs.r.met.evictions.Add(context.Background(), 1, rs.r.met.attrs)
+		}
+	}
+}
+
+func (e *resident) idle() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.running && len(e.queue) == 0 && !e.dead
+}
+
+// touch marks e most recently used.
+func (rs *residents) touch(e *resident) {
+	rs.mu.Lock()
+	if e.listed {
+		e.lastUsed = time.Now()
+		if rs.head != e {
+			rs.unlinkLocked(e)
+			rs.pushFrontLocked(e)
+		}
+	}
+	rs.mu.Unlock()
+}
+
+func (rs *residents) remove(e *resident) {
+	rs.mu.Lock()
+	if e.listed {
+		rs.unlinkLocked(e)
+		e.listed = false
+		rs.n--
+	}
+	rs.mu.Unlock()
+}
+
+func (rs *residents) count() int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.n
+}
+
+// passivateIdle retires every idle entity unused for its kind's IdleAfter.
+func (rs *residents) passivateIdle(now time.Time) {
+	rs.mu.Lock()
+	var victims []*resident
+	for v := rs.tail; v != nil; v = v.prev {
+		if now.Sub(v.lastUsed) >= v.kind.opts.IdleAfter {
+			victims = append(victims, v)
+		}
+	}
+	rs.mu.Unlock()
+	for _, v := range victims {
+		v.host.retire(v, ErrPassivated)
+	}
+}
+
+// janitor passivates idle entities periodically until ctx ends.
+func (r *Runner) janitor(ctx context.Context) {
+	t := time.NewTicker(r.cfg.PassivationInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			r.residents.passivateIdle(now)
+		}
+	}
+}
+
+// EntityCount returns the number of resident entities.
+func (r *Runner) EntityCount() int { return r.residents.count() }
