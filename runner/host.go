@@ -252,9 +252,9 @@ type resident struct {
 	kind *kindRT
 	host *shardHost
 
-	mu      sync.Mutex
-	queue   []message
-	spare   []message
+	mu       sync.Mutex
+	queue    []message
+	spare    []message
 	running  bool
 	dead     bool          // retired: pushes fail with errRetired
 	hot      bool          // restarted within hotWindow: linger before exiting
