@@ -105,6 +105,15 @@ func partitionOK(rs []*started, n int) (bool, string) {
 	if len(a) != n {
 		return false, "no assignment yet"
 	}
+	counts := a.Counts()
+	for _, r := range rs {
+		if !slices.Equal(r.Assignment(), a) {
+			return false, "runners disagree on the assignment"
+		}
+		if r.Config().Weight > 0 && counts[r.ID()] == 0 {
+			return false, "the assignment leaves out " + r.ID()
+		}
+	}
 	for id := range n {
 		if owner[id] == "" || owner[id] != a[id] {
 			return false, "shard " + sharding.ShardID(id).String() + " owned by " + owner[id] + ", assigned to " + a[id]

@@ -159,10 +159,11 @@ type result struct {
 	err error
 }
 
-// waiter carries one ask's response; pooled.
+// waiter carries one ask's response. Waiters are pooled per runner (a
+// channel must not outlive the synctest bubble of the runner that made it).
 type waiter struct{ ch chan result }
 
-var waiters = sync.Pool{New: func() any { return &waiter{ch: make(chan result, 1)} }}
+func newWaiter() any { return &waiter{ch: make(chan result, 1)} }
 
 type message struct {
 	h     *entity.Handler
@@ -175,11 +176,11 @@ type message struct {
 func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay bool) (any, error) {
 	msg := message{h: h, req: req}
 	if !oneWay {
-		msg.reply = waiters.Get().(*waiter)
+		msg.reply = sh.r.waiters.Get().(*waiter)
 	}
 	if err := sh.enqueue(ctx, k, entityKey{kind: k.desc.Name(), id: id}, msg); err != nil {
 		if msg.reply != nil {
-			waiters.Put(msg.reply)
+			sh.r.waiters.Put(msg.reply)
 		}
 		return nil, err
 	}
@@ -188,7 +189,7 @@ func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, 
 	}
 	select {
 	case res := <-msg.reply.ch:
-		waiters.Put(msg.reply)
+		sh.r.waiters.Put(msg.reply)
 		return res.v, res.err
 	case <-ctx.Done():
 		// The handler may still run: at most once. The waiter is

@@ -67,6 +67,7 @@ type Runner struct {
 	kinds     atomic.Pointer[map[string]*kindRT] // copy on write
 	hosts     []atomic.Pointer[shardHost]        // by shard; nil when not hosted
 	residents residents
+	waiters   sync.Pool // of *waiter
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -141,6 +142,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.kinds.Store(&map[string]*kindRT{})
 	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
 	r.residents.r = r
+	r.waiters.New = newWaiter
 	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
 	if err != nil {
 		return nil, fmt.Errorf("runner: metrics: %w", err)

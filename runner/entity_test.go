@@ -1,0 +1,544 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+// hookLog records lifecycle hook calls of test entities.
+type hookLog struct {
+	mu     sync.Mutex
+	events []string
+	acts   []entity.ActivateInfo
+	rels   []entity.ReleaseInfo
+}
+
+func (l *hookLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, s)
+}
+
+func (l *hookLog) activations() []entity.ActivateInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]entity.ActivateInfo(nil), l.acts...)
+}
+
+func (l *hookLog) releases() []entity.ReleaseInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]entity.ReleaseInfo(nil), l.rels...)
+}
+
+type testEntity struct {
+	id         string
+	log        *hookLog
+	n          int64
+	checkpoint bool // save n in Release, restore it in Activate
+}
+
+type blockReq struct {
+	Started chan<- struct{}
+	Release <-chan struct{}
+}
+
+func (e *testEntity) Inc(_ context.Context, r incReq) (int64, error) { e.n += r.By; return e.n, nil }
+func (e *testEntity) Add(_ context.Context, r incReq) error          { e.n += r.By; return nil }
+func (e *testEntity) Panic(_ context.Context, _ incReq) (int64, error) {
+	panic("boom")
+}
+
+// Block runs until released or until its context ends (then returns the cause).
+func (e *testEntity) Block(ctx context.Context, r blockReq) (string, error) {
+	if r.Started != nil {
+		r.Started <- struct{}{}
+	}
+	select {
+	case <-r.Release:
+		return "released", nil
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	}
+}
+
+func (e *testEntity) Activate(ctx context.Context, info entity.ActivateInfo) error {
+	e.log.mu.Lock()
+	e.log.acts = append(e.log.acts, info)
+	e.log.mu.Unlock()
+	if e.checkpoint && info.Restore != nil {
+		b, ok, err := info.Restore(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			e.n = int64(binary.BigEndian.Uint64(b))
+		}
+	}
+	return nil
+}
+
+func (e *testEntity) Release(ctx context.Context, info entity.ReleaseInfo) error {
+	e.log.mu.Lock()
+	e.log.rels = append(e.log.rels, info)
+	e.log.mu.Unlock()
+	if e.checkpoint && info.Checkpoint != nil {
+		return info.Checkpoint(ctx, binary.BigEndian.AppendUint64(nil, uint64(e.n)))
+	}
+	return nil
+}
+
+type testKind struct {
+	kind  *entity.Kind[testEntity]
+	inc   *entity.MethodRef[testEntity, incReq, int64]
+	add   *entity.SignalRef[testEntity, incReq]
+	panic *entity.MethodRef[testEntity, incReq, int64]
+	block *entity.MethodRef[testEntity, blockReq, string]
+	log   *hookLog
+}
+
+func newTestKind(checkpoint bool, opts ...entity.Option) *testKind {
+	log := &hookLog{}
+	k := entity.NewKind("test", func(id string) *testEntity { return &testEntity{id: id, log: log, checkpoint: checkpoint} }, opts...)
+	return &testKind{
+		kind:  k,
+		inc:   entity.Method(k, "inc", (*testEntity).Inc),
+		add:   entity.Signal(k, "add", (*testEntity).Add),
+		panic: entity.Method(k, "panic", (*testEntity).Panic),
+		block: entity.Method(k, "block", (*testEntity).Block),
+		log:   log,
+	}
+}
+
+// startHosting starts a runner owning all shards of a fresh memory cluster
+// with kind registered.
+func startHosting(t *testing.T, k *testKind, cfg runner.Config) (*memory.Cluster, *started, *recorder) {
+	t.Helper()
+	c := memory.NewCluster()
+	t.Cleanup(c.Close)
+	rec := &recorder{}
+	if cfg.ID == "" {
+		cfg.ID = "a"
+	}
+	if cfg.NumShards == 0 {
+		cfg.NumShards = 8
+	}
+	r := start(t, c, rec, cfg)
+	if err := r.Register(k.kind); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "owning all shards", func() bool { return len(r.Owned()) == cfg.NumShards })
+	return c, r, rec
+}
+
+func TestLocalAskAndTell(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false)
+		_, r, _ := startHosting(t, k, runner.Config{})
+		ctx := t.Context()
+		for i := 1; i <= 3; i++ {
+			n, err := k.inc.Ask(ctx, r, "c1", incReq{By: 2})
+			if err != nil || n != int64(2*i) {
+				t.Fatalf("Ask #%d = %d, %v; want %d", i, n, err, 2*i)
+			}
+		}
+		if err := k.add.Tell(ctx, r, "c1", incReq{By: 10}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := k.inc.Ask(ctx, r, "c1", incReq{}); err != nil || n != 16 {
+			t.Fatalf("after Tell: %d, %v; want 16", n, err)
+		}
+		if n, _ := k.inc.Ask(ctx, r, "c2", incReq{By: 1}); n != 1 {
+			t.Fatalf("entities share state: c2 = %d", n)
+		}
+		acts := k.log.activations()
+		if len(acts) != 2 || acts[0].Reason != entity.ActivateNew || acts[0].Epoch <= 0 || acts[0].Shard != sharding.ShardOf("c1", 8) {
+			t.Fatalf("activations = %+v, want one per entity, reason new, with shard and epoch", acts)
+		}
+		if r.EntityCount() != 2 {
+			t.Fatalf("EntityCount = %d, want 2", r.EntityCount())
+		}
+	})
+}
+
+func TestUnknownKind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false)
+		_, r, _ := startHosting(t, k, runner.Config{})
+		other := newTestKind(false)
+		otherKind := entity.NewKind("other", func(string) *testEntity { return &testEntity{log: other.log} })
+		otherInc := entity.Method(otherKind, "inc", (*testEntity).Inc)
+		if _, err := otherInc.Ask(t.Context(), r, "x", incReq{}); !errors.Is(err, entity.ErrUnknownKind) {
+			t.Fatalf("Ask(unregistered kind) = %v, want ErrUnknownKind", err)
+		}
+		// Same name, different definition: refused.
+		dup := entity.NewKind("test", func(string) *testEntity { return &testEntity{} })
+		if err := r.Register(dup); !errors.Is(err, entity.ErrInvalidKind) {
+			t.Fatalf("Register(conflicting kind) = %v, want ErrInvalidKind", err)
+		}
+	})
+}
+
+func TestNotOwnerForUnownedShard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false)
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		a := start(t, c, nil, runner.Config{ID: "a", NumShards: 8})
+		b := start(t, c, nil, runner.Config{ID: "b", NumShards: 8})
+		for _, r := range []*started{a, b} {
+			if err := r.Register(k.kind); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 5*time.Second, "partition", func() bool { ok, _ := partitionOK([]*started{a, b}, 8); return ok })
+		// An entity whose shard b owns.
+		var id string
+		for i := 0; ; i++ {
+			id = fmt.Sprintf("e%d", i)
+			if _, ok := b.Owned()[sharding.ShardOf(id, 8)]; ok {
+				break
+			}
+		}
+		_, err := k.inc.Ask(t.Context(), a, id, incReq{By: 1})
+		var no *runner.NotOwnerError
+		if !errors.As(err, &no) || no.OwnerHint != "b" || no.Shard != sharding.ShardOf(id, 8) {
+			t.Fatalf("Ask via the non-owner = %v, want *NotOwnerError with hint b", err)
+		}
+		if n, err := k.inc.Ask(t.Context(), b, id, incReq{By: 1}); err != nil || n != 1 {
+			t.Fatalf("Ask via the owner = %d, %v", n, err)
+		}
+		if len(k.log.activations()) != 1 {
+			t.Fatalf("the non-owner activated the entity: %+v", k.log.activations())
+		}
+	})
+}
+
+func TestMailboxFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false, entity.Mailbox(2))
+		_, r, _ := startHosting(t, k, runner.Config{})
+		ctx := t.Context()
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := k.block.Ask(ctx, r, "m", blockReq{Started: started, Release: release})
+			done <- err
+		}()
+		<-started // the handler runs; the mailbox is empty again
+		for i := range 2 {
+			if err := k.add.Tell(ctx, r, "m", incReq{By: 1}); err != nil {
+				t.Fatalf("Tell #%d = %v", i, err)
+			}
+		}
+		if err := k.add.Tell(ctx, r, "m", incReq{By: 1}); !errors.Is(err, entity.ErrMailboxFull) {
+			t.Fatalf("third queued Tell = %v, want ErrMailboxFull", err)
+		}
+		if _, err := k.inc.Ask(ctx, r, "m", incReq{}); !errors.Is(err, entity.ErrMailboxFull) {
+			t.Fatalf("Ask on a full mailbox = %v, want ErrMailboxFull", err)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n, err := k.inc.Ask(ctx, r, "m", incReq{}); err != nil || n != 2 {
+			t.Fatalf("after draining: %d, %v; want the 2 accepted signals", n, err)
+		}
+	})
+}
+
+func TestPanicIsolation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false)
+		_, r, _ := startHosting(t, k, runner.Config{})
+		ctx := t.Context()
+		if n, _ := k.inc.Ask(ctx, r, "p", incReq{By: 5}); n != 5 {
+			t.Fatal("setup")
+		}
+		_, err := k.panic.Ask(ctx, r, "p", incReq{})
+		var pe *entity.PanicError
+		if !errors.As(err, &pe) || pe.Value != "boom" || pe.Method != "panic" || pe.Entity != "p" || pe.Stack == "" {
+			t.Fatalf("Ask(panicking handler) = %v, want *PanicError", err)
+		}
+		// The instance was discarded: a fresh one, activated as a restart.
+		if n, err := k.inc.Ask(ctx, r, "p", incReq{By: 1}); err != nil || n != 1 {
+			t.Fatalf("after the panic: %d, %v; want a fresh instance (1)", n, err)
+		}
+		acts := k.log.activations()
+		if len(acts) != 2 || acts[1].Reason != entity.ActivateRestart {
+			t.Fatalf("activations = %+v, want new then restart", acts)
+		}
+		// Other entities and the runner are unaffected.
+		if n, err := k.inc.Ask(ctx, r, "q", incReq{By: 1}); err != nil || n != 1 {
+			t.Fatalf("other entity: %d, %v", n, err)
+		}
+		if r.Status().Detached || len(r.Owned()) != 8 {
+			t.Fatal("a panic disturbed the runner")
+		}
+	})
+}
+
+func TestPassivationAfterIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(true, entity.IdleAfter(time.Minute))
+		_, r, _ := startHosting(t, k, runner.Config{})
+		ctx := t.Context()
+		if _, err := k.inc.Ask(ctx, r, "idle", incReq{By: 7}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Second)
+		if _, err := k.inc.Ask(ctx, r, "busy", incReq{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(31 * time.Second) // idle: 61s unused; busy: 31s
+		synctest.Wait()
+		rels := k.log.releases()
+		if len(rels) != 1 || rels[0].Entity != "idle" || !errors.Is(rels[0].Reason, runner.ErrPassivated) {
+			t.Fatalf("releases = %+v, want idle passivated", rels)
+		}
+		if r.EntityCount() != 1 {
+			t.Fatalf("EntityCount = %d, want 1 (busy)", r.EntityCount())
+		}
+		// The next message activates a new instance, which restores the
+		// checkpoint written in Release.
+		if n, err := k.inc.Ask(ctx, r, "idle", incReq{By: 1}); err != nil || n != 8 {
+			t.Fatalf("after passivation: %d, %v; want 8 (restored 7 + 1)", n, err)
+		}
+		if acts := k.log.activations(); len(acts) != 3 || acts[2].Reason != entity.ActivateNew {
+			t.Fatalf("activations = %+v", acts)
+		}
+	})
+}
+
+func TestResidentCapEvictsLRU(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false)
+		_, r, _ := startHosting(t, k, runner.Config{MaxResidentEntities: 3})
+		ctx := t.Context()
+		for _, id := range []string{"a", "b", "c"} {
+			if _, err := k.inc.Ask(ctx, r, id, incReq{By: 1}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		if _, err := k.inc.Ask(ctx, r, "a", incReq{By: 1}); err != nil { // a is recent again
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if _, err := k.inc.Ask(ctx, r, "d", incReq{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		rels := k.log.releases()
+		if len(rels) != 1 || rels[0].Entity != "b" || !errors.Is(rels[0].Reason, runner.ErrPassivated) {
+			t.Fatalf("releases = %+v, want b (least recently used) evicted", rels)
+		}
+		if r.EntityCount() != 3 {
+			t.Fatalf("EntityCount = %d, want 3", r.EntityCount())
+		}
+		if n, _ := k.inc.Ask(ctx, r, "a", incReq{}); n != 2 {
+			t.Fatalf("a lost its state: %d", n)
+		}
+	})
+}
+
+func TestDetachInterruptsEveryEntity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false)
+		_, r, rec := startHosting(t, k, runner.Config{NumShards: 8})
+		ctx := t.Context()
+		// Two handlers blocked, on entities of different shards, plus a
+		// queued ask behind one of them.
+		ids := []string{"x1", "x2"}
+		if sharding.ShardOf("x1", 8) == sharding.ShardOf("x2", 8) {
+			t.Fatal("pick entities on different shards")
+		}
+		errs := make(chan error, 3)
+		for _, id := range ids {
+			started := make(chan struct{}, 1)
+			go func() {
+				_, err := k.block.Ask(ctx, r, id, blockReq{Started: started})
+				errs <- err
+			}()
+			<-started
+		}
+		go func() {
+			_, err := k.inc.Ask(ctx, r, "x1", incReq{By: 1})
+			errs <- err
+		}()
+		synctest.Wait()
+		r.Detach()
+		for range 3 {
+			err := <-errs
+			var ud *runner.UndeliveredError
+			switch {
+			case errors.As(err, &ud):
+				if !errors.Is(err, runner.ErrDetached) {
+					t.Errorf("queued message failed with %v, want cause ErrDetached", err)
+				}
+			case !errors.Is(err, runner.ErrDetached):
+				t.Errorf("blocked handler returned %v, want its context's cause ErrDetached", err)
+			}
+		}
+		if d := waitDetached(t, rec, time.Second); d.Reason.String() != "manual" {
+			t.Fatalf("reason %v", d.Reason)
+		}
+		// No new message starts while detached.
+		if _, err := k.inc.Ask(ctx, r, "x1", incReq{}); !errors.Is(err, runner.ErrDetached) {
+			t.Fatalf("Ask while detached = %v, want ErrDetached", err)
+		}
+		if err := k.add.Tell(ctx, r, "x3", incReq{}); !errors.Is(err, runner.ErrDetached) {
+			t.Fatalf("Tell while detached = %v, want ErrDetached", err)
+		}
+		if r.EntityCount() != 0 {
+			t.Fatalf("%d entities resident after detach", r.EntityCount())
+		}
+	})
+}
+
+func TestLostShardFailsQueuedWithCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false)
+		c, r, _ := startHosting(t, k, runner.Config{DisableDetachment: true})
+		ctx := t.Context()
+		started := make(chan struct{}, 1)
+		blocked := make(chan error, 1)
+		go func() {
+			_, err := k.block.Ask(ctx, r, "L", blockReq{Started: started})
+			blocked <- err
+		}()
+		<-started
+		queued := make(chan error, 1)
+		go func() {
+			_, err := k.inc.Ask(ctx, r, "L", incReq{By: 1})
+			queued <- err
+		}()
+		synctest.Wait()
+		c.Delete("shards/" + sharding.ShardOf("L", 8).String())
+		if err := <-blocked; !errors.Is(err, runner.ErrShardMoved) {
+			t.Fatalf("running handler saw %v, want ErrShardMoved", err)
+		}
+		err := <-queued
+		var ud *runner.UndeliveredError
+		if !errors.As(err, &ud) || !errors.Is(err, runner.ErrShardMoved) {
+			t.Fatalf("queued ask = %v, want *UndeliveredError caused by ErrShardMoved", err)
+		}
+		if len(r.Owned()) != 7 {
+			t.Fatalf("owns %d shards, want 7", len(r.Owned()))
+		}
+	})
+}
+
+func TestShutdownDrainsThenReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(true)
+		c, r, _ := startHosting(t, k, runner.Config{})
+		ctx := t.Context()
+		if _, err := k.inc.Ask(ctx, r, "s", incReq{By: 41}); err != nil {
+			t.Fatal(err)
+		}
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		inflight := make(chan error, 1)
+		go func() {
+			_, err := k.block.Ask(ctx, r, "s", blockReq{Started: started, Release: release})
+			inflight <- err
+		}()
+		<-started
+		queued := make(chan int64, 1)
+		go func() {
+			n, _ := k.inc.Ask(ctx, r, "s", incReq{By: 1})
+			queued <- n
+		}()
+		synctest.Wait()
+		shut := make(chan error, 1)
+		go func() { shut <- r.Shutdown(context.Background()) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if len(k.log.releases()) != 0 {
+			t.Fatal("Release ran while a message was in flight")
+		}
+		close(release)
+		if err := <-inflight; err != nil {
+			t.Fatalf("in-flight ask during Shutdown = %v", err)
+		}
+		if n := <-queued; n != 42 {
+			t.Fatalf("queued ask during Shutdown = %d, want 42", n)
+		}
+		if err := <-shut; err != nil {
+			t.Fatal(err)
+		}
+		rels := k.log.releases()
+		if len(rels) != 1 || !errors.Is(rels[0].Reason, runner.ErrShutdown) {
+			t.Fatalf("releases = %+v, want one with ErrShutdown", rels)
+		}
+		if _, ok := c.Get("checkpoints/" + sharding.ShardOf("s", 8).String() + "/test%2Fs"); !ok {
+			t.Fatal("Release's checkpoint was not written")
+		}
+	})
+}
+
+// Shards moving between runners (plain release and acquire) keep entity
+// state through the Release checkpoint and the Activate restore.
+func TestRebalanceKeepsStateThroughCheckpoints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(true)
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		a := start(t, c, nil, runner.Config{ID: "a", NumShards: 8})
+		if err := a.Register(k.kind); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "a owns all", func() bool { return len(a.Owned()) == 8 })
+		rs := []*started{a}
+		ask := func(id string) int64 {
+			t.Helper()
+			for range 1000 {
+				for _, r := range rs {
+					n, err := k.inc.Ask(t.Context(), r, id, incReq{By: 1})
+					if err == nil {
+						return n
+					}
+					var no *runner.NotOwnerError
+					if !errors.As(err, &no) {
+						t.Fatalf("Ask(%s) via %s = %v", id, r.ID(), err)
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Fatalf("Ask(%s): nobody owns its shard", id)
+			return 0
+		}
+		const entities = 20
+		want := map[string]int64{}
+		for i := range entities {
+			id := fmt.Sprintf("c%d", i)
+			want[id] = ask(id)
+		}
+		b := start(t, c, nil, runner.Config{ID: "b", NumShards: 8})
+		if err := b.Register(k.kind); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, b)
+		waitFor(t, 10*time.Second, "partition", func() bool { ok, _ := partitionOK(rs, 8); return ok })
+		for i := range entities {
+			id := fmt.Sprintf("c%d", i)
+			if got := ask(id); got != want[id]+1 {
+				t.Errorf("%s = %d after moving, want %d", id, got, want[id]+1)
+			}
+		}
+		if len(k.log.releases()) == 0 {
+			t.Fatal("no Release hook ran although shards moved")
+		}
+	})
+}
