@@ -29,10 +29,16 @@ func (r *Runner) followRunners(ctx context.Context) {
 			r.applyRunnerLocked(ev.Type, ev.KV)
 		}
 		r.membersSeen = true
+		live := r.rebuildByLeaseLocked()
+		t := r.transport
 		r.mu.Unlock()
+		if t != nil {
+			t.forget(live)
+		}
 		if u.Reset {
 			r.storageResult("list runners", nil)
 		}
+		r.routesChanged()
 		signal(r.rebalance)
 	})
 }
@@ -74,6 +80,7 @@ func (r *Runner) followLocks(ctx context.Context) {
 		}
 		r.locksSeen = true
 		r.mu.Unlock()
+		r.routesChanged()
 		if u.Reset {
 			r.storageResult("list locks", nil)
 		}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -42,12 +43,35 @@ type Config struct {
 	// name). Default: the host name. A restarted process with the same ID is
 	// a new incarnation and does not inherit the old one's locks.
 	ID string
+	// ListenAddr is where the runner serves its transport (gRPC), e.g.
+	// ":7100" or "127.0.0.1:0". Empty: no server (client-only runners and
+	// single-runner setups). When Address is empty it defaults to the
+	// listener's address.
+	ListenAddr string
 	// Address is the host:port other runners use to reach this one
 	// (published in the runner record).
 	Address string
+	// TLS configures the transport server (nil: plaintext). Set ClientAuth
+	// and ClientCAs for mutual TLS.
+	TLS *tls.Config
+	// PeerTLS configures connections to other runners (nil: plaintext).
+	PeerTLS *tls.Config
+	// MaxMessageSize bounds an encoded request or response. Default 4 MiB.
+	MaxMessageSize int
+	// RequestTimeout bounds a remote call whose context has no deadline.
+	// Default 30 s.
+	RequestTimeout time.Duration
+	// ConnectTimeout bounds waiting for a connection to a peer before a
+	// send; on expiry the message is not sent and the send retries.
+	// Default 1 s.
+	ConnectTimeout time.Duration
+	// MaxWaitingSends bounds the sends waiting for an owner (retrying);
+	// beyond it Send fails with ErrTooManyWaiting. Default 10000.
+	MaxWaitingSends int
 	// Weight is the relative share of shards this runner takes. Default 1.
 	Weight int
-	// ClientOnly: the runner registers with weight 0 and never owns shards.
+	// ClientOnly: the runner routes Ask and Tell but hosts nothing: it takes
+	// no lease, does not register and never owns shards (gateways, routers).
 	ClientOnly bool
 	// NumShards in the cluster. Default 1024.
 	NumShards int
@@ -179,6 +203,21 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = 4 << 20
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = time.Second
+	}
+	if c.MaxWaitingSends == 0 {
+		c.MaxWaitingSends = 10000
+	}
+	if c.ListenAddr == "" && c.Address != "" && !c.ClientOnly {
+		c.ListenAddr = c.Address
+	}
 	if c.PassivationInterval == 0 {
 		c.PassivationInterval = time.Second
 	}
@@ -209,6 +248,7 @@ func (c Config) validate() error {
 		"AcquireRetryInterval": c.AcquireRetryInterval, "RebalanceDebounce": c.RebalanceDebounce,
 		"ResyncInterval": c.ResyncInterval, "VerifyInterval": c.VerifyInterval,
 		"OpTimeout": c.OpTimeout, "DrainTimeout": c.DrainTimeout, "PassivationInterval": c.PassivationInterval,
+		"RequestTimeout": c.RequestTimeout, "ConnectTimeout": c.ConnectTimeout,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)
@@ -232,6 +272,8 @@ func (c Config) validate() error {
 		return bad("negative failure threshold")
 	case c.MaxResidentEntities < 0:
 		return bad("negative MaxResidentEntities")
+	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0:
+		return bad("negative MaxMessageSize or MaxWaitingSends")
 	}
 	return nil
 }

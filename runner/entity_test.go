@@ -374,7 +374,11 @@ func TestDetachInterruptsEveryEntity(t *testing.T) {
 			<-started
 		}
 		go func() {
-			_, err := k.inc.Ask(ctx, r, "x1", incReq{By: 1})
+			// Undelivered messages are retried until the context ends:
+			// give up before the runner re-attaches (RecoverWindow 5s).
+			qctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_, err := k.inc.Ask(qctx, r, "x1", incReq{By: 1})
 			errs <- err
 		}()
 		synctest.Wait()
@@ -394,15 +398,22 @@ func TestDetachInterruptsEveryEntity(t *testing.T) {
 		if d := waitDetached(t, rec, time.Second); d.Reason.String() != "manual" {
 			t.Fatalf("reason %v", d.Reason)
 		}
-		// No new message starts while detached.
-		if _, err := k.inc.Ask(ctx, r, "x1", incReq{}); !errors.Is(err, runner.ErrDetached) {
-			t.Fatalf("Ask while detached = %v, want ErrDetached", err)
+		// No new message starts while detached: sends wait (retrying) and
+		// fail when their context ends first.
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := k.inc.Ask(dctx, r, "x1", incReq{}); !errors.Is(err, runner.ErrDetached) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Ask while detached = %v, want ErrDetached and the deadline", err)
 		}
-		if err := k.add.Tell(ctx, r, "x3", incReq{}); !errors.Is(err, runner.ErrDetached) {
+		if err := k.add.Tell(dctx, r, "x3", incReq{}); !errors.Is(err, runner.ErrDetached) {
 			t.Fatalf("Tell while detached = %v, want ErrDetached", err)
 		}
 		if r.EntityCount() != 0 {
 			t.Fatalf("%d entities resident after detach", r.EntityCount())
+		}
+		// After re-attaching (RecoverWindow), the same entity serves again.
+		if n, err := k.inc.Ask(ctx, r, "x1", incReq{By: 1}); err != nil || n != 1 {
+			t.Fatalf("Ask after re-attach = %d, %v", n, err)
 		}
 	})
 }
@@ -421,7 +432,11 @@ func TestLostShardFailsQueuedWithCause(t *testing.T) {
 		<-started
 		queued := make(chan error, 1)
 		go func() {
-			_, err := k.inc.Ask(ctx, r, "L", incReq{By: 1})
+			// The shard stays unowned (its lock was deleted and this
+			// runner re-acquires it): bound the retries.
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			defer cancel()
+			_, err := k.inc.Ask(qctx, r, "L", incReq{By: 1})
 			queued <- err
 		}()
 		synctest.Wait()

@@ -81,44 +81,13 @@ func (r *Runner) Register(kinds ...entity.Descriptor) error {
 
 func (r *Runner) kind(name string) *kindRT { return (*r.kinds.Load())[name] }
 
-// Send delivers a call to its entity. It implements entity.Sender: use the
-// typed Ask and Tell of entity method references rather than calling it.
-// Delivery is local when this runner owns the entity's shard at its current
-// epoch; otherwise Send returns a retryable *NotOwnerError (or an error
-// matching ErrDetached while detached).
-func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
-	if c.Kind == nil {
-		return nil, fmt.Errorf("%w: nil kind", entity.ErrUnknownKind)
-	}
-	k := r.kind(c.Kind.Name())
-	if k == nil {
-		return nil, fmt.Errorf("%w: %q", entity.ErrUnknownKind, c.Kind.Name())
-	}
-	h := c.Handler
-	if h == nil || k.desc != c.Kind {
-		name := ""
-		if h != nil {
-			name = h.Name()
-		}
-		var ok bool
-		if h, ok = k.desc.Handler(name); !ok {
-			return nil, fmt.Errorf("%w: %s.%s", entity.ErrUnknownMethod, k.desc.Name(), name)
-		}
-	}
-	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
-	if sh := r.hosts[id].Load(); sh != nil {
-		return sh.deliver(ctx, k, h, c.Entity, c.Req, c.OneWay)
-	}
-	return nil, r.notHere(id)
-}
-
 // notHere is the error for a shard not hosted here.
 func (r *Runner) notHere(id sharding.ShardID) error {
 	r.mu.Lock()
 	detached := r.phase == phaseDetached
 	r.mu.Unlock()
 	if detached {
-		return fmt.Errorf("%w: shard %d not served", ErrDetached, id)
+		return &UndeliveredError{Shard: id, Cause: ErrDetached}
 	}
 	hint, _ := r.OwnerOf(id)
 	if hint == r.cfg.ID {
@@ -155,8 +124,9 @@ func newShardHost(r *Runner, s *shard) *shardHost {
 }
 
 type result struct {
-	v   any
-	err error
+	v           any
+	err         error
+	undelivered bool // the runtime failed it before any handler ran
 }
 
 // waiter carries one ask's response. Waiters are pooled per runner (a
@@ -172,8 +142,9 @@ type message struct {
 }
 
 // deliver enqueues a message for entity id of kind k and waits for the
-// response unless oneWay.
-func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay bool) (any, error) {
+// response unless oneWay. sent is false when the message certainly did not
+// reach a handler (safe to retry).
+func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay bool) (v any, err error, sent bool) {
 	msg := message{h: h, req: req}
 	if !oneWay {
 		msg.reply = sh.r.waiters.Get().(*waiter)
@@ -182,19 +153,19 @@ func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, 
 		if msg.reply != nil {
 			sh.r.waiters.Put(msg.reply)
 		}
-		return nil, err
+		return nil, err, false
 	}
 	if oneWay {
-		return nil, nil
+		return nil, nil, true
 	}
 	select {
 	case res := <-msg.reply.ch:
 		sh.r.waiters.Put(msg.reply)
-		return res.v, res.err
+		return res.v, res.err, !res.undelivered
 	case <-ctx.Done():
 		// The handler may still run: at most once. The waiter is
 		// abandoned to the entity, which writes into its buffer.
-		return nil, fmt.Errorf("runner: ask %s %q: %w", k.desc.Name(), id, context.Cause(ctx))
+		return nil, fmt.Errorf("runner: ask %s %q (%w): %w", k.desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx)), true
 	}
 }
 
@@ -359,13 +330,13 @@ func (e *resident) process(m *message) {
 	sh := e.host
 	select {
 	case <-sh.done:
-		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: context.Cause(sh.ctx)})
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: context.Cause(sh.ctx)}, true)
 		return
 	default:
 	}
 	if !e.activated {
 		if err := e.activate(); err != nil {
-			e.fail(m, err)
+			e.fail(m, err, false)
 			return
 		}
 	}
@@ -386,9 +357,10 @@ func (e *resident) process(m *message) {
 	}
 }
 
-func (e *resident) fail(m *message, err error) {
+// fail answers m with err; undelivered says no handler ran it.
+func (e *resident) fail(m *message, err error, undelivered bool) {
 	if m.reply != nil {
-		m.reply.ch <- result{err: err}
+		m.reply.ch <- result{err: err, undelivered: undelivered}
 		return
 	}
 	e.host.r.met.dropped.Add(context.Background(), 1, e.host.r.met.attrs)

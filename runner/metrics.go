@@ -36,6 +36,7 @@ type metrics struct {
 	handlerDuration   metric.Float64Histogram
 	panics            metric.Int64Counter
 	dropped           metric.Int64Counter
+	sendRetries       metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
@@ -76,6 +77,8 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	out.panics, err = m.Int64Counter("sharding.handler_panics", metric.WithDescription("handler panics (message failed, instance discarded)"))
 	add(err)
 	out.dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithDescription("signals dropped because their shard left the runner"))
+	add(err)
+	out.sendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
 	add(err)
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))

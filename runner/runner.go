@@ -67,7 +67,11 @@ type Runner struct {
 	kinds     atomic.Pointer[map[string]*kindRT] // copy on write
 	hosts     []atomic.Pointer[shardHost]        // by shard; nil when not hosted
 	residents residents
-	waiters   sync.Pool // of *waiter
+	waiters   sync.Pool  // of *waiter
+	transport *transport // nil without ListenAddr
+	waiting   atomic.Int64
+	routeMu   sync.Mutex
+	routeCh   chan struct{} // closed at every routing change
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -87,6 +91,7 @@ type Runner struct {
 	releasing  map[sharding.ShardID]storage.Epoch // being released or rewritten by us
 	pending    map[sharding.ShardID]*pending
 	members    map[string]storage.Runner
+	byLease    map[storage.LeaseID]storage.Runner
 	locks      map[sharding.ShardID]storage.Lock
 	assignment sharding.Assignment
 	assignErr  error
@@ -137,6 +142,8 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		releasing:   make(map[sharding.ShardID]storage.Epoch),
 		pending:     make(map[sharding.ShardID]*pending),
 		members:     make(map[string]storage.Runner),
+		byLease:     make(map[storage.LeaseID]storage.Runner),
+		routeCh:     make(chan struct{}),
 		locks:       make(map[sharding.ShardID]storage.Lock),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
@@ -256,18 +263,47 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer close(r.done)
 	defer r.met.close()
 
+	if r.cfg.ListenAddr != "" {
+		t := newTransport(r)
+		if err := t.listen(); err != nil {
+			return err
+		}
+		if r.cfg.Address == "" {
+			r.cfg.Address = t.lis.Addr().String()
+		}
+		r.mu.Lock()
+		r.transport = t
+		r.mu.Unlock()
+	} else {
+		r.transport = newTransport(r) // client side only
+	}
+	defer r.transport.stop(r.cfg.DrainTimeout)
+
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { _ = r.keeper.Run(ctx) })
+	if r.transport.srv != nil {
+		wg.Go(r.transport.serve)
+	}
 	wg.Go(func() { r.followRunners(ctx) })
 	wg.Go(func() { r.followLocks(ctx) })
-	wg.Go(func() { r.watchdog(ctx) })
-	wg.Go(func() { r.janitor(ctx) })
-
 	loopDone := make(chan struct{})
-	wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
+	if r.cfg.ClientOnly {
+		// Routes only: no lease, no registration, no shards.
+		wg.Go(func() {
+			defer close(loopDone)
+			select {
+			case <-ctx.Done():
+			case <-r.stopReq:
+			}
+		})
+	} else {
+		wg.Go(func() { _ = r.keeper.Run(ctx) })
+		wg.Go(func() { r.watchdog(ctx) })
+		wg.Go(func() { r.janitor(ctx) })
+		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
+	}
 
 	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
 		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)

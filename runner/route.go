@@ -1,0 +1,251 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Send delivers a call to its entity, wherever its shard is owned. It
+// implements entity.Sender: use the typed Ask and Tell of method references
+// rather than calling it.
+//
+// Routing follows the actual lock owner in this runner's watch of the shard
+// locks: local delivery when this runner owns the shard at its current
+// epoch, otherwise one hop to the owner (which never forwards). Send
+// retries, with jittered exponential backoff and a wake-up on every routing
+// change, exactly the failures that guarantee the message reached no
+// handler: not the owner (*NotOwnerError), not delivered
+// (*UndeliveredError: detached, shard moved, shutting down), owner not
+// reachable before sending (ErrNotSent), and no owner yet. It gives up when
+// ctx ends, returning ctx's cause joined with the last such error.
+// Delivery is at most once per call: any other error (a handler error, a
+// timeout or a connection lost after sending: ErrMaybeDelivered) is
+// returned as is, and the handler may have run.
+func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
+	k, h, err := r.resolve(c)
+	if err != nil {
+		return nil, err
+	}
+	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
+	var first error
+	if sh := r.hosts[id].Load(); sh != nil { // fast path
+		v, err, sent := sh.deliver(ctx, k, h, c.Entity, c.Req, c.OneWay)
+		if sent || err == nil || !retryable(err) {
+			return v, err
+		}
+		first = err
+	}
+	return r.sendSlow(ctx, k, h, id, c, first)
+}
+
+// resolve finds the registered kind and handler of a call.
+func (r *Runner) resolve(c entity.Call) (*kindRT, *entity.Handler, error) {
+	if c.Kind == nil {
+		return nil, nil, fmt.Errorf("%w: nil kind", entity.ErrUnknownKind)
+	}
+	k := r.kind(c.Kind.Name())
+	if k == nil {
+		return nil, nil, fmt.Errorf("%w: %q is not registered on runner %s", entity.ErrUnknownKind, c.Kind.Name(), r.cfg.ID)
+	}
+	h := c.Handler
+	if h == nil || k.desc != c.Kind {
+		name := ""
+		if h != nil {
+			name = h.Name()
+		}
+		var ok bool
+		if h, ok = k.desc.Handler(name); !ok {
+			return nil, nil, fmt.Errorf("%w: %s.%s", entity.ErrUnknownMethod, k.desc.Name(), name)
+		}
+	}
+	return k, h, nil
+}
+
+// retryable reports whether a pre-delivery error from this runtime may be
+// retried (backpressure such as a full mailbox is not).
+func retryable(err error) bool {
+	var (
+		no *NotOwnerError
+		ud *UndeliveredError
+	)
+	return errors.As(err, &no) || errors.As(err, &ud) || errors.Is(err, ErrNotSent) || errors.Is(err, errNoRoute)
+}
+
+var errNoRoute = errors.New("runner: no owner known yet")
+
+func newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 5 * time.Millisecond
+	b.RandomizationFactor = 0.5
+	b.Multiplier = 2
+	b.MaxInterval = 250 * time.Millisecond
+	b.MaxElapsedTime = 0 // until the caller's context ends
+	b.Reset()
+	return b
+}
+
+// sendSlow is the routing loop with retries.
+func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, last error) (any, error) {
+	if n := r.waiting.Add(1); n > int64(r.cfg.MaxWaitingSends) {
+		r.waiting.Add(-1)
+		return nil, fmt.Errorf("%w (%d)", ErrTooManyWaiting, r.cfg.MaxWaitingSends)
+	}
+	defer r.waiting.Add(-1)
+	var (
+		bo      *backoff.ExponentialBackOff
+		payload []byte
+		timer   *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		changed := r.routeWatch()
+		var (
+			v    any
+			err  error
+			sent bool
+		)
+		if sh := r.hosts[id].Load(); sh != nil {
+			v, err, sent = sh.deliver(ctx, k, h, c.Entity, c.Req, c.OneWay)
+		} else {
+			owner, addr, ok := r.route(id)
+			switch {
+			case !ok:
+				err = r.noRoute(id)
+			case addr == "":
+				// The owner serves no transport: final, not retried.
+				err, sent = &NotOwnerError{Shard: id, OwnerHint: owner}, true
+			default:
+				if payload == nil {
+					if payload, err = k.opts.Codec.Marshal(c.Req); err != nil {
+						return nil, fmt.Errorf("%w: encode %s.%s request: %w", entity.ErrBadRequest, k.desc.Name(), h.Name(), err)
+					}
+				}
+				v, err, sent = r.remote(ctx, owner, addr, k, h, id, c, payload)
+			}
+		}
+		if err == nil || sent || !retryable(err) {
+			if attempt > 0 {
+				r.met.sendRetries.Add(context.Background(), int64(attempt), r.met.attrs)
+			}
+			return v, err
+		}
+		if last == nil || !errors.Is(err, errNoRoute) {
+			last = err // keep the most informative reason for the caller
+		}
+		if bo == nil {
+			bo = newBackoff()
+		}
+		d := bo.NextBackOff()
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("runner: %s %q not delivered: %w (last attempt: %w)", k.desc.Name(), c.Entity, context.Cause(ctx), last)
+		case <-changed:
+		case <-timer.C:
+		}
+	}
+}
+
+// remote delivers to the owner over the transport.
+func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, payload []byte) (any, error, bool) {
+	req := &deliverRequest{
+		Kind: k.desc.Name(), Method: h.Name(), Entity: c.Entity, Payload: payload,
+		OneWay: c.OneWay, Shard: uint32(id), Sender: r.cfg.ID, Codec: k.opts.Codec.Name(),
+	}
+	resp, err, sent := r.transport.call(ctx, owner, addr, req)
+	if err != nil {
+		return nil, err, sent
+	}
+	if err, retry := responseError(owner, req, resp); err != nil {
+		return nil, err, !retry
+	}
+	if c.OneWay {
+		return nil, nil, true
+	}
+	v, err := h.DecodeResponse(k.opts.Codec, resp.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("runner: response from %s: %w", owner, err), true
+	}
+	return v, nil, true
+}
+
+// route returns the runner owning shard id in this runner's view and its
+// address ("" if it serves no transport); ok is false when the shard is
+// unowned, owned by a runner not in the membership, or owned by this runner
+// but not hosted (in transition).
+func (r *Runner) route(id sharding.ShardID) (owner, addr string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, held := r.locks[id]
+	if !held {
+		return "", "", false
+	}
+	m, known := r.byLease[l.Lease]
+	if !known || (m.ID == r.cfg.ID && m.Incarnation == r.incarnation) {
+		return "", "", false
+	}
+	return m.ID, m.Address, true
+}
+
+// noRoute explains a shard with no route: detached, ours in transition, or
+// no owner yet.
+func (r *Runner) noRoute(id sharding.ShardID) error {
+	r.mu.Lock()
+	detached := r.phase == phaseDetached
+	_, ours := r.owned[id]
+	l, held := r.locks[id]
+	mine := held && l.Lease == r.lease && r.lease != 0
+	r.mu.Unlock()
+	switch {
+	case detached:
+		return &UndeliveredError{Shard: id, Cause: ErrDetached}
+	case ours || mine:
+		return &UndeliveredError{Shard: id, Cause: ErrShardMoved}
+	default:
+		return fmt.Errorf("%w: shard %d", errNoRoute, id)
+	}
+}
+
+// routeWatch returns a channel closed at the next routing change.
+func (r *Runner) routeWatch() <-chan struct{} {
+	r.routeMu.Lock()
+	defer r.routeMu.Unlock()
+	return r.routeCh
+}
+
+// routesChanged wakes every send waiting for a routing change.
+func (r *Runner) routesChanged() {
+	r.routeMu.Lock()
+	close(r.routeCh)
+	r.routeCh = make(chan struct{})
+	r.routeMu.Unlock()
+}
+
+// rebuildByLeaseLocked indexes the members by lease and drops connections
+// to addresses that left.
+func (r *Runner) rebuildByLeaseLocked() map[string]bool {
+	clear(r.byLease)
+	live := make(map[string]bool, len(r.members))
+	for _, m := range r.members {
+		r.byLease[m.Lease] = m
+		if m.Address != "" {
+			live[m.Address] = true
+		}
+	}
+	return live
+}

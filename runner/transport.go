@@ -1,0 +1,361 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Errors of remote delivery.
+var (
+	// ErrMessageTooLarge: a request or response exceeds MaxMessageSize.
+	// A too-large request is never sent.
+	ErrMessageTooLarge = errors.New("runner: message too large")
+	// ErrMaybeDelivered: the connection to the owner failed after the
+	// message was sent; the handler may or may not have run. Not retried.
+	ErrMaybeDelivered = errors.New("runner: message may have been delivered")
+	// ErrNotSent: the owner could not be reached before sending (no
+	// connection). Retried until the caller's context ends.
+	ErrNotSent = errors.New("runner: owner unreachable; message not sent")
+	// ErrTooManyWaiting: MaxWaitingSends sends already wait for an owner.
+	ErrTooManyWaiting = errors.New("runner: too many sends waiting for an owner")
+)
+
+// RemoteError is a handler error that came back from another runner: only
+// its message survives the wire.
+type RemoteError struct {
+	Runner  string // the runner the handler ran on
+	Message string
+}
+
+func (e *RemoteError) Error() string { return e.Message }
+
+const deliverMethod = "/shardhost.v1.Runner/Deliver"
+
+// transportServer is the gRPC service of a runner.
+type transportServer interface {
+	serveDeliver(ctx context.Context, req *deliverRequest) (*deliverResponse, error)
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: "shardhost.v1.Runner",
+	HandlerType: (*transportServer)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Deliver",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := new(deliverRequest)
+			if err := dec(in); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			return srv.(transportServer).serveDeliver(ctx, in)
+		},
+	}},
+	Metadata: "runner/transport.proto",
+}
+
+// transport is a runner's gRPC server and its connections to peers.
+type transport struct {
+	r   *Runner
+	srv *grpc.Server
+	lis net.Listener
+
+	mu     sync.Mutex
+	peers  map[string]*grpc.ClientConn
+	closed bool
+}
+
+func newTransport(r *Runner) *transport {
+	return &transport{r: r, peers: make(map[string]*grpc.ClientConn)}
+}
+
+// listen opens the server's listener (before registration, so the
+// advertised address is known).
+func (t *transport) listen() error {
+	lis, err := net.Listen("tcp", t.r.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("runner: listen on %s: %w", t.r.cfg.ListenAddr, err)
+	}
+	t.lis = lis
+	creds := insecure.NewCredentials()
+	if t.r.cfg.TLS != nil {
+		creds = credentials.NewTLS(t.r.cfg.TLS)
+	}
+	t.srv = grpc.NewServer(
+		grpc.Creds(creds),
+		grpc.ForceServerCodec(wireCodec{}),
+		grpc.MaxRecvMsgSize(t.r.cfg.MaxMessageSize+1024),
+		grpc.MaxSendMsgSize(t.r.cfg.MaxMessageSize+1024),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	t.srv.RegisterService(&serviceDesc, transportServer(t))
+	return nil
+}
+
+func (t *transport) serve() {
+	if err := t.srv.Serve(t.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		t.r.log.Error("transport server failed", "err", err)
+	}
+}
+
+// stop ends serving: graceful within d, then abrupt; and closes peers.
+func (t *transport) stop(d time.Duration) {
+	if t.srv != nil {
+		done := make(chan struct{})
+		go func() { t.srv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(d):
+			t.srv.Stop()
+			<-done
+		}
+	}
+	t.mu.Lock()
+	t.closed = true
+	peers := t.peers
+	t.peers = map[string]*grpc.ClientConn{}
+	t.mu.Unlock()
+	for _, c := range peers {
+		_ = c.Close()
+	}
+}
+
+// forget closes connections to addresses no longer in the membership.
+func (t *transport) forget(live map[string]bool) {
+	t.mu.Lock()
+	var stale []*grpc.ClientConn
+	for addr, c := range t.peers {
+		if !live[addr] {
+			stale = append(stale, c)
+			delete(t.peers, addr)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range stale {
+		_ = c.Close()
+	}
+}
+
+func (t *transport) peer(addr string) (*grpc.ClientConn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	if c, ok := t.peers[addr]; ok {
+		return c, nil
+	}
+	creds := insecure.NewCredentials()
+	if t.r.cfg.PeerTLS != nil {
+		creds = credentials.NewTLS(t.r.cfg.PeerTLS)
+	}
+	c, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(
+			grpc.ForceCodec(wireCodec{}),
+			grpc.MaxCallRecvMsgSize(t.r.cfg.MaxMessageSize+1024),
+			grpc.MaxCallSendMsgSize(t.r.cfg.MaxMessageSize+1024),
+		),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("runner: connect to %s: %w", addr, err)
+	}
+	t.peers[addr] = c
+	return c, nil
+}
+
+// ready waits, bounded, until the connection to addr is ready. An error
+// means nothing was sent.
+func (t *transport) ready(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+	c, err := t.peer(addr)
+	if err != nil {
+		return nil, err
+	}
+	st := c.GetState()
+	if st == connectivity.Ready {
+		return c, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, t.r.cfg.ConnectTimeout)
+	defer cancel()
+	for st != connectivity.Ready {
+		if st == connectivity.Idle {
+			c.Connect()
+		}
+		if st == connectivity.TransientFailure || st == connectivity.Shutdown {
+			return nil, fmt.Errorf("%w: %s is %v", ErrNotSent, addr, st)
+		}
+		if !c.WaitForStateChange(wctx, st) {
+			return nil, fmt.Errorf("%w: %s still %v after %v", ErrNotSent, addr, st, t.r.cfg.ConnectTimeout)
+		}
+		st = c.GetState()
+	}
+	return c, nil
+}
+
+// call delivers req to the runner at addr. sent is false when the message
+// certainly did not reach a handler.
+func (t *transport) call(ctx context.Context, owner, addr string, req *deliverRequest) (resp *deliverResponse, err error, sent bool) {
+	if len(req.Payload) > t.r.cfg.MaxMessageSize {
+		return nil, fmt.Errorf("%w: request of %d bytes (limit %d)", ErrMessageTooLarge, len(req.Payload), t.r.cfg.MaxMessageSize), false
+	}
+	c, err := t.ready(ctx, addr)
+	if err != nil {
+		return nil, err, false
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.r.cfg.RequestTimeout)
+		defer cancel()
+	}
+	resp = new(deliverResponse)
+	if err := c.Invoke(ctx, deliverMethod, req, resp); err != nil {
+		st, _ := status.FromError(err)
+		switch st.Code() {
+		case codes.ResourceExhausted:
+			return nil, fmt.Errorf("%w: %s", ErrMessageTooLarge, st.Message()), false
+		case codes.DeadlineExceeded, codes.Canceled:
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("runner: ask to %s timed out (%w): %w", owner, ErrMaybeDelivered, context.Cause(ctx)), true
+			}
+		}
+		return nil, fmt.Errorf("%w: to %s (%s): %v", ErrMaybeDelivered, owner, addr, err), true
+	}
+	return resp, nil, true
+}
+
+// serveDeliver is the receiving side: local delivery only, never a second
+// hop.
+func (t *transport) serveDeliver(ctx context.Context, req *deliverRequest) (*deliverResponse, error) {
+	r := t.r
+	k := r.kind(req.Kind)
+	if k == nil {
+		return &deliverResponse{Code: codeUnknownKind, Message: fmt.Sprintf("kind %q not registered on %s", req.Kind, r.cfg.ID)}, nil
+	}
+	h, ok := k.desc.Handler(req.Method)
+	if !ok {
+		return &deliverResponse{Code: codeUnknownMethod, Message: fmt.Sprintf("%s.%s", req.Kind, req.Method)}, nil
+	}
+	codec := k.opts.Codec
+	switch {
+	case req.Codec != "" && req.Codec != codec.Name():
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("codec %q, kind %q uses %q", req.Codec, req.Kind, codec.Name())}, nil
+	case h.OneWay() != req.OneWay:
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("%s.%s: one-way mismatch", req.Kind, req.Method)}, nil
+	}
+	id := sharding.ShardOf(req.Entity, r.cfg.NumShards)
+	if uint32(id) != req.Shard {
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("entity %q is shard %d here, %d at the sender: do all runners agree on NumShards?", req.Entity, id, req.Shard)}, nil
+	}
+	v, err := h.DecodeRequest(codec, req.Payload)
+	if err != nil {
+		return &deliverResponse{Code: codeBadRequest, Message: err.Error()}, nil
+	}
+	sh := r.hosts[id].Load()
+	if sh == nil {
+		return errorResponse(r.notHere(id), false), nil
+	}
+	out, err, sent := sh.deliver(ctx, k, h, req.Entity, v, req.OneWay)
+	if err != nil {
+		return errorResponse(err, sent), nil
+	}
+	if req.OneWay {
+		return &deliverResponse{}, nil
+	}
+	b, err := codec.Marshal(out)
+	if err != nil {
+		return &deliverResponse{Code: codeHandlerError, Message: fmt.Sprintf("encode response: %v", err)}, nil
+	}
+	if len(b) > r.cfg.MaxMessageSize {
+		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}, nil
+	}
+	return &deliverResponse{Payload: b}, nil
+}
+
+// errorResponse maps a delivery error to the wire. sent says whether the
+// message may have reached a handler.
+func errorResponse(err error, sent bool) *deliverResponse {
+	var (
+		no *NotOwnerError
+		ud *UndeliveredError
+		pe *entity.PanicError
+	)
+	switch {
+	case !sent && errors.As(err, &no):
+		return &deliverResponse{Code: codeNotOwner, Message: err.Error(), OwnerHint: no.OwnerHint, Shard: uint32(no.Shard)}
+	case !sent && errors.As(err, &ud):
+		return &deliverResponse{Code: codeUndelivered, Message: err.Error(), Shard: uint32(ud.Shard), Cause: causeOf(ud.Cause)}
+	case !sent && errors.Is(err, entity.ErrMailboxFull):
+		return &deliverResponse{Code: codeMailboxFull, Message: err.Error()}
+	case !sent:
+		return &deliverResponse{Code: codeUndelivered, Message: err.Error()}
+	case errors.As(err, &pe):
+		return &deliverResponse{Code: codeHandlerPanic, Message: pe.Value}
+	default:
+		return &deliverResponse{Code: codeHandlerError, Message: err.Error()}
+	}
+}
+
+func causeOf(err error) wireCause {
+	switch {
+	case errors.Is(err, ErrDetached):
+		return causeDetached
+	case errors.Is(err, ErrShardMoved):
+		return causeShardMoved
+	case errors.Is(err, ErrShutdown):
+		return causeShutdown
+	}
+	return causeUnspecified
+}
+
+func (c wireCause) err() error {
+	switch c {
+	case causeDetached:
+		return ErrDetached
+	case causeShardMoved:
+		return ErrShardMoved
+	case causeShutdown:
+		return ErrShutdown
+	}
+	return errors.New("runner: not delivered")
+}
+
+// responseError maps a response from owner back to a typed error; retry
+// reports whether the message certainly was not delivered.
+func responseError(owner string, req *deliverRequest, resp *deliverResponse) (err error, retry bool) {
+	switch resp.Code {
+	case codeOK:
+		return nil, false
+	case codeNotOwner:
+		return &NotOwnerError{Shard: sharding.ShardID(resp.Shard), OwnerHint: resp.OwnerHint}, true
+	case codeUndelivered:
+		return &UndeliveredError{Shard: sharding.ShardID(resp.Shard), Cause: resp.Cause.err()}, true
+	case codeMailboxFull:
+		return fmt.Errorf("%w (on %s): %s", entity.ErrMailboxFull, owner, resp.Message), false
+	case codeUnknownKind:
+		return fmt.Errorf("%w (on %s): %s", entity.ErrUnknownKind, owner, resp.Message), false
+	case codeUnknownMethod:
+		return fmt.Errorf("%w (on %s): %s", entity.ErrUnknownMethod, owner, resp.Message), false
+	case codeTooLarge:
+		return fmt.Errorf("%w (on %s): %s", ErrMessageTooLarge, owner, resp.Message), false
+	case codeBadRequest:
+		return fmt.Errorf("%w (on %s): %s", entity.ErrBadRequest, owner, resp.Message), false
+	case codeHandlerPanic:
+		return &entity.PanicError{Kind: req.Kind, Method: req.Method, Entity: req.Entity, Value: resp.Message}, false
+	default:
+		return &RemoteError{Runner: owner, Message: resp.Message}, false
+	}
+}
