@@ -157,6 +157,22 @@ func (k *Keeper) Grant(ctx context.Context) (storage.Lease, error) {
 	return l, nil
 }
 
+// ReportLost tells the keeper that the store refused a write for lease id
+// as not found: the lease is marked lost (as a failed renewal would) and
+// renewing stops until the next Grant. Reports for another lease are
+// ignored.
+func (k *Keeper) ReportLost(id storage.LeaseID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.health.Lease != id || k.health.Lost || id == storage.NoLease {
+		return
+	}
+	h := k.health
+	h.Lost, h.Healthy = true, false
+	h.Err = fmt.Errorf("lease %x: %w (reported by a write)", id, storage.ErrLeaseNotFound)
+	k.publishLocked(h)
+}
+
 // RenewNow asks the running keeper to renew at once instead of at the next
 // interval (a probe). It does not wait.
 func (k *Keeper) RenewNow() { signal(k.kick) }

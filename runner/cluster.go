@@ -225,6 +225,13 @@ func (r *Runner) registeredLocked() bool {
 	return ok && m.Incarnation == r.incarnation && m.Lease == r.lease
 }
 
+// supersededLocked reports whether another incarnation registered this
+// runner's ID after this one: this process must give up everything.
+func (r *Runner) supersededLocked() bool {
+	m, ok := r.members[r.cfg.ID]
+	return ok && m.Incarnation != r.incarnation && m.Started.After(r.started)
+}
+
 // desiredLocked reports whether shard id is assigned to this runner.
 func (r *Runner) desiredLocked(id sharding.ShardID) bool {
 	return int(id) < len(r.assignment) && r.assignment[id] == r.cfg.ID && r.registeredLocked()

@@ -88,18 +88,56 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 		return 0, false
 	}
 	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
-	var acquire, release []sharding.ShardID
-	for id, p := range r.pending {
-		if _, leaving := r.releasing[id]; !leaving && !p.exhausted && r.desiredLocked(id) {
-			acquire = append(acquire, id)
+	now := time.Now()
+	registered, superseded := r.registeredLocked(), r.supersededLocked()
+	// Every assigned shard that is neither owned nor leaving is pending
+	// (also one whose release finished after it was assigned back).
+	if registered {
+		for id, owner := range r.assignment {
+			sid := sharding.ShardID(id)
+			if owner != r.cfg.ID || r.pending[sid] != nil {
+				continue
+			}
+			if _, owned := r.owned[sid]; owned {
+				continue
+			}
+			if _, leaving := r.releasing[sid]; !leaving {
+				r.pending[sid] = &pending{since: now}
+			}
 		}
 	}
-	// Release only on a membership view that includes this incarnation:
-	// an incomplete view must not shed every shard.
+	var acquire, release []sharding.ShardID
+	for id, p := range r.pending {
+		// Each shard is tried at most every AcquireRetryInterval, however
+		// many events wake the loop (a DELETE resets its window).
+		due := p.last.IsZero() || now.Sub(p.last) >= r.cfg.AcquireRetryInterval
+		if _, leaving := r.releasing[id]; !leaving && due && !p.exhausted && r.desiredLocked(id) {
+			acquire = append(acquire, id)
+			p.last = now
+		}
+	}
+	// Release only on a membership view that includes this incarnation
+	// (an incomplete view must not shed every shard), or everything when
+	// another incarnation took over this runner's ID.
 	for id, s := range r.owned {
-		if _, leaving := r.releasing[id]; !leaving && r.registeredLocked() && !r.desiredLocked(id) {
+		if _, leaving := r.releasing[id]; !leaving && (superseded || registered && !r.desiredLocked(id)) {
 			release = append(release, id)
 			r.releasing[id] = s.epoch
+		}
+	}
+	// Safety net: a lock under our lease that we neither own nor release
+	// nor want (a release whose reply was lost, an acquire cut short) is
+	// deleted; if we want it, it is pending and gets rewritten on acquire.
+	var orphans []storage.Held
+	for id, l := range r.locks {
+		if l.Lease != leaseID {
+			continue
+		}
+		_, owned := r.owned[id]
+		_, leaving := r.releasing[id]
+		if !owned && !leaving && (superseded || registered && !r.desiredLocked(id)) {
+			orphans = append(orphans, storage.Held{Shard: id, Epoch: l.Epoch})
+			r.releasing[id] = l.Epoch
 		}
 	}
 	r.mu.Unlock()
@@ -107,19 +145,30 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 		slices.Sort(release)
 		bg.Go(func() { r.release(ctx, gen, release, ErrShardMoved) })
 	}
-	if len(acquire) == 0 {
-		return 0, false
+	if len(orphans) > 0 {
+		r.log.Warn("releasing locks held under this runner's lease but not owned", "locks", len(orphans), "first", orphans[0].Shard)
+		bg.Go(func() { r.deleteLocks(actx, leaseID, orphans) })
 	}
-	slices.Sort(acquire)
-	r.acquire(actx, gen, leaseID, acquire)
+	if len(acquire) > 0 {
+		slices.Sort(acquire)
+		r.acquire(actx, gen, leaseID, acquire)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.releaseRetry {
+		r.releaseRetry = false
+		return r.cfg.AcquireRetryInterval, true
+	}
+	next, ok := time.Duration(0), false
 	for _, p := range r.pending {
 		if !p.exhausted {
-			return r.cfg.AcquireRetryInterval, true
+			wait := max(r.cfg.AcquireRetryInterval-time.Since(p.last), time.Millisecond)
+			if !ok || wait < next {
+				next, ok = wait, true
+			}
 		}
 	}
-	return 0, false
+	return next, ok
 }
 
 // acquire tries to lock shards for the attachment gen and installs what it
@@ -294,23 +343,35 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 	r.mu.Unlock()
 
+	held := make([]storage.Held, len(shards))
+	for i, s := range shards {
+		held[i] = storage.Held{Shard: s.id, Epoch: s.epoch}
+	}
+	r.deleteLocks(actx, leaseID, held)
+}
+
+// deleteLocks deletes locks held under leaseID at the given epochs, then
+// clears them from the releasing set. If the call fails, the locks may
+// remain ours: the next round finds them in the lock view and retries.
+func (r *Runner) deleteLocks(actx context.Context, leaseID storage.LeaseID, held []storage.Held) {
 	cctx, cancel := r.opCtx(actx)
-	_, err := r.store.Release(cctx, leaseID, ids)
+	_, err := r.store.Release(cctx, leaseID, held)
 	cancel()
 	if actx.Err() == nil {
 		r.storageResult("release", err)
 	}
 	r.mu.Lock()
-	for _, id := range ids {
-		delete(r.releasing, id)
+	for _, h := range held {
+		if r.releasing[h.Shard] == h.Epoch {
+			delete(r.releasing, h.Shard)
+		}
+	}
+	if err != nil {
+		r.releaseRetry = true // the next round (timer) finds them again
 	}
 	r.mu.Unlock()
-	if err != nil && actx.Err() == nil {
-		// The locks may still be ours: the next round sees them as
-		// AlreadyOwned or, if no longer assigned, they are released again
-		// once re-acquired; meanwhile our lease keeps them from others.
-		// Ask the acquirer to look again.
-		signal(r.kick)
+	if err == nil {
+		signal(r.kick) // released shards may be wanted back
 	}
 }
 

@@ -41,6 +41,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 				continue
 			}
 		case phaseAttached, phaseStopping:
+			r.setTrip(h)
 			r.observeLease(h)
 			reason := r.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
 			if reason != detachment.ReasonNone {
@@ -78,6 +79,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 			return
 		case <-changed:
 		case <-timer.C:
+		case <-r.tripKick:
 		}
 	}
 }
@@ -151,7 +153,7 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	n := len(r.owned)
 	r.dropOwnedLocked(ErrDetached)
 	clear(r.pending)
-	r.storageErrs = 0
+	clear(r.storageErrs)
 	r.wouldDetach = detachment.ReasonNone
 	r.hub.publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
 	ctx := context.Background()
@@ -256,12 +258,16 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	if r.stopping || (from != phaseStarting && from != phaseDetached) {
 		return nil // stopping or stopped meanwhile
 	}
-	r.machine.MaybeReattach(time.Now())
+	if from == phaseDetached && !r.machine.MaybeReattach(time.Now()) && r.machine.IsDetached() {
+		// Detached again (by hand, or health broke) while we registered.
+		return errors.New("detached again during re-attach")
+	}
 	r.phase = phaseAttached
+	r.setTrip(h)
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)
 	r.lease = h.Lease
-	r.storageErrs = 0
+	clear(r.storageErrs)
 	r.met.detached.Record(context.Background(), 0, r.met.attrs)
 	if newLease {
 		r.hub.publish(Registered{EventBase: r.base(), Lease: h.Lease})

@@ -44,8 +44,9 @@ type ShardReleased struct {
 }
 
 // ShardLost: the runner stopped owning Shard without a planned release:
-// Cause is ErrDetached (the whole runner detached) or ErrShardMoved (the
-// lock was taken or deleted behind its back, detachment disabled).
+// Cause is ErrDetached (the whole runner detached), ErrShardMoved (the lock
+// was taken or deleted behind its back, detachment disabled) or ErrShutdown
+// (Close, or Run's context ended).
 type ShardLost struct {
 	EventBase
 	Shard sharding.ShardID

@@ -110,17 +110,50 @@ type shardHost struct {
 	retiring  map[entityKey]chan struct{} // closed when the retired instance's Release returned
 	admitting bool
 
+	// prev is the shard's previous host on this runner (an earlier epoch):
+	// its handlers that ignored cancellation must finish before this host
+	// runs any, or one entity could run twice at once here.
+	prev     *shardHost
+	prevDone atomic.Bool
+	created  time.Time
+
 	running  atomic.Int64 // entities with a goroutine
 	draining atomic.Bool
 	idle     chan struct{} // 1-buffered: running reached 0 while draining
 }
 
-func newShardHost(r *Runner, s *shard) *shardHost {
-	return &shardHost{
+func newShardHost(r *Runner, s *shard, prev *shardHost) *shardHost {
+	sh := &shardHost{
 		r: r, id: s.id, epoch: s.epoch, ctx: s.ctx, done: s.ctx.Done(), reason: entity.ActivateNew,
 		entities: make(map[entityKey]*resident), retiring: make(map[entityKey]chan struct{}),
-		admitting: true, idle: make(chan struct{}, 1),
+		admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
 	}
+	if prev != nil && prev.running.Load() > 0 {
+		sh.prev = prev
+	} else {
+		sh.prevDone.Store(true)
+	}
+	return sh
+}
+
+// waitPrev waits, bounded by DrainTimeout from this host's creation, until
+// the previous host has no running handler.
+func (sh *shardHost) waitPrev(ctx context.Context) error {
+	deadline := sh.created.Add(sh.r.cfg.DrainTimeout)
+	for sh.prev.running.Load() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runner: shard %d: waiting for the previous epoch's handlers: %w", sh.id, context.Cause(ctx))
+		case <-sh.done:
+			return &UndeliveredError{Shard: sh.id, Cause: context.Cause(sh.ctx)}
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if sh.prev.running.Load() > 0 {
+		sh.r.log.Warn("handlers of the shard's previous epoch still run; admitting anyway", "shard", sh.id)
+	}
+	sh.prevDone.Store(true)
+	return nil
 }
 
 type result struct {
@@ -173,6 +206,11 @@ func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, 
 // Admission is checked under sh.mu together with the enqueue, so once a
 // drain has stopped admission no message can slip in.
 func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg message) error {
+	if !sh.prevDone.Load() {
+		if err := sh.waitPrev(ctx); err != nil {
+			return err
+		}
+	}
 	for {
 		sh.mu.RLock()
 		if !sh.admitting {
@@ -209,9 +247,10 @@ func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg 
 		}
 		e := &resident{key: key, kind: k, host: sh}
 		sh.entities[key] = e
+		// Listed under sh.mu, so a concurrent close() cannot miss it.
+		sh.r.residents.add(e)
 		err := e.push(msg)
 		sh.mu.Unlock()
-		sh.r.residents.add(e)
 		sh.r.met.activations.Add(context.Background(), 1, sh.r.met.attrs)
 		return err
 	}
@@ -334,6 +373,12 @@ func (e *resident) process(m *message) {
 		return
 	default:
 	}
+	if sh.r.pastTrip() {
+		// The detach instant passed (a long pause?) before the watchdog
+		// could act: never start a handler after it.
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrDetached}, true)
+		return
+	}
 	if !e.activated {
 		if err := e.activate(); err != nil {
 			e.fail(m, err, false)
@@ -447,31 +492,52 @@ func (sh *shardHost) release(ctx context.Context, e *resident, reason error) {
 }
 
 // drain stops admission, waits (bounded by ctx) until no entity has a
-// goroutine, then runs the Release hooks of the activated entities with
-// reason. Messages arriving afterwards get NotOwner (retryable).
+// goroutine and no passivation is in flight, then runs the Release hooks of
+// the idle activated entities with reason. An entity still busy when ctx
+// ends gets no Release hook (it would run concurrently with its handler);
+// it is interrupted when the shard's context is cancelled. Messages
+// arriving afterwards get NotOwner (retryable).
 func (sh *shardHost) drain(ctx context.Context, reason error) {
 	sh.mu.Lock()
 	sh.admitting = false
 	sh.draining.Store(true)
+	retiring := make([]chan struct{}, 0, len(sh.retiring))
+	for _, ch := range sh.retiring {
+		retiring = append(retiring, ch)
+	}
 	sh.mu.Unlock()
-	for sh.running.Load() > 0 {
+	timedOut := false
+	for sh.running.Load() > 0 && !timedOut {
 		select {
 		case <-sh.idle:
 		case <-ctx.Done():
-			sh.r.log.Warn("drain timed out; releasing with entities still busy", "shard", sh.id, "busy", sh.running.Load())
-			return
+			timedOut = true
 		case <-time.After(50 * time.Millisecond): // cheap re-check against lost wake-ups
+		}
+	}
+	for _, ch := range retiring {
+		select {
+		case <-ch:
+		case <-ctx.Done():
 		}
 	}
 	sh.mu.Lock()
 	es := make([]*resident, 0, len(sh.entities))
+	busy := 0
 	for _, e := range sh.entities {
 		e.mu.Lock()
-		e.dead = true
+		if e.running {
+			busy++
+		} else {
+			e.dead = true
+			es = append(es, e)
+		}
 		e.mu.Unlock()
-		es = append(es, e)
 	}
 	sh.mu.Unlock()
+	if timedOut {
+		sh.r.log.Warn("drain timed out; busy entities are interrupted without Release", "shard", sh.id, "busy", busy)
+	}
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for _, e := range es {
@@ -572,20 +638,33 @@ func (rs *residents) pushFrontLocked(e *resident) {
 	}
 }
 
-// add lists a new entity and, over the resident cap, evicts the least
-// recently used idle one.
+// add lists a new entity (most recent) and wakes the janitor when the
+// resident cap is exceeded. Called under the entity's host mutex.
 func (rs *residents) add(e *resident) {
 	rs.mu.Lock()
 	e.lastUsed = time.Now()
 	e.listed = true
 	rs.pushFrontLocked(e)
 	rs.n++
+	over := rs.r.cfg.MaxResidentEntities > 0 && rs.n > rs.r.cfg.MaxResidentEntities
+	rs.mu.Unlock()
+	if over {
+		signal(rs.r.evictKick)
+	}
+}
+
+// evict passivates least recently used idle entities until the resident
+// cap holds (busy entities are skipped).
+func (rs *residents) evict() {
+	limit := rs.r.cfg.MaxResidentEntities
+	if limit <= 0 {
+		return
+	}
+	rs.mu.Lock()
 	var victims []*resident
-	if limit := rs.r.cfg.MaxResidentEntities; limit > 0 && rs.n > limit {
-		for v := rs.tail; v != nil && rs.n-len(victims) > limit; v = v.prev {
-			if v != e && v.idle() {
-				victims = append(victims, v)
-			}
+	for v := rs.tail; v != nil && rs.n-len(victims) > limit; v = v.prev {
+		if v.idle() {
+			victims = append(victims, v)
 		}
 	}
 	rs.mu.Unlock()
@@ -646,7 +725,9 @@ func (rs *residents) passivateIdle(now time.Time) {
 	}
 }
 
-// janitor passivates idle entities periodically until ctx ends.
+// janitor passivates idle entities periodically and evicts over the
+// resident cap, until ctx ends. Release hooks of passivated entities run
+// here, never on a sender's goroutine.
 func (r *Runner) janitor(ctx context.Context) {
 	t := time.NewTicker(r.cfg.PassivationInterval)
 	defer t.Stop()
@@ -656,6 +737,9 @@ func (r *Runner) janitor(ctx context.Context) {
 			return
 		case now := <-t.C:
 			r.residents.passivateIdle(now)
+			r.residents.evict()
+		case <-r.evictKick:
+			r.residents.evict()
 		}
 	}
 }

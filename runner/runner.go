@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ type shard struct {
 // pending tracks an assigned shard this runner does not own yet.
 type pending struct {
 	since     time.Time // start of the current retry window
+	last      time.Time // last attempt
 	attempts  int       // attempts in the window
 	exhausted bool      // window ran out; wait for a DELETE or a resync
 }
@@ -72,6 +74,9 @@ type Runner struct {
 	waiting   atomic.Int64
 	routeMu   sync.Mutex
 	routeCh   chan struct{} // closed at every routing change
+	evictKick chan struct{} // 1-buffered: the resident cap is exceeded
+	tripKick  chan struct{} // 1-buffered: a sender saw the detach instant pass
+	tripAt    atomic.Int64  // detach instant, ns since clockBase; MaxInt64: none
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -81,28 +86,31 @@ type Runner struct {
 	stopOnce  sync.Once
 	closeOnce sync.Once
 
-	mu         sync.Mutex
-	phase      phase
-	gen        uint64 // incremented on every attach and detach
-	attachCtx  context.Context
-	attachStop context.CancelCauseFunc
-	lease      storage.LeaseID
-	owned      map[sharding.ShardID]*shard
-	releasing  map[sharding.ShardID]storage.Epoch // being released or rewritten by us
-	pending    map[sharding.ShardID]*pending
-	members    map[string]storage.Runner
-	byLease    map[storage.LeaseID]storage.Runner
-	locks      map[sharding.ShardID]storage.Lock
-	assignment sharding.Assignment
-	assignErr  error
+	mu           sync.Mutex
+	phase        phase
+	gen          uint64 // incremented on every attach and detach
+	attachCtx    context.Context
+	attachStop   context.CancelCauseFunc
+	lease        storage.LeaseID
+	owned        map[sharding.ShardID]*shard
+	releasing    map[sharding.ShardID]storage.Epoch // being released or rewritten by us
+	lastHosts    map[sharding.ShardID]*shardHost    // each shard's last host here (for its stragglers)
+	releaseRetry bool                               // a lock deletion failed: retry at the next timer round
+	pending      map[sharding.ShardID]*pending
+	members      map[string]storage.Runner
+	byLease      map[storage.LeaseID]storage.Runner
+	locks        map[sharding.ShardID]storage.Lock
+	assignment   sharding.Assignment
+	assignErr    error
 	// assignedWithSelf: the assignment was computed from a view holding
 	// this incarnation (later changes are debounced; the first is not).
 	assignedWithSelf bool
 	membersSeen      bool // the membership view has been listed at least once
 	locksSeen        bool
-	storageErrs      int             // consecutive failed storage calls
+	storageErrs      map[string]int  // consecutive failed calls, by operation
 	stopping         bool            // Shutdown started: no more attaching or acquiring
 	stopCtx          context.Context // the context of the first Shutdown call
+	runStarted       bool            // Run was called (done will be closed)
 	lastStreak       int             // keep-alive streak last logged
 	wouldDetach      detachment.Reason
 }
@@ -140,13 +148,18 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		done:        make(chan struct{}),
 		owned:       make(map[sharding.ShardID]*shard),
 		releasing:   make(map[sharding.ShardID]storage.Epoch),
+		lastHosts:   make(map[sharding.ShardID]*shardHost),
+		storageErrs: make(map[string]int),
 		pending:     make(map[sharding.ShardID]*pending),
 		members:     make(map[string]storage.Runner),
 		byLease:     make(map[storage.LeaseID]storage.Runner),
 		routeCh:     make(chan struct{}),
+		evictKick:   make(chan struct{}, 1),
+		tripKick:    make(chan struct{}, 1),
 		locks:       make(map[sharding.ShardID]storage.Lock),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
+	r.tripAt.Store(math.MaxInt64)
 	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
 	r.residents.r = r
 	r.waiters.New = newWaiter
@@ -253,10 +266,15 @@ func (r *Runner) deadlineLag() (time.Duration, bool) {
 // start delays registration but does not fail Run.
 func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
-	if r.phase != phaseNew {
+	switch {
+	case r.runStarted:
 		r.mu.Unlock()
 		return ErrAlreadyRunning
+	case r.phase == phaseStopped: // Shutdown or Close came first
+		r.mu.Unlock()
+		return ErrClosed
 	}
+	r.runStarted = true
 	r.phase = phaseStarting
 	r.started = time.Now()
 	r.mu.Unlock()
@@ -327,10 +345,10 @@ func (r *Runner) Run(ctx context.Context) error {
 // (batched), revokes its lease (deleting its registration) and waits for
 // Run to return, all bounded by ctx. If ctx ends first, the runner is closed
 // abruptly and ctx's error returned. Safe to call concurrently and more than
-// once; before Run it only prevents Run from starting.
+// once; before Run it makes Run return ErrClosed at once.
 func (r *Runner) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
-	if r.phase == phaseNew {
+	if !r.runStarted {
 		r.phase = phaseStopped
 		r.mu.Unlock()
 		r.stopOnce.Do(func() { close(r.stopReq) })
@@ -362,7 +380,7 @@ func (r *Runner) shutdownContext() context.Context {
 // how tests simulate a crash). Close waits for Run to return. Idempotent.
 func (r *Runner) Close() {
 	r.mu.Lock()
-	started := r.phase != phaseNew
+	started := r.runStarted
 	if !started {
 		r.phase = phaseStopped
 	}
@@ -412,13 +430,35 @@ func (r *Runner) unhostLocked(s *shard, cause error) {
 	}
 	s.host.close()
 	s.cancel(cause)
+	r.lastHosts[s.id] = s.host
+}
+
+// pastTrip reports whether the detach instant has passed; it then wakes the
+// watchdog, which detaches.
+func (r *Runner) pastTrip() bool {
+	if time.Since(clockBase) < time.Duration(r.tripAt.Load()) {
+		return false
+	}
+	signal(r.tripKick)
+	return true
+}
+
+// setTrip publishes the detach instant of the lease health h for the
+// admission checks (none while detachment is disabled).
+func (r *Runner) setTrip(h lease.Health) {
+	if !r.machine.Enabled() || h.Lease == storage.NoLease {
+		r.tripAt.Store(math.MaxInt64)
+		return
+	}
+	r.tripAt.Store(int64(r.policy.TripAt(h.Deadline).Sub(clockBase)))
 }
 
 // installLocked records shard id as owned at epoch and starts hosting it.
 func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 	ctx, cancel := context.WithCancelCause(r.attachCtx)
 	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel, since: time.Now()}
-	s.host = newShardHost(r, s)
+	s.host = newShardHost(r, s, r.lastHosts[id])
+	delete(r.lastHosts, id)
 	r.owned[id] = s
 	r.hosts[id].Store(s.host)
 	delete(r.pending, id)
@@ -438,22 +478,32 @@ func (r *Runner) opCtx(parent context.Context) (context.Context, context.CancelF
 }
 
 // storageResult records the outcome of a list/acquire/verify/release call
-// and detaches after StorageErrorThreshold consecutive failures.
+// and detaches when one kind of call (other than release) failed
+// StorageErrorThreshold times in a row (streaks are per operation: a working verify does not hide a
+// failing acquire). A write refused for a lost lease trips at once.
 func (r *Runner) storageResult(op string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
-		r.storageErrs = 0
+		delete(r.storageErrs, op)
 		return
 	}
 	if r.phase != phaseAttached {
 		return
 	}
-	r.storageErrs++
+	if errors.Is(err, storage.ErrLeaseNotFound) {
+		r.keeper.ReportLost(r.lease)
+		r.tripLocked(detachment.ReasonLeaseLost, fmt.Sprintf("%s: %v", op, err))
+		return
+	}
+	r.storageErrs[op]++
+	n := r.storageErrs[op]
 	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs)
-	r.log.Warn("storage call failed", "op", op, "streak", r.storageErrs, "err", err)
-	if r.storageErrs >= r.cfg.StorageErrorThreshold {
-		r.detachLocked(detachment.ReasonStorageError, fmt.Sprintf("%s: %v", op, err))
+	r.log.Warn("storage call failed", "op", op, "streak", n, "err", err)
+	// A failed release costs nobody safety (the shard is no longer ours
+	// locally and the lock is retried); everything else detaches.
+	if op != "release" && n >= r.cfg.StorageErrorThreshold {
+		r.tripLocked(detachment.ReasonStorageError, fmt.Sprintf("%s failed %d times: %v", op, n, err))
 	}
 }
 

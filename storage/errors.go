@@ -34,6 +34,8 @@ var (
 	ErrInvalidArgument = errors.New("storage: invalid argument")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("storage: closed")
+	// ErrPermissionDenied: the store refused the client's credentials.
+	ErrPermissionDenied = errors.New("storage: permission denied")
 )
 
 // FencedError reports a checkpoint write rejected because Epoch is not the

@@ -20,8 +20,8 @@ type Update struct {
 	// Revision is the revision the view is at after this update.
 	Revision Revision
 	// Err reports a failed list or watch. It carries no data; Follow
-	// retries with backoff and the next successful update is a reset
-	// (unless the watch merely resumed).
+	// lists again (after a backoff unless the revision was compacted) and
+	// the next successful update is a reset.
 	Err error
 }
 

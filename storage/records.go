@@ -225,6 +225,15 @@ func CheckShards(shards []sharding.ShardID) error {
 	return nil
 }
 
+// CheckHeld reports an ErrInvalidArgument if held names a shard twice.
+func CheckHeld(held []Held) error {
+	ids := make([]sharding.ShardID, len(held))
+	for i, h := range held {
+		ids[i] = h.Shard
+	}
+	return CheckShards(ids)
+}
+
 // Batches splits n items into consecutive [start, end) ranges of at most size.
 func Batches(n, size int) [][2]int {
 	var out [][2]int

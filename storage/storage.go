@@ -126,10 +126,11 @@ type Locks interface {
 	// Verify checks, without writing, that every held lock still exists
 	// under lease at its epoch. It returns the locks that do not.
 	Verify(ctx context.Context, lease LeaseID, held []Held) ([]LostLock, error)
-	// Release deletes the locks of shards that are attached to lease and
-	// returns the shards it deleted; locks held by other leases are left
-	// alone.
-	Release(ctx context.Context, lease LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error)
+	// Release deletes the locks that are attached to lease at the given
+	// epochs and returns the shards it deleted; locks held by other leases,
+	// or rewritten since (another epoch), are left alone, so a late release
+	// can never delete a newer ownership.
+	Release(ctx context.Context, lease LeaseID, held []Held) ([]sharding.ShardID, error)
 	// Rewrite re-writes each lock still attached to lease with value owner,
 	// which gives it a new, larger epoch and kills the old one (used after
 	// re-attachment). Locks no longer attached to lease are reported with

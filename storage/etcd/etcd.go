@@ -114,8 +114,13 @@ func translate(err error) error {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return fmt.Errorf("%w: %w", storage.ErrCompacted, err)
 	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrDuplicateKey),
-		errors.Is(err, rpctypes.ErrEmptyKey), errors.Is(err, rpctypes.ErrRequestTooLarge):
+		errors.Is(err, rpctypes.ErrEmptyKey), errors.Is(err, rpctypes.ErrRequestTooLarge),
+		errors.Is(err, rpctypes.ErrLeaseTTLTooLarge), errors.Is(err, rpctypes.ErrKeyNotFound):
 		return fmt.Errorf("%w: %w", storage.ErrInvalidArgument, err)
+	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrInvalidAuthToken),
+		errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthMgmt),
+		errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrAuthOldRevision):
+		return fmt.Errorf("%w: %w", storage.ErrPermissionDenied, err)
 	default:
 		// Timeouts, cancellation, transport and leader errors: nothing can
 		// be concluded about the request.
@@ -351,18 +356,21 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 }
 
 // Release implements storage.Locks.
-func (s *Store) Release(ctx context.Context, lease storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
-	if err := storage.CheckShards(shards); err != nil {
+func (s *Store) Release(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
+	if err := storage.CheckHeld(held); err != nil {
 		return nil, err
 	}
-	done := make([]bool, len(shards))
-	err := forBatches(len(shards), func(lo, hi int) error {
-		batch := shards[lo:hi]
+	done := make([]bool, len(held))
+	err := forBatches(len(held), func(lo, hi int) error {
+		batch := held[lo:hi]
 		ops := make([]clientv3.Op, len(batch))
-		for i, sh := range batch {
-			key := s.shardKey(sh)
+		for i, h := range batch {
+			key := s.shardKey(h.Shard)
 			ops[i] = clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease))},
+				[]clientv3.Cmp{
+					clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease)),
+					clientv3.Compare(clientv3.ModRevision(key), "=", int64(h.Epoch)),
+				},
 				[]clientv3.Op{clientv3.OpDelete(key)}, nil)
 		}
 		resps, _, err := s.batchTxn(ctx, ops)
@@ -377,11 +385,11 @@ func (s *Store) Release(ctx context.Context, lease storage.LeaseID, shards []sha
 	var released []sharding.ShardID
 	for i, ok := range done {
 		if ok {
-			released = append(released, shards[i])
+			released = append(released, held[i].Shard)
 		}
 	}
 	if err != nil {
-		return released, fmt.Errorf("release %d shards: %w", len(shards), err)
+		return released, fmt.Errorf("release %d shards: %w", len(held), err)
 	}
 	return released, nil
 }

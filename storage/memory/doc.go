@@ -17,6 +17,8 @@
 //
 // # Concurrency
 //
+// Watches ignore the Fail and Delay hooks (use Partition or BreakWatches).
+//
 // Every method is safe for concurrent use. Watch deliveries run on one
 // goroutine per watch, which exits when the watch's context ends.
 package memory

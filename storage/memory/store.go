@@ -140,14 +140,14 @@ func (s *Store) Calls(op Op) int {
 	return s.calls[op]
 }
 
-// start applies the faults for op. The returned context carries the default
-// timeout if ctx had no deadline; callers must call the returned cancel.
+// start applies the faults for op. The returned context is bounded by the
+// default timeout, like the etcd store's; callers must call the cancel.
 func (s *Store) start(ctx context.Context, op Op) (context.Context, context.CancelFunc, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
-		return ctx, cancel, s.faults(ctx, op)
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.opTimeout {
+		return ctx, func() {}, s.faults(ctx, op)
 	}
-	return ctx, func() {}, s.faults(ctx, op)
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	return ctx, cancel, s.faults(ctx, op)
 }
 
 func (s *Store) faults(ctx context.Context, op Op) error {
@@ -378,25 +378,25 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 }
 
 // Release implements storage.Locks.
-func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
-	if err := storage.CheckShards(shards); err != nil {
+func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
+	if err := storage.CheckHeld(held); err != nil {
 		return nil, err
 	}
 	var released []sharding.ShardID
-	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
+	for _, b := range storage.Batches(len(held), storage.MaxShardsPerTxn) {
 		_, cancel, err := s.start(ctx, OpRelease)
 		cancel()
 		if err != nil {
-			return released, fmt.Errorf("release %d shards: %w", len(shards), err)
+			return released, fmt.Errorf("release %d shards: %w", len(held), err)
 		}
 		c := s.c
 		c.mu.Lock()
 		tx := c.begin()
-		for _, sh := range shards[b[0]:b[1]] {
-			key := shardKey(sh)
-			if e, ok := c.kvs[key]; ok && e.lease == leaseID {
+		for _, h := range held[b[0]:b[1]] {
+			key := shardKey(h.Shard)
+			if e, ok := c.kvs[key]; ok && e.lease == leaseID && storage.Epoch(e.mod) == h.Epoch {
 				tx.del(key)
-				released = append(released, sh)
+				released = append(released, h.Shard)
 			}
 		}
 		tx.commit()
@@ -631,7 +631,7 @@ func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision,
 			send(storage.WatchResponse{Err: storage.ErrClosed})
 			return
 		}
-		if next <= c.compacted {
+		if next < c.compacted { // like etcd: revisions >= the compact revision remain
 			c.mu.Unlock()
 			send(storage.WatchResponse{Err: fmt.Errorf("watch %s from %d: %w (compacted at %d)", prefix, next, storage.ErrCompacted, c.compacted)})
 			return

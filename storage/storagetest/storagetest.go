@@ -202,7 +202,7 @@ func testAcquireLargeBatch(t *testing.T, in Instance) {
 	if lost, err := s.Verify(ctxT(t), l, held); err != nil || len(lost) != 0 {
 		t.Fatalf("Verify(300) = %v, %v; want none lost", lost, err)
 	}
-	rel, err := s.Release(ctxT(t), l, shards)
+	rel, err := s.Release(ctxT(t), l, held)
 	if err != nil || len(rel) != 300 {
 		t.Fatalf("Release(300) = %d shards, %v; want 300", len(rel), err)
 	}
@@ -255,7 +255,7 @@ func testIncarnation(t *testing.T, in Instance) {
 	if lost, err := s.Verify(ctx, cur, []storage.Held{{Shard: 5, Epoch: r.Epoch}}); err != nil || len(lost) != 1 {
 		t.Fatalf("new incarnation Verify(5 at old epoch) = %v, %v; want lost", lost, err)
 	}
-	if rel, err := s.Release(ctx, cur, []sharding.ShardID{5}); err != nil || len(rel) != 0 {
+	if rel, err := s.Release(ctx, cur, []storage.Held{{Shard: 5, Epoch: r.Epoch}}); err != nil || len(rel) != 0 {
 		t.Fatalf("new incarnation Release(5) = %v, %v; want nothing released", rel, err)
 	}
 	if got, _ := locks(t, s); got[5].Lease != old {
@@ -283,15 +283,17 @@ func testRelease(t *testing.T, in Instance) {
 	s := in.Store
 	ctx := ctxT(t)
 	la, lb := grant(t, s, 30*time.Second), grant(t, s, 30*time.Second)
-	acquire(t, s, la, owner("a", "1"), 1, 2)
-	acquire(t, s, lb, owner("b", "1"), 3)
+	ra := acquire(t, s, la, owner("a", "1"), 1, 2)
+	rb := acquire(t, s, lb, owner("b", "1"), 3)
 	_, rev := locks(t, s)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := s.Watch(wctx, storage.KeyspaceShards, rev+1)
-	rel, err := s.Release(ctx, la, []sharding.ShardID{1, 3, 9})
+	// Only A's lock at A's epoch goes: not B's, not A's at a stale epoch,
+	// not an absent one.
+	rel, err := s.Release(ctx, la, []storage.Held{{Shard: 1, Epoch: ra[0].Epoch}, {Shard: 2, Epoch: ra[1].Epoch - 1}, {Shard: 3, Epoch: rb[0].Epoch}, {Shard: 9, Epoch: 1}})
 	if err != nil || !slices.Equal(rel, []sharding.ShardID{1}) {
-		t.Fatalf("Release(A, [1 3 9]) = %v, %v; want [1]", rel, err)
+		t.Fatalf("Release(A, [1 2(stale) 3 9]) = %v, %v; want [1]", rel, err)
 	}
 	got, _ := locks(t, s)
 	if _, ok := got[1]; ok || got[2].Lease != la || got[3].Lease != lb {
@@ -333,14 +335,19 @@ func testVerify(t *testing.T, in Instance) {
 	for i, r := range res {
 		held[i] = storage.Held{Shard: r.Shard, Epoch: r.Epoch}
 	}
-	_, before := locks(t, s)
+	// Read-only: no lock is rewritten (the store-wide revision may move
+	// with other tests sharing the store).
+	before, _ := locks(t, s)
 	for range 3 {
 		if lost, err := s.Verify(ctx, l, held); err != nil || len(lost) != 0 {
 			t.Fatalf("Verify = %v, %v; want none lost", lost, err)
 		}
 	}
-	if _, after := locks(t, s); after != before {
-		t.Fatalf("Verify wrote: revision %d -> %d", before, after)
+	after, _ := locks(t, s)
+	for id, lk := range before {
+		if after[id] != lk {
+			t.Fatalf("Verify wrote lock %d: %+v -> %+v", id, lk, after[id])
+		}
 	}
 	// Behind our back: one lock deleted, one taken by another lease.
 	if err := in.RawDelete(ctx, "shards/7"); err != nil {
@@ -522,14 +529,14 @@ func testWatchNoGaps(t *testing.T, in Instance) {
 	s := in.Store
 	ctx := ctxT(t)
 	l := grant(t, s, 30*time.Second)
-	acquire(t, s, l, owner("a", "1"), 0, 1)
+	r0 := acquire(t, s, l, owner("a", "1"), 0, 1)[0]
 	snap, err := s.List(ctx, storage.KeyspaceShards)
 	if err != nil || len(snap.KVs) != 2 {
 		t.Fatalf("List = %v, %v", snap.KVs, err)
 	}
 	// Writes between the list and the watch must not be lost.
 	acquire(t, s, l, owner("a", "1"), 2)
-	if _, err := s.Release(ctx, l, []sharding.ShardID{0}); err != nil {
+	if _, err := s.Release(ctx, l, []storage.Held{{Shard: 0, Epoch: r0.Epoch}}); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -595,12 +602,13 @@ func testFollowConcurrent(t *testing.T, in Instance) {
 		wg.Go(func() {
 			for i := range 40 {
 				sh := sharding.ShardID(i % 10)
-				if _, err := s.Acquire(ctx, l, owner(fmt.Sprint(w), "1"), []sharding.ShardID{sh}); err != nil {
+				res, err := s.Acquire(ctx, l, owner(fmt.Sprint(w), "1"), []sharding.ShardID{sh})
+				if err != nil {
 					t.Errorf("Acquire = %v", err)
 					return
 				}
-				if i%3 == 0 {
-					if _, err := s.Release(ctx, l, []sharding.ShardID{sh}); err != nil {
+				if i%3 == 0 && res[0].Status != storage.HeldElsewhere {
+					if _, err := s.Release(ctx, l, []storage.Held{{Shard: sh, Epoch: res[0].Epoch}}); err != nil {
 						t.Errorf("Release = %v", err)
 						return
 					}
@@ -703,7 +711,7 @@ func testCheckpoints(t *testing.T, in Instance) {
 		t.Fatal(err)
 	}
 	// Unlocked shard: every epoch is stale.
-	if _, err := s.Release(ctx, lb, []sharding.ShardID{6}); err != nil {
+	if _, err := s.Release(ctx, lb, []storage.Held{{Shard: 6, Epoch: cur}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.WriteCheckpoint(ctx, 6, "", cur, []byte("v3")); !errors.As(err, &fe) || fe.Current != 0 {
