@@ -223,7 +223,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 		h, _ = r.keeper.Health()
 	}
 	rec := storage.RunnerRecord{
-		ID: r.cfg.ID, Address: r.cfg.Address, Weight: r.cfg.Weight,
+		ID: r.cfg.ID, Address: r.Address(), Weight: r.cfg.Weight,
 		Incarnation: r.incarnation, Started: r.started,
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)

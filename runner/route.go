@@ -102,6 +102,7 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 		bo      *backoff.ExponentialBackOff
 		payload []byte
 		timer   *time.Timer
+		hint    string // owner named by the last NotOwner answer
 	)
 	defer func() {
 		if timer != nil {
@@ -119,6 +120,14 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			v, err, sent = sh.deliver(ctx, k, h, c.Entity, c.Req, c.OneWay)
 		} else {
 			owner, addr, ok := r.route(id)
+			if hint != "" && hint != owner {
+				// The last receiver knew better than our watch: try its
+				// hint (one hop again, never forwarded further).
+				if a, known := r.addressOf(hint); known {
+					owner, addr, ok = hint, a, true
+				}
+			}
+			hint = ""
 			switch {
 			case !ok:
 				err = r.noRoute(id)
@@ -142,6 +151,10 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 		}
 		if last == nil || !errors.Is(err, errNoRoute) {
 			last = err // keep the most informative reason for the caller
+		}
+		var no *NotOwnerError
+		if errors.As(err, &no) && no.OwnerHint != "" && no.OwnerHint != r.cfg.ID {
+			hint = no.OwnerHint
 		}
 		if bo == nil {
 			bo = newBackoff()
@@ -200,6 +213,14 @@ func (r *Runner) route(id sharding.ShardID) (owner, addr string, ok bool) {
 		return "", "", false
 	}
 	return m.ID, m.Address, true
+}
+
+// addressOf returns the transport address of member id.
+func (r *Runner) addressOf(id string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.members[id]
+	return m.Address, ok && m.Address != ""
 }
 
 // noRoute explains a shard with no route: detached, ours in transition, or

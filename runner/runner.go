@@ -110,6 +110,7 @@ type Runner struct {
 	storageErrs      map[string]int  // consecutive failed calls, by operation
 	stopping         bool            // Shutdown started: no more attaching or acquiring
 	stopCtx          context.Context // the context of the first Shutdown call
+	address          string          // advertised transport address (Config.Address or the listener's)
 	runStarted       bool            // Run was called (done will be closed)
 	lastStreak       int             // keep-alive streak last logged
 	wouldDetach      detachment.Reason
@@ -162,6 +163,8 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.tripAt.Store(math.MaxInt64)
 	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
 	r.residents.r = r
+	r.transport = newTransport(r)
+	r.address = cfg.Address
 	r.waiters.New = newWaiter
 	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
 	if err != nil {
@@ -178,6 +181,14 @@ func (r *Runner) Incarnation() string { return r.incarnation }
 
 // Config returns the effective configuration (defaults applied).
 func (r *Runner) Config() Config { return r.cfg }
+
+// Address returns the transport address published for this runner ("" if
+// it serves none); with ListenAddr ":0" it is known once Run has started.
+func (r *Runner) Address() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.address
+}
 
 // Subscribe returns a subscription to the runner's events from now on.
 func (r *Runner) Subscribe() *Subscription { return r.hub.subscribe() }
@@ -204,6 +215,22 @@ func (r *Runner) Owned() map[sharding.ShardID]storage.Epoch {
 		out[id] = s.epoch
 	}
 	return out
+}
+
+// ShardInfo describes where a handler runs.
+type ShardInfo struct {
+	Runner string // the runner's ID
+	Shard  sharding.ShardID
+	Epoch  storage.Epoch // the ownership epoch the handler runs under
+}
+
+type shardInfoKey struct{}
+
+// ShardInfoFrom returns the ShardInfo carried by a handler's (or lifecycle
+// hook's) context.
+func ShardInfoFrom(ctx context.Context) (ShardInfo, bool) {
+	info, ok := ctx.Value(shardInfoKey{}).(ShardInfo)
+	return info, ok
 }
 
 // ShardContext returns the context of shard id while this runner owns it.
@@ -282,20 +309,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.met.close()
 
 	if r.cfg.ListenAddr != "" {
-		t := newTransport(r)
-		if err := t.listen(); err != nil {
+		if err := r.transport.listen(); err != nil {
+			r.transport.stop(0)
 			return err
 		}
-		if r.cfg.Address == "" {
-			r.cfg.Address = t.lis.Addr().String()
-		}
 		r.mu.Lock()
-		r.transport = t
+		if r.address == "" {
+			r.address = r.transport.lis.Addr().String()
+		}
 		r.mu.Unlock()
-	} else {
-		r.transport = newTransport(r) // client side only
 	}
-	defer r.transport.stop(r.cfg.DrainTimeout)
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -335,6 +358,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	case <-loopDone: // Shutdown finished releasing
 	}
 	cancel(ErrShutdown)
+	r.transport.stop(r.cfg.DrainTimeout) // ends the serve goroutine before wg.Wait
 	r.mu.Lock()
 	r.phase = phaseStopped
 	r.mu.Unlock()
@@ -455,7 +479,8 @@ func (r *Runner) setTrip(h lease.Health) {
 
 // installLocked records shard id as owned at epoch and starts hosting it.
 func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
-	ctx, cancel := context.WithCancelCause(r.attachCtx)
+	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.attachCtx, shardInfoKey{}, info))
 	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel, since: time.Now()}
 	s.host = newShardHost(r, s, r.lastHosts[id])
 	delete(r.lastHosts, id)

@@ -61,7 +61,12 @@ var serviceDesc = grpc.ServiceDesc{
 			if err := dec(in); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
-			return srv.(transportServer).serveDeliver(ctx, in)
+			t := srv.(*transport)
+			resp, err := t.serveDeliver(ctx, in)
+			if t.onServe != nil && resp != nil {
+				t.onServe(in, resp)
+			}
+			return resp, err
 		},
 	}},
 	Metadata: "runner/transport.proto",
@@ -76,6 +81,8 @@ type transport struct {
 	mu     sync.Mutex
 	peers  map[string]*grpc.ClientConn
 	closed bool
+
+	onServe func(*deliverRequest, *deliverResponse) // test hook
 }
 
 func newTransport(r *Runner) *transport {
@@ -113,7 +120,7 @@ func (t *transport) serve() {
 
 // stop ends serving: graceful within d, then abrupt; and closes peers.
 func (t *transport) stop(d time.Duration) {
-	if t.srv != nil {
+	if t.srv != nil && d > 0 {
 		done := make(chan struct{})
 		go func() { t.srv.GracefulStop(); close(done) }()
 		select {
@@ -122,6 +129,8 @@ func (t *transport) stop(d time.Duration) {
 			t.srv.Stop()
 			<-done
 		}
+	} else if t.srv != nil {
+		t.srv.Stop()
 	}
 	t.mu.Lock()
 	t.closed = true

@@ -33,6 +33,17 @@ const (
 	codeHandlerPanic
 )
 
+var codeNames = [...]string{"OK", "NOT_OWNER", "UNDELIVERED", "MAILBOX_FULL", "UNKNOWN_KIND",
+	"UNKNOWN_METHOD", "TOO_LARGE", "BAD_REQUEST", "HANDLER_ERROR", "HANDLER_PANIC"}
+
+// String returns the code's name in transport.proto.
+func (c wireCode) String() string {
+	if c < 0 || int(c) >= len(codeNames) {
+		return fmt.Sprintf("CODE_%d", int32(c))
+	}
+	return codeNames[c]
+}
+
 type wireCause int32
 
 const (

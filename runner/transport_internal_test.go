@@ -1,0 +1,232 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+type echo struct{}
+
+type echoReq struct {
+	Text  string
+	Fail  string
+	Panic bool
+	Pad   int // response padding (bytes)
+}
+
+type echoResp struct {
+	Text   string
+	Runner string
+	Pad    string
+}
+
+func (echo) Echo(ctx context.Context, r echoReq) (echoResp, error) {
+	if r.Panic {
+		panic("echo exploded")
+	}
+	if r.Fail != "" {
+		return echoResp{}, errors.New(r.Fail)
+	}
+	info, _ := ShardInfoFrom(ctx)
+	return echoResp{Text: r.Text, Runner: info.Runner, Pad: strings.Repeat("x", r.Pad)}, nil
+}
+
+var (
+	echoKind   = entity.NewKind("echo", func(string) *echo { return &echo{} })
+	echoMethod = entity.Method(echoKind, "echo", (*echo).Echo)
+)
+
+// testCluster runs runners on one memory cluster with real gRPC transports
+// on loopback.
+type testCluster struct {
+	t  *testing.T
+	c  *memory.Cluster
+	rs map[string]*Runner
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	tc := &testCluster{t: t, c: memory.NewCluster(), rs: map[string]*Runner{}}
+	t.Cleanup(tc.c.Close)
+	return tc
+}
+
+func (tc *testCluster) start(cfg Config) *Runner {
+	t := tc.t
+	t.Helper()
+	cfg.NumShards = 16
+	if !cfg.ClientOnly {
+		cfg.ListenAddr = "127.0.0.1:0"
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, err := New(tc.c.NewStore(cfg.ID), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(echoKind); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(context.Background()) }()
+	t.Cleanup(func() { r.Close(); <-done })
+	tc.rs[cfg.ID] = r
+	return r
+}
+
+func (tc *testCluster) waitOwned(total int) {
+	tc.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := 0
+		for _, r := range tc.rs {
+			n += len(r.Owned())
+		}
+		if n == total {
+			return
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("runners own %d of %d shards", n, total)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// serveLog records what a runner's transport answered, by sender.
+type serveLog struct {
+	mu  sync.Mutex
+	got []string // "sender code"
+}
+
+func (l *serveLog) hook(req *deliverRequest, resp *deliverResponse) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, req.Sender+" "+resp.Code.String())
+}
+
+func (l *serveLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.got...)
+}
+
+// A receiver that is not the owner answers NotOwner with its hint; the
+// sender retries at the hinted owner. No receiver forwards.
+func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.start(Config{ID: "a"})
+	b := tc.start(Config{ID: "b"})
+	c := tc.start(Config{ID: "c", ClientOnly: true})
+	tc.waitOwned(16)
+	var la, lb serveLog
+	a.transport.onServe, b.transport.onServe = la.hook, lb.hook
+
+	var id string
+	for i := 0; ; i++ {
+		id = "e" + string(rune('a'+i%26)) + strings.Repeat("z", i/26)
+		if _, ok := a.Owned()[sharding.ShardOf(id, 16)]; ok {
+			break
+		}
+	}
+	// Make c's lock view stale: it believes b owns the shard.
+	shard := sharding.ShardOf(id, 16)
+	c.mu.Lock()
+	l := c.locks[shard]
+	l.Lease = b.lease
+	c.locks[shard] = l
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "hi"})
+	if err != nil || got.Runner != "a" || got.Text != "hi" {
+		t.Fatalf("Ask = %+v, %v; want served by a", got, err)
+	}
+	if g := lb.list(); len(g) != 1 || g[0] != "c NOT_OWNER" {
+		t.Errorf("b answered %v, want one NOT_OWNER to c", g)
+	}
+	if g := la.list(); len(g) != 1 || g[0] != "c OK" {
+		t.Errorf("a answered %v, want one OK to c (no request forwarded by b)", g)
+	}
+}
+
+func TestTypedErrorsSurviveTheWire(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.start(Config{ID: "a", MaxMessageSize: 4096})
+	c := tc.start(Config{ID: "c", ClientOnly: true, MaxMessageSize: 1 << 20})
+	tc.waitOwned(16)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr := a.Address()
+	shardOf := func(id string) uint32 { return uint32(sharding.ShardOf(id, 16)) }
+	raw := func(req *deliverRequest) error {
+		t.Helper()
+		resp, err, _ := c.transport.call(ctx, "a", addr, req)
+		if err != nil {
+			return err
+		}
+		err, _ = responseError("a", req, resp)
+		return err
+	}
+	good, _ := entity.JSON.Marshal(echoReq{Text: "x"})
+
+	checks := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"unknown kind", raw(&deliverRequest{Kind: "nope", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: good}), entity.ErrUnknownKind},
+		{"unknown method", raw(&deliverRequest{Kind: "echo", Method: "nope", Entity: "k", Shard: shardOf("k"), Payload: good}), entity.ErrUnknownMethod},
+		{"undecodable payload", raw(&deliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: []byte("{not json")}), entity.ErrBadRequest},
+		{"shard count mismatch", raw(&deliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k") + 1, Payload: good}), entity.ErrBadRequest},
+		{"over the receiver's limit", raw(&deliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: make([]byte, 64<<10)}), ErrMessageTooLarge},
+	}
+	for _, ch := range checks {
+		if !errors.Is(ch.err, ch.want) {
+			t.Errorf("%s: err = %v, want %v", ch.name, ch.err, ch.want)
+		}
+	}
+	// Through the typed API.
+	if _, err := echoMethod.Ask(ctx, c, "k", echoReq{Text: strings.Repeat("y", 2<<20)}); !errors.Is(err, ErrMessageTooLarge) {
+		t.Errorf("oversized request = %v, want ErrMessageTooLarge (not sent)", err)
+	}
+	if _, err := echoMethod.Ask(ctx, c, "k", echoReq{Pad: 8192}); !errors.Is(err, ErrMessageTooLarge) {
+		t.Errorf("oversized response = %v, want ErrMessageTooLarge", err)
+	}
+	var re *RemoteError
+	if _, err := echoMethod.Ask(ctx, c, "k", echoReq{Fail: "insufficient funds"}); !errors.As(err, &re) || re.Message != "insufficient funds" || re.Runner != "a" {
+		t.Errorf("handler error = %v, want *RemoteError with the message", err)
+	}
+	var pe *entity.PanicError
+	if _, err := echoMethod.Ask(ctx, c, "k", echoReq{Panic: true}); !errors.As(err, &pe) || pe.Value != "echo exploded" {
+		t.Errorf("handler panic = %v, want *entity.PanicError", err)
+	}
+	// The runner keeps serving.
+	if got, err := echoMethod.Ask(ctx, c, "k", echoReq{Text: "still here"}); err != nil || got.Text != "still here" {
+		t.Fatalf("after bad input: %+v, %v", got, err)
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	req := &deliverRequest{Kind: "k", Method: "m", Entity: "e/1", Payload: []byte{0, 1, 2}, OneWay: true, Shard: 77, Sender: "s", Codec: "json"}
+	var got deliverRequest
+	if err := got.unmarshal(req.marshal()); err != nil || got.Kind != "k" || got.Entity != "e/1" || !got.OneWay || got.Shard != 77 || string(got.Payload) != "\x00\x01\x02" || got.Codec != "json" || got.Sender != "s" {
+		t.Fatalf("request round trip = %+v, %v", got, err)
+	}
+	resp := &deliverResponse{Payload: []byte("p"), Code: codeNotOwner, Message: "m", OwnerHint: "h", Shard: 3, Cause: causeShutdown}
+	var gr deliverResponse
+	if err := gr.unmarshal(resp.marshal()); err != nil || gr.Code != codeNotOwner || gr.OwnerHint != "h" || gr.Cause != causeShutdown || string(gr.Payload) != "p" {
+		t.Fatalf("response round trip = %+v, %v", gr, err)
+	}
+	if err := gr.unmarshal([]byte{0xff, 0xff}); !errors.Is(err, errWire) {
+		t.Fatalf("unmarshal(garbage) = %v, want errWire", err)
+	}
+}
