@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,4 +143,72 @@ func BenchmarkActivate(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(i), "heap-B/entity")
 	b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
+}
+
+// BenchmarkRemoteAsk: a client-only runner asks entities owned by another
+// runner over loopback TCP (gRPC); reports the median latency.
+func BenchmarkRemoteAsk(b *testing.B) {
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			c := memory.NewCluster()
+			b.Cleanup(c.Close)
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			owner, err := runner.New(c.NewStore("owner"), runner.Config{ID: "owner", NumShards: 64, ListenAddr: "127.0.0.1:0", Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			client, err := runner.New(c.NewStore("client"), runner.Config{ID: "client", NumShards: 64, ClientOnly: true, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range []*runner.Runner{owner, client} {
+				if err := r.Register(benchKind); err != nil {
+					b.Fatal(err)
+				}
+				done := make(chan struct{})
+				go func() { defer close(done); _ = r.Run(context.Background()) }()
+				b.Cleanup(func() { r.Close(); <-done })
+			}
+			ctx := context.Background()
+			deadline := time.Now().Add(10 * time.Second)
+			for { // until the client routes to the owner
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				_, err := benchInc.Ask(cctx, client, "warm", incReq{})
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			var lat []time.Duration
+			var next atomic.Int64
+			b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				id := fmt.Sprintf("e%d", next.Add(1))
+				local := make([]time.Duration, 0, 1024)
+				for pb.Next() {
+					t0 := time.Now()
+					if _, err := benchInc.Ask(ctx, client, id, incReq{By: 1}); err != nil {
+						b.Error(err)
+						return
+					}
+					local = append(local, time.Since(t0))
+				}
+				mu.Lock()
+				lat = append(lat, local...)
+				mu.Unlock()
+			})
+			b.StopTimer()
+			slices.Sort(lat)
+			if len(lat) > 0 {
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "asks/s")
+		})
+	}
 }
