@@ -27,7 +27,7 @@ $(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
 ## test: vet and run the whole suite with the race detector (needs `make setup`)
 test: vet
 	$(GO) test -race -shuffle=on -timeout 20m ./...
-	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) build -o /dev/null ./... ; fi
+	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) build -o /dev/null ./... && $(GO) test -race -timeout 5m ./... ; fi
 
 ## demo: run the counter demo (embedded etcd, 3 runners + a gateway, graceful stop and crash; ~15 s)
 demo:

@@ -76,6 +76,11 @@ type ActivateInfo struct {
 	// Restore reads the entity's last checkpoint (ok false if none ever
 	// written). Nil when the runtime has no store.
 	Restore func(ctx context.Context) (data []byte, ok bool, err error)
+	// Checkpoint stores data for the entity, fenced by Epoch, like
+	// ReleaseInfo.Checkpoint: keep it to checkpoint periodically from
+	// handlers (it fails with the storage's ErrFenced once the shard's
+	// ownership moved on). Nil when the runtime has no store.
+	Checkpoint func(ctx context.Context, data []byte) error
 }
 
 // ReleaseInfo is passed to Releaser.Release.

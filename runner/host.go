@@ -442,7 +442,8 @@ func (e *resident) activate() error {
 				}
 			}()
 			return a.Activate(sh.ctx, entity.ActivateInfo{
-				Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Restore: sh.restoreFunc(e.key),
+				Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
+				Restore: sh.restoreFunc(e.key), Checkpoint: sh.checkpointFunc(e.key),
 			})
 		}()
 		if err != nil {

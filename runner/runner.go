@@ -206,7 +206,7 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Owned returns the shards owned now with their epochs, ascending.
+// Owned returns the shards owned now, with their epochs.
 func (r *Runner) Owned() map[sharding.ShardID]storage.Epoch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -349,6 +349,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
 		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)
 	var err error
+	grace := time.Duration(0)
 	select {
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -356,9 +357,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	case <-r.closeReq:
 		r.dropAll(ErrShutdown, "closed")
 	case <-loopDone: // Shutdown finished releasing
+		grace = r.cfg.DrainTimeout
 	}
 	cancel(ErrShutdown)
-	r.transport.stop(r.cfg.DrainTimeout) // ends the serve goroutine before wg.Wait
+	// End the serve goroutine before wg.Wait: gracefully after Shutdown
+	// (drained), abruptly after Close or an ended context (like a crash).
+	r.transport.stop(grace)
 	r.mu.Lock()
 	r.phase = phaseStopped
 	r.mu.Unlock()

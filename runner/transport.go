@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -103,6 +104,8 @@ func (t *transport) listen() error {
 	}
 	t.srv = grpc.NewServer(
 		grpc.Creds(creds),
+		grpc.NumStreamWorkers(uint32(max(2, runtime.GOMAXPROCS(0)))),
+		grpc.SharedWriteBuffer(true),
 		grpc.ForceServerCodec(wireCodec{}),
 		grpc.MaxRecvMsgSize(t.r.cfg.MaxMessageSize+1024),
 		grpc.MaxSendMsgSize(t.r.cfg.MaxMessageSize+1024),
@@ -179,6 +182,7 @@ func (t *transport) peer(addr string) (*grpc.ClientConn, error) {
 			grpc.MaxCallSendMsgSize(t.r.cfg.MaxMessageSize+1024),
 		),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		grpc.WithSharedWriteBuffer(true),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("runner: connect to %s: %w", addr, err)

@@ -136,8 +136,18 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 			break
 		}
 	}
-	// Make c's lock view stale: it believes b owns the shard.
+	// Make c's lock view stale (once it has caught up): it believes b owns
+	// the shard.
 	shard := sharding.ShardOf(id, 16)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if o, _ := c.OwnerOf(shard); o == "a" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("c never saw a own the shard")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let the watches go quiet
 	c.mu.Lock()
 	l := c.locks[shard]
 	l.Lease = b.lease

@@ -72,14 +72,15 @@ func New(cli *clientv3.Client, namespace string, cfg Config) (*Store, error) {
 // endpoints: gRPC keepalive pings every 10 s with a 2 s timeout, so a
 // black-holed member is dropped from the client's connection pool well
 // within the default lease TTL (15 s) minus the detach margin, instead of
-// receiving requests until the TCP connection times out.
+// receiving requests until the TCP connection times out. Pings are sent
+// only while streams are open (a runner always has its watches open): etcd
+// answers pings on idle connections with GOAWAY "too_many_pings".
 func ClientConfig(endpoints []string) clientv3.Config {
 	return clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          5 * time.Second,
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
-		PermitWithoutStream:  true,
 	}
 }
 
