@@ -153,6 +153,11 @@ func (r *Runner) applyLockLocked(ev storage.Event) (wake bool) {
 	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
 		r.lockLostLocked(id, fmt.Sprintf("lock of shard %d taken by lease %x at revision %d", id, l.Lease, rev))
 	}
+	if l.Lease != r.lease {
+		delete(r.movedTo, id) // the watch caught up with our handoff
+	} else if !owned && r.inbound[id] != nil {
+		r.installInboundLocked(id, l) // the old owner transferred it to us
+	}
 	return false
 }
 

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -129,6 +130,46 @@ type Config struct {
 	// released. Default 10 s.
 	DrainTimeout time.Duration
 
+	// DisableHandoff makes planned moves plain: the old owner drains and
+	// deletes the lock, the new owner acquires it (the shard is
+	// unavailable in between and nothing is warmed). Handoff is enabled by
+	// default.
+	DisableHandoff bool
+	// WarmShard, if set, is called on the new owner of a shard during a
+	// handoff, while the old owner still serves it (e.g. "consume the
+	// partition's log until caught up"). One call per move, bounded by
+	// WarmTimeout (ctx); it may block; an error is logged and the move
+	// goes on. Calls for different shards may run concurrently.
+	WarmShard func(ctx context.Context, shard sharding.ShardID, from string) error
+	// ReleaseShard, if set, is called on the old owner of a shard after its
+	// entities drained and ran their Release hooks, while its epoch is
+	// still valid, just before the lock moves (handoff) or is deleted
+	// (plain release): the place for shard-level fenced writes. Bounded by
+	// DrainTimeout (ctx); an error is logged. Calls for different shards
+	// may run concurrently.
+	ReleaseShard func(ctx context.Context, shard sharding.ShardID, to string) error
+	// WarmTimeout bounds the warming of one handoff. Default 10 s.
+	WarmTimeout time.Duration
+	// AbortOnWarmTimeout: when warming exceeds WarmTimeout the new owner
+	// gives the handoff up (the old owner keeps serving and releases the
+	// shard plainly after HandoffWait). Default false: the new owner marks
+	// itself ready anyway and takes over partly cold.
+	AbortOnWarmTimeout bool
+	// HandoffWait is how long an old owner keeps serving a shard assigned
+	// elsewhere without a ready handoff before it releases it plainly.
+	// Default WarmTimeout + 5 s.
+	HandoffWait time.Duration
+	// HotSetLimit is how many recently used entities of a shard the old
+	// owner reports for warming. Default 128.
+	HotSetLimit int
+	// CutoverWaiters bounds, per shard, the senders waiting while a
+	// handoff cuts over; more get a retryable NotOwner at once. Default 1024.
+	CutoverWaiters int
+	// ShutdownHandoffTimeout bounds how long Shutdown waits for peers to
+	// take its shards by handoff when its context has no deadline.
+	// Default 30 s.
+	ShutdownHandoffTimeout time.Duration
+
 	// MaxResidentEntities caps the entities resident on this runner; above
 	// it the least recently used idle entity is passivated. Default 0: no
 	// cap (kinds' IdleAfter still passivates).
@@ -203,6 +244,21 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.WarmTimeout == 0 {
+		c.WarmTimeout = 10 * time.Second
+	}
+	if c.HandoffWait == 0 {
+		c.HandoffWait = c.WarmTimeout + 5*time.Second
+	}
+	if c.HotSetLimit == 0 {
+		c.HotSetLimit = 128
+	}
+	if c.CutoverWaiters == 0 {
+		c.CutoverWaiters = 1024
+	}
+	if c.ShutdownHandoffTimeout == 0 {
+		c.ShutdownHandoffTimeout = 30 * time.Second
+	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 4 << 20
 	}
@@ -249,6 +305,7 @@ func (c Config) validate() error {
 		"ResyncInterval": c.ResyncInterval, "VerifyInterval": c.VerifyInterval,
 		"OpTimeout": c.OpTimeout, "DrainTimeout": c.DrainTimeout, "PassivationInterval": c.PassivationInterval,
 		"RequestTimeout": c.RequestTimeout, "ConnectTimeout": c.ConnectTimeout,
+		"WarmTimeout": c.WarmTimeout, "HandoffWait": c.HandoffWait, "ShutdownHandoffTimeout": c.ShutdownHandoffTimeout,
 	} {
 		if d <= 0 {
 			return bad("%s must be positive, got %v", name, d)
@@ -272,8 +329,8 @@ func (c Config) validate() error {
 		return bad("negative failure threshold")
 	case c.MaxResidentEntities < 0:
 		return bad("negative MaxResidentEntities")
-	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0:
-		return bad("negative MaxMessageSize or MaxWaitingSends")
+	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0 || c.HotSetLimit < 0 || c.CutoverWaiters < 0:
+		return bad("negative MaxMessageSize, MaxWaitingSends, HotSetLimit or CutoverWaiters")
 	}
 	return nil
 }

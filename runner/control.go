@@ -25,14 +25,26 @@ func (r *Runner) controlLoop(ctx context.Context) {
 	resync := time.NewTicker(r.cfg.ResyncInterval)
 	defer func() { retry.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
 	var dirtySince time.Time // first unprocessed membership change
+	stopReq := r.stopReq
+	var handoffDeadline time.Time // while Shutdown hands shards off
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.stopReq:
+		if !handoffDeadline.IsZero() && (r.ownedCount() == 0 || !time.Now().Before(handoffDeadline)) {
 			bg.Wait()
 			r.shutdown(ctx)
 			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-stopReq:
+			stopReq = nil
+			if handoffDeadline = r.beginDrainMode(); handoffDeadline.IsZero() {
+				bg.Wait()
+				r.shutdown(ctx)
+				return
+			}
+			retry.Reset(r.cfg.AcquireRetryInterval)
+			continue
 		case <-r.rebalance:
 			// Trailing debounce, but never postpone past 10 debounces, and
 			// not at all for the first assignment.
@@ -92,7 +104,7 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 	registered, superseded := r.registeredLocked(), r.supersededLocked()
 	// Every assigned shard that is neither owned nor leaving is pending
 	// (also one whose release finished after it was assigned back).
-	if registered {
+	if registered && !r.drainMode {
 		for id, owner := range r.assignment {
 			sid := sharding.ShardID(id)
 			if owner != r.cfg.ID || r.pending[sid] != nil {
@@ -106,8 +118,18 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 			}
 		}
 	}
+	// Assigned shards held by another live runner are taken over by
+	// handoff (we warm, it drains and transfers), not by acquisition.
 	var acquire, release []sharding.ShardID
 	for id, p := range r.pending {
+		if l, held := r.locks[id]; held && l.Lease != leaseID {
+			if from, live := r.byLease[l.Lease]; live && from.ID != r.cfg.ID && r.desiredLocked(id) && !r.drainMode {
+				if !r.cfg.DisableHandoff && r.inbound[id] == nil && !now.Before(r.inboundRetry[id]) {
+					r.startInboundLocked(bg, id, from, l.Epoch)
+				}
+				continue
+			}
+		}
 		// Each shard is tried at most every AcquireRetryInterval, however
 		// many events wake the loop (a DELETE resets its window).
 		due := p.last.IsZero() || now.Sub(p.last) >= r.cfg.AcquireRetryInterval
@@ -116,13 +138,37 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 			p.last = now
 		}
 	}
-	// Release only on a membership view that includes this incarnation
-	// (an incomplete view must not shed every shard), or everything when
-	// another incarnation took over this runner's ID.
+	// Inbound handoffs for shards no longer assigned here are abandoned.
+	for id, in := range r.inbound {
+		if !r.desiredLocked(id) || r.drainMode {
+			r.cancelInboundLocked(bg, id, in, "the shard was assigned elsewhere")
+		}
+	}
+	// Owned shards assigned elsewhere: cut over when the new owner is ready,
+	// release plainly when no handoff comes in time; keep serving
+	// meanwhile. Release only on a membership view that includes this
+	// incarnation (an incomplete view must not shed every shard), or
+	// everything when another incarnation took over this runner's ID.
+	var cutovers []func()
+	outboundWait := false
 	for id, s := range r.owned {
-		if _, leaving := r.releasing[id]; !leaving && (superseded || registered && !r.desiredLocked(id)) {
+		if _, leaving := r.releasing[id]; leaving {
+			continue
+		}
+		if !superseded && (!registered || r.desiredLocked(id)) {
+			s.unassignedSince = time.Time{}
+			continue
+		}
+		h, cut, plain := r.outboundDecisionLocked(s, now)
+		switch {
+		case cut:
+			r.releasing[id] = s.epoch
+			cutovers = append(cutovers, func() { r.cutover(gen, s, h) })
+		case plain:
 			release = append(release, id)
 			r.releasing[id] = s.epoch
+		default:
+			outboundWait = true
 		}
 	}
 	// Safety net: a lock under our lease that we neither own nor release
@@ -145,6 +191,9 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 		slices.Sort(release)
 		bg.Go(func() { r.release(ctx, gen, release, ErrShardMoved) })
 	}
+	for _, c := range cutovers {
+		bg.Go(c)
+	}
 	if len(orphans) > 0 {
 		r.log.Warn("releasing locks held under this runner's lease but not owned", "locks", len(orphans), "first", orphans[0].Shard)
 		bg.Go(func() { r.deleteLocks(actx, leaseID, orphans) })
@@ -155,7 +204,8 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.releaseRetry {
+	if r.releaseRetry || outboundWait {
+		// Re-check lost releases, and the handoff waits (HandoffWait).
 		r.releaseRetry = false
 		return r.cfg.AcquireRetryInterval, true
 	}
@@ -398,8 +448,60 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 	wg.Wait()
 }
 
-// shutdown releases every shard and revokes the lease (graceful stop).
+func (r *Runner) ownedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.owned)
+}
+
+// beginDrainMode starts the first step of Shutdown: the runner registers
+// itself as draining (weight 0), so its peers take its shards through the
+// handoff protocol. It returns until when to wait for them, or zero when
+// there is nothing to hand off (not attached, handoff disabled, no owned
+// shard or no peer able to take shards).
+func (r *Runner) beginDrainMode() time.Time {
+	r.mu.Lock()
+	peers := false
+	for _, m := range r.members {
+		if m.ID != r.cfg.ID && m.Weight > 0 && !m.Draining {
+			peers = true
+		}
+	}
+	ok := r.phase == phaseAttached && !r.cfg.DisableHandoff && len(r.owned) > 0 && peers
+	if ok {
+		r.drainMode = true
+	}
+	leaseID, sctx := r.lease, r.stopCtx
+	r.mu.Unlock()
+	if !ok {
+		return time.Time{}
+	}
+	deadline := time.Now().Add(r.cfg.ShutdownHandoffTimeout)
+	if d, has := sctx.Deadline(); has {
+		// Keep a quarter (at most OpTimeout) for the plain release of
+		// whatever is left and the revocation.
+		reserve := min(r.cfg.OpTimeout, time.Until(d)/4)
+		deadline = d.Add(-reserve)
+	}
+	rec := storage.RunnerRecord{
+		ID: r.cfg.ID, Address: r.Address(), Weight: 0, Draining: true,
+		Incarnation: r.incarnation, Started: r.started,
+	}
+	cctx, cancel := context.WithTimeout(sctx, r.cfg.OpTimeout)
+	defer cancel()
+	if _, err := r.store.PutRunner(cctx, leaseID, rec); err != nil {
+		r.log.Warn("cannot register as draining; releasing shards plainly", "err", err)
+		return time.Time{}
+	}
+	r.log.Info("shutting down: handing shards off", "owned", r.ownedCount(), "until", time.Until(deadline).Round(time.Millisecond))
+	return deadline
+}
+
+// shutdown releases every shard still owned, revokes the lease, and keeps
+// answering (NotOwner) for a moment so peers route elsewhere before the
+// transport stops (graceful stop).
 func (r *Runner) shutdown(ctx context.Context) {
+	defer r.linger()
 	r.mu.Lock()
 	attached := r.phase == phaseAttached
 	r.stopping = true
@@ -426,5 +528,26 @@ func (r *Runner) shutdown(ctx context.Context) {
 	defer cancel()
 	if err := r.keeper.Revoke(rctx); err != nil && !errors.Is(err, storage.ErrLeaseNotFound) {
 		r.log.Warn("revoking the lease failed; it will expire on its own", "err", err)
+	}
+}
+
+// shutdownLinger is how long a stopping runner keeps its transport up after
+// revoking its lease: senders whose view still points here get a clean,
+// retryable NotOwner instead of a connection error.
+const shutdownLinger = 300 * time.Millisecond
+
+func (r *Runner) linger() {
+	if r.transport.srv == nil {
+		return
+	}
+	t := time.NewTimer(shutdownLinger)
+	defer t.Stop()
+	var done <-chan struct{}
+	if sctx := r.shutdownContext(); sctx != nil {
+		done = sctx.Done()
+	}
+	select {
+	case <-t.C:
+	case <-done:
 	}
 }

@@ -153,6 +153,12 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	n := len(r.owned)
 	r.dropOwnedLocked(ErrDetached)
 	clear(r.pending)
+	for id, in := range r.inbound { // handoffs never block detachment
+		in.cancel()
+		delete(r.inbound, id)
+		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "detached")
+	}
+	clear(r.movedTo)
 	clear(r.storageErrs)
 	r.wouldDetach = detachment.ReasonNone
 	r.hub.publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
@@ -233,6 +239,15 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	}
 	var kept []storage.AcquireResult
 	if !newLease {
+		// Handoff records of ours from before the detach are stale: an old
+		// owner must not transfer to an attachment that did not warm.
+		if hs, err := r.store.List(cctx, storage.KeyspaceHandoffs); err == nil {
+			for _, kv := range hs.KVs {
+				if ho, err := storage.DecodeHandoff(kv); err == nil && ho.Lease == h.Lease {
+					_, _ = r.store.DeleteHandoff(cctx, h.Lease, ho.Shard)
+				}
+			}
+		}
 		snap, err := r.store.List(cctx, storage.KeyspaceShards)
 		if err != nil {
 			return fmt.Errorf("list locks: %w", err)

@@ -110,6 +110,17 @@ type shardHost struct {
 	retiring  map[entityKey]chan struct{} // closed when the retired instance's Release returned
 	admitting bool
 
+	// warmed holds instances warmed during the inbound handoff, used
+	// instead of new ones at first activation (then forgotten).
+	warmed map[entityKey]any
+	// cutover is non-nil while the shard is being handed off: senders
+	// wait on it (at most CutoverWaiters of them) instead of failing; it
+	// is closed when the handoff ends either way. movedTo names the new
+	// owner once known.
+	cutover        chan struct{}
+	cutoverWaiters int
+	movedTo        string
+
 	// prev is the shard's previous host on this runner (an earlier epoch):
 	// its handlers that ignored cancellation must finish before this host
 	// runs any, or one entity could run twice at once here.
@@ -215,7 +226,10 @@ func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg 
 		sh.mu.RLock()
 		if !sh.admitting {
 			sh.mu.RUnlock()
-			return sh.r.notHere(sh.id)
+			if err := sh.waitCutover(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		if e := sh.entities[key]; e != nil {
 			err := e.push(msg)
@@ -227,7 +241,7 @@ func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg 
 		sh.mu.Lock()
 		if !sh.admitting {
 			sh.mu.Unlock()
-			return sh.r.notHere(sh.id)
+			continue
 		}
 		if e := sh.entities[key]; e != nil {
 			err := e.push(msg)
@@ -246,6 +260,10 @@ func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg 
 			}
 		}
 		e := &resident{key: key, kind: k, host: sh}
+		if inst, ok := sh.warmed[key]; ok {
+			e.inst = inst // warmed during the handoff; Activate still runs
+			delete(sh.warmed, key)
+		}
 		sh.entities[key] = e
 		// Listed under sh.mu, so a concurrent close() cannot miss it.
 		sh.r.residents.add(e)
@@ -433,7 +451,10 @@ func (e *resident) activate() error {
 	if e.restart {
 		reason = entity.ActivateRestart
 	}
-	inst := e.kind.desc.New(e.key.id)
+	inst := e.inst
+	if inst == nil {
+		inst = e.kind.desc.New(e.key.id)
+	}
 	if a, ok := inst.(entity.Activator); ok {
 		err := func() (err error) {
 			defer func() {
@@ -447,11 +468,83 @@ func (e *resident) activate() error {
 			})
 		}()
 		if err != nil {
+			e.inst = nil
 			return fmt.Errorf("runner: activate %s %q: %w", e.key.kind, e.key.id, err)
 		}
 	}
 	e.inst, e.activated, e.restart = inst, true, false
 	return nil
+}
+
+// waitCutover is called by a sender that found admission stopped: during a
+// handoff it waits (bounded by CutoverWaiters and ctx) for the outcome,
+// then the caller re-checks; otherwise it returns the not-here error,
+// naming the new owner when known.
+func (sh *shardHost) waitCutover(ctx context.Context) error {
+	sh.mu.Lock()
+	ch := sh.cutover
+	if ch == nil || sh.cutoverWaiters >= sh.r.cfg.CutoverWaiters {
+		movedTo := sh.movedTo
+		sh.mu.Unlock()
+		if ch != nil {
+			sh.r.met.cutoverRejected.Add(context.Background(), 1, sh.r.met.attrs)
+		}
+		if movedTo != "" {
+			return &NotOwnerError{Shard: sh.id, OwnerHint: movedTo}
+		}
+		return sh.r.notHere(sh.id)
+	}
+	sh.cutoverWaiters++
+	sh.mu.Unlock()
+	sh.r.met.cutoverBuffered.Add(context.Background(), 1, sh.r.met.attrs)
+	defer func() {
+		sh.mu.Lock()
+		sh.cutoverWaiters--
+		sh.mu.Unlock()
+	}()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("runner: waiting for the handoff of shard %d: %w", sh.id, context.Cause(ctx))
+	}
+}
+
+// beginCutover stops admission for a handoff to runner to: new senders
+// wait for the outcome.
+func (sh *shardHost) beginCutover(to string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.admitting = false
+	sh.movedTo = to
+	sh.cutover = make(chan struct{})
+}
+
+// reopen resumes hosting after a failed handoff: released entities are
+// forgotten (new instances activate on demand) and waiting senders retry.
+func (sh *shardHost) reopen() {
+	sh.mu.Lock()
+	var dead []*resident
+	for k, e := range sh.entities {
+		e.mu.Lock()
+		if e.dead {
+			dead = append(dead, e)
+			delete(sh.entities, k)
+		}
+		e.mu.Unlock()
+	}
+	sh.admitting = true
+	sh.draining.Store(false)
+	sh.movedTo = ""
+	ch := sh.cutover
+	sh.cutover = nil
+	sh.mu.Unlock()
+	for _, e := range dead {
+		sh.r.residents.remove(e)
+	}
+	if ch != nil {
+		close(ch)
+	}
 }
 
 // checkpointName is the storage name of an entity's checkpoint.
@@ -561,7 +654,13 @@ func (sh *shardHost) close() {
 		es = append(es, e)
 	}
 	clear(sh.entities)
+	clear(sh.warmed)
+	ch := sh.cutover
+	sh.cutover = nil
 	sh.mu.Unlock()
+	if ch != nil {
+		close(ch) // waiting senders now get NotOwner naming movedTo
+	}
 	for _, e := range es {
 		e.mu.Lock()
 		e.dead = true
@@ -703,6 +802,20 @@ func (rs *residents) remove(e *resident) {
 		rs.n--
 	}
 	rs.mu.Unlock()
+}
+
+// hot returns up to limit resident entities of shard, most recently used
+// first.
+func (rs *residents) hot(shard sharding.ShardID, limit int) []entityKey {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var out []entityKey
+	for e := rs.head; e != nil && len(out) < limit; e = e.next {
+		if e.host.id == shard {
+			out = append(out, e.key)
+		}
+	}
+	return out
 }
 
 func (rs *residents) count() int {

@@ -37,6 +37,10 @@ type metrics struct {
 	panics            metric.Int64Counter
 	dropped           metric.Int64Counter
 	sendRetries       metric.Int64Counter
+	handoffPhase      metric.Float64Histogram
+	handoffs          metric.Int64Counter
+	cutoverBuffered   metric.Int64Counter
+	cutoverRejected   metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
@@ -80,6 +84,15 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.sendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
 	add(err)
+	out.handoffPhase, err = m.Float64Histogram("sharding.handoff_duration", metric.WithUnit("s"),
+		metric.WithDescription("handoff duration by phase: warm (new owner), drain and cutover (old owner), total (new owner)"))
+	add(err)
+	out.handoffs, err = m.Int64Counter("sharding.handoffs", metric.WithDescription("handoffs by outcome: completed, aborted"))
+	add(err)
+	out.cutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithDescription("sends held while their shard cut over"))
+	add(err)
+	out.cutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
+	add(err)
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))
 	add(err)
@@ -109,4 +122,8 @@ func (m *metrics) close() {
 
 func (m *metrics) withReason(reason string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("reason", reason))
+}
+
+func (m *metrics) withPhase(phase string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("phase", phase))
 }

@@ -204,6 +204,11 @@ func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *e
 func (r *Runner) route(id sharding.ShardID) (owner, addr string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if to, moved := r.movedTo[id]; moved { // we just handed it off
+		if m, ok := r.members[to]; ok {
+			return m.ID, m.Address, true
+		}
+	}
 	l, held := r.locks[id]
 	if !held {
 		return "", "", false

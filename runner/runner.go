@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -42,6 +43,9 @@ type shard struct {
 	cancel context.CancelCauseFunc
 	since  time.Time
 	host   *shardHost
+	// unassignedSince: when the shard was first seen assigned elsewhere
+	// (zero while assigned here); bounds the wait for a handoff.
+	unassignedSince time.Time
 }
 
 // pending tracks an assigned shard this runner does not own yet.
@@ -93,9 +97,14 @@ type Runner struct {
 	attachStop   context.CancelCauseFunc
 	lease        storage.LeaseID
 	owned        map[sharding.ShardID]*shard
-	releasing    map[sharding.ShardID]storage.Epoch // being released or rewritten by us
-	lastHosts    map[sharding.ShardID]*shardHost    // each shard's last host here (for its stragglers)
-	releaseRetry bool                               // a lock deletion failed: retry at the next timer round
+	releasing    map[sharding.ShardID]storage.Epoch   // being released or rewritten by us
+	lastHosts    map[sharding.ShardID]*shardHost      // each shard's last host here (for its stragglers)
+	handoffs     map[sharding.ShardID]storage.Handoff // view of handoffs/
+	inbound      map[sharding.ShardID]*inbound        // handoffs this runner takes
+	inboundRetry map[sharding.ShardID]time.Time       // no new inbound handoff before
+	movedTo      map[sharding.ShardID]string          // handed off to (until the watch shows it)
+	drainMode    bool                                 // Shutdown: registered as draining, handing shards off
+	releaseRetry bool                                 // a lock deletion failed: retry at the next timer round
 	pending      map[sharding.ShardID]*pending
 	members      map[string]storage.Runner
 	byLease      map[storage.LeaseID]storage.Runner
@@ -135,29 +144,33 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r := &Runner{
-		store:       store,
-		cfg:         cfg,
-		log:         cfg.Logger.With("runner", cfg.ID),
-		keeper:      keeper,
-		machine:     detachment.New(detachment.Config{Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow}),
-		policy:      detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
-		incarnation: newIncarnation(),
-		kick:        make(chan struct{}, 1),
-		rebalance:   make(chan struct{}, 1),
-		stopReq:     make(chan struct{}),
-		closeReq:    make(chan struct{}),
-		done:        make(chan struct{}),
-		owned:       make(map[sharding.ShardID]*shard),
-		releasing:   make(map[sharding.ShardID]storage.Epoch),
-		lastHosts:   make(map[sharding.ShardID]*shardHost),
-		storageErrs: make(map[string]int),
-		pending:     make(map[sharding.ShardID]*pending),
-		members:     make(map[string]storage.Runner),
-		byLease:     make(map[storage.LeaseID]storage.Runner),
-		routeCh:     make(chan struct{}),
-		evictKick:   make(chan struct{}, 1),
-		tripKick:    make(chan struct{}, 1),
-		locks:       make(map[sharding.ShardID]storage.Lock),
+		store:        store,
+		cfg:          cfg,
+		log:          cfg.Logger.With("runner", cfg.ID),
+		keeper:       keeper,
+		machine:      detachment.New(detachment.Config{Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow}),
+		policy:       detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
+		incarnation:  newIncarnation(),
+		kick:         make(chan struct{}, 1),
+		rebalance:    make(chan struct{}, 1),
+		stopReq:      make(chan struct{}),
+		closeReq:     make(chan struct{}),
+		done:         make(chan struct{}),
+		owned:        make(map[sharding.ShardID]*shard),
+		releasing:    make(map[sharding.ShardID]storage.Epoch),
+		lastHosts:    make(map[sharding.ShardID]*shardHost),
+		handoffs:     make(map[sharding.ShardID]storage.Handoff),
+		inbound:      make(map[sharding.ShardID]*inbound),
+		inboundRetry: make(map[sharding.ShardID]time.Time),
+		movedTo:      make(map[sharding.ShardID]string),
+		storageErrs:  make(map[string]int),
+		pending:      make(map[sharding.ShardID]*pending),
+		members:      make(map[string]storage.Runner),
+		byLease:      make(map[storage.LeaseID]storage.Runner),
+		routeCh:      make(chan struct{}),
+		evictKick:    make(chan struct{}, 1),
+		tripKick:     make(chan struct{}, 1),
+		locks:        make(map[sharding.ShardID]storage.Lock),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
 	r.tripAt.Store(math.MaxInt64)
@@ -341,6 +354,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		})
 	} else {
 		wg.Go(func() { _ = r.keeper.Run(ctx) })
+		wg.Go(func() { r.followHandoffs(ctx) })
 		wg.Go(func() { r.watchdog(ctx) })
 		wg.Go(func() { r.janitor(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
@@ -483,10 +497,32 @@ func (r *Runner) setTrip(h lease.Health) {
 
 // installLocked records shard id as owned at epoch and starts hosting it.
 func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
+	var warmed map[entityKey]any
+	if in := r.inbound[id]; in != nil { // the old owner died mid-handoff
+		delete(r.inbound, id)
+		in.cancel()
+		in.mu.Lock()
+		warmed = in.warmed
+		in.mu.Unlock()
+		actx, leaseID := r.attachCtx, r.lease
+		go r.deleteHandoff(actx, leaseID, id)
+	}
+	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
+}
+
+// installWithLocked installs shard id; entities activate with reason and
+// may start from warmed instances.
+func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, reason entity.ActivateReason, warmed map[entityKey]any) {
+	if _, dup := r.owned[id]; dup {
+		return
+	}
+	delete(r.movedTo, id)
 	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.attachCtx, shardInfoKey{}, info))
 	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel, since: time.Now()}
 	s.host = newShardHost(r, s, r.lastHosts[id])
+	s.host.reason = reason
+	s.host.warmed = warmed
 	delete(r.lastHosts, id)
 	r.owned[id] = s
 	r.hosts[id].Store(s.host)

@@ -50,6 +50,7 @@ const deliverMethod = "/shardhost.v1.Runner/Deliver"
 // transportServer is the gRPC service of a runner.
 type transportServer interface {
 	serveDeliver(ctx context.Context, req *deliverRequest) (*deliverResponse, error)
+	serveHot(req *hotRequest) *hotResponse
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -69,8 +70,42 @@ var serviceDesc = grpc.ServiceDesc{
 			}
 			return resp, err
 		},
+	}, {
+		MethodName: "Hot",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			in := new(hotRequest)
+			if err := dec(in); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			return srv.(*transport).serveHot(in), nil
+		},
 	}},
 	Metadata: "runner/transport.proto",
+}
+
+const hotMethod = "/shardhost.v1.Runner/Hot"
+
+// serveHot lists the shard's resident entities, most recently used first.
+func (t *transport) serveHot(req *hotRequest) *hotResponse {
+	keys := t.r.residents.hot(sharding.ShardID(req.Shard), int(min(req.Limit, 4096)))
+	resp := &hotResponse{Entities: make([]entityRef, len(keys))}
+	for i, k := range keys {
+		resp.Entities[i] = entityRef{Kind: k.kind, ID: k.id}
+	}
+	return resp
+}
+
+// hot asks the runner at addr for its hot entities in shard.
+func (t *transport) hot(ctx context.Context, addr string, shard sharding.ShardID, limit int) ([]entityRef, error) {
+	c, err := t.ready(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	resp := new(hotResponse)
+	if err := c.Invoke(ctx, hotMethod, &hotRequest{Shard: uint32(shard), Limit: uint32(limit)}, resp); err != nil {
+		return nil, fmt.Errorf("runner: hot entities of shard %d from %s: %w", shard, addr, err)
+	}
+	return resp.Entities, nil
 }
 
 // transport is a runner's gRPC server and its connections to peers.

@@ -192,6 +192,67 @@ func (m *deliverResponse) unmarshal(b []byte) error {
 	})
 }
 
+type hotRequest struct {
+	Shard, Limit uint32
+}
+
+type entityRef struct{ Kind, ID string }
+
+type hotResponse struct {
+	Entities []entityRef
+}
+
+func (m *hotRequest) marshal() []byte {
+	b := appendVarint(nil, 1, uint64(m.Shard))
+	return appendVarint(b, 2, uint64(m.Limit))
+}
+
+func (m *hotRequest) unmarshal(b []byte) error {
+	*m = hotRequest{}
+	return walk(b, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			m.Shard = uint32(x)
+		case num == 2 && typ == protowire.VarintType:
+			m.Limit = uint32(x)
+		}
+		return nil
+	})
+}
+
+func (m *hotResponse) marshal() []byte {
+	var b []byte
+	for _, e := range m.Entities {
+		inner := appendString(appendString(nil, 1, e.Kind), 2, e.ID)
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendBytes(b, inner)
+	}
+	return b
+}
+
+func (m *hotResponse) unmarshal(b []byte) error {
+	*m = hotResponse{}
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
+		}
+		var e entityRef
+		if err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+			switch {
+			case num == 1 && typ == protowire.BytesType:
+				e.Kind = string(v)
+			case num == 2 && typ == protowire.BytesType:
+				e.ID = string(v)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		m.Entities = append(m.Entities, e)
+		return nil
+	})
+}
+
 // wireCodec is the gRPC codec of the runner service.
 type wireCodec struct{}
 
@@ -203,6 +264,10 @@ func (wireCodec) Marshal(v any) ([]byte, error) {
 		return m.marshal(), nil
 	case *deliverResponse:
 		return m.marshal(), nil
+	case *hotRequest:
+		return m.marshal(), nil
+	case *hotResponse:
+		return m.marshal(), nil
 	default:
 		return nil, fmt.Errorf("%w: cannot marshal %T", errWire, v)
 	}
@@ -213,6 +278,10 @@ func (wireCodec) Unmarshal(b []byte, v any) error {
 	case *deliverRequest:
 		return m.unmarshal(b)
 	case *deliverResponse:
+		return m.unmarshal(b)
+	case *hotRequest:
+		return m.unmarshal(b)
+	case *hotResponse:
 		return m.unmarshal(b)
 	default:
 		return fmt.Errorf("%w: cannot unmarshal into %T", errWire, v)

@@ -1,0 +1,376 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Handoff phases, as reported by HandoffPhase events.
+const (
+	// PhaseWarming: the new owner created the handoff record and warms.
+	PhaseWarming = "warming"
+	// PhaseReady: the new owner finished warming (or gave up waiting).
+	PhaseReady = "ready"
+	// PhaseDrained: the old owner stopped admitting, drained and released
+	// its entities, and ran ReleaseShard.
+	PhaseDrained = "drained"
+	// PhaseCutover: the lock moved to the new owner (reported by both).
+	PhaseCutover = "cutover"
+	// PhaseAborted: the handoff was abandoned (Detail says why); the old
+	// owner keeps or plainly releases the shard.
+	PhaseAborted = "aborted"
+)
+
+// HandoffPhase reports a step of a planned move of Shard from one runner
+// to another. Runner is the runner reporting it.
+type HandoffPhase struct {
+	EventBase
+	Shard  sharding.ShardID
+	Phase  string
+	From   string
+	To     string
+	Detail string
+}
+
+// inbound is a handoff this runner (the new owner) is running.
+type inbound struct {
+	from      storage.Runner
+	fromEpoch storage.Epoch
+	cancel    context.CancelFunc
+	started   time.Time
+	ready     bool
+	mu        sync.Mutex
+	warmed    map[entityKey]any // warmed, not yet activated instances
+}
+
+func (r *Runner) publishPhase(id sharding.ShardID, phase, from, to, detail string) {
+	r.hub.publish(HandoffPhase{EventBase: r.base(), Shard: id, Phase: phase, From: from, To: to, Detail: detail})
+}
+
+// followHandoffs keeps r.handoffs equal to the handoff records.
+func (r *Runner) followHandoffs(ctx context.Context) {
+	_ = storage.Follow(ctx, r.store, storage.KeyspaceHandoffs, func(u storage.Update) {
+		if u.Err != nil {
+			return // the lock and runner watches report storage trouble
+		}
+		r.mu.Lock()
+		if u.Reset {
+			clear(r.handoffs)
+			for _, kv := range u.KVs {
+				r.applyHandoffLocked(storage.EventPut, kv)
+			}
+		}
+		for _, ev := range u.Events {
+			r.applyHandoffLocked(ev.Type, ev.KV)
+		}
+		r.mu.Unlock()
+		signal(r.kick)
+	})
+}
+
+func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
+	id, err := sharding.ParseShardID(kv.Key)
+	if err != nil {
+		return
+	}
+	if t == storage.EventDelete {
+		delete(r.handoffs, id)
+		return
+	}
+	h, err := storage.DecodeHandoff(kv)
+	if err != nil {
+		r.log.Error("ignoring corrupt handoff record", "shard", id, "err", err)
+		delete(r.handoffs, id)
+		return
+	}
+	r.handoffs[id] = h
+}
+
+// startInboundLocked begins taking shard id over from its live owner from.
+func (r *Runner) startInboundLocked(bg *sync.WaitGroup, id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) {
+	ctx, cancel := context.WithCancel(r.attachCtx)
+	in := &inbound{from: from, fromEpoch: fromEpoch, cancel: cancel, started: time.Now(), warmed: map[entityKey]any{}}
+	r.inbound[id] = in
+	gen, leaseID := r.gen, r.lease
+	bg.Go(func() { r.runInbound(ctx, gen, leaseID, id, in) })
+}
+
+// runInbound is the new owner's side: record warming, warm, record ready.
+// The cutover itself arrives through the lock watch.
+func (r *Runner) runInbound(ctx context.Context, gen uint64, leaseID storage.LeaseID, id sharding.ShardID, in *inbound) {
+	rec := storage.HandoffRecord{From: in.from.ID, To: r.cfg.ID, Phase: storage.HandoffWarming, ToIncarnation: r.incarnation, FromEpoch: in.fromEpoch}
+	start := time.Now()
+	cctx, cancel := r.opCtx(ctx)
+	_, err := r.store.PutHandoff(cctx, leaseID, id, rec)
+	cancel()
+	if err != nil {
+		r.abortInbound(gen, id, in, fmt.Sprintf("record warming: %v", err), false)
+		return
+	}
+	r.publishPhase(id, PhaseWarming, in.from.ID, r.cfg.ID, "")
+	wctx, wcancel := context.WithTimeout(ctx, r.cfg.WarmTimeout)
+	r.warm(wctx, id, in)
+	timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded)
+	wcancel()
+	if ctx.Err() != nil {
+		return // aborted (reassigned, detached): whoever cancelled cleans up
+	}
+	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, r.met.withPhase("warm"))
+	if timedOut {
+		if r.cfg.AbortOnWarmTimeout {
+			r.abortInbound(gen, id, in, fmt.Sprintf("warming exceeded WarmTimeout %v", r.cfg.WarmTimeout), true)
+			return
+		}
+		r.log.Warn("warming timed out; proceeding cold", "shard", id, "from", in.from.ID, "timeout", r.cfg.WarmTimeout)
+	}
+	rec.Phase = storage.HandoffReady
+	cctx, cancel = r.opCtx(ctx)
+	_, err = r.store.PutHandoff(cctx, leaseID, id, rec)
+	cancel()
+	if err != nil {
+		r.abortInbound(gen, id, in, fmt.Sprintf("record ready: %v", err), true)
+		return
+	}
+	r.mu.Lock()
+	if r.inbound[id] == in {
+		in.ready = true
+	}
+	r.mu.Unlock()
+	r.publishPhase(id, PhaseReady, in.from.ID, r.cfg.ID, "")
+}
+
+// warm runs the shard-level WarmShard hook and the entity-level Warm hooks
+// of the entities the old owner reports as hot, bounded by ctx.
+func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
+	if r.cfg.WarmShard != nil {
+		if err := r.cfg.WarmShard(ctx, id, in.from.ID); err != nil {
+			r.log.Warn("WarmShard hook failed", "shard", id, "from", in.from.ID, "err", err)
+		}
+	}
+	if in.from.Address == "" || r.cfg.HotSetLimit <= 0 {
+		return
+	}
+	hot, err := r.transport.hot(ctx, in.from.Address, id, r.cfg.HotSetLimit)
+	if err != nil {
+		r.log.Warn("cannot list the hot entities to warm", "shard", id, "from", in.from.ID, "err", err)
+		return
+	}
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, ref := range hot {
+		k := r.kind(ref.Kind)
+		if k == nil {
+			continue
+		}
+		inst := k.desc.New(ref.ID)
+		w, ok := inst.(entity.Warmer)
+		if !ok {
+			continue
+		}
+		key := entityKey{kind: ref.Kind, id: ref.ID}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			defer func() {
+				if p := recover(); p != nil {
+					r.log.Warn("entity Warm hook panicked", "kind", key.kind, "shard", id, "panic", p)
+				}
+			}()
+			err := w.Warm(ctx, entity.WarmInfo{Entity: key.id, Shard: id, From: in.from.ID, Restore: r.restoreFunc(id, key)})
+			if err != nil {
+				r.log.Debug("entity Warm hook failed", "kind", key.kind, "shard", id, "err", err)
+				return
+			}
+			in.mu.Lock()
+			in.warmed[key] = inst
+			in.mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
+// abortInbound ends an inbound handoff from its own goroutine.
+func (r *Runner) abortInbound(gen uint64, id sharding.ShardID, in *inbound, why string, deleteRecord bool) {
+	r.mu.Lock()
+	if r.inbound[id] == in {
+		delete(r.inbound, id)
+		r.inboundRetry[id] = time.Now().Add(r.cfg.AcquireRetryWindow + r.cfg.AcquireRetryInterval)
+	}
+	actx, leaseID, same := r.attachCtx, r.lease, r.gen == gen
+	r.mu.Unlock()
+	in.cancel()
+	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
+	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
+	r.log.Warn("handoff aborted", "shard", id, "from", in.from.ID, "why", why)
+	if deleteRecord && same {
+		r.deleteHandoff(actx, leaseID, id)
+	}
+}
+
+// cancelInboundLocked abandons an inbound handoff (the shard was assigned
+// elsewhere); its record is deleted in the background.
+func (r *Runner) cancelInboundLocked(bg *sync.WaitGroup, id sharding.ShardID, in *inbound, why string) {
+	delete(r.inbound, id)
+	in.cancel()
+	actx, leaseID := r.attachCtx, r.lease
+	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
+	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
+	bg.Go(func() { r.deleteHandoff(actx, leaseID, id) })
+}
+
+func (r *Runner) deleteHandoff(actx context.Context, leaseID storage.LeaseID, id sharding.ShardID) {
+	cctx, cancel := r.opCtx(actx)
+	defer cancel()
+	if _, err := r.store.DeleteHandoff(cctx, leaseID, id); err != nil && actx.Err() == nil {
+		r.log.Warn("deleting a handoff record failed; it goes with the lease", "shard", id, "err", err)
+	}
+}
+
+// installInboundLocked completes an inbound handoff when the lock arrived
+// under our lease (the old owner's transfer).
+func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
+	in := r.inbound[id]
+	if in == nil || !r.mayOwnLocked() {
+		return
+	}
+	delete(r.inbound, id)
+	in.cancel()
+	in.mu.Lock()
+	warmed := in.warmed
+	in.mu.Unlock()
+	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, warmed)
+	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("completed"))
+	r.met.handoffPhase.Record(context.Background(), time.Since(in.started).Seconds(), r.met.attrs, r.met.withPhase("total"))
+	r.publishPhase(id, PhaseCutover, in.from.ID, r.cfg.ID, "")
+}
+
+// outboundDecisionLocked decides, for an owned shard assigned elsewhere,
+// whether to cut over now (the new owner is ready), release it plainly (no
+// usable handoff in time, or handoff disabled), or keep serving. It
+// returns the handoff record to cut over with, or plain=true.
+func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) (h storage.Handoff, cutover, plain bool) {
+	if s.unassignedSince.IsZero() {
+		s.unassignedSince = now
+	}
+	assignee := ""
+	if int(s.id) < len(r.assignment) {
+		assignee = r.assignment[s.id]
+	}
+	if r.cfg.DisableHandoff || assignee == "" || r.supersededLocked() {
+		return h, false, true
+	}
+	h, has := r.handoffs[s.id]
+	target, live := r.byLease[h.Lease]
+	valid := has && h.From == r.cfg.ID && live && target.ID == assignee && h.To == assignee
+	switch {
+	case valid && h.Phase == storage.HandoffReady:
+		return h, true, false
+	case now.Sub(s.unassignedSince) >= r.cfg.HandoffWait:
+		return h, false, true
+	default:
+		return h, false, false
+	}
+}
+
+// cutover is the old owner's side of a handoff: stop admitting (senders
+// wait), drain, release the entities and the shard, then move the lock to
+// the new owner in one transaction that also deletes the handoff record.
+// On failure the shard reopens here.
+func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
+	r.mu.Lock()
+	if r.gen != gen || r.owned[s.id] != s {
+		r.mu.Unlock()
+		return
+	}
+	actx, leaseID := r.attachCtx, r.lease
+	r.mu.Unlock()
+
+	start := time.Now()
+	s.host.beginCutover(h.To)
+	r.drain(actx, []*shard{s}, ErrShardMoved)
+	if r.cfg.ReleaseShard != nil {
+		rctx, cancel := r.boundedCtx(actx, r.cfg.DrainTimeout)
+		if err := r.cfg.ReleaseShard(rctx, s.id, h.To); err != nil {
+			r.log.Warn("ReleaseShard hook failed", "shard", s.id, "to", h.To, "err", err)
+		}
+		cancel()
+	}
+	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, r.met.withPhase("drain"))
+	// Our ownership ends here, before the lock moves: observers must never
+	// see the new owner start before this.
+	r.mu.Lock()
+	if r.gen != gen || r.owned[s.id] != s {
+		r.mu.Unlock()
+		return
+	}
+	r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch})
+	r.mu.Unlock()
+	r.publishPhase(s.id, PhaseDrained, r.cfg.ID, h.To, "")
+
+	cutStart := time.Now()
+	cctx, cancel := r.opCtx(actx)
+	_, err := r.store.Transfer(cctx, storage.TransferRequest{
+		Shard: s.id, FromLease: leaseID, FromEpoch: s.epoch, ToLease: h.Lease,
+		ToOwner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation},
+	})
+	cancel()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen || r.owned[s.id] != s {
+		return // detached meanwhile: detachment wins
+	}
+	delete(r.releasing, s.id)
+	if err == nil {
+		r.movedTo[s.id] = h.To
+		r.unhostLocked(s, ErrShardMoved)
+		delete(r.owned, s.id)
+		r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
+		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, r.met.withPhase("cutover"))
+		r.publishPhase(s.id, PhaseCutover, r.cfg.ID, h.To, "")
+		signal(r.kick)
+		return
+	}
+	r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", err)
+	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
+	r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", err))
+	s.unassignedSince = time.Now()
+	s.host.reopen()
+	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
+	if errors.Is(err, storage.ErrNotOwner) {
+		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, err))
+	} else if !errors.Is(err, storage.ErrNoHandoff) && !errors.Is(err, storage.ErrLeaseNotFound) {
+		r.storageErrs["transfer"]++ // counted like other writes; not a detach trigger alone
+	}
+}
+
+// boundedCtx bounds ctx by d and by the detach instant.
+func (r *Runner) boundedCtx(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	h, _ := r.keeper.Health()
+	if h.Lease == storage.NoLease {
+		return ctx, cancel
+	}
+	ctx2, cancel2 := context.WithDeadline(ctx, r.policy.TripAt(h.Deadline))
+	return ctx2, func() { cancel2(); cancel() }
+}
+
+// restoreFunc reads an entity's checkpoint in shard id.
+func (r *Runner) restoreFunc(id sharding.ShardID, key entityKey) func(context.Context) ([]byte, bool, error) {
+	return func(ctx context.Context) ([]byte, bool, error) {
+		cp, ok, err := r.store.ReadCheckpoint(ctx, id, checkpointName(key))
+		return cp.Data, ok, err
+	}
+}
