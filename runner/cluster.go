@@ -155,8 +155,12 @@ func (r *Runner) applyLockLocked(ev storage.Event) (wake bool) {
 	}
 	if l.Lease != r.lease {
 		delete(r.movedTo, id) // the watch caught up with our handoff
-	} else if !owned && r.inbound[id] != nil {
-		r.installInboundLocked(id, l) // the old owner transferred it to us
+	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev {
+		// A lock written under our lease during this attachment is ours at
+		// that epoch: a handoff's transfer to us (possibly one we stopped
+		// wanting meanwhile: we then hand it on properly), or our own
+		// acquire whose reply has not arrived yet.
+		r.installInboundLocked(id, l)
 	}
 	return false
 }

@@ -124,9 +124,17 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 	for id, p := range r.pending {
 		if l, held := r.locks[id]; held && l.Lease != leaseID {
 			if from, live := r.byLease[l.Lease]; live && from.ID != r.cfg.ID && r.desiredLocked(id) && !r.drainMode {
+				if in := r.inbound[id]; in != nil && in.from.Lease != l.Lease {
+					// The shard changed hands while we warmed: start over
+					// with its current owner (our record is overwritten).
+					delete(r.inbound, id)
+					in.cancel()
+					r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "the old owner changed to "+from.ID)
+				}
 				if !r.cfg.DisableHandoff && r.inbound[id] == nil && !now.Before(r.inboundRetry[id]) {
 					r.startInboundLocked(bg, id, from, l.Epoch)
 				}
+				p.last = now
 				continue
 			}
 		}

@@ -234,7 +234,8 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
-	if _, err := r.store.PutRunner(cctx, h.Lease, rec); err != nil {
+	regRev, err := r.store.PutRunner(cctx, h.Lease, rec)
+	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
 	var kept []storage.AcquireResult
@@ -278,6 +279,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 		return errors.New("detached again during re-attach")
 	}
 	r.phase = phaseAttached
+	r.attachRev = regRev
 	r.setTrip(h)
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)

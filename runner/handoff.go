@@ -98,6 +98,7 @@ func (r *Runner) startInboundLocked(bg *sync.WaitGroup, id sharding.ShardID, fro
 	ctx, cancel := context.WithCancel(r.attachCtx)
 	in := &inbound{from: from, fromEpoch: fromEpoch, cancel: cancel, started: time.Now(), warmed: map[entityKey]any{}}
 	r.inbound[id] = in
+	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
 	gen, leaseID := r.gen, r.lease
 	bg.Go(func() { r.runInbound(ctx, gen, leaseID, id, in) })
 }
@@ -238,11 +239,15 @@ func (r *Runner) deleteHandoff(actx context.Context, leaseID storage.LeaseID, id
 	}
 }
 
-// installInboundLocked completes an inbound handoff when the lock arrived
-// under our lease (the old owner's transfer).
+// installInboundLocked installs a lock that appeared under our lease in the
+// watch, completing the inbound handoff if there is one.
 func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
+	if !r.mayOwnLocked() {
+		return
+	}
 	in := r.inbound[id]
-	if in == nil || !r.mayOwnLocked() {
+	if in == nil {
+		r.installWithLocked(id, l.Epoch, entity.ActivateNew, nil)
 		return
 	}
 	delete(r.inbound, id)
@@ -278,6 +283,8 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) (h storage.Hand
 	case valid && h.Phase == storage.HandoffReady:
 		return h, true, false
 	case now.Sub(s.unassignedSince) >= r.cfg.HandoffWait:
+		r.log.Warn("no handoff ready in time; releasing the shard plainly", "shard", s.id, "assignee", assignee,
+			"wait", r.cfg.HandoffWait, "record", has, "record_to", h.To, "record_phase", h.Phase, "record_from", h.From)
 		return h, false, true
 	default:
 		return h, false, false

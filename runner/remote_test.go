@@ -119,6 +119,7 @@ type traffic struct {
 	ok, maybe, other atomic.Int64
 	mu               sync.Mutex
 	others           []error
+	maybeErrs        []error
 	latencies        []time.Duration
 	wg               sync.WaitGroup
 	stop             chan struct{}
@@ -145,6 +146,9 @@ func runTraffic(client *etcdRunner, callers, entities int, timeout time.Duration
 					tr.ok.Add(1)
 				case errors.Is(err, runner.ErrMaybeDelivered):
 					tr.maybe.Add(1)
+					tr.mu.Lock()
+					tr.maybeErrs = append(tr.maybeErrs, err)
+					tr.mu.Unlock()
 				default:
 					tr.other.Add(1)
 					tr.mu.Lock()
@@ -217,6 +221,6 @@ func TestEtcdRemoteGracefulShutdownZeroFailures(t *testing.T) {
 				t.Errorf("failed ask: %v", err)
 			}
 		}
-		t.Fatalf("%d asks failed during a graceful shutdown, want 0", tr.maybe.Load()+tr.other.Load())
+		t.Fatalf("%d asks failed during a graceful shutdown, want 0 (maybe-delivered: %v)", tr.maybe.Load()+tr.other.Load(), tr.maybeErrs)
 	}
 }

@@ -104,6 +104,7 @@ type Runner struct {
 	inboundRetry map[sharding.ShardID]time.Time       // no new inbound handoff before
 	movedTo      map[sharding.ShardID]string          // handed off to (until the watch shows it)
 	drainMode    bool                                 // Shutdown: registered as draining, handing shards off
+	attachRev    storage.Revision                     // revision of the current attachment\'s registration
 	releaseRetry bool                                 // a lock deletion failed: retry at the next timer round
 	pending      map[sharding.ShardID]*pending
 	members      map[string]storage.Runner

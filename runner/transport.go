@@ -116,13 +116,14 @@ type transport struct {
 
 	mu     sync.Mutex
 	peers  map[string]*grpc.ClientConn
+	stale  map[string]*time.Timer // peers that left: closed later, not under in-flight calls
 	closed bool
 
 	onServe func(*deliverRequest, *deliverResponse) // test hook
 }
 
 func newTransport(r *Runner) *transport {
-	return &transport{r: r, peers: make(map[string]*grpc.ClientConn)}
+	return &transport{r: r, peers: make(map[string]*grpc.ClientConn), stale: make(map[string]*time.Timer)}
 }
 
 // listen opens the server's listener (before registration, so the
@@ -174,25 +175,47 @@ func (t *transport) stop(d time.Duration) {
 	t.closed = true
 	peers := t.peers
 	t.peers = map[string]*grpc.ClientConn{}
+	for addr, tm := range t.stale {
+		tm.Stop()
+		delete(t.stale, addr)
+	}
 	t.mu.Unlock()
 	for _, c := range peers {
 		_ = c.Close()
 	}
 }
 
-// forget closes connections to addresses no longer in the membership.
+// forget closes connections to addresses no longer in the membership, once
+// the calls in flight on them had time to finish (RequestTimeout): a peer
+// that just deregistered still answers them during its graceful stop.
 func (t *transport) forget(live map[string]bool) {
 	t.mu.Lock()
-	var stale []*grpc.ClientConn
-	for addr, c := range t.peers {
-		if !live[addr] {
-			stale = append(stale, c)
-			delete(t.peers, addr)
+	defer t.mu.Unlock()
+	for addr := range t.peers {
+		if live[addr] {
+			if tm, ok := t.stale[addr]; ok { // it came back
+				tm.Stop()
+				delete(t.stale, addr)
+			}
+			continue
 		}
-	}
-	t.mu.Unlock()
-	for _, c := range stale {
-		_ = c.Close()
+		if _, ok := t.stale[addr]; ok || t.closed {
+			continue
+		}
+		t.stale[addr] = time.AfterFunc(t.r.cfg.RequestTimeout, func() {
+			t.mu.Lock()
+			c, ok := t.peers[addr]
+			if ok && t.stale[addr] != nil {
+				delete(t.peers, addr)
+				delete(t.stale, addr)
+			} else {
+				ok = false
+			}
+			t.mu.Unlock()
+			if ok {
+				_ = c.Close()
+			}
+		})
 	}
 }
 
