@@ -1,34 +1,72 @@
 // Package runner hosts the shards of a shardhost cluster in one process: it
 // registers the runner under a lease, computes the shard assignment from the
-// membership, acquires and releases shard locks in batches, verifies them,
-// and detaches — interrupting everything it hosts — before its lease can
-// expire on the server.
+// membership, acquires, verifies and releases shard locks in batches, hosts
+// the entities of its shards, routes messages to the owner of any shard, hands
+// shards over to their new owner on planned moves, and detaches —
+// interrupting everything it hosts — before its lease can expire on the
+// server.
 //
 // # Guarantees
 //
 //   - Single owner. A shard is owned by a runner only while its lock exists
-//     under the runner's lease at the epoch the runner installed. Ownership
-//     is installed only while attached and before the detach instant.
+//     under the runner's lease at the epoch the runner installed, and only
+//     between its ShardAcquired and ShardReleased/ShardLost events. Ownership
+//     is installed only while attached and before the detach instant; no
+//     handler starts after the detach instant, even after a long pause (each
+//     message is checked against the monotonic clock before it runs).
 //   - Detach before expiry. The runner detaches no later than
 //     lease deadline - DetachMargin, where the deadline is the send time of
 //     the last acknowledged renewal + the granted TTL (monotonic clock). On
 //     the transition, before any further store call, the owned set is
 //     cleared and every shard context is cancelled with cause ErrDetached.
-//     It also detaches on StorageErrorThreshold consecutive store failures,
-//     on a lost lease, on an owned lock deleted or taken behind its back,
-//     and (optionally) on a keep-alive failure streak.
+//     It also detaches after StorageErrorThreshold consecutive failures of
+//     one kind of store call, on a lost lease, on an owned lock deleted or
+//     taken behind its back, and (optionally) on a keep-alive failure streak.
 //   - Fresh epochs after re-attach. Locks that survived a detach under the
 //     same lease are rewritten (new epochs) before they are owned again; a
 //     lost lease is replaced by a new one and the runner re-registers.
+//   - No lost request on planned moves. A shard assigned to another live
+//     runner moves by handoff: the new owner records the handoff, warms (the
+//     WarmShard hook and the entities' Warm hooks for the old owner's hot
+//     set) while the old owner serves, then marks itself ready; the old owner
+//     stops admitting (senders wait), drains in-flight messages, runs the
+//     entities' Release hooks and ReleaseShard while its epoch is valid, and
+//     moves the lock in one transaction. Waiting senders are then told the
+//     new owner and retry there. Shutdown hands every shard off this way
+//     first (bounded by its context), then releases the rest plainly.
 //   - Fast reaction. Lock deletions of assigned shards wake the acquirer
-//     through the watch at once; shards held elsewhere are retried every
-//     AcquireRetryInterval within AcquireRetryWindow.
+//     through the watch at once; shards held by a dead incarnation are
+//     retried every AcquireRetryInterval within AcquireRetryWindow.
+//
+// # Entities
+//
+// Register kinds (package entity) on every runner; send with the typed Ask
+// and Tell of method references, passing the runner as the entity.Sender.
+// An entity lives on the owner of the shard its ID hashes to, is created on
+// its first message, runs one message at a time on a goroutine that exists
+// only while its mailbox is non-empty, and is passivated after its kind's
+// IdleAfter or when MaxResidentEntities is exceeded (least recently used
+// first). Handler contexts are the shard's context: cancelled with
+// ErrDetached, ErrShardMoved or ErrShutdown when the shard leaves, and
+// carrying ShardInfo. A panic fails its message with an *entity.PanicError
+// and restarts the instance.
+//
+// # Routing and delivery
+//
+// Send routes by the actual lock owner (this runner's watch of the locks):
+// local when owned here, otherwise one hop over gRPC to the owner, which
+// never forwards. Retries (jittered exponential backoff, woken by routing
+// changes) happen only for failures that guarantee the message reached no
+// handler: *NotOwnerError (following its owner hint), *UndeliveredError,
+// ErrNotSent, and no owner yet. Delivery is therefore at most once per call:
+// after ErrMaybeDelivered, a timeout or a handler error the handler may have
+// run. A ClientOnly runner routes without hosting anything.
 //
 // # Concurrency
 //
 // A Runner is safe for concurrent use. Run starts its goroutines (lease
-// keeper, membership and lock watches, control loop, watchdog) and waits for
-// all of them before returning. Shutdown and Close are idempotent and may be
-// called from any goroutine. Events are delivered through Subscribe without
-// ever blocking the runner.
+// keeper, membership, lock and handoff watches, control loop, watchdog,
+// janitor, transport server) and waits for all of them before returning.
+// Shutdown and Close are idempotent and may be called from any goroutine.
+// Events are delivered through Subscribe without ever blocking the runner.
 package runner
