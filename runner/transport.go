@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -115,7 +116,7 @@ type transport struct {
 	lis net.Listener
 
 	mu     sync.Mutex
-	peers  map[string]*grpc.ClientConn
+	peers  map[string]*peerConns
 	stale  map[string]*time.Timer // peers that left: closed later, not under in-flight calls
 	closed bool
 
@@ -123,7 +124,28 @@ type transport struct {
 }
 
 func newTransport(r *Runner) *transport {
-	return &transport{r: r, peers: make(map[string]*grpc.ClientConn), stale: make(map[string]*time.Timer)}
+	return &transport{r: r, peers: make(map[string]*peerConns), stale: make(map[string]*time.Timer)}
+}
+
+// connsPerPeer is how many HTTP/2 connections a runner keeps to each peer:
+// calls are spread over them, so one connection's reader and writer
+// goroutines do not serialize all traffic to a peer.
+const connsPerPeer = 2
+
+// peerConns are the connections to one peer.
+type peerConns struct {
+	conns []*grpc.ClientConn
+	next  atomic.Uint32
+}
+
+func (p *peerConns) pick() *grpc.ClientConn {
+	return p.conns[int(p.next.Add(1))%len(p.conns)]
+}
+
+func (p *peerConns) close() {
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
 }
 
 // listen opens the server's listener (before registration, so the
@@ -174,14 +196,14 @@ func (t *transport) stop(d time.Duration) {
 	t.mu.Lock()
 	t.closed = true
 	peers := t.peers
-	t.peers = map[string]*grpc.ClientConn{}
+	t.peers = map[string]*peerConns{}
 	for addr, tm := range t.stale {
 		tm.Stop()
 		delete(t.stale, addr)
 	}
 	t.mu.Unlock()
-	for _, c := range peers {
-		_ = c.Close()
+	for _, p := range peers {
+		p.close()
 	}
 }
 
@@ -213,7 +235,7 @@ func (t *transport) forget(live map[string]bool) {
 			}
 			t.mu.Unlock()
 			if ok {
-				_ = c.Close()
+				c.close()
 			}
 		})
 	}
@@ -225,28 +247,33 @@ func (t *transport) peer(addr string) (*grpc.ClientConn, error) {
 	if t.closed {
 		return nil, ErrClosed
 	}
-	if c, ok := t.peers[addr]; ok {
-		return c, nil
+	if p, ok := t.peers[addr]; ok {
+		return p.pick(), nil
 	}
 	creds := insecure.NewCredentials()
 	if t.r.cfg.PeerTLS != nil {
 		creds = credentials.NewTLS(t.r.cfg.PeerTLS)
 	}
-	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(
-			grpc.ForceCodec(wireCodec{}),
-			grpc.MaxCallRecvMsgSize(t.r.cfg.MaxMessageSize+1024),
-			grpc.MaxCallSendMsgSize(t.r.cfg.MaxMessageSize+1024),
-		),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
-		grpc.WithSharedWriteBuffer(true),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("runner: connect to %s: %w", addr, err)
+	p := &peerConns{}
+	for range connsPerPeer {
+		c, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(
+				grpc.ForceCodec(wireCodec{}),
+				grpc.MaxCallRecvMsgSize(t.r.cfg.MaxMessageSize+1024),
+				grpc.MaxCallSendMsgSize(t.r.cfg.MaxMessageSize+1024),
+			),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+			grpc.WithSharedWriteBuffer(true),
+		)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("runner: connect to %s: %w", addr, err)
+		}
+		p.conns = append(p.conns, c)
 	}
-	t.peers[addr] = c
-	return c, nil
+	t.peers[addr] = p
+	return p.pick(), nil
 }
 
 // ready waits, bounded, until the connection to addr is ready. An error
