@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup test vet fmt-check bench demo clean-bin
+.PHONY: setup test vet fmt-check bench demo demo-partitions clean-bin
 
 ## setup: download Go modules and build the pinned etcd + toxiproxy binaries into ./bin
 setup: $(BIN)/etcd $(BIN)/etcdctl $(BIN)/toxiproxy-server $(BIN)/toxiproxy-cli
@@ -32,6 +32,10 @@ test: vet
 ## demo: run the counter demo (embedded etcd, 3 runners + a gateway, graceful stop and crash; ~15 s)
 demo:
 	cd examples && $(GO) run ./counter
+
+## demo-partitions: run the warming demo (log partitions as shards; scale-up 2 -> 3 with and without handoff; ~15 s)
+demo-partitions:
+	cd examples && $(GO) run ./partitions
 
 vet:
 	$(GO) vet ./...

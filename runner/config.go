@@ -144,9 +144,12 @@ type Config struct {
 	// ReleaseShard, if set, is called on the old owner of a shard after its
 	// entities drained and ran their Release hooks, while its epoch is
 	// still valid, just before the lock moves (handoff) or is deleted
-	// (plain release): the place for shard-level fenced writes. Bounded by
-	// DrainTimeout (ctx); an error is logged. Calls for different shards
-	// may run concurrently.
+	// (plain release, Shutdown); to is the new owner when known, else "".
+	// The place for shard-level fenced writes: ctx carries the ShardInfo
+	// (ShardInfoFrom) whose Epoch fences storage.Checkpoints writes.
+	// Bounded by DrainTimeout and the detach instant (ctx); an error is
+	// logged. Not called when the runner detaches or crashes. Calls for
+	// different shards may run concurrently.
 	ReleaseShard func(ctx context.Context, shard sharding.ShardID, to string) error
 	// WarmTimeout bounds the warming of one handoff. Default 10 s.
 	WarmTimeout time.Duration

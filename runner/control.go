@@ -385,6 +385,19 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 	r.mu.Unlock()
 
 	r.drain(actx, shards, cause)
+	if r.cfg.ReleaseShard != nil {
+		var wg sync.WaitGroup
+		for _, s := range shards {
+			to := ""
+			r.mu.Lock()
+			if int(s.id) < len(r.assignment) && r.assignment[s.id] != r.cfg.ID {
+				to = r.assignment[s.id]
+			}
+			r.mu.Unlock()
+			wg.Go(func() { r.releaseShardHook(actx, s, to) })
+		}
+		wg.Wait()
+	}
 
 	r.mu.Lock()
 	if r.gen != gen {

@@ -307,13 +307,7 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 	start := time.Now()
 	s.host.beginCutover(h.To)
 	r.drain(actx, []*shard{s}, ErrShardMoved)
-	if r.cfg.ReleaseShard != nil {
-		rctx, cancel := r.boundedCtx(actx, r.cfg.DrainTimeout)
-		if err := r.cfg.ReleaseShard(rctx, s.id, h.To); err != nil {
-			r.log.Warn("ReleaseShard hook failed", "shard", s.id, "to", h.To, "err", err)
-		}
-		cancel()
-	}
+	r.releaseShardHook(actx, s, h.To)
 	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, r.met.withPhase("drain"))
 	// Our ownership ends here, before the lock moves: observers must never
 	// see the new owner start before this.
@@ -360,6 +354,26 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, err))
 	} else if !errors.Is(err, storage.ErrNoHandoff) && !errors.Is(err, storage.ErrLeaseNotFound) {
 		r.storageErrs["transfer"]++ // counted like other writes; not a detach trigger alone
+	}
+}
+
+// releaseShardHook runs the ReleaseShard hook for s (epoch still valid),
+// bounded by DrainTimeout and the detach instant; its context carries the
+// shard's ShardInfo (for fenced shard-level writes at info.Epoch).
+func (r *Runner) releaseShardHook(actx context.Context, s *shard, to string) {
+	if r.cfg.ReleaseShard == nil {
+		return
+	}
+	rctx, cancel := r.boundedCtx(actx, r.cfg.DrainTimeout)
+	defer cancel()
+	rctx = context.WithValue(rctx, shardInfoKey{}, ShardInfo{Runner: r.cfg.ID, Shard: s.id, Epoch: s.epoch})
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("ReleaseShard hook panicked", "shard", s.id, "panic", p)
+		}
+	}()
+	if err := r.cfg.ReleaseShard(rctx, s.id, to); err != nil {
+		r.log.Warn("ReleaseShard hook failed", "shard", s.id, "to", to, "err", err)
 	}
 }
 

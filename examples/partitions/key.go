@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// world is the in-process state of one scenario: the log and, per runner,
+// what that runner's process would hold (its views and hook tallies). In a
+// real deployment each runner is its own process and its views are a
+// process global; here the entities find them by the runner they run on.
+type world struct {
+	log   *logService
+	hosts map[string]*host // by runner ID; fixed before any runner starts
+}
+
+// host is one runner's process-local state.
+type host struct {
+	id    string
+	log   *logService
+	views views
+
+	mu       sync.Mutex
+	warms    []warmCall
+	releases []releaseCall
+}
+
+type warmCall struct {
+	At       time.Time
+	Shard    sharding.ShardID
+	Records  int64 // consumed by this warming
+	Took     time.Duration
+	Err      error
+	Complete bool // the view reached the head seen at the start
+}
+
+type releaseCall struct {
+	At    time.Time
+	Shard sharding.ShardID
+}
+
+// warmShard is the runner's Config.WarmShard: during a handoff, while the
+// old owner still serves the partition, consume it into a view up to its
+// current head. The records appended meanwhile are the small tail the
+// first read after the cutover consumes.
+func (h *host) warmShard(ctx context.Context, shard sharding.ShardID, from string) error {
+	start := time.Now()
+	v := h.views.get(shard)
+	v.mu.Lock()
+	head := h.log.Head(shard)
+	n, err := v.catchUpLocked(ctx, h.log, head)
+	complete := v.offset >= head
+	v.mu.Unlock()
+	h.mu.Lock()
+	h.warms = append(h.warms, warmCall{At: start, Shard: shard, Records: n, Took: time.Since(start), Err: err, Complete: complete})
+	h.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("warm partition %d (taking it from %s): consumed %d records: %w", shard, from, n, err)
+	}
+	return nil
+}
+
+// releaseShard is the runner's Config.ReleaseShard: the partition's
+// entities have drained, so no read uses the view any more; drop it. The
+// view is not checkpointed: it stands for state too large to copy on
+// every move, which the next owner rebuilds from the log (warming).
+func (h *host) releaseShard(_ context.Context, shard sharding.ShardID, _ string) error {
+	h.views.drop(shard)
+	h.mu.Lock()
+	h.releases = append(h.releases, releaseCall{At: time.Now(), Shard: shard})
+	h.mu.Unlock()
+	return nil
+}
+
+// hookCalls returns the hook calls made at or after since.
+func (h *host) hookCalls(since, until time.Time) (warms []warmCall, releases int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.warms {
+		if !w.At.Before(since) && !w.At.After(until) {
+			warms = append(warms, w)
+		}
+	}
+	for _, r := range h.releases {
+		if !r.At.Before(since) && !r.At.After(until) {
+			releases++
+		}
+	}
+	return warms, releases
+}
+
+// Key is the demo's entity: one key of a partition. It holds nothing; Get
+// answers from the view of the key's partition on the runner it runs on.
+type Key struct {
+	id string
+	w  *world
+}
+
+// GetReq asks for a key's value.
+type GetReq struct{}
+
+// GetResp is a key's value as of Offset, and what answering cost.
+type GetResp struct {
+	Sum, Count int64
+	Offset     int64  // records of the partition the view had applied
+	Replayed   int64  // records this read consumed before answering
+	Runner     string // the runner that answered
+}
+
+// newKeyKind defines the "key" kind of one scenario. The kind is defined
+// per scenario only because its entities need that scenario's world; its
+// name and methods are the same on every runner.
+func newKeyKind(w *world) (*entity.Kind[Key], *entity.MethodRef[Key, GetReq, GetResp]) {
+	kind := entity.NewKind("key", func(id string) *Key { return &Key{id: id, w: w} })
+	get := entity.Method(kind, "get", (*Key).Get)
+	return kind, get
+}
+
+var errNoShardInfo = errors.New("key: handler context has no shard info")
+
+// Get returns the key's value including every record appended to its
+// partition before the read began: it first consumes the tail of the
+// partition into this runner's view (the whole partition when the view is
+// cold). Reads of one partition wait for each other's catching up.
+func (k *Key) Get(ctx context.Context, _ GetReq) (GetResp, error) {
+	info, ok := runner.ShardInfoFrom(ctx)
+	h := k.w.hosts[info.Runner]
+	if !ok || h == nil {
+		return GetResp{}, errNoShardInfo
+	}
+	idx, ok := k.w.log.index[k.id]
+	if !ok {
+		return GetResp{}, fmt.Errorf("key %q: no such key", k.id)
+	}
+	v := h.views.get(info.Shard)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n, err := v.catchUpLocked(ctx, k.w.log, k.w.log.Head(info.Shard))
+	if err != nil {
+		return GetResp{}, fmt.Errorf("key %q: catching partition %d up after %d records: %w", k.id, info.Shard, n, err)
+	}
+	return GetResp{Sum: v.sum[idx], Count: v.count[idx], Offset: v.offset, Replayed: n, Runner: info.Runner}, nil
+}
