@@ -155,7 +155,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) (wake bool) {
 	}
 	if l.Lease != r.lease {
 		delete(r.movedTo, id) // the watch caught up with our handoff
-	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev {
+	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.lastReleased[id] {
 		// A lock written under our lease during this attachment is ours at
 		// that epoch: a handoff's transfer to us (possibly one we stopped
 		// wanting meanwhile: we then hand it on properly), or our own
@@ -221,7 +221,7 @@ func (r *Runner) recomputeLocked() {
 		}
 	}
 	for _, id := range a.ShardsOf(r.cfg.ID) {
-		if _, owned := r.owned[id]; !owned && r.pending[id] == nil && r.registeredLocked() {
+		if _, owned := r.owned[id]; !owned && r.pending[id] == nil && r.registeredLocked() && !r.drainMode {
 			r.pending[id] = &pending{since: now}
 		}
 	}

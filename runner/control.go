@@ -38,6 +38,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			return
 		case <-stopReq:
 			stopReq = nil
+			r.cancelAllInbound()
 			if handoffDeadline = r.beginDrainMode(); handoffDeadline.IsZero() {
 				bg.Wait()
 				r.shutdown(ctx)
@@ -194,7 +195,20 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 			r.releasing[id] = l.Epoch
 		}
 	}
+	// Our handoff records without a running inbound are leftovers (an
+	// abort whose delete failed, a late write): delete them, or they block
+	// other targets and could lure an old owner into a cold cutover.
+	var staleRecords []sharding.ShardID
+	for id, h := range r.handoffs {
+		if h.Lease == leaseID && r.inbound[id] == nil && r.deletingHandoff[id] != h.ModRevision {
+			r.deletingHandoff[id] = h.ModRevision
+			staleRecords = append(staleRecords, id)
+		}
+	}
 	r.mu.Unlock()
+	for _, id := range staleRecords {
+		bg.Go(func() { r.deleteHandoff(actx, leaseID, id) })
+	}
 	if len(release) > 0 {
 		slices.Sort(release)
 		bg.Go(func() { r.release(ctx, gen, release, ErrShardMoved) })
@@ -408,11 +422,18 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 		if cur, ok := r.owned[s.id]; ok && cur == s {
 			r.unhostLocked(s, cause)
 			delete(r.owned, s.id)
+			r.lastReleased[s.id] = s.epoch
 			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch})
 		}
 	}
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 	r.mu.Unlock()
+	// Handlers that outlived the drain saw their context cancelled. The
+	// lock stays until they return: another runner must never run the
+	// same entities concurrently. Only a detach (or Close) ends the wait.
+	for _, s := range shards {
+		r.waitStragglers(actx, s)
+	}
 
 	held := make([]storage.Held, len(shards))
 	for i, s := range shards {
@@ -421,17 +442,43 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 	r.deleteLocks(actx, leaseID, held)
 }
 
+// waitStragglers waits until no handler of s runs, logging an error every
+// DrainTimeout while handlers ignore their cancelled context. It returns
+// early when actx ends (detach, Close).
+func (r *Runner) waitStragglers(actx context.Context, s *shard) {
+	warned := time.Now()
+	for n := s.host.running.Load(); n > 0 && actx.Err() == nil; n = s.host.running.Load() {
+		if time.Since(warned) >= r.cfg.DrainTimeout {
+			warned = time.Now()
+			r.log.Error("handlers ignore their cancelled context; the shard's lock stays until they return", "shard", s.id, "running", n)
+		}
+		select {
+		case <-actx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // deleteLocks deletes locks held under leaseID at the given epochs, then
 // clears them from the releasing set. If the call fails, the locks may
 // remain ours: the next round finds them in the lock view and retries.
 func (r *Runner) deleteLocks(actx context.Context, leaseID storage.LeaseID, held []storage.Held) {
 	cctx, cancel := r.opCtx(actx)
-	_, err := r.store.Release(cctx, leaseID, held)
+	released, err := r.store.Release(cctx, leaseID, held)
 	cancel()
 	if actx.Err() == nil {
 		r.storageResult("release", err)
 	}
 	r.mu.Lock()
+	epochs := make(map[sharding.ShardID]storage.Epoch, len(held))
+	for _, h := range held {
+		epochs[h.Shard] = h.Epoch
+	}
+	for _, id := range released { // our view, ahead of the watch
+		if l := r.locks[id]; l.Lease == leaseID && l.Epoch == epochs[id] {
+			delete(r.locks, id)
+		}
+	}
 	for _, h := range held {
 		if r.releasing[h.Shard] == h.Epoch {
 			delete(r.releasing, h.Shard)
@@ -467,6 +514,17 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 		wg.Go(func() { s.host.drain(dctx, cause) })
 	}
 	wg.Wait()
+}
+
+// cancelAllInbound abandons every inbound handoff (Shutdown).
+func (r *Runner) cancelAllInbound() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, in := range r.inbound {
+		delete(r.inbound, id)
+		in.cancel()
+		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "shutting down")
+	}
 }
 
 func (r *Runner) ownedCount() int {
@@ -545,7 +603,11 @@ func (r *Runner) shutdown(ctx context.Context) {
 	r.mu.Lock()
 	r.dropOwnedLocked(ErrShutdown)
 	r.mu.Unlock()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+	rbase := ctx
+	if sctx := r.shutdownContext(); sctx != nil {
+		rbase = sctx // Shutdown's bound, not more
+	}
+	rctx, cancel := context.WithTimeout(rbase, r.cfg.OpTimeout)
 	defer cancel()
 	if err := r.keeper.Revoke(rctx); err != nil && !errors.Is(err, storage.ErrLeaseNotFound) {
 		r.log.Warn("revoking the lease failed; it will expire on its own", "err", err)

@@ -221,6 +221,12 @@ var errLeaseChanged = errors.New("lease changed during attach")
 // still under it so no pre-detach epoch stays valid. Then it marks the
 // runner attached.
 func (r *Runner) attach(ctx context.Context, h lease.Health) error {
+	r.mu.Lock()
+	stopping, drainMode := r.stopping, r.drainMode
+	r.mu.Unlock()
+	if stopping {
+		return nil // Shutdown revoked the lease: never register again
+	}
 	newLease := h.Lease == storage.NoLease || h.Lost
 	if newLease {
 		if _, err := r.keeper.Grant(ctx); err != nil {
@@ -231,6 +237,9 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	rec := storage.RunnerRecord{
 		ID: r.cfg.ID, Address: r.Address(), Weight: r.cfg.Weight,
 		Incarnation: r.incarnation, Started: r.started,
+	}
+	if drainMode { // re-attaching during Shutdown: stay drained
+		rec.Weight, rec.Draining = 0, true
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()

@@ -50,6 +50,16 @@ type inbound struct {
 	warmed    map[entityKey]any // warmed, not yet activated instances
 }
 
+// takeWarmed hands the warmed instances over (once); later warm results
+// are dropped.
+func (in *inbound) takeWarmed() map[entityKey]any {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	w := in.warmed
+	in.warmed = nil
+	return w
+}
+
 func (r *Runner) publishPhase(id sharding.ShardID, phase, from, to, detail string) {
 	r.hub.publish(HandoffPhase{EventBase: r.base(), Shard: id, Phase: phase, From: from, To: to, Detail: detail})
 }
@@ -195,7 +205,9 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 				return
 			}
 			in.mu.Lock()
-			in.warmed[key] = inst
+			if in.warmed != nil { // nil once installed: late results are dropped
+				in.warmed[key] = inst
+			}
 			in.mu.Unlock()
 		})
 	}
@@ -205,11 +217,14 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 // abortInbound ends an inbound handoff from its own goroutine.
 func (r *Runner) abortInbound(gen uint64, id sharding.ShardID, in *inbound, why string, deleteRecord bool) {
 	r.mu.Lock()
-	if r.inbound[id] == in {
+	current := r.inbound[id] == in
+	if current {
 		delete(r.inbound, id)
 		r.inboundRetry[id] = time.Now().Add(r.cfg.AcquireRetryWindow + r.cfg.AcquireRetryInterval)
 	}
-	actx, leaseID, same := r.attachCtx, r.lease, r.gen == gen
+	// Only the current inbound owns the record: a replaced one must not
+	// delete its successor's.
+	actx, leaseID, same := r.attachCtx, r.lease, r.gen == gen && current
 	r.mu.Unlock()
 	in.cancel()
 	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
@@ -252,10 +267,7 @@ func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
 	}
 	delete(r.inbound, id)
 	in.cancel()
-	in.mu.Lock()
-	warmed := in.warmed
-	in.mu.Unlock()
-	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, warmed)
+	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, in.takeWarmed())
 	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("completed"))
 	r.met.handoffPhase.Record(context.Background(), time.Since(in.started).Seconds(), r.met.attrs, r.met.withPhase("total"))
 	r.publishPhase(id, PhaseCutover, in.from.ID, r.cfg.ID, "")
@@ -278,9 +290,9 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) (h storage.Hand
 	}
 	h, has := r.handoffs[s.id]
 	target, live := r.byLease[h.Lease]
-	valid := has && h.From == r.cfg.ID && live && target.ID == assignee && h.To == assignee
+	valid := has && h.From == r.cfg.ID && h.FromEpoch == s.epoch && live && target.ID == assignee && h.To == assignee
 	switch {
-	case valid && h.Phase == storage.HandoffReady:
+	case valid && h.Phase == storage.HandoffReady && !now.Before(s.cutoverRetryAt):
 		return h, true, false
 	case now.Sub(s.unassignedSince) >= r.cfg.HandoffWait:
 		r.log.Warn("no handoff ready in time; releasing the shard plainly", "shard", s.id, "assignee", assignee,
@@ -298,6 +310,7 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) (h storage.Hand
 func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 	r.mu.Lock()
 	if r.gen != gen || r.owned[s.id] != s {
+		r.clearReleasingLocked(s)
 		r.mu.Unlock()
 		return
 	}
@@ -305,14 +318,32 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 	r.mu.Unlock()
 
 	start := time.Now()
+	r.log.Debug("handoff: cutting over", "shard", s.id, "to", h.To)
 	s.host.beginCutover(h.To)
 	r.drain(actx, []*shard{s}, ErrShardMoved)
+	if busy := s.host.running.Load(); busy > 0 {
+		// Handlers still run after DrainTimeout: moving the lock now could
+		// let the new owner run the same entities concurrently. Keep
+		// serving; HandoffWait ends in a plain release, which interrupts.
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		defer signal(r.kick) // decide again (retry, or HandoffWait's plain release)
+		r.clearReleasingLocked(s)
+		if r.gen == gen && r.owned[s.id] == s {
+			s.cutoverRetryAt = time.Now().Add(r.cfg.DrainTimeout) // let the straggler finish first
+			s.host.reopen()
+			r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
+			r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("%d handlers still running after DrainTimeout", busy))
+		}
+		return
+	}
 	r.releaseShardHook(actx, s, h.To)
 	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, r.met.withPhase("drain"))
 	// Our ownership ends here, before the lock moves: observers must never
 	// see the new owner start before this.
 	r.mu.Lock()
 	if r.gen != gen || r.owned[s.id] != s {
+		r.clearReleasingLocked(s)
 		r.mu.Unlock()
 		return
 	}
@@ -321,39 +352,86 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 	r.publishPhase(s.id, PhaseDrained, r.cfg.ID, h.To, "")
 
 	cutStart := time.Now()
+	to := storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}
 	cctx, cancel := r.opCtx(actx)
-	_, err := r.store.Transfer(cctx, storage.TransferRequest{
+	epoch, err := r.store.Transfer(cctx, storage.TransferRequest{
 		Shard: s.id, FromLease: leaseID, FromEpoch: s.epoch, ToLease: h.Lease,
-		ToOwner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation},
+		HandoffRevision: h.ModRevision, ToOwner: to,
 	})
 	cancel()
+	moved := err == nil
+	definite := err == nil || errors.Is(err, storage.ErrNoHandoff) || errors.Is(err, storage.ErrLeaseNotFound) ||
+		errors.Is(err, storage.ErrNotOwner) || errors.Is(err, storage.ErrInvalidArgument)
+	if !definite {
+		// The transfer may or may not have committed: ask the store
+		// (linearizable, read-only) before serving again.
+		moved, definite = r.resolveTransfer(actx, leaseID, s)
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer signal(r.kick)
+	r.clearReleasingLocked(s)
 	if r.gen != gen || r.owned[s.id] != s {
 		return // detached meanwhile: detachment wins
 	}
-	delete(r.releasing, s.id)
-	if err == nil {
+	switch {
+	case moved:
 		r.movedTo[s.id] = h.To
+		r.lastReleased[s.id] = s.epoch
+		if epoch != 0 { // our view, ahead of the watch: not an orphan of ours
+			r.locks[s.id] = storage.Lock{Shard: s.id, Owner: to, Lease: h.Lease, Epoch: epoch}
+		}
 		r.unhostLocked(s, ErrShardMoved)
 		delete(r.owned, s.id)
 		r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, r.met.withPhase("cutover"))
 		r.publishPhase(s.id, PhaseCutover, r.cfg.ID, h.To, "")
-		signal(r.kick)
-		return
-	}
-	r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", err)
-	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
-	r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", err))
-	s.unassignedSince = time.Now()
-	s.host.reopen()
-	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
-	if errors.Is(err, storage.ErrNotOwner) {
+	case errors.Is(err, storage.ErrNotOwner):
+		// Our lock is not ours any more: never serve it again here.
 		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, err))
-	} else if !errors.Is(err, storage.ErrNoHandoff) && !errors.Is(err, storage.ErrLeaseNotFound) {
-		r.storageErrs["transfer"]++ // counted like other writes; not a detach trigger alone
+	case !definite:
+		// Unknown outcome and the store unreachable: drop the shard (our
+		// lock, if it survived, is released by the orphan safety net).
+		r.log.Error("handoff transfer outcome unknown; dropping the shard", "shard", s.id, "to", h.To, "err", err)
+		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer outcome unknown: %v", err))
+		r.unhostLocked(s, ErrShardMoved)
+		delete(r.owned, s.id)
+		r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
+	default:
+		// The lock is still ours at our epoch: serve again.
+		r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", err)
+		r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
+		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", err))
+		s.unassignedSince = time.Now()
+		s.host.reopen()
+		r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
+	}
+}
+
+// resolveTransfer finds out, read-only, whether our lock of s still stands
+// at its epoch after a transfer call with an unknown outcome. It retries
+// until the detach instant; known is false if the store never answered.
+func (r *Runner) resolveTransfer(actx context.Context, leaseID storage.LeaseID, s *shard) (moved, known bool) {
+	for attempt := 0; actx.Err() == nil && attempt < 5; attempt++ {
+		cctx, cancel := r.opCtx(actx)
+		lost, err := r.store.Verify(cctx, leaseID, []storage.Held{{Shard: s.id, Epoch: s.epoch}})
+		cancel()
+		if err == nil {
+			return len(lost) > 0, true
+		}
+		select {
+		case <-actx.Done():
+		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+		}
+	}
+	return false, false
+}
+
+// clearReleasingLocked ends the releasing mark of s (if it is still ours).
+func (r *Runner) clearReleasingLocked(s *shard) {
+	if e, ok := r.releasing[s.id]; ok && e == s.epoch {
+		delete(r.releasing, s.id)
 	}
 }
 

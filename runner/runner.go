@@ -46,6 +46,8 @@ type shard struct {
 	// unassignedSince: when the shard was first seen assigned elsewhere
 	// (zero while assigned here); bounds the wait for a handoff.
 	unassignedSince time.Time
+	// cutoverRetryAt: no cutover before (a drain timed out on a handler).
+	cutoverRetryAt time.Time
 }
 
 // pending tracks an assigned shard this runner does not own yet.
@@ -104,14 +106,20 @@ type Runner struct {
 	inboundRetry map[sharding.ShardID]time.Time       // no new inbound handoff before
 	movedTo      map[sharding.ShardID]string          // handed off to (until the watch shows it)
 	drainMode    bool                                 // Shutdown: registered as draining, handing shards off
-	attachRev    storage.Revision                     // revision of the current attachment\'s registration
-	releaseRetry bool                                 // a lock deletion failed: retry at the next timer round
-	pending      map[sharding.ShardID]*pending
-	members      map[string]storage.Runner
-	byLease      map[storage.LeaseID]storage.Runner
-	locks        map[sharding.ShardID]storage.Lock
-	assignment   sharding.Assignment
-	assignErr    error
+	attachRev    storage.Revision                     // revision of the current attachment's registration
+	// lastReleased: the epoch at which each shard last left this runner
+	// (a late watch PUT at or below it is history, not an ownership).
+	lastReleased map[sharding.ShardID]storage.Epoch
+	// deletingHandoff: our leftover handoff records being deleted (by
+	// ModRevision), so each is deleted once.
+	deletingHandoff map[sharding.ShardID]storage.Revision
+	releaseRetry    bool // a lock deletion failed: retry at the next timer round
+	pending         map[sharding.ShardID]*pending
+	members         map[string]storage.Runner
+	byLease         map[storage.LeaseID]storage.Runner
+	locks           map[sharding.ShardID]storage.Lock
+	assignment      sharding.Assignment
+	assignErr       error
 	// assignedWithSelf: the assignment was computed from a view holding
 	// this incarnation (later changes are debounced; the first is not).
 	assignedWithSelf bool
@@ -145,33 +153,35 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r := &Runner{
-		store:        store,
-		cfg:          cfg,
-		log:          cfg.Logger.With("runner", cfg.ID),
-		keeper:       keeper,
-		machine:      detachment.New(detachment.Config{Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow}),
-		policy:       detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
-		incarnation:  newIncarnation(),
-		kick:         make(chan struct{}, 1),
-		rebalance:    make(chan struct{}, 1),
-		stopReq:      make(chan struct{}),
-		closeReq:     make(chan struct{}),
-		done:         make(chan struct{}),
-		owned:        make(map[sharding.ShardID]*shard),
-		releasing:    make(map[sharding.ShardID]storage.Epoch),
-		lastHosts:    make(map[sharding.ShardID]*shardHost),
-		handoffs:     make(map[sharding.ShardID]storage.Handoff),
-		inbound:      make(map[sharding.ShardID]*inbound),
-		inboundRetry: make(map[sharding.ShardID]time.Time),
-		movedTo:      make(map[sharding.ShardID]string),
-		storageErrs:  make(map[string]int),
-		pending:      make(map[sharding.ShardID]*pending),
-		members:      make(map[string]storage.Runner),
-		byLease:      make(map[storage.LeaseID]storage.Runner),
-		routeCh:      make(chan struct{}),
-		evictKick:    make(chan struct{}, 1),
-		tripKick:     make(chan struct{}, 1),
-		locks:        make(map[sharding.ShardID]storage.Lock),
+		store:           store,
+		cfg:             cfg,
+		log:             cfg.Logger.With("runner", cfg.ID),
+		keeper:          keeper,
+		machine:         detachment.New(detachment.Config{Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow}),
+		policy:          detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
+		incarnation:     newIncarnation(),
+		kick:            make(chan struct{}, 1),
+		rebalance:       make(chan struct{}, 1),
+		stopReq:         make(chan struct{}),
+		closeReq:        make(chan struct{}),
+		done:            make(chan struct{}),
+		owned:           make(map[sharding.ShardID]*shard),
+		releasing:       make(map[sharding.ShardID]storage.Epoch),
+		lastHosts:       make(map[sharding.ShardID]*shardHost),
+		handoffs:        make(map[sharding.ShardID]storage.Handoff),
+		inbound:         make(map[sharding.ShardID]*inbound),
+		inboundRetry:    make(map[sharding.ShardID]time.Time),
+		movedTo:         make(map[sharding.ShardID]string),
+		lastReleased:    make(map[sharding.ShardID]storage.Epoch),
+		deletingHandoff: make(map[sharding.ShardID]storage.Revision),
+		storageErrs:     make(map[string]int),
+		pending:         make(map[sharding.ShardID]*pending),
+		members:         make(map[string]storage.Runner),
+		byLease:         make(map[storage.LeaseID]storage.Runner),
+		routeCh:         make(chan struct{}),
+		evictKick:       make(chan struct{}, 1),
+		tripKick:        make(chan struct{}, 1),
+		locks:           make(map[sharding.ShardID]storage.Lock),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
 	r.tripAt.Store(math.MaxInt64)
@@ -502,9 +512,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 	if in := r.inbound[id]; in != nil { // the old owner died mid-handoff
 		delete(r.inbound, id)
 		in.cancel()
-		in.mu.Lock()
-		warmed = in.warmed
-		in.mu.Unlock()
+		warmed = in.takeWarmed()
 		actx, leaseID := r.attachCtx, r.lease
 		go r.deleteHandoff(actx, leaseID, id)
 	}

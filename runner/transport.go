@@ -324,7 +324,9 @@ func (t *transport) call(ctx context.Context, owner, addr string, req *deliverRe
 		st, _ := status.FromError(err)
 		switch st.Code() {
 		case codes.ResourceExhausted:
-			return nil, fmt.Errorf("%w: %s", ErrMessageTooLarge, st.Message()), false
+			// The request or the response was over a limit; a response
+			// means the handler ran, so never retry.
+			return nil, fmt.Errorf("%w: %s", ErrMessageTooLarge, st.Message()), true
 		case codes.DeadlineExceeded, codes.Canceled:
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("runner: ask to %s timed out (%w): %w", owner, ErrMaybeDelivered, context.Cause(ctx)), true
@@ -403,8 +405,19 @@ func errorResponse(err error, sent bool) *deliverResponse {
 	case errors.As(err, &pe):
 		return &deliverResponse{Code: codeHandlerPanic, Message: pe.Value}
 	default:
-		return &deliverResponse{Code: codeHandlerError, Message: err.Error()}
+		return &deliverResponse{Code: codeHandlerError, Message: truncate(err.Error(), maxErrorMessage)}
 	}
+}
+
+// maxErrorMessage bounds an error text sent back, so that an error never
+// makes a response too large.
+const maxErrorMessage = 4 << 10
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…(truncated)"
 }
 
 func causeOf(err error) wireCause {

@@ -113,8 +113,11 @@ type TransferRequest struct {
 	Shard     sharding.ShardID
 	FromLease LeaseID // the caller's lease; it must hold the lock...
 	FromEpoch Epoch   // ...at this epoch
-	ToLease   LeaseID // the target's lease; it must hold handoffs/{Shard}
-	ToOwner   Owner   // the value written for the target
+	ToLease   LeaseID // the target's lease; it must hold handoffs/{Shard}...
+	// HandoffRevision, if not 0, is the ModRevision the handoff record must
+	// still have (the record the caller decided on, not a later one).
+	HandoffRevision Revision
+	ToOwner         Owner // the value written for the target
 }
 
 // Locks manages the shard locks shards/{shard}.

@@ -449,11 +449,15 @@ func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (stor
 	sk, hk := s.shardKey(req.Shard), s.handoffKey(req.Shard)
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(
+	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.LeaseValue(sk), "=", clientv3.LeaseID(req.FromLease)),
 		clientv3.Compare(clientv3.ModRevision(sk), "=", int64(req.FromEpoch)),
 		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(req.ToLease)),
-	).Then(
+	}
+	if req.HandoffRevision != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hk), "=", int64(req.HandoffRevision)))
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(
 		clientv3.OpPut(sk, string(val), clientv3.WithLease(clientv3.LeaseID(req.ToLease))),
 		clientv3.OpDelete(hk),
 	).Else(

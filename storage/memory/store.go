@@ -460,7 +460,7 @@ func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (stor
 	if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
 		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
 	}
-	if e, ok := c.kvs[hk]; !ok || e.lease != req.ToLease {
+	if e, ok := c.kvs[hk]; !ok || e.lease != req.ToLease || (req.HandoffRevision != 0 && e.mod != req.HandoffRevision) {
 		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
 	}
 	tx := c.begin()

@@ -405,8 +405,18 @@ func testTransfer(t *testing.T, in Instance) {
 	if _, err := s.Transfer(ctx, req); !errors.Is(err, storage.ErrNoHandoff) {
 		t.Fatalf("Transfer without a handoff record = %v, want ErrNoHandoff", err)
 	}
+	hrev, err := s.PutHandoff(ctx, lb, 4, storage.HandoffRecord{From: "a", To: "b", Phase: storage.HandoffWarming})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record rewritten since the caller looked at it does not count.
 	if _, err := s.PutHandoff(ctx, lb, 4, storage.HandoffRecord{From: "a", To: "b", Phase: storage.HandoffReady}); err != nil {
 		t.Fatal(err)
+	}
+	old := req
+	old.HandoffRevision = hrev
+	if _, err := s.Transfer(ctx, old); !errors.Is(err, storage.ErrNoHandoff) {
+		t.Fatalf("Transfer against a superseded handoff record = %v, want ErrNoHandoff", err)
 	}
 	stale := req
 	stale.FromEpoch--
