@@ -308,6 +308,36 @@ func isSubsequence(want, got []string) bool {
 	return i == len(want)
 }
 
+// cutoverWindows returns, for every ownership change after since, the
+// time no runner owned the shard: from the old owner's ShardReleased to the
+// new owner's ShardAcquired.
+func cutoverWindows(evs []runner.Event, since, until time.Time) []time.Duration {
+	released := map[sharding.ShardID]time.Time{}
+	var out []time.Duration
+	for _, ev := range evs {
+		switch x := ev.(type) {
+		case runner.ShardReleased:
+			if !x.Time.Before(since) && x.Time.Before(until) {
+				released[x.Shard] = x.Time
+			}
+		case runner.ShardAcquired:
+			if at, ok := released[x.Shard]; ok {
+				out = append(out, x.Time.Sub(at))
+				delete(released, x.Shard)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func quantiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("p50 %v p99 %v max %v (n=%d)", ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1], len(ds))
+}
+
 func countMoves(moves map[sharding.ShardID][]string) int {
 	n := 0
 	for _, ms := range moves {
@@ -360,6 +390,8 @@ func TestEtcdHandoffScaleUpAndDown(t *testing.T) {
 	p50, p99, mx, n = l.latencies(downAt, downDone)
 	t.Logf("scale-down 4->3: %d shards moved in %v; %d asks during the move: p50 %v p99 %v max %v",
 		countMoves(downMoves), downDone.Sub(downAt).Round(time.Millisecond), n, p50, p99, mx)
+	t.Logf("cutover window (old owner released -> new owner acquired): scale-up %s; scale-down %s",
+		quantiles(cutoverWindows(evs, upAt, downAt)), quantiles(cutoverWindows(evs, downAt, time.Now())))
 	e.checkCounters(l)
 	if e.hooks.warms.Load() == 0 {
 		t.Error("no entity was warmed")
