@@ -386,7 +386,7 @@ func TestEtcdHandoffScaleUpAndDown(t *testing.T) {
 	before50, before99, _, _ := l.latencies(upAt.Add(-time.Second), upAt)
 	p50, p99, mx, n := l.latencies(upAt, upDone)
 	t.Logf("scale-up 3->4: %d shards moved in %v; %d asks during the move: p50 %v p99 %v max %v (steady before: p50 %v p99 %v)",
-		countMoves(upMoves), upDone.Sub(upAt).Round(time.Millisecond), n, p50, p99, mx, before50, before99)
+		countMoves(upMoves)-countMoves(downMoves), upDone.Sub(upAt).Round(time.Millisecond), n, p50, p99, mx, before50, before99)
 	p50, p99, mx, n = l.latencies(downAt, downDone)
 	t.Logf("scale-down 4->3: %d shards moved in %v; %d asks during the move: p50 %v p99 %v max %v",
 		countMoves(downMoves), downDone.Sub(downAt).Round(time.Millisecond), n, p50, p99, mx)
