@@ -66,8 +66,8 @@ var serviceDesc = grpc.ServiceDesc{
 			}
 			t := srv.(*transport)
 			resp, err := t.serveDeliver(ctx, in)
-			if t.onServe != nil && resp != nil {
-				t.onServe(in, resp)
+			if hook := t.onServe.Load(); hook != nil && resp != nil {
+				(*hook)(in, resp)
 			}
 			return resp, err
 		},
@@ -80,6 +80,12 @@ var serviceDesc = grpc.ServiceDesc{
 			}
 			return srv.(*transport).serveHot(in), nil
 		},
+	}},
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Stream",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler:       func(srv any, ss grpc.ServerStream) error { return srv.(*transport).serveStream(ss) },
 	}},
 	Metadata: "runner/transport.proto",
 }
@@ -115,16 +121,19 @@ type transport struct {
 	srv *grpc.Server
 	lis net.Listener
 
+	goaway     chan struct{} // closed when the server starts a graceful stop
+	goawayOnce sync.Once
+
 	mu     sync.Mutex
 	peers  map[string]*peerConns
 	stale  map[string]*time.Timer // peers that left: closed later, not under in-flight calls
 	closed bool
 
-	onServe func(*deliverRequest, *deliverResponse) // test hook
+	onServe atomic.Pointer[func(*deliverRequest, *deliverResponse)] // test hook
 }
 
 func newTransport(r *Runner) *transport {
-	return &transport{r: r, peers: make(map[string]*peerConns), stale: make(map[string]*time.Timer)}
+	return &transport{r: r, peers: make(map[string]*peerConns), stale: make(map[string]*time.Timer), goaway: make(chan struct{})}
 }
 
 // connsPerPeer is how many HTTP/2 connections a runner keeps to each peer:
@@ -132,17 +141,46 @@ func newTransport(r *Runner) *transport {
 // goroutines do not serialize all traffic to a peer.
 const connsPerPeer = 2
 
-// peerConns are the connections to one peer.
+// peerConns are the connections to one peer, each with its delivery
+// stream.
 type peerConns struct {
 	conns []*grpc.ClientConn
 	next  atomic.Uint32
+
+	mu      sync.Mutex
+	streams []*muxStream // by connection; replaced when unusable
 }
 
-func (p *peerConns) pick() *grpc.ClientConn {
-	return p.conns[int(p.next.Add(1))%len(p.conns)]
+// pick chooses a connection, round robin.
+func (p *peerConns) pick() (int, *grpc.ClientConn) {
+	i := int(p.next.Add(1)) % len(p.conns)
+	return i, p.conns[i]
+}
+
+// stream returns connection i's delivery stream, opening a new one when
+// there is none or it is closing.
+func (p *peerConns) stream(i int) (*muxStream, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ms := p.streams[i]; ms != nil && ms.usable() {
+		return ms, nil
+	}
+	ms, err := newMuxStream(p.conns[i])
+	if err != nil {
+		return nil, err
+	}
+	p.streams[i] = ms
+	return ms, nil
 }
 
 func (p *peerConns) close() {
+	p.mu.Lock()
+	for _, ms := range p.streams {
+		if ms != nil {
+			ms.cancel()
+		}
+	}
+	p.mu.Unlock()
 	for _, c := range p.conns {
 		_ = c.Close()
 	}
@@ -165,7 +203,10 @@ func (t *transport) listen() error {
 		grpc.NumStreamWorkers(uint32(max(2, runtime.GOMAXPROCS(0)))),
 		grpc.SharedWriteBuffer(true),
 		grpc.ForceServerCodec(wireCodec{}),
-		grpc.MaxRecvMsgSize(t.r.cfg.MaxMessageSize+1024),
+		// The transport limit is generous so that an oversized request
+		// never breaks a shared stream; serveDeliver enforces
+		// MaxMessageSize itself and answers TOO_LARGE.
+		grpc.MaxRecvMsgSize(max(t.r.cfg.MaxMessageSize, 64<<20)+1024),
 		grpc.MaxSendMsgSize(t.r.cfg.MaxMessageSize+1024),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
@@ -181,6 +222,7 @@ func (t *transport) serve() {
 
 // stop ends serving: graceful within d, then abrupt; and closes peers.
 func (t *transport) stop(d time.Duration) {
+	t.goawayOnce.Do(func() { close(t.goaway) }) // streams: stop sending here
 	if t.srv != nil && d > 0 {
 		done := make(chan struct{})
 		go func() { t.srv.GracefulStop(); close(done) }()
@@ -241,14 +283,14 @@ func (t *transport) forget(live map[string]bool) {
 	}
 }
 
-func (t *transport) peer(addr string) (*grpc.ClientConn, error) {
+func (t *transport) peer(addr string) (*peerConns, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return nil, ErrClosed
 	}
 	if p, ok := t.peers[addr]; ok {
-		return p.pick(), nil
+		return p, nil
 	}
 	creds := insecure.NewCredentials()
 	if t.r.cfg.PeerTLS != nil {
@@ -260,7 +302,9 @@ func (t *transport) peer(addr string) (*grpc.ClientConn, error) {
 			grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(
 				grpc.ForceCodec(wireCodec{}),
-				grpc.MaxCallRecvMsgSize(t.r.cfg.MaxMessageSize+1024),
+				// Responses are bounded by the sender's own limit; a smaller
+				// limit here would break the shared stream.
+				grpc.MaxCallRecvMsgSize(max(t.r.cfg.MaxMessageSize, 64<<20)+1024),
 				grpc.MaxCallSendMsgSize(t.r.cfg.MaxMessageSize+1024),
 			),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
@@ -272,20 +316,34 @@ func (t *transport) peer(addr string) (*grpc.ClientConn, error) {
 		}
 		p.conns = append(p.conns, c)
 	}
+	p.streams = make([]*muxStream, len(p.conns))
 	t.peers[addr] = p
-	return p.pick(), nil
+	return p, nil
 }
 
-// ready waits, bounded, until the connection to addr is ready. An error
-// means nothing was sent.
+// ready picks a connection to addr and waits, bounded, until it is ready.
+// An error means nothing was sent.
 func (t *transport) ready(ctx context.Context, addr string) (*grpc.ClientConn, error) {
-	c, err := t.peer(addr)
+	_, _, c, err := t.readyConn(ctx, addr)
+	return c, err
+}
+
+func (t *transport) readyConn(ctx context.Context, addr string) (*peerConns, int, *grpc.ClientConn, error) {
+	p, err := t.peer(addr)
 	if err != nil {
-		return nil, err
+		return nil, 0, nil, err
 	}
+	i, c := p.pick()
+	if err := t.waitReady(ctx, addr, c); err != nil {
+		return nil, 0, nil, err
+	}
+	return p, i, c, nil
+}
+
+func (t *transport) waitReady(ctx context.Context, addr string, c *grpc.ClientConn) error {
 	st := c.GetState()
 	if st == connectivity.Ready {
-		return c, nil
+		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, t.r.cfg.ConnectTimeout)
 	defer cancel()
@@ -294,14 +352,14 @@ func (t *transport) ready(ctx context.Context, addr string) (*grpc.ClientConn, e
 			c.Connect()
 		}
 		if st == connectivity.TransientFailure || st == connectivity.Shutdown {
-			return nil, fmt.Errorf("%w: %s is %v", ErrNotSent, addr, st)
+			return fmt.Errorf("%w: %s is %v", ErrNotSent, addr, st)
 		}
 		if !c.WaitForStateChange(wctx, st) {
-			return nil, fmt.Errorf("%w: %s still %v after %v", ErrNotSent, addr, st, t.r.cfg.ConnectTimeout)
+			return fmt.Errorf("%w: %s still %v after %v", ErrNotSent, addr, st, t.r.cfg.ConnectTimeout)
 		}
 		st = c.GetState()
 	}
-	return c, nil
+	return nil
 }
 
 // call delivers req to the runner at addr. sent is false when the message
@@ -310,16 +368,42 @@ func (t *transport) call(ctx context.Context, owner, addr string, req *deliverRe
 	if len(req.Payload) > t.r.cfg.MaxMessageSize {
 		return nil, fmt.Errorf("%w: request of %d bytes (limit %d)", ErrMessageTooLarge, len(req.Payload), t.r.cfg.MaxMessageSize), false
 	}
-	c, err := t.ready(ctx, addr)
+	p, i, c, err := t.readyConn(ctx, addr)
 	if err != nil {
 		return nil, err, false
+	}
+	if len(req.Payload) > maxStreamPayload {
+		return t.unary(ctx, owner, addr, c, req)
+	}
+	ms, err := p.stream(i)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open a delivery stream to %s: %v", ErrNotSent, addr, err), false
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t.r.cfg.RequestTimeout)
 		defer cancel()
 	}
-	resp = new(deliverResponse)
+	resp, err, sent = ms.call(ctx, req)
+	if err != nil && sent && errors.Is(err, ErrMaybeDelivered) {
+		err = fmt.Errorf("to %s (%s): %w", owner, addr, err)
+	}
+	return resp, err, sent
+}
+
+// maxStreamPayload: larger requests travel as unary calls, so that one
+// big message neither holds up the shared stream nor, if the receiver
+// refuses its size, breaks it for every other call.
+const maxStreamPayload = 64 << 10
+
+// unary delivers req with its own RPC.
+func (t *transport) unary(ctx context.Context, owner, addr string, c *grpc.ClientConn, req *deliverRequest) (*deliverResponse, error, bool) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.r.cfg.RequestTimeout)
+		defer cancel()
+	}
+	resp := new(deliverResponse)
 	if err := c.Invoke(ctx, deliverMethod, req, resp); err != nil {
 		st, _ := status.FromError(err)
 		switch st.Code() {
@@ -355,6 +439,9 @@ func (t *transport) serveDeliver(ctx context.Context, req *deliverRequest) (*del
 		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("codec %q, kind %q uses %q", req.Codec, req.Kind, codec.Name())}, nil
 	case h.OneWay() != req.OneWay:
 		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("%s.%s: one-way mismatch", req.Kind, req.Method)}, nil
+	}
+	if len(req.Payload) > r.cfg.MaxMessageSize {
+		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("request of %d bytes (limit %d on %s)", len(req.Payload), r.cfg.MaxMessageSize, r.cfg.ID)}, nil
 	}
 	id := sharding.ShardOf(req.Entity, r.cfg.NumShards)
 	if uint32(id) != req.Shard {

@@ -127,7 +127,9 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 	c := tc.start(Config{ID: "c", ClientOnly: true})
 	tc.waitOwned(16)
 	var la, lb serveLog
-	a.transport.onServe, b.transport.onServe = la.hook, lb.hook
+	ha, hb := la.hook, lb.hook
+	a.transport.onServe.Store(&ha)
+	b.transport.onServe.Store(&hb)
 
 	var id string
 	for i := 0; ; i++ {
@@ -235,6 +237,17 @@ func TestWireRoundTrip(t *testing.T) {
 	var gr deliverResponse
 	if err := gr.unmarshal(resp.marshal()); err != nil || gr.Code != codeNotOwner || gr.OwnerHint != "h" || gr.Cause != causeShutdown || string(gr.Payload) != "p" {
 		t.Fatalf("response round trip = %+v, %v", gr, err)
+	}
+	f := &frame{ID: 1 << 40, Req: req, Resp: resp, TimeoutMs: 1500, GoAway: true}
+	var gf frame
+	if err := gf.unmarshal(f.marshal()); err != nil || gf.ID != 1<<40 || gf.TimeoutMs != 1500 || !gf.GoAway ||
+		gf.Req == nil || gf.Req.Entity != "e/1" || gf.Resp == nil || gf.Resp.OwnerHint != "h" {
+		t.Fatalf("frame round trip = %+v, %v", gf, err)
+	}
+	hot := &hotResponse{Entities: []entityRef{{Kind: "k", ID: "a"}, {Kind: "k2", ID: "b"}}}
+	var gh hotResponse
+	if err := gh.unmarshal(hot.marshal()); err != nil || len(gh.Entities) != 2 || gh.Entities[1].ID != "b" {
+		t.Fatalf("hot round trip = %+v, %v", gh, err)
 	}
 	if err := gr.unmarshal([]byte{0xff, 0xff}); !errors.Is(err, errWire) {
 		t.Fatalf("unmarshal(garbage) = %v, want errWire", err)

@@ -192,6 +192,54 @@ func (m *deliverResponse) unmarshal(b []byte) error {
 	})
 }
 
+// frame is a message of the multiplexed Stream.
+type frame struct {
+	ID        uint64
+	Req       *deliverRequest
+	Resp      *deliverResponse
+	TimeoutMs uint32
+	GoAway    bool
+}
+
+func (m *frame) marshal() []byte {
+	var b []byte
+	b = appendVarint(b, 1, m.ID)
+	if m.Req != nil {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, m.Req.marshal())
+	}
+	if m.Resp != nil {
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendBytes(b, m.Resp.marshal())
+	}
+	b = appendVarint(b, 4, uint64(m.TimeoutMs))
+	if m.GoAway {
+		b = appendVarint(b, 5, 1)
+	}
+	return b
+}
+
+func (m *frame) unmarshal(b []byte) error {
+	*m = frame{}
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			m.ID = x
+		case num == 2 && typ == protowire.BytesType:
+			m.Req = new(deliverRequest)
+			return m.Req.unmarshal(v)
+		case num == 3 && typ == protowire.BytesType:
+			m.Resp = new(deliverResponse)
+			return m.Resp.unmarshal(v)
+		case num == 4 && typ == protowire.VarintType:
+			m.TimeoutMs = uint32(x)
+		case num == 5 && typ == protowire.VarintType:
+			m.GoAway = x != 0
+		}
+		return nil
+	})
+}
+
 type hotRequest struct {
 	Shard, Limit uint32
 }
@@ -268,6 +316,8 @@ func (wireCodec) Marshal(v any) ([]byte, error) {
 		return m.marshal(), nil
 	case *hotResponse:
 		return m.marshal(), nil
+	case *frame:
+		return m.marshal(), nil
 	default:
 		return nil, fmt.Errorf("%w: cannot marshal %T", errWire, v)
 	}
@@ -282,6 +332,8 @@ func (wireCodec) Unmarshal(b []byte, v any) error {
 	case *hotRequest:
 		return m.unmarshal(b)
 	case *hotResponse:
+		return m.unmarshal(b)
+	case *frame:
 		return m.unmarshal(b)
 	default:
 		return fmt.Errorf("%w: cannot unmarshal into %T", errWire, v)
