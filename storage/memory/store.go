@@ -351,18 +351,30 @@ func (c *Cluster) rollback(tx *txn) {
 	tx.events = nil
 }
 
-// Verify implements storage.Locks.
-func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
-	var lost []storage.LostLock
-	for _, b := range storage.Batches(len(held), storage.MaxShardsPerTxn) {
-		_, cancel, err := s.start(ctx, OpVerify)
+// batched runs fn on each batch of n items as one transaction (under the
+// cluster lock), after applying op's faults to each batch.
+func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, tx *txn, lo, hi int)) error {
+	for _, b := range storage.Batches(n, storage.MaxShardsPerTxn) {
+		_, cancel, err := s.start(ctx, op)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("verify %d locks: %w", len(held), err)
+			return err
 		}
 		c := s.c
 		c.mu.Lock()
-		for _, h := range held[b[0]:b[1]] {
+		tx := c.begin()
+		fn(c, tx, b[0], b[1])
+		tx.commit()
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// Verify implements storage.Locks.
+func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
+	var lost []storage.LostLock
+	err := s.batched(ctx, OpVerify, len(held), func(c *Cluster, _ *txn, lo, hi int) {
+		for _, h := range held[lo:hi] {
 			key := shardKey(h.Shard)
 			e, ok := c.kvs[key]
 			switch {
@@ -372,7 +384,9 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 				lost = append(lost, storage.LostLock{Shard: h.Shard, Exists: true, Holder: lockOf(key, e)})
 			}
 		}
-		c.mu.Unlock()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify %d locks: %w", len(held), err)
 	}
 	return lost, nil
 }
@@ -383,24 +397,17 @@ func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []sto
 		return nil, err
 	}
 	var released []sharding.ShardID
-	for _, b := range storage.Batches(len(held), storage.MaxShardsPerTxn) {
-		_, cancel, err := s.start(ctx, OpRelease)
-		cancel()
-		if err != nil {
-			return released, fmt.Errorf("release %d shards: %w", len(held), err)
-		}
-		c := s.c
-		c.mu.Lock()
-		tx := c.begin()
-		for _, h := range held[b[0]:b[1]] {
+	err := s.batched(ctx, OpRelease, len(held), func(c *Cluster, tx *txn, lo, hi int) {
+		for _, h := range held[lo:hi] {
 			key := shardKey(h.Shard)
 			if e, ok := c.kvs[key]; ok && e.lease == leaseID && storage.Epoch(e.mod) == h.Epoch {
 				tx.del(key)
 				released = append(released, h.Shard)
 			}
 		}
-		tx.commit()
-		c.mu.Unlock()
+	})
+	if err != nil {
+		return released, fmt.Errorf("release %d shards: %w", len(held), err)
 	}
 	return released, nil
 }
@@ -415,16 +422,8 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 		return nil, err
 	}
 	var out []storage.AcquireResult
-	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
-		_, cancel, err := s.start(ctx, OpRewrite)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
-		}
-		c := s.c
-		c.mu.Lock()
-		tx := c.begin()
-		for _, sh := range shards[b[0]:b[1]] {
+	err = s.batched(ctx, OpRewrite, len(shards), func(c *Cluster, tx *txn, lo, hi int) {
+		for _, sh := range shards[lo:hi] {
 			key := shardKey(sh)
 			e, ok := c.kvs[key]
 			switch {
@@ -436,8 +435,9 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 				out = append(out, storage.AcquireResult{Shard: sh, Status: storage.HeldElsewhere, Holder: lockOf(key, e)})
 			}
 		}
-		tx.commit()
-		c.mu.Unlock()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
 	}
 	return out, nil
 }
