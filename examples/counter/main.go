@@ -15,27 +15,18 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/version"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
+	"github.com/shardhost/shardhost/examples/internal/demo"
 	"github.com/shardhost/shardhost/runner"
-	"github.com/shardhost/shardhost/sharding"
 )
 
 const (
 	numShards = 64
 	leaseTTL  = 5 * time.Second
 )
-
-func shardID(i int) sharding.ShardID { return sharding.ShardID(i) }
 
 type options struct {
 	etcd     string        // existing etcd endpoint; "" starts an embedded one
@@ -49,21 +40,12 @@ type options struct {
 
 func main() {
 	o := options{counters: 500, workers: 8, out: os.Stdout, logs: os.Stderr}
-	flag.StringVar(&o.etcd, "etcd", "", "use the etcd at `host:port` instead of starting an embedded one")
+	demo.RegisterFlags(&o.etcd, &o.verbose)
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "traffic `time` of each phase")
-	flag.BoolVar(&o.verbose, "v", false, "show the runners' info logs and the etcd client's warnings")
-	flag.Parse()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	s, err := run(ctx, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "counter:", err)
-		os.Exit(1)
-	}
-	if len(s.Problems) > 0 {
-		os.Exit(1)
-	}
+	demo.Main("counter", func(ctx context.Context) (bool, error) {
+		s, err := run(ctx, o)
+		return err == nil && len(s.Problems) > 0, err
+	})
 }
 
 // phase is one traffic phase: what happened and what the check found.
@@ -87,43 +69,24 @@ type summary struct {
 
 // run is the whole demo. It returns an error only when it could not run.
 func run(ctx context.Context, o options) (_ *summary, err error) {
-	start := time.Now()
-	say := func(format string, args ...any) {
-		fmt.Fprintf(o.out, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
-	}
+	say := demo.Say(o.out)
 	d := o.duration
 
 	// 1. etcd.
-	endpoint, namespace := o.etcd, "demo"
-	if endpoint == "" {
-		var stopEtcd func()
-		if endpoint, stopEtcd, err = startEmbeddedEtcd(o.verbose); err != nil {
-			return nil, err
-		}
-		defer stopEtcd()
-		say("embedded etcd %s ready at %s", version.Version, endpoint)
-	} else {
-		// Keys of other runs (checkpoints never expire) must not leak in.
-		namespace = fmt.Sprintf("demo-%d", time.Now().UnixNano())
-		defer deleteNamespace(endpoint, namespace)
-		say("using etcd at %s, namespace %q", endpoint, namespace)
+	e, err := demo.OpenEtcd(o.etcd, o.verbose, say, "demo")
+	if err != nil {
+		return nil, err
 	}
-	endpoints := []string{endpoint}
+	defer e.Close()
+	endpoints, namespace := []string{e.Endpoint}, e.Namespaces[0]
 
 	// 2. Three runners and a gateway, each with its own etcd client.
-	var nodes []*node
+	var nodes []*demo.Node
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		errs := make([]error, len(nodes))
-		var wg sync.WaitGroup
-		for i, n := range nodes {
-			wg.Go(func() { errs[i] = n.stop(ctx) })
-		}
-		wg.Wait()
-		err = errors.Join(append(errs, err)...)
+		_, serr := demo.StopAll(nodes)
+		err = errors.Join(serr, err)
 	}()
-	logger := newLogger(o.logs, o.verbose)
+	logger := demo.NewLogger(o.logs, o.verbose)
 	for _, cfg := range []runner.Config{
 		{ID: "runner-1", ListenAddr: "127.0.0.1:0"},
 		{ID: "runner-2", ListenAddr: "127.0.0.1:0"},
@@ -131,7 +94,7 @@ func run(ctx context.Context, o options) (_ *summary, err error) {
 		{ID: "gateway", ClientOnly: true},
 	} {
 		cfg.NumShards, cfg.LeaseTTL, cfg.Logger = numShards, leaseTTL, logger
-		n, err := startNode(endpoints, namespace, cfg, o.verbose)
+		n, err := demo.StartNode(endpoints, namespace, cfg, CounterKind, nil, o.verbose)
 		if err != nil {
 			return nil, err
 		}
@@ -141,26 +104,18 @@ func run(ctx context.Context, o options) (_ *summary, err error) {
 	s := &summary{}
 
 	// 3. Wait for the shards to be spread.
-	if s.Settle, err = waitSettled(ctx, []*node{r1, r2, r3}, gw, 30*time.Second); err != nil {
+	if s.Settle, err = demo.WaitSettled(ctx, []*demo.Node{r1, r2, r3}, gw, numShards, 30*time.Second); err != nil {
 		return nil, err
 	}
-	say("3 runners + gateway started; ownership settled in %v: %s", round(s.Settle), ownership([]*node{r1, r2, r3}))
+	say("3 runners + gateway started; ownership settled in %v: %s", demo.Round(s.Settle), demo.Ownership([]*demo.Node{r1, r2, r3}))
 
-	t := newTraffic(gw.r, o.counters, o.workers)
+	t := newTraffic(gw.Runner(), o.counters, o.workers)
 	var stop func() tally // stops the traffic running now, if any
 	defer func() {
 		if stop != nil {
 			stop()
 		}
 	}()
-	sleep := func(d time.Duration) error {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(d):
-			return nil
-		}
-	}
 	finish := func(p *phase, began time.Time, ownersBefore []string) {
 		p.Traffic = stop()
 		stop = nil
@@ -175,74 +130,74 @@ func run(ctx context.Context, o options) (_ *summary, err error) {
 	p1 := &phase{Name: "1 steady, 3 runners"}
 	began := time.Now()
 	stop = t.start(ctx)
-	if err := sleep(d); err != nil {
+	if err := demo.Sleep(ctx, d); err != nil {
 		return nil, err
 	}
 	finish(p1, began, nil)
 
 	// 5a. Graceful stop of runner-2 under traffic.
-	say("phase 2: traffic on; runner-2 shuts down gracefully after %v", round(d/3))
+	say("phase 2: traffic on; runner-2 shuts down gracefully after %v", demo.Round(d/3))
 	p2 := &phase{Name: "2 graceful stop runner-2"}
 	began = time.Now()
 	stop = t.start(ctx)
-	if err := sleep(d / 3); err != nil {
+	if err := demo.Sleep(ctx, d/3); err != nil {
 		return nil, err
 	}
 	written, restoredBefore := checkpointsWritten.Load(), restored.Load()
 	shutdownStart := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	err = r2.stop(sctx)
+	err = r2.Stop(sctx)
 	cancel()
 	s.ShutdownDur = time.Since(shutdownStart)
 	if err != nil {
 		return nil, fmt.Errorf("shut down runner-2: %w", err)
 	}
 	say("runner-2 Shutdown returned after %v (drained, %d counters checkpointed, locks released, lease revoked)",
-		round(s.ShutdownDur), checkpointsWritten.Load()-written)
-	if _, err := waitSettled(ctx, []*node{r1, r3}, gw, 30*time.Second); err != nil {
+		demo.Round(s.ShutdownDur), checkpointsWritten.Load()-written)
+	if _, err := demo.WaitSettled(ctx, []*demo.Node{r1, r3}, gw, numShards, 30*time.Second); err != nil {
 		return nil, err
 	}
 	s.Rebalance = time.Since(shutdownStart)
 	say("runner-1 and runner-3 own all %d shards %v after the shutdown began: %s",
-		numShards, round(s.Rebalance), ownership([]*node{r1, r3}))
-	if err := sleep(d); err != nil {
+		numShards, demo.Round(s.Rebalance), demo.Ownership([]*demo.Node{r1, r3}))
+	if err := demo.Sleep(ctx, d); err != nil {
 		return nil, err
 	}
 	finish(p2, began, nil)
 	say("  %d counters restored from runner-2's checkpoints on their new owner", restored.Load()-restoredBefore)
 
 	// 5b. Crash of runner-3 under traffic.
-	say("phase 3: traffic on; runner-3 crashes after %v (Close: nothing released, its lease expires after the %v TTL)", round(d/3), leaseTTL)
+	say("phase 3: traffic on; runner-3 crashes after %v (Close: nothing released, its lease expires after the %v TTL)", demo.Round(d/3), leaseTTL)
 	p3 := &phase{Name: "3 crash runner-3"}
 	began = time.Now()
 	stop = t.start(ctx)
-	if err := sleep(d / 3); err != nil {
+	if err := demo.Sleep(ctx, d/3); err != nil {
 		return nil, err
 	}
 	ownersBefore := t.owners(numShards)
 	for _, owner := range ownersBefore {
-		if owner == r3.r.ID() {
+		if owner == r3.Runner().ID() {
 			s.OnCrashed++
 		}
 	}
 	crashAt := time.Now()
-	if err := r3.crash(); err != nil {
+	if err := r3.Crash(); err != nil {
 		return nil, fmt.Errorf("crash runner-3: %w", err)
 	}
-	for len(r1.r.Owned()) < numShards {
+	for len(r1.Runner().Owned()) < numShards {
 		if time.Since(crashAt) > 30*time.Second {
-			return nil, fmt.Errorf("runner-1 owns %d shards 30s after the crash", len(r1.r.Owned()))
+			return nil, fmt.Errorf("runner-1 owns %d shards 30s after the crash", len(r1.Runner().Owned()))
 		}
-		if err := sleep(5 * time.Millisecond); err != nil {
+		if err := demo.Sleep(ctx, 5*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
 	s.Takeover = time.Since(crashAt)
-	say("runner-1 owns all %d shards %v after runner-3 crashed (%d counters were on runner-3)", numShards, round(s.Takeover), s.OnCrashed)
-	if _, err := waitSettled(ctx, []*node{r1}, gw, 30*time.Second); err != nil {
+	say("runner-1 owns all %d shards %v after runner-3 crashed (%d counters were on runner-3)", numShards, demo.Round(s.Takeover), s.OnCrashed)
+	if _, err := demo.WaitSettled(ctx, []*demo.Node{r1}, gw, numShards, 30*time.Second); err != nil {
 		return nil, err
 	}
-	if err := sleep(d); err != nil {
+	if err := demo.Sleep(ctx, d); err != nil {
 		return nil, err
 	}
 	finish(p3, began, ownersBefore)
@@ -250,13 +205,13 @@ func run(ctx context.Context, o options) (_ *summary, err error) {
 		say("  no ask failed during the crash: asks for runner-3's shards were retried until runner-1 owned them (slowest %v).\n"+
 			"         Close lets runner-3 finish, or refuse as undelivered, the asks it had accepted; a killed process would\n"+
 			"         cut them off and they would fail with ErrMaybeDelivered.",
-			round(p3.Traffic.MaxLatency))
+			demo.Round(p3.Traffic.MaxLatency))
 	} else {
 		say("  %d ask(s) failed during the crash (listed above); ErrMaybeDelivered ones may or may not have run", p3.Traffic.Failed())
 	}
 
 	// 6. Checks and summary.
-	s.Problems = problems(s, r3.r.ID())
+	s.Problems = problems(s, r3.Runner().ID())
 	summarize(o.out, s)
 	return s, nil
 }
@@ -265,7 +220,7 @@ func run(ctx context.Context, o options) (_ *summary, err error) {
 func report(w io.Writer, p *phase) {
 	tr := p.Traffic
 	fmt.Fprintf(w, "         asks: %d ok (%.0f/s), %d failed, slowest %v; served by %s\n",
-		tr.OK, float64(tr.OK)/p.Elapsed.Seconds(), tr.Failed(), round(tr.MaxLatency), served(tr))
+		tr.OK, float64(tr.OK)/p.Elapsed.Seconds(), tr.Failed(), demo.Round(tr.MaxLatency), served(tr))
 	for _, class := range slices.Sorted(maps.Keys(tr.Errors)) {
 		fmt.Fprintf(w, "         failed with %s: %d (e.g. %q)\n", class, tr.Errors[class], tr.Samples[class])
 	}
@@ -344,14 +299,14 @@ func summarize(w io.Writer, s *summary) {
 			fmt.Sprintf("%.0f", float64(tr.OK)/p.Elapsed.Seconds()),
 			fmt.Sprint(tr.Failed()),
 			fmt.Sprint(tr.Errors[errMaybeDelivered]),
-			round(tr.MaxLatency).String(),
+			demo.Round(tr.MaxLatency).String(),
 			fmt.Sprintf("%d/%d/%d", tr.Served["runner-1"], tr.Served["runner-2"], tr.Served["runner-3"]),
 			fmt.Sprintf("%d/%d", c.Exact, c.Counters),
 			lost(c))
 	}
 	fmt.Fprintln(w, "(maybe: failed with ErrMaybeDelivered; exact: counters equal to their acknowledged increments)")
 	fmt.Fprintf(w, "\nsettle %v · graceful stop: Shutdown %v, all shards owned again after %v · crash: runner-1 owned all shards after %v (lease TTL %v)\n",
-		round(s.Settle), round(s.ShutdownDur), round(s.Rebalance), round(s.Takeover), leaseTTL)
+		demo.Round(s.Settle), demo.Round(s.ShutdownDur), demo.Round(s.Rebalance), demo.Round(s.Takeover), leaseTTL)
 	if n := checkpointsFailed.Load(); n > 0 {
 		fmt.Fprintf(w, "%d checkpoints failed (see the runners' logs)\n", n)
 	}
@@ -375,27 +330,4 @@ func lost(c check) string {
 		return "0"
 	}
 	return fmt.Sprintf("%d counters (%d incs)", c.Lost, c.LostIncs)
-}
-
-// deleteNamespace removes the run's keys from an external etcd.
-func deleteNamespace(endpoint, namespace string) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, _ = cli.Delete(ctx, "/"+namespace+"/", clientv3.WithPrefix())
-}
-
-func round(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= 10*time.Millisecond:
-		return d.Round(time.Millisecond)
-	default:
-		return d.Round(10 * time.Microsecond)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 )
 
 // world is the in-process state of one scenario: the log and, per runner,
-// what that runner's process would hold (its views and hook tallies). In a
-// real deployment each runner is its own process and its views are a
-// process global; here the entities find them by the runner they run on.
+// what that runner's process would hold (its views, hook tallies and
+// handoff events). In a real deployment each runner is its own process and
+// its views are a process global; here the entities find them by the
+// runner they run on.
 type world struct {
 	log   *logService
 	hosts map[string]*host // by runner ID; fixed before any runner starts
@@ -30,6 +32,7 @@ type host struct {
 	mu       sync.Mutex
 	warms    []warmCall
 	releases []releaseCall
+	phases   []runner.HandoffPhase
 }
 
 type warmCall struct {
@@ -94,6 +97,22 @@ func (h *host) hookCalls(since, until time.Time) (warms []warmCall, releases int
 		}
 	}
 	return warms, releases
+}
+
+// recordEvent is the runner's event handler: it keeps the handoff events.
+func (h *host) recordEvent(ev runner.Event) {
+	if p, ok := ev.(runner.HandoffPhase); ok {
+		h.mu.Lock()
+		h.phases = append(h.phases, p)
+		h.mu.Unlock()
+	}
+}
+
+// handoffPhases returns the handoff events reported so far.
+func (h *host) handoffPhases() []runner.HandoffPhase {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.phases)
 }
 
 // Key is the demo's entity: one key of a partition. It holds nothing; Get

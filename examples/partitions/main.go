@@ -22,15 +22,12 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/version"
-
+	"github.com/shardhost/shardhost/examples/internal/demo"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -64,23 +61,14 @@ func defaults() options {
 
 func main() {
 	o := defaults()
-	flag.StringVar(&o.etcd, "etcd", "", "use the etcd at `host:port` instead of starting an embedded one")
+	demo.RegisterFlags(&o.etcd, &o.verbose)
 	flag.DurationVar(&o.after, "duration", o.after, "traffic `time` after the scale-up settled, in each scenario")
 	flag.IntVar(&o.history, "history", o.history, "`records` in each partition at the start")
 	flag.DurationVar(&o.perRecord, "record-cost", o.perRecord, "simulated `time` to consume one record")
-	flag.BoolVar(&o.verbose, "v", false, "show the runners' info logs and the etcd client's warnings")
-	flag.Parse()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	s, err := run(ctx, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "partitions:", err)
-		os.Exit(1)
-	}
-	if len(s.Problems) > 0 {
-		os.Exit(1)
-	}
+	demo.Main("partitions", func(ctx context.Context) (bool, error) {
+		s, err := run(ctx, o)
+		return err == nil && len(s.Problems) > 0, err
+	})
 }
 
 // scenario is what one scale-up showed.
@@ -126,31 +114,19 @@ type summary struct {
 
 // run is the whole demo. It returns an error only when it could not run.
 func run(ctx context.Context, o options) (_ *summary, err error) {
-	start := time.Now()
-	say := func(format string, args ...any) {
-		fmt.Fprintf(o.out, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
+	say := demo.Say(o.out)
+	e, err := demo.OpenEtcd(o.etcd, o.verbose, say, "partitions", "handoff", "plain")
+	if err != nil {
+		return nil, err
 	}
-	endpoint, prefix := o.etcd, "partitions"
-	if endpoint == "" {
-		var stopEtcd func()
-		if endpoint, stopEtcd, err = startEmbeddedEtcd(o.verbose); err != nil {
-			return nil, err
-		}
-		defer stopEtcd()
-		say("embedded etcd %s ready at %s", version.Version, endpoint)
-	} else {
-		// Keys of other runs must not leak in.
-		prefix = fmt.Sprintf("partitions-%d", time.Now().UnixNano())
-		defer deleteNamespace(endpoint, prefix+"-handoff", prefix+"-plain")
-		say("using etcd at %s, namespaces %q and %q", endpoint, prefix+"-handoff", prefix+"-plain")
-	}
+	defer e.Close()
 	say("log: %d partitions (one per shard) of %d records each, +%d records/s each under traffic; consuming a record costs %v,\n"+
 		"         so a cold view of a partition takes about %v to build",
 		numShards, o.history, o.rate, o.perRecord, round(time.Duration(o.history)*o.perRecord))
 
 	s := &summary{}
-	for _, handoff := range []bool{true, false} {
-		sc, err := runScenario(ctx, o, []string{endpoint}, prefix, handoff, say)
+	for i, handoff := range []bool{true, false} {
+		sc, err := runScenario(ctx, o, []string{e.Endpoint}, e.Namespaces[i], handoff, say)
 		if err != nil {
 			return nil, err
 		}
@@ -161,11 +137,10 @@ func run(ctx context.Context, o options) (_ *summary, err error) {
 	return s, nil
 }
 
-func runScenario(ctx context.Context, o options, endpoints []string, prefix string, handoff bool, say func(string, ...any)) (_ *scenario, err error) {
+func runScenario(ctx context.Context, o options, endpoints []string, namespace string, handoff bool, say func(string, ...any)) (_ *scenario, err error) {
 	sc := &scenario{Name: "handoff (default)", Handoff: true, ColdRecords: int64(o.history / 2), MovedTo: map[string]int{}}
-	namespace := prefix + "-handoff"
 	if !handoff {
-		sc.Name, sc.Handoff, namespace = "DisableHandoff", false, prefix+"-plain"
+		sc.Name, sc.Handoff = "DisableHandoff", false
 	}
 	fmt.Fprintf(o.out, "\n== scenario: scale-up 2 -> 3 runners, %s\n", sc.Name)
 
@@ -177,20 +152,24 @@ func runScenario(ctx context.Context, o options, endpoints []string, prefix stri
 	kind, get := newKeyKind(w)
 	sc.Keys = len(l.keys)
 
-	logger := newLogger(o.logs, o.verbose)
-	var nodes []*node
+	logger := demo.NewLogger(o.logs, o.verbose)
+	var nodes []*demo.Node
 	defer func() {
 		if nodes != nil { // not stopped yet: an error cut the scenario short
-			_, serr := stopAll(nodes)
+			_, serr := demo.StopAll(nodes)
 			err = errors.Join(err, serr)
 		}
 	}()
-	start := func(id string, clientOnly bool) (*node, error) {
+	start := func(id string, clientOnly bool) (*demo.Node, error) {
 		cfg := runner.Config{ID: id, NumShards: numShards, LeaseTTL: leaseTTL, Logger: logger, DisableHandoff: !handoff, ClientOnly: clientOnly}
 		if !clientOnly {
 			cfg.ListenAddr = "127.0.0.1:0"
 		}
-		n, err := startNode(endpoints, namespace, cfg, w.hosts[id], kind, o.verbose)
+		var onEvent func(runner.Event)
+		if h := w.hosts[id]; h != nil { // not the gateway
+			cfg.WarmShard, cfg.ReleaseShard, onEvent = h.warmShard, h.releaseShard, h.recordEvent
+		}
+		n, err := demo.StartNode(endpoints, namespace, cfg, kind, onEvent, o.verbose)
 		if err == nil {
 			nodes = append(nodes, n)
 		}
@@ -208,10 +187,10 @@ func runScenario(ctx context.Context, o options, endpoints []string, prefix stri
 	if err != nil {
 		return nil, err
 	}
-	if sc.StartSettle, err = waitSettled(ctx, []*node{r1, r2}, gw, 30*time.Second); err != nil {
+	if sc.StartSettle, err = demo.WaitSettled(ctx, []*demo.Node{r1, r2}, gw, numShards, 30*time.Second); err != nil {
 		return nil, err
 	}
-	say("runner-1 + runner-2 + gateway started; ownership settled in %v: %s", round(sc.StartSettle), ownership([]*node{r1, r2}))
+	say("runner-1 + runner-2 + gateway started; ownership settled in %v: %s", round(sc.StartSettle), demo.Ownership([]*demo.Node{r1, r2}))
 
 	// First read of every partition: builds the views of the initial
 	// owners (cold, unless a handoff at start-up warmed them already).
@@ -223,7 +202,7 @@ func runScenario(ctx context.Context, o options, endpoints []string, prefix stri
 			actx, cancel := context.WithTimeout(ctx, askTimeout)
 			defer cancel()
 			t := time.Now()
-			resp, err := get.Ask(actx, gw.r, l.keys[l.byPart[p][0]], GetReq{})
+			resp, err := get.Ask(actx, gw.Runner(), l.keys[l.byPart[p][0]], GetReq{})
 			lat := time.Since(t)
 			mu.Lock()
 			defer mu.Unlock()
@@ -252,7 +231,7 @@ func runScenario(ctx context.Context, o options, endpoints []string, prefix stri
 		o.readers, len(l.keys), o.rate*numShards, o.steady)
 	trafficStart := time.Now()
 	stopProducer := startProducer(l, o.rate)
-	stopReaders := startReaders(ctx, gw.r, get, l, o.readers)
+	stopReaders := startReaders(ctx, gw.Runner(), get, l, o.readers)
 	stopTraffic := func() {
 		if stopReaders != nil {
 			sc.Reads = stopReaders()
@@ -261,20 +240,20 @@ func runScenario(ctx context.Context, o options, endpoints []string, prefix stri
 		}
 	}
 	defer stopTraffic()
-	if err := sleep(ctx, o.steady); err != nil {
+	if err := demo.Sleep(ctx, o.steady); err != nil {
 		return nil, err
 	}
-	before := owners([]*node{r1, r2})
+	before := owners([]*demo.Node{r1, r2})
 	join := time.Now()
 	sc.SteadyTime = join.Sub(trafficStart)
 	r3, err := start("runner-3", false)
 	if err != nil {
 		return nil, err
 	}
-	if sc.Settle, err = waitSettled(ctx, []*node{r1, r2, r3}, gw, 30*time.Second); err != nil {
+	if sc.Settle, err = demo.WaitSettled(ctx, []*demo.Node{r1, r2, r3}, gw, numShards, 30*time.Second); err != nil {
 		return nil, err
 	}
-	after := owners([]*node{r1, r2, r3})
+	after := owners([]*demo.Node{r1, r2, r3})
 	for id := range numShards {
 		if before[id] != after[id] {
 			sc.Moved = append(sc.Moved, sharding.ShardID(id))
@@ -282,8 +261,8 @@ func runScenario(ctx context.Context, o options, endpoints []string, prefix stri
 		}
 	}
 	say("runner-3 joined; %v later the 3 runners owned all shards: %s; %d partitions moved (%s)",
-		round(sc.Settle), ownership([]*node{r1, r2, r3}), len(sc.Moved), byRunner(sc.MovedTo, "to"))
-	if err := sleep(ctx, o.after); err != nil {
+		round(sc.Settle), demo.Ownership([]*demo.Node{r1, r2, r3}), len(sc.Moved), byRunner(sc.MovedTo, "to"))
+	if err := demo.Sleep(ctx, o.after); err != nil {
 		return nil, err
 	}
 	stopTraffic()
@@ -316,38 +295,41 @@ func runScenario(ctx context.Context, o options, endpoints []string, prefix stri
 	}
 	sc.Steady, sc.During, sc.OnNew, sc.After = statsOf(steady), statsOf(during), statsOf(onNew), statsOf(later)
 	sc.Phases = map[string]int{}
-	for _, n := range []*node{r1, r2, r3} {
-		for _, p := range n.handoffPhases() {
+	for _, n := range []*demo.Node{r1, r2, r3} {
+		h := w.hosts[n.Runner().ID()]
+		for _, p := range h.handoffPhases() {
 			if p.Time.Before(join) || p.Time.After(end) || (p.Phase == runner.PhaseCutover && p.Runner != p.To) {
 				continue // cutover is reported by both sides: count the new owner's
 			}
 			sc.Phases[p.Phase]++
 		}
-		ws, rs := w.hosts[n.r.ID()].hookCalls(join, end)
+		ws, rs := h.hookCalls(join, end)
 		sc.Warms = append(sc.Warms, ws...)
 		sc.Releases += rs
 	}
 	say("traffic stopped after %v: %d reads ok, %d failed, %d stale; %d records appended",
 		round(end.Sub(trafficStart)), len(sc.Reads.Samples), sc.Reads.Failed, sc.Reads.Stale, sc.Appended)
-	sc.Exact, sc.Mismatch = verify(ctx, gw.r, get, l)
+	sc.Exact, sc.Mismatch = verify(ctx, gw.Runner(), get, l)
 	say("check: %d/%d keys equal the sums of their partition's log", sc.Exact, sc.Keys)
 
 	stopping := nodes
 	nodes = nil
-	if sc.Stop, err = stopAll(stopping); err != nil {
+	if sc.Stop, err = demo.StopAll(stopping); err != nil {
 		return nil, err
 	}
 	say("all runners shut down in %v", round(sc.Stop))
 	return sc, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-time.After(d):
-		return nil
+// owners returns the owner of each shard among nodes ("" if none).
+func owners(nodes []*demo.Node) []string {
+	out := make([]string, numShards)
+	for _, n := range nodes {
+		for id := range n.Runner().Owned() {
+			out[id] = n.Runner().ID()
+		}
 	}
+	return out
 }
 
 // problems lists what contradicts the demo's guarantees: failed or stale
@@ -496,15 +478,11 @@ func byRunner(m map[string]int, prep string) string {
 	return strings.Join(parts, ", ")
 }
 
+// round is demo.Round, finer below 100µs: the latencies of reads
+// answered from a warm view.
 func round(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= 10*time.Millisecond:
-		return d.Round(time.Millisecond)
-	case d >= 100*time.Microsecond:
-		return d.Round(10 * time.Microsecond)
-	default:
+	if d < 100*time.Microsecond {
 		return d.Round(time.Microsecond)
 	}
+	return demo.Round(d)
 }
