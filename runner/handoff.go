@@ -141,6 +141,9 @@ func (r *Runner) runInbound(ctx context.Context, gen uint64, leaseID storage.Lea
 		}
 		r.log.Warn("warming timed out; proceeding cold", "shard", id, "from", in.from.ID, "timeout", r.cfg.WarmTimeout)
 	}
+	// Reported before the write: the old owner may act on the record
+	// before our call returns, and observers must see ready first.
+	r.publishPhase(id, PhaseReady, in.from.ID, r.cfg.ID, "")
 	rec.Phase = storage.HandoffReady
 	cctx, cancel = r.opCtx(ctx)
 	_, err = r.store.PutHandoff(cctx, leaseID, id, rec)
@@ -154,7 +157,6 @@ func (r *Runner) runInbound(ctx context.Context, gen uint64, leaseID storage.Lea
 		in.ready = true
 	}
 	r.mu.Unlock()
-	r.publishPhase(id, PhaseReady, in.from.ID, r.cfg.ID, "")
 }
 
 // warm runs the shard-level WarmShard hook and the entity-level Warm hooks
