@@ -7,4 +7,8 @@
 // cluster and reports the etcd transactions it took (counted on the wire
 // with a gRPC interceptor). Strategy computation benchmarks live next to the
 // strategies: go test -run '^$' -bench Assign ./sharding/.
+//
+// The churn harness, go run ./bench/churn (package bench/churn), measures
+// settle times, cutover windows and ask outcomes while runners join, shut
+// down and crash under load on a real etcd; see BENCHMARKS.md.
 package bench

@@ -78,7 +78,6 @@ func (r *Runner) followLocks(ctx context.Context) {
 		for _, ev := range u.Events {
 			wake = r.applyLockLocked(ev) || wake
 		}
-		r.locksSeen = true
 		r.mu.Unlock()
 		r.routesChanged()
 		if u.Reset {

@@ -56,7 +56,7 @@ func TestDetachAtDeadlineMinusMargin(t *testing.T) {
 			ctx, _, _ := r.ShardContext(id)
 			ctxs[id] = ctx
 		}
-		time.Sleep(t0.Add(5500 * time.Millisecond).Sub(time.Now())) // renewal at 5s succeeded
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond))) // renewal at 5s succeeded
 		r.store.FailKeepAlive(true)
 		d := waitDetached(t, rec, 20*time.Second)
 		if d.Reason != detachment.ReasonLeaseDeadline {
@@ -105,7 +105,7 @@ func TestDetachOnFailureStreak(t *testing.T) {
 		cfg := detachCfg("a")
 		cfg.KeepAliveFailureThreshold = 3
 		_, r, rec := startOwningAll(t, cfg)
-		time.Sleep(t0.Add(5500 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond)))
 		r.store.FailKeepAlive(true)
 		d := waitDetached(t, rec, 20*time.Second)
 		// Failures at 10s, 10.25s, 10.5s.
@@ -226,10 +226,10 @@ func TestReattachAfterRecoverWindowWithFreshEpochs(t *testing.T) {
 		t0 := time.Now()
 		_, r, rec := startOwningAll(t, detachCfg("a"))
 		old := r.Owned()
-		time.Sleep(t0.Add(5500 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond)))
 		r.store.FailKeepAlive(true)
 		waitDetached(t, rec, 20*time.Second) // t0+15s; the server lease lives until t0+20s
-		time.Sleep(t0.Add(16 * time.Second).Sub(time.Now()))
+		time.Sleep(time.Until(t0.Add(16 * time.Second)))
 		r.store.FailKeepAlive(false)
 		var ra []runner.Reattached
 		waitFor(t, 20*time.Second, "re-attach", func() bool { ra = reattached(rec.all()); return len(ra) > 0 })
@@ -253,10 +253,10 @@ func TestReattachWithNewLeaseAfterLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		c, r, rec := startOwningAll(t, detachCfg("a"))
-		time.Sleep(t0.Add(5500 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond)))
 		r.store.Partition(true)
 		waitDetached(t, rec, 20*time.Second)
-		time.Sleep(t0.Add(25 * time.Second).Sub(time.Now())) // the server expired the lease at t0+20s
+		time.Sleep(time.Until(t0.Add(25 * time.Second))) // the server expired the lease at t0+20s
 		if _, ok := c.Get("runners/a"); ok {
 			t.Fatal("record survived the lease")
 		}
@@ -277,10 +277,10 @@ func TestUnhealthySignalResetsRecoverWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		_, r, rec := startOwningAll(t, detachCfg("a"))
-		time.Sleep(t0.Add(5500 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond)))
 		r.store.FailKeepAlive(true)
 		waitDetached(t, rec, 20*time.Second)
-		time.Sleep(t0.Add(16 * time.Second).Sub(time.Now()))
+		time.Sleep(time.Until(t0.Add(16 * time.Second)))
 		r.store.FailKeepAlive(false)
 		time.Sleep(2 * time.Second)
 		r.store.FailKeepAlive(true) // t0+18s: inside the window
@@ -301,9 +301,9 @@ func TestDisabledDetachmentOnlyLogs(t *testing.T) {
 		cfg.DisableDetachment = true
 		cfg.KeepAliveFailureThreshold = 2
 		_, r, rec := startOwningAll(t, cfg)
-		time.Sleep(t0.Add(5500 * time.Millisecond).Sub(time.Now()))
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond)))
 		r.store.FailKeepAlive(true)
-		time.Sleep(t0.Add(19 * time.Second).Sub(time.Now())) // past deadline - margin, before expiry
+		time.Sleep(time.Until(t0.Add(19 * time.Second))) // past deadline - margin, before expiry
 		if d := detachedEvents(rec.all()); len(d) != 0 {
 			t.Fatalf("detached with detachment disabled: %+v", d)
 		}

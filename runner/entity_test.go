@@ -18,16 +18,9 @@ import (
 
 // hookLog records lifecycle hook calls of test entities.
 type hookLog struct {
-	mu     sync.Mutex
-	events []string
-	acts   []entity.ActivateInfo
-	rels   []entity.ReleaseInfo
-}
-
-func (l *hookLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, s)
+	mu   sync.Mutex
+	acts []entity.ActivateInfo
+	rels []entity.ReleaseInfo
 }
 
 func (l *hookLog) activations() []entity.ActivateInfo {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
-	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
@@ -120,14 +119,4 @@ func partitionOK(rs []*started, n int) (bool, string) {
 		}
 	}
 	return true, ""
-}
-
-func locksOf(c *memory.Cluster, n int) map[sharding.ShardID]storage.LeaseID {
-	out := map[sharding.ShardID]storage.LeaseID{}
-	for id := range n {
-		if kv, ok := c.Get("shards/" + sharding.ShardID(id).String()); ok {
-			out[sharding.ShardID(id)] = kv.Lease
-		}
-	}
-	return out
 }

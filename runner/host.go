@@ -573,7 +573,7 @@ func (sh *shardHost) release(ctx context.Context, e *resident, reason error) {
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("Release panicked: %v", p)
+				err = fmt.Errorf("release hook panicked: %v", p)
 			}
 		}()
 		return rel.Release(ctx, entity.ReleaseInfo{

@@ -123,8 +123,7 @@ type Runner struct {
 	// assignedWithSelf: the assignment was computed from a view holding
 	// this incarnation (later changes are debounced; the first is not).
 	assignedWithSelf bool
-	membersSeen      bool // the membership view has been listed at least once
-	locksSeen        bool
+	membersSeen      bool            // the membership view has been listed at least once
 	storageErrs      map[string]int  // consecutive failed calls, by operation
 	stopping         bool            // Shutdown started: no more attaching or acquiring
 	stopCtx          context.Context // the context of the first Shutdown call
@@ -580,5 +579,3 @@ func (r *Runner) storageResult(op string, err error) {
 		r.tripLocked(detachment.ReasonStorageError, fmt.Sprintf("%s failed %d times: %v", op, n, err))
 	}
 }
-
-var errStopping = errors.New("runner: stopping")

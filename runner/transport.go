@@ -201,7 +201,6 @@ func (t *transport) listen() error {
 	t.srv = grpc.NewServer(
 		grpc.Creds(creds),
 		grpc.NumStreamWorkers(uint32(max(2, runtime.GOMAXPROCS(0)))),
-		grpc.SharedWriteBuffer(true),
 		grpc.ForceServerCodec(wireCodec{}),
 		// The transport limit is generous so that an oversized request
 		// never breaks a shared stream; serveDeliver enforces
@@ -308,7 +307,6 @@ func (t *transport) peer(addr string) (*peerConns, error) {
 				grpc.MaxCallSendMsgSize(t.r.cfg.MaxMessageSize+1024),
 			),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
-			grpc.WithSharedWriteBuffer(true),
 		)
 		if err != nil {
 			p.close()

@@ -280,8 +280,7 @@ func shardKey(s sharding.ShardID) string { return string(storage.KeyspaceShards)
 func handoffKey(s sharding.ShardID) string {
 	return string(storage.KeyspaceHandoffs) + "/" + s.String()
 }
-func checkpointKey(s sharding.ShardID) string { return "checkpoints/" + s.String() }
-func lockOf(key string, e *kv) storage.Lock   { l, _ := storage.DecodeLock(e.keyValue(key)); return l }
+func lockOf(key string, e *kv) storage.Lock { l, _ := storage.DecodeLock(e.keyValue(key)); return l }
 func handoffOf(key string, e *kv) storage.Handoff {
 	h, _ := storage.DecodeHandoff(e.keyValue(key))
 	return h

@@ -1,0 +1,551 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage/etcd"
+)
+
+// Params are the harness's knobs (the command's flags).
+type Params struct {
+	Runners  int           // hosting runners at the start; the count wanders in [2, Runners+2]
+	Shards   int           // NumShards
+	TTL      time.Duration // LeaseTTL
+	Callers  int           // goroutines sending asks through the gateway
+	Entities int           // counters the callers address
+	Duration time.Duration // load and churn
+	Every    time.Duration // between churn steps (at least: a step waits for the previous one to settle)
+	Crash    bool          // include crash steps
+	Seed     uint64        // picks the runner a shutdown or crash step stops
+	Etcd     string        // host:port of an existing etcd; "" starts ./bin/etcd
+	Verbose  bool          // runners' info logs and the etcd client's warnings
+}
+
+// Bounds on waiting.
+const (
+	askTimeout    = 10 * time.Second
+	settleTimeout = 60 * time.Second // a crash settles after about a TTL; a stuck handoff waits HandoffWait (15 s)
+	stopTimeout   = 30 * time.Second // one runner's Shutdown
+	settlePoll    = 5 * time.Millisecond
+)
+
+// The entity: an in-memory counter.
+type counter struct{ n int64 }
+
+type incReq struct{}
+
+func (c *counter) Inc(context.Context, incReq) (int64, error) { c.n++; return c.n, nil }
+
+var (
+	counterKind = entity.NewKind("counter", func(string) *counter { return &counter{} })
+	incMethod   = entity.Method(counterKind, "inc", (*counter).Inc)
+)
+
+// Step kinds.
+const (
+	stepAdd      = "add"
+	stepShutdown = "shutdown"
+	stepCrash    = "crash"
+)
+
+var stepKinds = []string{stepAdd, stepShutdown, stepCrash}
+
+// node is one runner with its own etcd client, as if in its own process.
+// Its subscription stays open until the end, so every event it emitted is
+// recorded.
+type node struct {
+	id     string
+	r      *runner.Runner
+	cli    *clientv3.Client
+	sub    *runner.Subscription
+	ran    chan struct{} // closed when Run returned
+	runErr error         // Run's result, set before ran is closed
+
+	closeCli sync.Once
+}
+
+// closeClient closes the node's etcd client (once).
+func (n *node) closeClient() { n.closeCli.Do(func() { _ = n.cli.Close() }) }
+
+// recorder merges the events of every runner, stamped by the runners.
+type recorder struct {
+	mu     sync.Mutex
+	events []runner.Event
+	last   time.Time // when the last event arrived
+	wg     sync.WaitGroup
+}
+
+func (rec *recorder) follow(sub *runner.Subscription) {
+	rec.wg.Go(func() {
+		for ev := range sub.Events() {
+			rec.mu.Lock()
+			rec.events = append(rec.events, ev)
+			rec.last = time.Now()
+			rec.mu.Unlock()
+		}
+	})
+}
+
+// quiet waits until no event arrived for d (at most limit).
+func (rec *recorder) quiet(d, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		rec.mu.Lock()
+		since := time.Since(rec.last)
+		rec.mu.Unlock()
+		if since >= d {
+			return
+		}
+		time.Sleep(d - since)
+	}
+}
+
+// all returns the events sorted by their time (stable: one runner's events
+// keep their order).
+func (rec *recorder) all() []runner.Event {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	out := slices.Clone(rec.events)
+	slices.SortStableFunc(out, func(a, b runner.Event) int { return a.Base().Time.Compare(b.Base().Time) })
+	return out
+}
+
+// step is one churn step.
+type step struct {
+	Kind    string
+	Runner  string
+	start   time.Time // the step began (the crash instant for a crash)
+	settled time.Time // zero if it did not settle within settleTimeout
+	After   int       // hosting runners after the step
+}
+
+// askRec is one ask: when it started (since the load began), how long it
+// took and how it ended (0: success, else 1 + the index of its class).
+type askRec struct {
+	at, dur time.Duration
+	class   int8
+}
+
+// harness is one run.
+type harness struct {
+	p    Params
+	etcd *etcdServer
+	log  *slog.Logger
+	say  func(format string, args ...any)
+	rng  *rand.Rand
+	rec  recorder
+
+	gw    *node
+	live  []*node // hosting runners up now (churn goroutine only, after start)
+	nodes []*node // every node started, for the final cleanup
+	ids   int     // hosting runners started: the next one is r<ids+1>
+	downs int     // shutdown and crash steps so far
+
+	steps    []step
+	crashes  map[string]time.Time // crashed runner -> crash instant
+	problems []string
+}
+
+// run performs a whole run on an etcd it opens (and closes) and returns
+// the report. progress receives one line per step as it happens.
+func run(ctx context.Context, p Params, progress io.Writer) (*Report, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(progress, "[%5.1fs] "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)
+	}
+	e, err := openEtcd(ctx, p.Etcd)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	say("etcd at %s (%s), namespace %q", e.Endpoint, e.Source, e.Namespace)
+	level := slog.LevelError
+	if p.Verbose {
+		level = slog.LevelInfo
+	}
+	h := &harness{
+		p: p, etcd: e, say: say,
+		log:     slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: level})),
+		rng:     rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15)),
+		crashes: map[string]time.Time{},
+	}
+	defer h.cleanup()
+	return h.run(ctx)
+}
+
+func (p Params) validate() error {
+	switch {
+	case p.Runners < 2:
+		return fmt.Errorf("-runners %d: want at least 2", p.Runners)
+	case p.Callers < 1 || p.Entities < 1:
+		return errors.New("-callers and -entities must be positive")
+	case p.Duration <= 0 || p.Every <= 0:
+		return errors.New("-duration and -every must be positive")
+	case p.Shards < p.Runners+2:
+		return fmt.Errorf("-shards %d: want at least -runners + 2 (%d) so that every runner owns a shard", p.Shards, p.Runners+2)
+	}
+	return nil
+}
+
+func (h *harness) run(ctx context.Context) (*Report, error) {
+	var err error
+	if h.gw, err = h.startNode(true); err != nil {
+		return nil, err
+	}
+	for range h.p.Runners {
+		n, err := h.startNode(false)
+		if err != nil {
+			return nil, err
+		}
+		h.live = append(h.live, n)
+	}
+	start := time.Now()
+	if !h.waitSettled(ctx, settleTimeout) {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, fmt.Errorf("the first %d runners did not settle within %v: %s", h.p.Runners, settleTimeout, h.ownership())
+	}
+	h.say("%d runners own all %d shards after %v; load: %d callers -> %d counters; churn for %v, a step every %v",
+		len(h.live), h.p.Shards, round(time.Since(start)), h.p.Callers, h.p.Entities, h.p.Duration, h.p.Every)
+
+	l := h.startLoad()
+	churnStart := time.Now()
+	h.churn(ctx, churnStart)
+	asks, samples := l.finish()
+	end := time.Now()
+	interrupted := ctx.Err() != nil
+	h.stopAll(interrupted)
+	if interrupted {
+		return nil, context.Cause(ctx)
+	}
+	h.rec.quiet(300*time.Millisecond, 5*time.Second)
+	return h.analyze(churnStart, end, l.began, asks, samples), nil
+}
+
+// startNode creates a runner (a client-only gateway, or a hosting runner
+// with the next ID), subscribes to its events and starts Run.
+func (h *harness) startNode(gateway bool) (*node, error) {
+	cli, err := newEtcdClient(h.etcd.Endpoint, h.p.Verbose)
+	if err != nil {
+		return nil, err
+	}
+	store, err := etcd.New(cli, h.etcd.Namespace, etcd.Config{})
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	cfg := runner.Config{NumShards: h.p.Shards, LeaseTTL: h.p.TTL, Logger: h.log}
+	if gateway {
+		cfg.ID, cfg.ClientOnly = "gateway", true
+	} else {
+		h.ids++
+		cfg.ID, cfg.ListenAddr = fmt.Sprintf("r%d", h.ids), "127.0.0.1:0"
+	}
+	r, err := runner.New(store, cfg)
+	if err == nil {
+		err = r.Register(counterKind)
+	}
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("runner %s: %w", cfg.ID, err)
+	}
+	n := &node{id: cfg.ID, r: r, cli: cli, sub: r.Subscribe(), ran: make(chan struct{})}
+	h.rec.follow(n.sub) // subscribed before Run: no event is missed
+	go func() {
+		defer close(n.ran)
+		n.runErr = r.Run(context.Background())
+	}()
+	h.nodes = append(h.nodes, n)
+	return n, nil
+}
+
+// churn performs steps until the duration has passed. A step starts Every
+// after the previous one started, but not before that one settled, so
+// every step's settle time and window are its own.
+func (h *harness) churn(ctx context.Context, churnStart time.Time) {
+	end := churnStart.Add(h.p.Duration)
+	next := churnStart.Add(h.p.Every)
+	for next.Before(end) {
+		if !sleepUntil(ctx, next) {
+			return
+		}
+		kind := h.pick()
+		s := h.doStep(ctx, kind)
+		if ctx.Err() != nil {
+			return
+		}
+		h.steps = append(h.steps, s)
+		if s.settled.IsZero() {
+			h.problem("step %d (%s %s) did not settle within %v: %s", len(h.steps), s.Kind, s.Runner, settleTimeout, h.ownership())
+			return // the cluster is in an unknown state: measuring on is meaningless
+		}
+		h.say("step %2d: %-8s %-3s -> %d runners, settled in %v", len(h.steps), s.Kind, s.Runner, s.After, round(s.settled.Sub(s.start)))
+		next = s.start.Add(h.p.Every)
+		if s.settled.After(next) {
+			next = s.settled
+		}
+	}
+	sleepUntil(ctx, end)
+}
+
+// pick chooses the next step: up (add) or down with even odds, up at 2
+// runners and down at Runners+2; downs alternate graceful shutdown and
+// crash (crash only with -crash). The runner count thus does a random walk
+// between 2 and Runners+2.
+func (h *harness) pick() string {
+	n := len(h.live)
+	up := h.rng.IntN(2) == 0
+	switch {
+	case n <= 2:
+		up = true
+	case n >= h.p.Runners+2:
+		up = false
+	}
+	if up {
+		return stepAdd
+	}
+	h.downs++
+	if h.p.Crash && h.downs%2 == 0 {
+		return stepCrash
+	}
+	return stepShutdown
+}
+
+// doStep performs one step and waits for the cluster to settle.
+func (h *harness) doStep(ctx context.Context, kind string) step {
+	s := step{Kind: kind, start: time.Now()}
+	var (
+		stopping *node      // the runner a shutdown step stops
+		stopped  chan error // its Shutdown's result
+	)
+	switch kind {
+	case stepAdd:
+		n, err := h.startNode(false)
+		if err != nil {
+			h.problem("add: %v", err)
+			return s
+		}
+		h.live = append(h.live, n)
+		s.Runner = n.id
+	case stepShutdown, stepCrash:
+		i := h.rng.IntN(len(h.live))
+		n := h.live[i]
+		h.live = slices.Delete(h.live, i, i+1)
+		s.Runner = n.id
+		if kind == stepCrash {
+			s.start = time.Now()
+			h.crashes[n.id] = s.start
+			n.r.Close() // no release, no revoke: the lease expires after the TTL
+			n.closeClient()
+			break
+		}
+		stopping, stopped = n, make(chan error, 1)
+		go func() { stopped <- h.stopNode(n) }()
+	}
+	s.After = len(h.live)
+	if h.waitSettled(ctx, settleTimeout) {
+		s.settled = time.Now()
+	}
+	if stopping != nil {
+		if ctx.Err() != nil {
+			stopping.r.Close() // interrupted: do not wait for the handoffs
+		}
+		if err := <-stopped; err != nil && ctx.Err() == nil {
+			h.problem("shutdown of %s: %v", s.Runner, err)
+		}
+	}
+	return s
+}
+
+// stopNode shuts n down gracefully (bounded by stopTimeout) and closes its
+// client.
+func (h *harness) stopNode(n *node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	err := n.r.Shutdown(ctx)
+	<-n.ran
+	n.closeClient()
+	return errors.Join(err, n.runErr)
+}
+
+// stopAll ends the run: the live runners shut down gracefully, together
+// (or are closed when interrupted), then the gateway.
+func (h *harness) stopAll(abrupt bool) {
+	var wg sync.WaitGroup
+	for _, n := range h.live {
+		if abrupt {
+			wg.Go(n.r.Close)
+			continue
+		}
+		wg.Go(func() {
+			if err := h.stopNode(n); err != nil {
+				h.say("final shutdown of %s: %v", n.id, err)
+			}
+		})
+	}
+	wg.Wait()
+	h.live = nil
+	h.gw.r.Close()
+}
+
+// cleanup closes every runner, subscription and client (idempotent calls).
+func (h *harness) cleanup() {
+	for _, n := range h.nodes {
+		n.r.Close()
+		n.sub.Close()
+		n.closeClient()
+	}
+	h.rec.wg.Wait()
+}
+
+// waitSettled polls until the live runners own every shard exactly once,
+// each exactly the shards of the assignment they all computed over the
+// live runners. It reports false on timeout or when ctx ends.
+func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for !settled(h.live, h.p.Shards) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(settlePoll):
+		}
+	}
+	return true
+}
+
+func settled(live []*node, numShards int) bool {
+	var a sharding.Assignment
+	for i, n := range live {
+		ai := n.r.Assignment()
+		if len(ai) != numShards || (i > 0 && !slices.Equal(ai, a)) {
+			return false
+		}
+		a = ai
+	}
+	counts := a.Counts()
+	if len(counts) != len(live) {
+		return false
+	}
+	owned := make([]bool, numShards)
+	total := 0
+	for _, n := range live {
+		if counts[n.id] == 0 {
+			return false
+		}
+		for id := range n.r.Owned() {
+			if owned[id] || a[id] != n.id {
+				return false
+			}
+			owned[id] = true
+			total++
+		}
+	}
+	return total == numShards
+}
+
+// ownership reads "r1 64, r2 64 shards" for error messages.
+func (h *harness) ownership() string {
+	s := ""
+	for _, n := range h.live {
+		s += fmt.Sprintf("%s %d, ", n.id, len(n.r.Owned()))
+	}
+	return s + "shards owned"
+}
+
+func (h *harness) problem(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	h.problems = append(h.problems, msg)
+	h.say("PROBLEM: %s", msg)
+}
+
+// load is the callers' traffic.
+type load struct {
+	began   time.Time
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	recs    [][]askRec          // per caller
+	samples []map[string]string // per caller: the first error of each class
+}
+
+func (h *harness) startLoad() *load {
+	l := &load{began: time.Now(), stop: make(chan struct{}), recs: make([][]askRec, h.p.Callers), samples: make([]map[string]string, h.p.Callers)}
+	for g := range h.p.Callers {
+		l.samples[g] = map[string]string{}
+		l.wg.Go(func() {
+			for i := g; ; i += h.p.Callers {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+				t0 := time.Now()
+				_, err := incMethod.Ask(ctx, h.gw.r, fmt.Sprintf("counter-%d", i%h.p.Entities), incReq{})
+				rec := askRec{at: t0.Sub(l.began), dur: time.Since(t0)}
+				cancel()
+				if err != nil {
+					c := classify(err)
+					rec.class = int8(1 + slices.Index(classes, c))
+					if _, ok := l.samples[g][c]; !ok {
+						l.samples[g][c] = err.Error()
+					}
+				}
+				l.recs[g] = append(l.recs[g], rec)
+			}
+		})
+	}
+	return l
+}
+
+// finish stops the callers (each ends its ask in flight, at most
+// askTimeout) and returns every ask and a sample error per class.
+func (l *load) finish() ([]askRec, map[string]string) {
+	close(l.stop)
+	l.wg.Wait()
+	var all []askRec
+	samples := map[string]string{}
+	for g, r := range l.recs {
+		all = append(all, r...)
+		for c, msg := range l.samples[g] {
+			if _, ok := samples[c]; !ok {
+				samples[c] = msg
+			}
+		}
+	}
+	return all, samples
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}

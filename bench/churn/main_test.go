@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/runner"
+)
+
+// TestChurn runs the harness for about 10 s with small numbers on the
+// ./bin/etcd it starts.
+func TestChurn(t *testing.T) {
+	if _, err := etcdBinary(); err != nil {
+		t.Fatalf("churn harness needs ./bin/etcd: %v", err)
+	}
+	p := Params{
+		Runners: 3, Shards: 32, TTL: 2 * time.Second, Callers: 4, Entities: 200,
+		Duration: 8 * time.Second, Every: 1500 * time.Millisecond, Crash: true,
+		Seed: 6, // first steps: shutdown, add, crash
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := run(ctx, p, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	rep.print(&b)
+	t.Log("\n" + b.String())
+	if rep.DoubleOwnership != 0 {
+		t.Errorf("%d double-ownership violations, want 0", rep.DoubleOwnership)
+	}
+	if len(rep.Steps) == 0 {
+		t.Fatal("no churn step happened")
+	}
+	for _, k := range stepKinds {
+		if rep.StepCounts[k] == 0 {
+			t.Errorf("steps %v: want at least one %s", rep.StepCounts, k)
+		}
+	}
+	if rep.Asks.OK == 0 {
+		t.Error("no ask succeeded")
+	}
+}
+
+// TestMissingEtcdBinary: without bin/etcd the error says to run make setup.
+func TestMissingEtcdBinary(t *testing.T) {
+	t.Setenv("SHARDHOST_BIN", t.TempDir())
+	_, err := openEtcd(context.Background(), "")
+	if err == nil || !strings.Contains(err.Error(), "make setup") {
+		t.Fatalf("openEtcd without a binary: %v, want an error saying to run `make setup`", err)
+	}
+}
+
+// TestDoubleOwnershipCheck: the check is not vacuous.
+func TestDoubleOwnershipCheck(t *testing.T) {
+	at := time.Now()
+	ev := func(ms int) runner.EventBase {
+		return runner.EventBase{Time: at.Add(time.Duration(ms) * time.Millisecond)}
+	}
+	base := func(id string, ms int) runner.EventBase { b := ev(ms); b.Runner = id; return b }
+	ok := []runner.Event{
+		runner.ShardAcquired{EventBase: base("a", 0), Shard: 1},
+		runner.ShardReleased{EventBase: base("a", 1), Shard: 1},
+		runner.ShardAcquired{EventBase: base("b", 2), Shard: 1},
+		runner.ShardLost{EventBase: base("b", 3), Shard: 1, Cause: runner.ErrShutdown},
+		runner.ShardAcquired{EventBase: base("c", 4), Shard: 1},
+	}
+	if n := doubleOwnership(ok); n != 0 {
+		t.Errorf("clean handovers: %d violations, want 0", n)
+	}
+	bad := append(ok, runner.ShardAcquired{EventBase: base("a", 5), Shard: 1})
+	if n := doubleOwnership(bad); n != 1 {
+		t.Errorf("shard acquired while owned: %d violations, want 1", n)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	deadline := fmt.Errorf("not delivered: %w (last attempt: %w)", context.DeadlineExceeded, &runner.NotOwnerError{Shard: 1})
+	for err, want := range map[error]string{
+		fmt.Errorf("to r1: %w", runner.ErrMaybeDelivered): classMaybeDelivered,
+		deadline:                        classDeadline,
+		&runner.NotOwnerError{Shard: 1}: classNotOwner,
+		&runner.UndeliveredError{Shard: 1, Cause: runner.ErrShutdown}: classUndelivered,
+		errors.New("boom"): classOther,
+	} {
+		if got := classify(err); got != want {
+			t.Errorf("classify(%v) = %s, want %s", err, got, want)
+		}
+	}
+}

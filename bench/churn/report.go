@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Classes of failed asks.
+const (
+	classMaybeDelivered = "ErrMaybeDelivered"
+	classNotOwner       = "*NotOwnerError"
+	classUndelivered    = "*UndeliveredError"
+	classDeadline       = "context deadline"
+	classOther          = "other"
+)
+
+var classes = []string{classMaybeDelivered, classNotOwner, classUndelivered, classDeadline, classOther}
+
+// classify names the class of a failed ask. The order matters: a timeout
+// after sending wraps ErrMaybeDelivered and the deadline, and a send that
+// was retried until its deadline wraps the deadline and its last attempt's
+// error (often a *NotOwnerError): it counts as a deadline.
+func classify(err error) string {
+	var (
+		no *runner.NotOwnerError
+		ud *runner.UndeliveredError
+	)
+	switch {
+	case errors.Is(err, runner.ErrMaybeDelivered):
+		return classMaybeDelivered
+	case errors.Is(err, context.DeadlineExceeded):
+		return classDeadline
+	case errors.As(err, &no):
+		return classNotOwner
+	case errors.As(err, &ud):
+		return classUndelivered
+	default:
+		return classOther
+	}
+}
+
+// Windows an ask is attributed to: the churn step windows (from the step's
+// start, or crash instant, to the cluster settled again) it was in flight
+// during, a crash window first; steady otherwise.
+const (
+	winSteady  = "steady"
+	winPlanned = "planned"
+	winCrash   = "crash"
+)
+
+var windows = []string{winSteady, winPlanned, winCrash}
+
+// Dist is a distribution of durations, in milliseconds.
+type Dist struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+	Max float64 `json:"max_ms"`
+}
+
+func distOf(ds []time.Duration) Dist {
+	if len(ds) == 0 {
+		return Dist{}
+	}
+	slices.Sort(ds)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return Dist{N: len(ds), P50: ms(ds[len(ds)/2]), P99: ms(ds[len(ds)*99/100]), Max: ms(ds[len(ds)-1])}
+}
+
+// StepReport is one churn step.
+type StepReport struct {
+	Kind         string  `json:"kind"`
+	Runner       string  `json:"runner"`
+	At           float64 `json:"at_s"`    // since the churn began
+	Settled      bool    `json:"settled"` // within settleTimeout
+	Settle       float64 `json:"settle_ms"`
+	RunnersAfter int     `json:"runners_after"`
+}
+
+// AskReport sums up the asks.
+type AskReport struct {
+	OK       int               `json:"ok"`
+	Failed   map[string]int    `json:"failed"`           // by class
+	FailedIn map[string]int    `json:"failed_by_window"` // by window
+	Latency  map[string]Dist   `json:"latency"`          // successful asks: "all" and by window
+	Samples  map[string]string `json:"samples,omitempty"`
+}
+
+// Report is everything a run measured.
+type Report struct {
+	Params          ParamsReport    `json:"params"`
+	Etcd            string          `json:"etcd"`
+	Measured        float64         `json:"measured_s"` // churn start to the end of the load
+	Steps           []StepReport    `json:"steps"`
+	StepCounts      map[string]int  `json:"step_counts"`
+	Settle          map[string]Dist `json:"settle_by_kind"`
+	Cutover         map[string]Dist `json:"cutover"` // "planned", "crash"
+	Phases          map[string]int  `json:"handoff_phases"`
+	Asks            AskReport       `json:"asks"`
+	DoubleOwnership int             `json:"double_ownership"`
+	LostNotCrash    int             `json:"shards_lost_outside_crashes"`
+	Problems        []string        `json:"problems"`
+}
+
+// ParamsReport is Params as reported.
+type ParamsReport struct {
+	Runners  int     `json:"runners"`
+	Shards   int     `json:"shards"`
+	TTL      float64 `json:"ttl_s"`
+	Callers  int     `json:"callers"`
+	Entities int     `json:"entities"`
+	Duration float64 `json:"duration_s"`
+	Every    float64 `json:"every_s"`
+	Crash    bool    `json:"crash"`
+	Seed     uint64  `json:"seed"`
+}
+
+// failed is the number of failed asks.
+func (a AskReport) failed() int {
+	n := 0
+	for _, v := range a.Failed {
+		n += v
+	}
+	return n
+}
+
+// analyze turns the recorded events, steps and asks into the report.
+func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, samples map[string]string) *Report {
+	p := h.p
+	rep := &Report{
+		Params: ParamsReport{
+			Runners: p.Runners, Shards: p.Shards, TTL: p.TTL.Seconds(), Callers: p.Callers, Entities: p.Entities,
+			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Crash: p.Crash, Seed: p.Seed,
+		},
+		Etcd:       h.etcd.Source,
+		Measured:   end.Sub(churnStart).Seconds(),
+		StepCounts: map[string]int{},
+		Settle:     map[string]Dist{},
+		Cutover:    map[string]Dist{},
+		Phases:     map[string]int{},
+		Problems:   slices.Clone(h.problems),
+	}
+	settle := map[string][]time.Duration{}
+	for _, s := range h.steps {
+		sr := StepReport{Kind: s.Kind, Runner: s.Runner, At: s.start.Sub(churnStart).Seconds(), RunnersAfter: s.After}
+		rep.StepCounts[s.Kind]++
+		if !s.settled.IsZero() { // else reported as a problem already
+			d := s.settled.Sub(s.start)
+			sr.Settled, sr.Settle = true, float64(d.Microseconds())/1000
+			settle[s.Kind] = append(settle[s.Kind], d)
+		}
+		rep.Steps = append(rep.Steps, sr)
+	}
+	for k, ds := range settle {
+		rep.Settle[k] = distOf(ds)
+	}
+
+	evs := h.rec.all()
+	rep.DoubleOwnership = doubleOwnership(evs)
+	inRun := func(t time.Time) bool { return !t.Before(churnStart) && !t.After(end) }
+	planned, crash, lost := cutovers(evs, h.crashes, inRun)
+	rep.Cutover["planned"], rep.Cutover["crash"] = distOf(planned), distOf(crash)
+	rep.LostNotCrash = lost
+	for _, ph := range []string{runner.PhaseWarming, runner.PhaseReady, runner.PhaseDrained, runner.PhaseCutover, runner.PhaseAborted} {
+		rep.Phases[ph] = 0
+	}
+	for _, ev := range evs {
+		if ph, ok := ev.(runner.HandoffPhase); ok && inRun(ph.Time) {
+			rep.Phases[ph.Phase]++
+		}
+	}
+
+	rep.Asks = h.askReport(loadBegan, end, asks, samples)
+	if rep.DoubleOwnership != 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d double-ownership violations", rep.DoubleOwnership))
+	}
+	if n := rep.Asks.FailedIn[winPlanned]; n != 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d asks failed during planned moves", n))
+	}
+	if len(h.steps) == 0 {
+		rep.Problems = append(rep.Problems, "no churn step happened (duration shorter than -every?)")
+	}
+	return rep
+}
+
+// askReport classifies the asks by outcome and window.
+func (h *harness) askReport(loadBegan, end time.Time, asks []askRec, samples map[string]string) AskReport {
+	type window struct {
+		kind       string
+		start, end time.Duration // since the load began
+	}
+	var wins []window
+	for _, s := range h.steps {
+		kind := winPlanned
+		if s.Kind == stepCrash {
+			kind = winCrash
+		}
+		settled := s.settled
+		if settled.IsZero() {
+			settled = end // did not settle: the window lasts to the end
+		}
+		wins = append(wins, window{kind, s.start.Sub(loadBegan), settled.Sub(loadBegan)})
+	}
+	ar := AskReport{Failed: map[string]int{}, FailedIn: map[string]int{}, Latency: map[string]Dist{}, Samples: samples}
+	for _, c := range classes {
+		ar.Failed[c] = 0
+	}
+	for _, w := range windows {
+		ar.FailedIn[w] = 0
+	}
+	lat := map[string][]time.Duration{}
+	for _, a := range asks {
+		win := winSteady
+		for _, w := range wins {
+			if a.at < w.end && a.at+a.dur > w.start {
+				if win = w.kind; win == winCrash {
+					break
+				}
+			}
+		}
+		if a.class != 0 {
+			ar.Failed[classes[a.class-1]]++
+			ar.FailedIn[win]++
+			continue
+		}
+		ar.OK++
+		lat["all"] = append(lat["all"], a.dur)
+		lat[win] = append(lat[win], a.dur)
+	}
+	for k, ds := range lat {
+		ar.Latency[k] = distOf(ds)
+	}
+	return ar
+}
+
+// doubleOwnership counts, over the merged events in time order, the
+// ShardAcquired of a shard by one runner while another still owned it by
+// its own events (no ShardReleased or ShardLost yet).
+func doubleOwnership(evs []runner.Event) int {
+	owner := map[sharding.ShardID]string{}
+	n := 0
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case runner.ShardAcquired:
+			if o := owner[e.Shard]; o != "" && o != e.Runner {
+				n++
+			}
+			owner[e.Shard] = e.Runner
+		case runner.ShardReleased:
+			if owner[e.Shard] == e.Runner {
+				owner[e.Shard] = ""
+			}
+		case runner.ShardLost:
+			if owner[e.Shard] == e.Runner {
+				owner[e.Shard] = ""
+			}
+		}
+	}
+	return n
+}
+
+// cutovers returns the window of every ownership change that ends inside
+// the run: planned (the old owner's ShardReleased to another runner's
+// ShardAcquired of the shard) and crash takeovers (the crash instant to the
+// next ShardAcquired of a shard the crashed runner lost when it was
+// closed). lost counts the ShardLost events that were not a crash.
+func cutovers(evs []runner.Event, crashes map[string]time.Time, inRun func(time.Time) bool) (planned, crash []time.Duration, lost int) {
+	type gone struct {
+		at     time.Time
+		runner string
+		crash  bool
+	}
+	ended := map[sharding.ShardID]gone{}
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case runner.ShardReleased:
+			ended[e.Shard] = gone{e.Time, e.Runner, false}
+		case runner.ShardLost:
+			if at, ok := crashes[e.Runner]; ok && !e.Time.Before(at) {
+				ended[e.Shard] = gone{at, e.Runner, true}
+				continue
+			}
+			delete(ended, e.Shard)
+			if inRun(e.Time) {
+				lost++
+			}
+		case runner.ShardAcquired:
+			g, ok := ended[e.Shard]
+			delete(ended, e.Shard)
+			if !ok || g.runner == e.Runner || !inRun(g.at) || !inRun(e.Time) {
+				continue
+			}
+			if g.crash {
+				crash = append(crash, e.Time.Sub(g.at))
+			} else {
+				planned = append(planned, e.Time.Sub(g.at))
+			}
+		}
+	}
+	return planned, crash, lost
+}
+
+// print writes the report as tables.
+func (rep *Report) print(w io.Writer) {
+	p := rep.Params
+	fmt.Fprintf(w, "\nchurn: %d runners at start (2..%d), %d shards, lease TTL %gs, %d callers -> %d counters, %.1fs measured, a step every %gs (crash steps %v, seed %d)\n",
+		p.Runners, p.Runners+2, p.Shards, p.TTL, p.Callers, p.Entities, rep.Measured, p.Every, onOff(p.Crash), p.Seed)
+	fmt.Fprintf(w, "etcd: %s\n\n", rep.Etcd)
+
+	row := func(name string, cells ...any) {
+		fmt.Fprintf(w, "%-32s", name)
+		for _, c := range cells {
+			fmt.Fprintf(w, " %10v", c)
+		}
+		fmt.Fprintln(w)
+	}
+	row("step kind", "steps", "settle p50", "settle max")
+	for _, k := range stepKinds {
+		d := rep.Settle[k]
+		row(k, rep.StepCounts[k], ms(d.P50, d.N), ms(d.Max, d.N))
+	}
+	fmt.Fprintln(w)
+	row("cutover per moved shard", "shards", "p50", "p99", "max")
+	for _, r := range []struct{ name, key string }{
+		{"planned (released -> acquired)", "planned"},
+		{"crash (crash -> acquired)", "crash"},
+	} {
+		d := rep.Cutover[r.key]
+		row(r.name, d.N, ms(d.P50, d.N), ms(d.P99, d.N), ms(d.Max, d.N))
+	}
+	fmt.Fprintln(w)
+	row("asks (latency of successful)", "ok", "p50", "p99", "max", "failed")
+	total := rep.Asks.failed()
+	for _, r := range []struct{ name, key string }{
+		{"all", "all"}, {"steady", winSteady}, {"during planned moves", winPlanned}, {"during crash windows", winCrash},
+	} {
+		d := rep.Asks.Latency[r.key]
+		failed := total
+		if r.key != "all" {
+			failed = rep.Asks.FailedIn[r.key]
+		}
+		row(r.name, d.N, ms(d.P50, d.N), ms(d.P99, d.N), ms(d.Max, d.N), failed)
+	}
+
+	var parts []string
+	for _, c := range classes {
+		parts = append(parts, fmt.Sprintf("%s %d", c, rep.Asks.Failed[c]))
+	}
+	fmt.Fprintf(w, "\nfailed asks by class: %s\n", strings.Join(parts, ", "))
+	for _, c := range classes {
+		if s, ok := rep.Asks.Samples[c]; ok {
+			fmt.Fprintf(w, "  e.g. %s: %s\n", c, s)
+		}
+	}
+	ph := rep.Phases
+	fmt.Fprintf(w, "handoff phase events: warming %d, ready %d, drained %d, cutover %d (reported by both owners), aborted %d\n",
+		ph[runner.PhaseWarming], ph[runner.PhaseReady], ph[runner.PhaseDrained], ph[runner.PhaseCutover], ph[runner.PhaseAborted])
+	fmt.Fprintf(w, "shards lost other than by a crash: %d\n", rep.LostNotCrash)
+	fmt.Fprintf(w, "double ownership (merged events): %d\n", rep.DoubleOwnership)
+	if len(rep.Problems) == 0 {
+		fmt.Fprintln(w, "OK")
+		return
+	}
+	for _, pr := range rep.Problems {
+		fmt.Fprintf(w, "PROBLEM: %s\n", pr)
+	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// ms formats milliseconds for the table ("-" without samples).
+func ms(v float64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return round(time.Duration(v * float64(time.Millisecond))).String()
+}
+
+// round rounds d for display: to 10ms from 1s, to 0.1ms from 10ms, else
+// to 10µs.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	default:
+		return d.Round(10 * time.Microsecond)
+	}
+}
