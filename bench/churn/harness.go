@@ -27,6 +27,7 @@ type Params struct {
 	Callers  int           // goroutines sending asks through the gateway
 	Entities int           // counters the callers address
 	Duration time.Duration // load and churn
+	Steps    int           // stop after this many steps, even before Duration has passed (0: no limit)
 	Every    time.Duration // between churn steps (at least: a step waits for the previous one to settle)
 	Crash    bool          // include crash steps
 	Seed     uint64        // picks the runner a shutdown or crash step stops
@@ -197,6 +198,8 @@ func (p Params) validate() error {
 		return errors.New("-callers and -entities must be positive")
 	case p.Duration <= 0 || p.Every <= 0:
 		return errors.New("-duration and -every must be positive")
+	case p.Steps < 0:
+		return fmt.Errorf("-steps %d: want 0 (no limit) or more", p.Steps)
 	case p.Shards < p.Runners+2:
 		return fmt.Errorf("-shards %d: want at least -runners + 2 (%d) so that every runner owns a shard", p.Shards, p.Runners+2)
 	}
@@ -222,8 +225,12 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		}
 		return nil, fmt.Errorf("the first %d runners did not settle within %v: %s", h.p.Runners, settleTimeout, h.ownership())
 	}
-	h.say("%d runners own all %d shards after %v; load: %d callers -> %d counters; churn for %v, a step every %v",
-		len(h.live), h.p.Shards, round(time.Since(start)), h.p.Callers, h.p.Entities, h.p.Duration, h.p.Every)
+	limit := ""
+	if h.p.Steps > 0 {
+		limit = fmt.Sprintf(" (at most %d steps)", h.p.Steps)
+	}
+	h.say("%d runners own all %d shards after %v; load: %d callers -> %d counters; churn for %v%s, a step every %v",
+		len(h.live), h.p.Shards, round(time.Since(start)), h.p.Callers, h.p.Entities, h.p.Duration, limit, h.p.Every)
 
 	l := h.startLoad()
 	churnStart := time.Now()
@@ -276,13 +283,19 @@ func (h *harness) startNode(gateway bool) (*node, error) {
 	return n, nil
 }
 
-// churn performs steps until the duration has passed. A step starts Every
-// after the previous one started, but not before that one settled, so
-// every step's settle time and window are its own.
+// churn performs steps until the duration has passed (or Steps steps are
+// done). A step starts Every after the previous one started, but not
+// before that one settled, so every step's settle time and window are its
+// own.
 func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 	end := churnStart.Add(h.p.Duration)
 	next := churnStart.Add(h.p.Every)
 	for next.Before(end) {
+		if h.p.Steps > 0 && len(h.steps) == h.p.Steps {
+			// Leave Every of load after the last step, as between steps.
+			sleepUntil(ctx, next)
+			return
+		}
 		if !sleepUntil(ctx, next) {
 			return
 		}

@@ -39,6 +39,7 @@ func main() {
 	flag.IntVar(&p.Callers, "callers", 32, "goroutines sending asks through the gateway")
 	flag.IntVar(&p.Entities, "entities", 2000, "counters the callers address")
 	flag.DurationVar(&p.Duration, "duration", 30*time.Second, "how long to churn under load")
+	flag.IntVar(&p.Steps, "steps", 0, "stop after this many churn steps, even before -duration (0: no limit)")
 	flag.DurationVar(&p.Every, "every", 3*time.Second, "time between churn steps (a step also waits for the previous one to settle)")
 	flag.BoolVar(&p.Crash, "crash", true, "include crash (Close) steps")
 	flag.Uint64Var(&p.Seed, "seed", 0, "seed choosing the runners to stop (0: from the clock)")

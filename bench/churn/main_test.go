@@ -11,15 +11,16 @@ import (
 	"github.com/shardhost/shardhost/runner"
 )
 
-// TestChurn runs the harness for about 10 s with small numbers on the
-// ./bin/etcd it starts.
+// TestChurn runs three churn steps (a shutdown, an add and a crash) with
+// small numbers on the ./bin/etcd it starts: about 10 s; Duration only
+// bounds a very slow machine.
 func TestChurn(t *testing.T) {
 	if _, err := etcdBinary(); err != nil {
 		t.Fatalf("churn harness needs ./bin/etcd: %v", err)
 	}
 	p := Params{
 		Runners: 3, Shards: 32, TTL: 2 * time.Second, Callers: 4, Entities: 200,
-		Duration: 8 * time.Second, Every: 1500 * time.Millisecond, Crash: true,
+		Duration: 90 * time.Second, Steps: 3, Every: 1500 * time.Millisecond, Crash: true,
 		Seed: 6, // first steps: shutdown, add, crash
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

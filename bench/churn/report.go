@@ -119,6 +119,7 @@ type ParamsReport struct {
 	Entities int     `json:"entities"`
 	Duration float64 `json:"duration_s"`
 	Every    float64 `json:"every_s"`
+	Steps    int     `json:"steps_limit,omitempty"`
 	Crash    bool    `json:"crash"`
 	Seed     uint64  `json:"seed"`
 }
@@ -138,7 +139,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	rep := &Report{
 		Params: ParamsReport{
 			Runners: p.Runners, Shards: p.Shards, TTL: p.TTL.Seconds(), Callers: p.Callers, Entities: p.Entities,
-			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Crash: p.Crash, Seed: p.Seed,
+			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Steps: p.Steps, Crash: p.Crash, Seed: p.Seed,
 		},
 		Etcd:       h.etcd.Source,
 		Measured:   end.Sub(churnStart).Seconds(),
