@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/shardhost/shardhost/runner"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestChurn runs three churn steps (a shutdown, an add and a crash) with
 // small numbers on the ./bin/etcd it starts: about 10 s; Duration only
