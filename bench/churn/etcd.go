@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -19,11 +18,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/storage/etcd"
 )
-
-// modulePath marks the repository root: bin/ sits next to its go.mod.
-const modulePath = "github.com/shardhost/shardhost"
 
 // etcdReadyTimeout bounds waiting for a started etcd to answer /readyz.
 const etcdReadyTimeout = 20 * time.Second
@@ -217,18 +214,11 @@ func (e *etcdServer) waitReady(ctx context.Context, url string) error {
 // etcdBinary returns bin/etcd of the repository ($SHARDHOST_BIN/etcd when
 // that is set, as for the tests), or an error saying to run `make setup`.
 func etcdBinary() (string, error) {
-	dir := os.Getenv("SHARDHOST_BIN")
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return "", fmt.Errorf("%w (run from inside the repository, or pass -etcd host:port)", err)
-		}
-		dir = filepath.Join(root, "bin")
-	}
-	path, err := filepath.Abs(filepath.Join(dir, "etcd"))
+	dir, err := testenv.BinDir()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w; run `make setup` in the repository root to build the pinned binaries into bin/ (or pass -etcd host:port)", err)
 	}
+	path := filepath.Join(dir, "etcd")
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
@@ -237,52 +227,6 @@ func etcdBinary() (string, error) {
 		return "", fmt.Errorf("etcd binary: %s is not an executable file; run `make setup` in the repository root", path)
 	}
 	return path, nil
-}
-
-// repoRoot walks up from the working directory to the directory whose
-// go.mod declares modulePath.
-func repoRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; ; {
-		if goModModule(filepath.Join(dir, "go.mod")) == modulePath {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod with module %s above %s", modulePath, wd)
-		}
-		dir = parent
-	}
-}
-
-// goModModule returns the module path declared by the go.mod at path, or ""
-// if there is none or it cannot be read.
-func goModModule(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if i := strings.Index(line, "//"); i >= 0 {
-			line = strings.TrimSpace(line[:i])
-		}
-		rest, ok := strings.CutPrefix(line, "module")
-		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '\t') {
-			continue
-		}
-		mod := strings.TrimSpace(rest)
-		if unq, err := strconv.Unquote(mod); err == nil {
-			mod = unq
-		}
-		return mod
-	}
-	return ""
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
