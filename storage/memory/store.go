@@ -140,14 +140,25 @@ func (s *Store) Calls(op Op) int {
 	return s.calls[op]
 }
 
-// start applies the faults for op. The returned context is bounded by the
-// default timeout, like the etcd store's; callers must call the cancel.
-func (s *Store) start(ctx context.Context, op Op) (context.Context, context.CancelFunc, error) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.opTimeout {
-		return ctx, func() {}, s.faults(ctx, op)
+// admit applies the faults for op, bounded by the default timeout like the
+// etcd store's calls.
+func (s *Store) admit(ctx context.Context, op Op) error {
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.opTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opTimeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opTimeout)
-	return ctx, cancel, s.faults(ctx, op)
+	return s.faults(ctx, op)
+}
+
+// enter admits op (see admit) and locks the cluster for it: the caller
+// unlocks c.mu.
+func (s *Store) enter(ctx context.Context, op Op) (*Cluster, error) {
+	if err := s.admit(ctx, op); err != nil {
+		return nil, err
+	}
+	s.c.mu.Lock()
+	return s.c, nil
 }
 
 func (s *Store) faults(ctx context.Context, op Op) error {
@@ -202,13 +213,10 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, er
 	if ttl <= 0 {
 		return storage.Lease{}, fmt.Errorf("%w: lease TTL %v", storage.ErrInvalidArgument, ttl)
 	}
-	_, cancel, err := s.start(ctx, OpGrant)
-	defer cancel()
+	c, err := s.enter(ctx, OpGrant)
 	if err != nil {
 		return storage.Lease{}, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nextLease++
 	id := c.nextLease
@@ -220,13 +228,10 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, er
 
 // KeepAliveOnce implements storage.Leases.
 func (s *Store) KeepAliveOnce(ctx context.Context, id storage.LeaseID) (time.Duration, error) {
-	_, cancel, err := s.start(ctx, OpKeepAlive)
-	defer cancel()
+	c, err := s.enter(ctx, OpKeepAlive)
 	if err != nil {
 		return 0, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, ok := c.leases[id]
 	if !ok {
@@ -243,9 +248,7 @@ func (s *Store) KeepAliveOnce(ctx context.Context, id storage.LeaseID) (time.Dur
 
 // Revoke implements storage.Leases.
 func (s *Store) Revoke(ctx context.Context, id storage.LeaseID) error {
-	_, cancel, err := s.start(ctx, OpRevoke)
-	defer cancel()
-	if err != nil {
+	if err := s.admit(ctx, OpRevoke); err != nil {
 		return err
 	}
 	if !s.c.ExpireLease(id) {
@@ -260,13 +263,10 @@ func (s *Store) PutRunner(ctx context.Context, leaseID storage.LeaseID, rec stor
 	if err != nil {
 		return 0, err
 	}
-	_, cancel, err := s.start(ctx, OpPutRunner)
-	defer cancel()
+	c, err := s.enter(ctx, OpPutRunner)
 	if err != nil {
 		return 0, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	tx := c.begin()
 	if err := tx.put(runnerKey(rec.ID), val, leaseID); err != nil {
@@ -305,13 +305,10 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 }
 
 func (s *Store) acquireBatch(ctx context.Context, leaseID storage.LeaseID, val []byte, shards []sharding.ShardID, out *[]storage.AcquireResult) error {
-	_, cancel, err := s.start(ctx, OpAcquire)
-	defer cancel()
+	c, err := s.enter(ctx, OpAcquire)
 	if err != nil {
 		return err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	tx := c.begin()
 	res := make([]storage.AcquireResult, len(shards))
@@ -354,13 +351,10 @@ func (c *Cluster) rollback(tx *txn) {
 // cluster lock), after applying op's faults to each batch.
 func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, tx *txn, lo, hi int)) error {
 	for _, b := range storage.Batches(n, storage.MaxShardsPerTxn) {
-		_, cancel, err := s.start(ctx, op)
-		cancel()
+		c, err := s.enter(ctx, op)
 		if err != nil {
 			return err
 		}
-		c := s.c
-		c.mu.Lock()
 		tx := c.begin()
 		fn(c, tx, b[0], b[1])
 		tx.commit()
@@ -447,13 +441,10 @@ func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (stor
 	if err != nil {
 		return 0, err
 	}
-	_, cancel, err := s.start(ctx, OpTransfer)
-	defer cancel()
+	c, err := s.enter(ctx, OpTransfer)
 	if err != nil {
 		return 0, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	sk, hk := shardKey(req.Shard), handoffKey(req.Shard)
 	if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
@@ -476,13 +467,10 @@ func (s *Store) PutHandoff(ctx context.Context, leaseID storage.LeaseID, shard s
 	if err != nil {
 		return 0, err
 	}
-	_, cancel, err := s.start(ctx, OpHandoff)
-	defer cancel()
+	c, err := s.enter(ctx, OpHandoff)
 	if err != nil {
 		return 0, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := handoffKey(shard)
 	if e, ok := c.kvs[key]; ok && e.lease != leaseID {
@@ -497,13 +485,10 @@ func (s *Store) PutHandoff(ctx context.Context, leaseID storage.LeaseID, shard s
 
 // DeleteHandoff implements storage.Handoffs.
 func (s *Store) DeleteHandoff(ctx context.Context, leaseID storage.LeaseID, shard sharding.ShardID) (bool, error) {
-	_, cancel, err := s.start(ctx, OpHandoff)
-	defer cancel()
+	c, err := s.enter(ctx, OpHandoff)
 	if err != nil {
 		return false, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := handoffKey(shard)
 	if e, ok := c.kvs[key]; !ok || e.lease != leaseID {
@@ -517,13 +502,10 @@ func (s *Store) DeleteHandoff(ctx context.Context, leaseID storage.LeaseID, shar
 
 // WriteCheckpoint implements storage.Checkpoints.
 func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
-	_, cancel, err := s.start(ctx, OpCheckpoint)
-	defer cancel()
+	c, err := s.enter(ctx, OpCheckpoint)
 	if err != nil {
 		return 0, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.kvs[shardKey(shard)]
 	if !ok || storage.Epoch(e.mod) != epoch {
@@ -540,13 +522,10 @@ func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, nam
 
 // ReadCheckpoint implements storage.Checkpoints.
 func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (storage.Checkpoint, bool, error) {
-	_, cancel, err := s.start(ctx, OpCheckpoint)
-	defer cancel()
+	c, err := s.enter(ctx, OpCheckpoint)
 	if err != nil {
 		return storage.Checkpoint{}, false, err
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.kvs[storage.CheckpointKey(shard, name)]
 	if !ok {
@@ -558,20 +537,15 @@ func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name
 
 // Ping implements storage.Store.
 func (s *Store) Ping(ctx context.Context) error {
-	_, cancel, err := s.start(ctx, OpPing)
-	defer cancel()
-	return err
+	return s.admit(ctx, OpPing)
 }
 
 // List implements storage.Lister.
 func (s *Store) List(ctx context.Context, ks storage.Keyspace) (storage.Snapshot, error) {
-	_, cancel, err := s.start(ctx, OpList)
-	defer cancel()
+	c, err := s.enter(ctx, OpList)
 	if err != nil {
 		return storage.Snapshot{}, fmt.Errorf("list %s: %w", ks, err)
 	}
-	c := s.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	prefix := string(ks) + "/"
 	snap := storage.Snapshot{Revision: c.rev}
