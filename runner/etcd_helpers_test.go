@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
@@ -220,30 +221,12 @@ func (dl *deleteLog) get(key string) (time.Time, storage.Revision, bool) {
 // shard at the same instant.
 func checkSingleOwner(t *testing.T, evs []runner.Event) {
 	t.Helper()
-	owner := map[sharding.ShardID]string{}
-	violations := 0
-	for _, ev := range evs {
-		switch e := ev.(type) {
-		case runner.ShardAcquired:
-			if o := owner[e.Shard]; o != "" && o != e.Runner {
-				violations++
-				if violations <= 5 {
-					t.Errorf("shard %d acquired by %s at %v while %s still owned it", e.Shard, e.Runner, e.Time.Format(time.StampMicro), o)
-				}
-			}
-			owner[e.Shard] = e.Runner
-		case runner.ShardReleased:
-			if owner[e.Shard] == e.Runner {
-				owner[e.Shard] = ""
-			}
-		case runner.ShardLost:
-			if owner[e.Shard] == e.Runner {
-				owner[e.Shard] = ""
-			}
-		}
+	overlaps := ownership.Overlaps(evs)
+	for _, o := range overlaps[:min(len(overlaps), 5)] {
+		t.Errorf("shard %d acquired by %s at %v while %s still owned it", o.Shard, o.Runner, o.Time.Format(time.StampMicro), o.Owner)
 	}
-	if violations > 0 {
-		t.Errorf("%d double-ownership violations", violations)
+	if len(overlaps) > 0 {
+		t.Errorf("%d double-ownership violations", len(overlaps))
 	}
 }
 

@@ -61,29 +61,6 @@ func TestMissingEtcdBinary(t *testing.T) {
 	}
 }
 
-// TestDoubleOwnershipCheck: the check is not vacuous.
-func TestDoubleOwnershipCheck(t *testing.T) {
-	at := time.Now()
-	ev := func(ms int) runner.EventBase {
-		return runner.EventBase{Time: at.Add(time.Duration(ms) * time.Millisecond)}
-	}
-	base := func(id string, ms int) runner.EventBase { b := ev(ms); b.Runner = id; return b }
-	ok := []runner.Event{
-		runner.ShardAcquired{EventBase: base("a", 0), Shard: 1},
-		runner.ShardReleased{EventBase: base("a", 1), Shard: 1},
-		runner.ShardAcquired{EventBase: base("b", 2), Shard: 1},
-		runner.ShardLost{EventBase: base("b", 3), Shard: 1, Cause: runner.ErrShutdown},
-		runner.ShardAcquired{EventBase: base("c", 4), Shard: 1},
-	}
-	if n := doubleOwnership(ok); n != 0 {
-		t.Errorf("clean handovers: %d violations, want 0", n)
-	}
-	bad := append(ok, runner.ShardAcquired{EventBase: base("a", 5), Shard: 1})
-	if n := doubleOwnership(bad); n != 1 {
-		t.Errorf("shard acquired while owned: %d violations, want 1", n)
-	}
-}
-
 func TestClassify(t *testing.T) {
 	deadline := fmt.Errorf("not delivered: %w (last attempt: %w)", context.DeadlineExceeded, &runner.NotOwnerError{Shard: 1})
 	for err, want := range map[error]string{

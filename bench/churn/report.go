@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -165,7 +166,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	}
 
 	evs := h.rec.all()
-	rep.DoubleOwnership = doubleOwnership(evs)
+	rep.DoubleOwnership = len(ownership.Overlaps(evs))
 	inRun := func(t time.Time) bool { return !t.Before(churnStart) && !t.After(end) }
 	planned, crash, lost := cutovers(evs, h.crashes, inRun)
 	rep.Cutover["planned"], rep.Cutover["crash"] = distOf(planned), distOf(crash)
@@ -240,32 +241,6 @@ func (h *harness) askReport(loadBegan, end time.Time, asks []askRec, samples map
 		ar.Latency[k] = distOf(ds)
 	}
 	return ar
-}
-
-// doubleOwnership counts, over the merged events in time order, the
-// ShardAcquired of a shard by one runner while another still owned it by
-// its own events (no ShardReleased or ShardLost yet).
-func doubleOwnership(evs []runner.Event) int {
-	owner := map[sharding.ShardID]string{}
-	n := 0
-	for _, ev := range evs {
-		switch e := ev.(type) {
-		case runner.ShardAcquired:
-			if o := owner[e.Shard]; o != "" && o != e.Runner {
-				n++
-			}
-			owner[e.Shard] = e.Runner
-		case runner.ShardReleased:
-			if owner[e.Shard] == e.Runner {
-				owner[e.Shard] = ""
-			}
-		case runner.ShardLost:
-			if owner[e.Shard] == e.Runner {
-				owner[e.Shard] = ""
-			}
-		}
-	}
-	return n
 }
 
 // cutovers returns the window of every ownership change that ends inside
