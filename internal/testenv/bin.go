@@ -113,18 +113,29 @@ func goModPath(path string) (string, error) {
 // with a message asking to run `make setup` in the repository root.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
+	path, err := BinaryPath(name)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return path
+}
+
+// BinaryPath returns the absolute path of the executable name in [BinDir],
+// or, if the directory or the executable is missing, an error saying to run
+// `make setup` in the repository root. It is [Binary] for programs that are
+// not tests.
+func BinaryPath(name string) (string, error) {
 	dir, err := BinDir()
 	if err != nil {
-		t.Fatalf("testenv: binary %q: %v; run `make setup` in the repository root to build the pinned binaries into bin/", name, err)
-		return ""
+		return "", fmt.Errorf("testenv: binary %q: %w; run `make setup` in the repository root to build the pinned binaries into bin/", name, err)
 	}
 	path := filepath.Join(dir, name)
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
-		t.Fatalf("testenv: binary %q: %v; run `make setup` in the repository root to build the pinned binaries into bin/", name, err)
+		return "", fmt.Errorf("testenv: binary %q: %w; run `make setup` in the repository root to build the pinned binaries into bin/", name, err)
 	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
-		t.Fatalf("testenv: binary %q: %s is not an executable file; run `make setup` in the repository root", name, path)
+		return "", fmt.Errorf("testenv: binary %q: %s is not an executable file; run `make setup` in the repository root", name, path)
 	}
-	return path
+	return path, nil
 }

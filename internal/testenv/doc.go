@@ -17,6 +17,11 @@
 // printed with t.Logf. Every wait is bounded; a helper that cannot get its
 // process ready calls t.Fatalf with the process log's tail.
 //
+// Programs that are not tests (the churn harness in bench/churn) use the
+// entry points that take no testing.TB: [BinaryPath] and [LaunchEtcd], which
+// return errors (with the log's tail) instead of failing a test and leave
+// the member's lifetime to the caller ([Etcd.Close]).
+//
 // On Linux the children are started with a parent-death signal (SIGKILL), so
 // a test binary that dies without running its cleanups (a panic, a
 // `go test -timeout` abort) does not leave servers behind.

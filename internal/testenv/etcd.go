@@ -19,7 +19,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// EtcdOption changes how [StartEtcd] and [StartEtcdCluster] run members.
+// EtcdOption changes how [StartEtcd], [StartEtcdCluster] and [LaunchEtcd]
+// run members.
 type EtcdOption func(*etcdConfig)
 
 type etcdConfig struct {
@@ -45,7 +46,8 @@ func WithLogLevel(level string) EtcdOption {
 }
 
 // WithStartTimeout bounds how long starting or restarting waits for members
-// to become ready before the test fails. The default is 20 s.
+// to become ready before the test fails (or LaunchEtcd returns an error).
+// The default is 20 s.
 func WithStartTimeout(d time.Duration) EtcdOption {
 	return func(c *etcdConfig) { c.startTimeout = d }
 }
@@ -92,8 +94,9 @@ const (
 )
 
 // Etcd is one etcd member running as a child process: a single-member
-// cluster from [StartEtcd] or a member of an [EtcdCluster]. Its name, data
-// directory and ports stay the same across Kill/Stop and Restart.
+// cluster from [StartEtcd] or [LaunchEtcd], or a member of an
+// [EtcdCluster]. Its name, data directory and ports stay the same across
+// Kill/Stop and Restart.
 type Etcd struct {
 	name    string
 	bin     string
@@ -175,6 +178,21 @@ func (e *Etcd) Stop() {
 	if p := e.current(); p != nil {
 		_ = p.stop(stopGrace)
 	}
+}
+
+// Close stops the member (SIGTERM, then SIGKILL after 1 s) and waits for
+// its process to exit. It is how the caller of [LaunchEtcd] stops it;
+// members from [StartEtcd] and [StartEtcdCluster] are stopped when their
+// test ends. It does nothing if the member is not running, and fails only
+// if the process could not be reaped. It does not remove the data
+// directory.
+func (e *Etcd) Close() error {
+	if p := e.current(); p != nil {
+		if err := p.stop(cleanupGrace); err != nil {
+			return fmt.Errorf("testenv: stop etcd %s: %w", e.name, err)
+		}
+	}
+	return nil
 }
 
 // Pause sends SIGSTOP and waits (at most 1 s) until the process is stopped:
@@ -407,15 +425,51 @@ func StartEtcd(t testing.TB, opts ...EtcdOption) *Etcd {
 // default). All members are stopped when t ends.
 func StartEtcdCluster(t testing.TB, n int, opts ...EtcdOption) *EtcdCluster {
 	t.Helper()
+	start := time.Now()
+	c, err := launchCluster(context.Background(), n, t.TempDir(), opts, t.Logf)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { c.cleanup(t) })
+	t.Logf("testenv: etcd cluster of %d ready in %v: %v", n, time.Since(start).Round(time.Millisecond), c.Endpoints())
+	return c
+}
+
+// LaunchEtcd starts a single-member etcd on loopback, with its data
+// directory and log in dir (created if missing), and waits until it is
+// ready (/readyz), bounded by ctx and the start timeout. It is [StartEtcd]
+// for programs that are not tests: nothing is tied to a testing.TB, the
+// caller stops the member with [Etcd.Close] and owns dir. Start-up is
+// retried with fresh ports if another process took one of them. A missing
+// binary gives [BinaryPath]'s error; a member that does not get ready, an
+// error with the tail of its log.
+func LaunchEtcd(ctx context.Context, dir string, opts ...EtcdOption) (*Etcd, error) {
+	c, err := launchCluster(ctx, 1, dir, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.members[0], nil
+}
+
+// launchCluster starts an n-member cluster with its data directories and
+// logs in base and waits until every member is ready. It reports retries
+// with logf (if not nil). On error, every member it started has been
+// killed and reaped.
+func launchCluster(ctx context.Context, n int, base string, opts []EtcdOption, logf func(format string, args ...any)) (*EtcdCluster, error) {
 	cfg, err := newEtcdConfig(opts)
 	if err != nil {
-		t.Fatalf("testenv: etcd options: %v", err)
+		return nil, fmt.Errorf("testenv: etcd options: %w", err)
 	}
 	if n < 1 {
-		t.Fatalf("testenv: etcd cluster of %d members", n)
+		return nil, fmt.Errorf("testenv: etcd cluster of %d members", n)
 	}
-	bin := Binary(t, "etcd")
-	base := t.TempDir()
+	bin, err := BinaryPath("etcd")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
 	c := &EtcdCluster{token: fmt.Sprintf("testenv-%d-%d", os.Getpid(), clusterSeq.Add(1))}
 	for i := range n {
 		name := fmt.Sprintf("m%d", i)
@@ -428,12 +482,10 @@ func StartEtcdCluster(t testing.TB, n int, opts ...EtcdOption) *EtcdCluster {
 			cluster: c,
 		})
 	}
-	t.Cleanup(func() { c.cleanup(t) })
 
-	start := time.Now()
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		err := c.start(t)
+		err := c.start(ctx)
 		if err == nil {
 			break
 		}
@@ -442,13 +494,15 @@ func StartEtcdCluster(t testing.TB, n int, opts ...EtcdOption) *EtcdCluster {
 		for _, m := range c.members {
 			inUse = inUse || logContains(m.logPath, "address already in use")
 		}
-		if !inUse || attempt == attempts {
-			t.Fatalf("testenv: start etcd cluster of %d (attempt %d): %v\n%s", n, attempt, err, c.logTails())
+		if !inUse || attempt == attempts || ctx.Err() != nil {
+			return nil, fmt.Errorf("testenv: start etcd cluster of %d (attempt %d): %w\n%s", n, attempt, err, c.logTails())
 		}
-		t.Logf("testenv: etcd port taken by another process, retrying with new ports: %v", err)
+		if logf != nil {
+			logf("testenv: etcd port taken by another process, retrying with new ports: %v", err)
+		}
 		for _, m := range c.members {
 			if err := os.RemoveAll(m.dataDir); err != nil {
-				t.Fatalf("testenv: %v", err)
+				return nil, fmt.Errorf("testenv: %w", err)
 			}
 		}
 	}
@@ -457,16 +511,18 @@ func StartEtcdCluster(t testing.TB, n int, opts ...EtcdOption) *EtcdCluster {
 		m.started = true
 		m.mu.Unlock()
 	}
-	t.Logf("testenv: etcd cluster of %d ready in %v: %v", n, time.Since(start).Round(time.Millisecond), c.Endpoints())
-	return c
+	return c, nil
 }
 
 // start assigns fresh ports to every member, launches them and waits until
-// all are ready.
-func (c *EtcdCluster) start(t testing.TB) error {
-	t.Helper()
+// all are ready, bounded by ctx and the start timeout.
+func (c *EtcdCluster) start(ctx context.Context) error {
 	for _, m := range c.members {
-		client, peer := FreePort(t), FreePort(t)
+		client, err1 := freePort()
+		peer, err2 := freePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("free port: %w", err)
+		}
 		m.mu.Lock()
 		m.clientPort, m.peerPort = client, peer
 		m.mu.Unlock()
@@ -476,7 +532,7 @@ func (c *EtcdCluster) start(t testing.TB) error {
 			return fmt.Errorf("etcd %s: %w", m.name, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.members[0].cfg.startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.members[0].cfg.startTimeout)
 	defer cancel()
 	for _, m := range c.members {
 		if err := m.waitReady(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,48 @@ func TestStartEtcdPutGet(t *testing.T) {
 	cli := e.Client(t)
 	put(t, cli, "k", "v")
 	mustGet(t, cli, "k", "v")
+}
+
+// TestLaunchEtcd: the TB-free entry point starts a member in the given
+// directory, and Close stops and reaps it.
+func TestLaunchEtcd(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := LaunchEtcd(ctx, dir)
+	if err != nil {
+		t.Fatalf("LaunchEtcd() error = %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close() }) // in case the test fails before Close
+	if got := filepath.Dir(e.DataDir()); got != dir {
+		t.Errorf("DataDir() = %q, want it in %s", e.DataDir(), dir)
+	}
+	cli := e.Client(t)
+	put(t, cli, "k", "v")
+	mustGet(t, cli, "k", "v")
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close() error = %v", err)
+	}
+	if e.Running() {
+		t.Error("Running() = true after Close")
+	}
+	if err := e.Close(); err != nil {
+		t.Errorf("second Close() error = %v", err)
+	}
+}
+
+func TestLaunchEtcdMissingBinary(t *testing.T) {
+	t.Setenv(BinEnv, t.TempDir())
+	if _, err := BinaryPath("etcd"); err == nil || !strings.Contains(err.Error(), "make setup") {
+		t.Errorf("BinaryPath(missing) error = %v, want it to mention `make setup`", err)
+	}
+	e, err := LaunchEtcd(context.Background(), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "make setup") {
+		if e != nil {
+			_ = e.Close()
+		}
+		t.Errorf("LaunchEtcd() without a binary: error = %v, want it to mention `make setup`", err)
+	}
 }
 
 func TestEtcdKillRestart(t *testing.T) {
