@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -640,11 +641,13 @@ func testFollowConcurrent(t *testing.T, in Instance) {
 		mu.Lock()
 		caughtUp := rev >= snap.Revision || equalViews(view, want)
 		same := equalViews(view, want)
+		got, gotRev := maps.Clone(view), rev
 		mu.Unlock()
 		if caughtUp {
 			if !same {
-				mu.Lock()
-				t.Fatalf("followed view %v at revision %d, want %v at %d", view, rev, want, snap.Revision)
+				// Not under mu: the deferred cancel waits for the follower,
+				// whose callback takes mu.
+				t.Fatalf("followed view %v at revision %d, want %v at %d", got, gotRev, want, snap.Revision)
 			}
 			return
 		}
@@ -785,8 +788,10 @@ func testCorrupt(t *testing.T, in Instance) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen := map[string]bool{}
 	for _, kv := range snap.KVs {
 		lk, err := storage.DecodeLock(kv)
+		seen[kv.Key] = true
 		switch kv.Key {
 		case "7":
 			if !errors.As(err, &ce) || lk.Shard != 7 || lk.Lease != other {
@@ -796,6 +801,11 @@ func testCorrupt(t *testing.T, in Instance) {
 			if !errors.Is(err, storage.ErrCorrupt) {
 				t.Errorf("DecodeLock(notanumber) = %v, want ErrCorrupt", err)
 			}
+		}
+	}
+	for _, key := range []string{"7", "notanumber"} {
+		if !seen[key] {
+			t.Errorf("List(shards) omits the corrupt lock %q", key)
 		}
 	}
 }
