@@ -62,11 +62,13 @@ func TestDeadlineBeforeServerExpiryThroughToxiproxy(t *testing.T) {
 		}
 	}()
 
-	// Let a renewal or two succeed, then cut the keeper off.
-	time.Sleep(ttl/3 + 500*time.Millisecond)
+	// Let a renewal succeed (due every ttl/3), then cut the keeper off.
 	h, _ := k.Health()
-	if !h.Healthy || h.Renewals < 1 {
-		t.Fatalf("before the toxic: %+v, want a healthy keeper with a renewal", h)
+	for wait := time.Now().Add(ttl); !h.Healthy || h.Renewals < 1; h, _ = k.Health() {
+		if time.Now().After(wait) {
+			t.Fatalf("before the toxic, %v after the grant: %+v, want a healthy keeper with a renewal", ttl, h)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	cut := time.Now()
 	proxy.Blackhole(t)
