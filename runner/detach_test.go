@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -19,14 +20,20 @@ func detachCfg(id string) runner.Config {
 	return runner.Config{ID: id, NumShards: 8}
 }
 
-// startOwningAll starts one runner and waits until it owns all 8 shards.
-func startOwningAll(t *testing.T, cfg runner.Config) (*memory.Cluster, *started, *recorder) {
+// startOwningAll starts one runner on a fresh memory cluster, registers
+// kinds and waits until it owns all its shards.
+func startOwningAll(t *testing.T, cfg runner.Config, kinds ...entity.Descriptor) (*memory.Cluster, *started, *recorder) {
 	t.Helper()
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	rec := &recorder{}
 	r := start(t, c, rec, cfg)
-	waitFor(t, 5*time.Second, "owning all shards", func() bool { return len(r.Owned()) == 8 })
+	if len(kinds) > 0 {
+		if err := r.Register(kinds...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "owning all shards", func() bool { return len(r.Owned()) == r.Config().NumShards })
 	return c, r, rec
 }
 

@@ -118,21 +118,13 @@ func newTestKind(checkpoint bool, opts ...entity.Option) *testKind {
 // with kind registered.
 func startHosting(t *testing.T, k *testKind, cfg runner.Config) (*memory.Cluster, *started, *recorder) {
 	t.Helper()
-	c := memory.NewCluster()
-	t.Cleanup(c.Close)
-	rec := &recorder{}
 	if cfg.ID == "" {
 		cfg.ID = "a"
 	}
 	if cfg.NumShards == 0 {
 		cfg.NumShards = 8
 	}
-	r := start(t, c, rec, cfg)
-	if err := r.Register(k.kind); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "owning all shards", func() bool { return len(r.Owned()) == cfg.NumShards })
-	return c, r, rec
+	return startOwningAll(t, cfg, k.kind)
 }
 
 func TestLocalAskAndTell(t *testing.T) {
@@ -198,11 +190,9 @@ func TestNotOwnerForUnownedShard(t *testing.T) {
 		waitFor(t, 5*time.Second, "partition", func() bool { ok, _ := partitionOK([]*started{a, b}, 8); return ok })
 		// An entity whose shard b owns.
 		var id string
-		for i := 0; ; i++ {
-			id = fmt.Sprintf("e%d", i)
-			if _, ok := b.Owned()[sharding.ShardOf(id, 8)]; ok {
-				break
-			}
+		for s := range b.Owned() {
+			id = idFor(s, 8, "e")
+			break
 		}
 		_, err := k.inc.Ask(t.Context(), a, id, incReq{By: 1})
 		var no *runner.NotOwnerError

@@ -490,7 +490,7 @@ func TestEtcdHandoffNewOwnerDiesWhileWarming(t *testing.T) {
 	block := make(chan struct{})
 	e.blockWarm.Store("b", block)
 	b := e.start("b")
-	waitForReal(t, 10*time.Second, "b warming", func() bool {
+	waitFor(t, 10*time.Second, "b warming", func() bool {
 		for _, ev := range e.c.rec.all() {
 			if p, ok := ev.(runner.HandoffPhase); ok && p.Phase == runner.PhaseWarming && p.Runner == "b" {
 				return true
@@ -528,7 +528,7 @@ func TestEtcdHandoffOldOwnerDiesWhileDraining(t *testing.T) {
 	e.blockRelease.Store("a", block)
 	joinAt := time.Now()
 	b := e.start("b")
-	waitForReal(t, 10*time.Second, "a draining", func() bool {
+	waitFor(t, 10*time.Second, "a draining", func() bool {
 		for _, h := range e.hooks.list() {
 			if len(h) > 14 && h[:14] == "a ReleaseShard" {
 				return true

@@ -2,12 +2,14 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -75,8 +77,8 @@ func start(t *testing.T, c *memory.Cluster, rec *recorder, cfg runner.Config) *s
 	return st
 }
 
-// waitFor polls cond every 10ms (fake time inside synctest) until it holds
-// or d passes.
+// waitFor polls cond every 10ms (real time, or fake time inside synctest)
+// until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -119,4 +121,70 @@ func partitionOK(rs []*started, n int) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// idFor returns an entity ID of shard s (of n).
+func idFor(s sharding.ShardID, n int, prefix string) string {
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		if sharding.ShardOf(id, n) == s {
+			return id
+		}
+	}
+}
+
+// who reports where it runs; it counts concurrent handlers per entity
+// across all runners.
+type who struct {
+	id  string
+	n   int64
+	env *whoEnv
+}
+
+type whoEnv struct {
+	mu      sync.Mutex
+	active  map[string]int
+	overlap []string
+}
+
+type whoReq struct {
+	Sleep    time.Duration
+	IgnoreCt bool
+}
+type whoResp struct {
+	Runner string
+	N      int64
+}
+
+func (w *who) Do(ctx context.Context, r whoReq) (whoResp, error) {
+	info, _ := runner.ShardInfoFrom(ctx)
+	w.env.mu.Lock()
+	w.env.active[w.id]++
+	if w.env.active[w.id] > 1 {
+		w.env.overlap = append(w.env.overlap, fmt.Sprintf("%s: second concurrent handler on %s", w.id, info.Runner))
+	}
+	w.env.mu.Unlock()
+	defer func() {
+		w.env.mu.Lock()
+		w.env.active[w.id]--
+		w.env.mu.Unlock()
+	}()
+	if r.Sleep > 0 {
+		if r.IgnoreCt {
+			time.Sleep(r.Sleep)
+		} else {
+			select {
+			case <-time.After(r.Sleep):
+			case <-ctx.Done():
+			}
+		}
+	}
+	w.n++
+	return whoResp{Runner: info.Runner, N: w.n}, nil
+}
+
+func newWho() (*whoEnv, *entity.Kind[who], *entity.MethodRef[who, whoReq, whoResp]) {
+	env := &whoEnv{active: map[string]int{}}
+	k := entity.NewKind("who", func(id string) *who { return &who{id: id, env: env} })
+	return env, k, entity.Method(k, "do", (*who).Do)
 }

@@ -17,62 +17,6 @@ import (
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
-// who reports where it runs; it counts concurrent handlers per entity
-// across all runners.
-type who struct {
-	id  string
-	n   int64
-	env *whoEnv
-}
-
-type whoEnv struct {
-	mu      sync.Mutex
-	active  map[string]int
-	overlap []string
-}
-
-type whoReq struct {
-	Sleep    time.Duration
-	IgnoreCt bool
-}
-type whoResp struct {
-	Runner string
-	N      int64
-}
-
-func (w *who) Do(ctx context.Context, r whoReq) (whoResp, error) {
-	info, _ := runner.ShardInfoFrom(ctx)
-	w.env.mu.Lock()
-	w.env.active[w.id]++
-	if w.env.active[w.id] > 1 {
-		w.env.overlap = append(w.env.overlap, fmt.Sprintf("%s: second concurrent handler on %s", w.id, info.Runner))
-	}
-	w.env.mu.Unlock()
-	defer func() {
-		w.env.mu.Lock()
-		w.env.active[w.id]--
-		w.env.mu.Unlock()
-	}()
-	if r.Sleep > 0 {
-		if r.IgnoreCt {
-			time.Sleep(r.Sleep)
-		} else {
-			select {
-			case <-time.After(r.Sleep):
-			case <-ctx.Done():
-			}
-		}
-	}
-	w.n++
-	return whoResp{Runner: info.Runner, N: w.n}, nil
-}
-
-func newWho() (*whoEnv, *entity.Kind[who], *entity.MethodRef[who, whoReq, whoResp]) {
-	env := &whoEnv{active: map[string]int{}}
-	k := entity.NewKind("who", func(id string) *who { return &who{id: id, env: env} })
-	return env, k, entity.Method(k, "do", (*who).Do)
-}
-
 // ambStore commits the first Transfer but reports a lost reply.
 type ambStore struct {
 	*memory.Store

@@ -3,7 +3,6 @@ package runner_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -15,16 +14,6 @@ import (
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
-
-// idFor returns an entity ID of shard s (of n).
-func idFor(s sharding.ShardID, n int, prefix string) string {
-	for i := 0; ; i++ {
-		id := fmt.Sprintf("%s%d", prefix, i)
-		if sharding.ShardOf(id, n) == s {
-			return id
-		}
-	}
-}
 
 // A shard assigned away and back while its drain is still running must be
 // owned again once the drain ends (it is pending again, not forgotten).

@@ -61,7 +61,7 @@ func TestEtcdCutOffRunnerDetachesBeforeExpiry(t *testing.T) {
 			tc.apply(t, proxy)
 
 			// B owns everything once A's lease expired on the server.
-			waitForReal(t, 30*time.Second, "b owns all 64 shards", func() bool { return len(b.Owned()) == 64 })
+			waitFor(t, 30*time.Second, "b owns all 64 shards", func() bool { return len(b.Owned()) == 64 })
 			expiredAt, expiredRev, ok := deletes.get("a")
 			if !ok {
 				t.Fatal("a's runner key was never deleted, yet b owns its shards")
@@ -161,16 +161,4 @@ func TestEtcdNoFalseDetachWithOneDeadMember(t *testing.T) {
 		}
 	}
 	t.Logf("stayed attached with all 64 shards for %v with one of three members black-holed", watch)
-}
-
-// waitForReal polls cond every 10ms of real time.
-func waitForReal(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
