@@ -202,12 +202,11 @@ func run(ctx context.Context, o options) (_ *summary, err error) {
 	}
 	finish(p3, began, ownersBefore)
 	if p3.Traffic.Failed() == 0 {
-		say("  no ask failed during the crash: asks for runner-3's shards were retried until runner-1 owned them (slowest %v).\n"+
-			"         Close lets runner-3 finish, or refuse as undelivered, the asks it had accepted; a killed process would\n"+
-			"         cut them off and they would fail with ErrMaybeDelivered.",
-			demo.Round(p3.Traffic.MaxLatency))
+		say("  no ask failed during the crash: none in flight on runner-3 was cut off when it closed, and asks for its\n"+
+			"         shards were retried until runner-1 owned them (slowest %v)", demo.Round(p3.Traffic.MaxLatency))
 	} else {
-		say("  %d ask(s) failed during the crash (listed above); ErrMaybeDelivered ones may or may not have run", p3.Traffic.Failed())
+		say("  %d ask(s) failed during the crash (listed above): Close cuts runner-3's connections as a killed process would;\n"+
+			"         ErrMaybeDelivered ones were in flight on runner-3 and may or may not have run", p3.Traffic.Failed())
 	}
 
 	// 6. Checks and summary.

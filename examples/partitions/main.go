@@ -404,13 +404,6 @@ func summarize(w io.Writer, s *summary) {
 	fmt.Fprintln(w, "(cold read: the new owner's view of the partition was empty and the read built it from offset 0;\n"+
 		" slow reads include the reads queued behind it. The readers are closed-loop: a reader stuck behind a replay\n"+
 		" sends nothing else meanwhile, so percentiles barely show a stall: see the slow reads, the max and the reads/s.)")
-	for _, sc := range s.Scenarios {
-		if len(sc.Moved) > 0 && sc.Releases == 0 {
-			fmt.Fprintf(w, "note: %s: ReleaseShard ran for none of the %d moved partitions: the runner calls it only on a handoff's\n"+
-				"      cutover, not on a plain release (its documentation says both); the old owners kept their stale views.\n",
-				sc.Name, len(sc.Moved))
-		}
-	}
 	fmt.Fprintln(w, conclusion(h, p))
 	if len(s.Problems) == 0 {
 		fmt.Fprintln(w, "OK: no failed or stale read, and every key equal to its partition's log, in both scenarios.")

@@ -12,7 +12,8 @@ import (
 
 // TestDemo runs both scenarios on an embedded etcd with short traffic
 // phases and checks what the demo claims: no failed or stale read and
-// exact views in both; with handoff the new owners warmed every moved
+// exact views in both; the old owners ran ReleaseShard for every moved
+// partition in both; with handoff the new owners warmed every moved
 // partition and no read on them replayed a partition's log, without
 // handoff they started cold. No goleak here: the embedded etcd server
 // leaves goroutines behind after Close.
@@ -43,6 +44,11 @@ func TestDemo(t *testing.T) {
 		}
 		if len(sc.FirstOnNew) != len(sc.Moved) {
 			t.Errorf("%s: %d of the %d moved partitions read on their new owner in the move window", sc.Name, len(sc.FirstOnNew), len(sc.Moved))
+		}
+		// The old owner runs ReleaseShard for every moved shard, on a
+		// handoff's cutover and on a plain release alike.
+		if sc.Releases < len(sc.Moved) {
+			t.Errorf("%s: %d ReleaseShard calls for %d moved partitions, want one per moved partition", sc.Name, sc.Releases, len(sc.Moved))
 		}
 	}
 

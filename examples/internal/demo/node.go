@@ -139,10 +139,11 @@ func StopAll(nodes []*Node) (time.Duration, error) {
 	return time.Since(start), errors.Join(errs...)
 }
 
-// WaitSettled waits until every live runner owns exactly the shards its
-// assignment over the live runners gives it, together all numShards of
-// them, and the gateway gw sees each shard owned by a live runner. It
-// returns the time waited.
+// WaitSettled waits until the live runners all computed the same
+// assignment over exactly the live runners, each owns exactly the shards
+// it assigns to it, every shard is owned by exactly one of them, and the
+// gateway gw sees each shard's lock held by the runner it is assigned to.
+// It returns the time waited.
 func WaitSettled(ctx context.Context, live []*Node, gw *Node, numShards int, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	deadline := start.Add(timeout)
@@ -151,7 +152,7 @@ func WaitSettled(ctx context.Context, live []*Node, gw *Node, numShards int, tim
 		ids[i] = n.r.ID()
 	}
 	for {
-		if settled(live, ids, gw, numShards) {
+		if settled(live, gw, numShards) {
 			return time.Since(start), nil
 		}
 		if time.Now().After(deadline) {
@@ -165,21 +166,40 @@ func WaitSettled(ctx context.Context, live []*Node, gw *Node, numShards int, tim
 	}
 }
 
-func settled(live []*Node, ids []string, gw *Node, numShards int) bool {
+// settled is the check of WaitSettled (the same as the churn harness's in
+// bench/churn, which the examples module cannot import).
+func settled(live []*Node, gw *Node, numShards int) bool {
+	var a sharding.Assignment
+	for i, n := range live {
+		ai := n.r.Assignment()
+		if len(ai) != numShards || (i > 0 && !slices.Equal(ai, a)) {
+			return false // not every runner computed the same assignment yet
+		}
+		a = ai
+	}
+	counts := a.Counts()
+	if len(counts) != len(live) {
+		return false // the assignment is over other runners than the live ones
+	}
+	owned := make([]bool, numShards)
 	total := 0
 	for _, n := range live {
-		counts := n.r.Assignment().Counts()
-		owned := len(n.r.Owned())
-		if len(counts) != len(live) || owned != counts[n.r.ID()] {
+		if counts[n.r.ID()] == 0 {
 			return false
 		}
-		total += owned
+		for id := range n.r.Owned() {
+			if int(id) >= numShards || owned[id] || a[id] != n.r.ID() {
+				return false // owned twice, or by a runner it is not assigned to
+			}
+			owned[id] = true
+			total++
+		}
 	}
 	if total != numShards {
 		return false
 	}
 	for id := range numShards {
-		if owner, _ := gw.r.OwnerOf(sharding.ShardID(id)); !slices.Contains(ids, owner) {
+		if owner, _ := gw.r.OwnerOf(sharding.ShardID(id)); owner != a[id] {
 			return false
 		}
 	}
