@@ -29,6 +29,11 @@ test: vet
 	$(GO) test -race -shuffle=on -timeout 20m ./...
 	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) build -o /dev/null ./... && $(GO) test -race -timeout 5m ./... ; fi
 
+## bench: acquisition benchmarks on a real etcd, then the churn harness (~30 s; needs `make setup`; numbers in BENCHMARKS.md)
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/
+	$(GO) run ./bench/churn
+
 ## demo: run the counter demo (embedded etcd, 3 runners + a gateway, graceful stop and crash; ~15 s)
 demo:
 	cd examples && $(GO) run ./counter
