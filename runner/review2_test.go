@@ -55,17 +55,25 @@ func TestRegressionAmbiguousTransferReopens(t *testing.T) {
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
 		_, k, do := newWho()
-		a := runWith(t, &ambStore{Store: c.NewStore("a")}, runner.Config{ID: "a", NumShards: 2})
-		a.Register(k)
+		as := &ambStore{Store: c.NewStore("a")}
+		a := runWith(t, as, runner.Config{ID: "a", NumShards: 2})
+		if err := a.Register(k); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, 10*time.Second, "a owns all", func() bool { return len(a.Owned()) == 2 })
 		b := runWith(t, c.NewStore("b"), runner.Config{ID: "b", NumShards: 2})
-		b.Register(k)
+		if err := b.Register(k); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, 30*time.Second, "b owns one", func() bool { return len(b.Owned()) == 1 })
 		var s sharding.ShardID
 		for id := range b.Owned() {
 			s = id
 		}
 		time.Sleep(200 * time.Millisecond)
+		if !as.done.Load() {
+			t.Fatalf("shard %d reached b without a committed Transfer from a: the lost reply was never injected", s)
+		}
 		_, aOwns := a.Owned()[s]
 		id := idFor(s, 2, "e")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -73,8 +81,11 @@ func TestRegressionAmbiguousTransferReopens(t *testing.T) {
 		ra, errA := do.Ask(ctx, a, id, whoReq{})
 		rb, errB := do.Ask(ctx, b, id, whoReq{})
 		t.Logf("a owns %d too: %v; ask via a -> %+v %v; ask via b -> %+v %v", s, aOwns, ra, errA, rb, errB)
-		if aOwns && ra.Runner == "a" && rb.Runner == "b" {
-			t.Errorf("shard %d served by both a and b after an ambiguous Transfer (both answered N=%d/%d)", s, ra.N, rb.N)
+		if errB != nil || rb.Runner != "b" {
+			t.Errorf("ask via the new owner b = %+v, %v; want served by b", rb, errB)
+		}
+		if aOwns || ra.Runner == "a" {
+			t.Errorf("shard %d reopened on a after an ambiguous Transfer (a owns it: %v; ask via a served by %q)", s, aOwns, ra.Runner)
 		}
 		if a.Status().Detached {
 			t.Errorf("a detached after an ambiguous transfer: %+v", a.Status())
@@ -90,32 +101,52 @@ func TestRegressionCutoverAfterDrainTimeout(t *testing.T) {
 		t.Cleanup(c.Close)
 		env, k, do := newWho()
 		a := runWith(t, c.NewStore("a"), runner.Config{ID: "a", NumShards: 1, DrainTimeout: 300 * time.Millisecond, HandoffWait: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))})
-		a.Register(k)
+		if err := a.Register(k); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, 10*time.Second, "a owns all", func() bool { return len(a.Owned()) == 1 })
 		id := idFor(0, 1, "e")
-		var wg sync.WaitGroup
-		results := make(chan string, 3)
+		type result struct {
+			resp whoResp
+			err  error
+			at   time.Duration
+		}
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			results = map[string]result{}
+		)
 		t0 := time.Now()
-		ask := func(r *runner.Runner, req whoReq) {
+		ask := func(name string, r *runner.Runner, req whoReq) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				resp, err := do.Ask(ctx, r, id, req)
-				results <- fmt.Sprintf("%v: %+v %v", time.Since(t0), resp, err)
+				mu.Lock()
+				results[name] = result{resp, err, time.Since(t0)}
+				mu.Unlock()
 			})
 		}
-		ask(a, whoReq{Sleep: 5 * time.Second, IgnoreCt: true}) // outlives every drain
+		ask("long on a", a, whoReq{Sleep: 5 * time.Second, IgnoreCt: true}) // outlives every drain
 		time.Sleep(10 * time.Millisecond)
-		ask(a, whoReq{}) // queued behind it
+		ask("queued on a", a, whoReq{}) // queued behind it
 		b := runWith(t, c.NewStore("b"), runner.Config{ID: "b", NumShards: 1})
-		b.Register(k)
+		if err := b.Register(k); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, 30*time.Second, "b owns the shard", func() bool { return len(b.Owned()) == 1 })
 		t.Logf("%v: b owns the shard", time.Since(t0))
-		ask(b, whoReq{})
+		ask("via b", b, whoReq{})
 		wg.Wait()
-		close(results)
-		for r := range results {
-			t.Log(r)
+		for name, r := range results {
+			t.Logf("%s: after %v: %+v %v", name, r.at, r.resp, r.err)
+		}
+		// Both handlers ran, so the overlap check below is not vacuous.
+		if r := results["long on a"]; r.err != nil || r.resp.Runner != "a" {
+			t.Errorf("long ask on a = %+v, %v; want it finished on a", r.resp, r.err)
+		}
+		if r := results["via b"]; r.err != nil || r.resp.Runner != "b" {
+			t.Errorf("ask via b = %+v, %v; want it served by b", r.resp, r.err)
 		}
 		env.mu.Lock()
 		defer env.mu.Unlock()
@@ -125,78 +156,114 @@ func TestRegressionCutoverAfterDrainTimeout(t *testing.T) {
 	})
 }
 
+// slowWarm's first warmGate.quick Warm calls succeed at once; the later
+// ones block, ignoring their context, until the test releases them.
 type slowWarm struct {
-	id string
-	n  int64
+	id   string
+	n    int64
+	warm *warmGate
+}
+
+type warmGate struct {
+	quick             int64
+	started, finished atomic.Int64
+	release           chan struct{}
 }
 
 func (w *slowWarm) Do(ctx context.Context, r whoReq) (int64, error) { w.n++; return w.n, nil }
 func (w *slowWarm) Warm(ctx context.Context, info entity.WarmInfo) error {
-	time.Sleep(time.Second) // ignores ctx, then succeeds
+	defer w.warm.finished.Add(1)
+	if w.warm.started.Add(1) > w.warm.quick {
+		<-w.warm.release
+	}
 	return nil
 }
 
 // The new owner installs the shard (the old owner released it plainly after
-// HandoffWait) while Warm hooks still run: under -race this catches any
-// sharing of the warmed instances between warm goroutines and the host.
+// HandoffWait) with some entities warmed and other Warm hooks still
+// running: under -race this catches any sharing of the warmed instances
+// between warm goroutines and the host.
 func TestRegressionWarmedMapRace(t *testing.T) {
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
-	k := entity.NewKind("slow", func(id string) *slowWarm { return &slowWarm{id: id} })
+	gate := &warmGate{quick: 8, release: make(chan struct{})}
+	k := entity.NewKind("slow", func(id string) *slowWarm { return &slowWarm{id: id, warm: gate} })
 	do := entity.Method(k, "do", (*slowWarm).Do)
-	a := runWith(t, c.NewStore("a"), runner.Config{ID: "a", NumShards: 1, ListenAddr: "127.0.0.1:0", HandoffWait: 300 * time.Millisecond})
-	a.Register(k)
+	a := runWith(t, c.NewStore("a"), runner.Config{ID: "a", NumShards: 1, ListenAddr: "127.0.0.1:0", HandoffWait: time.Second})
+	if err := a.Register(k); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, 10*time.Second, "a owns all", func() bool { return len(a.Owned()) == 1 })
 	ctx := context.Background()
-	for i := range 32 {
+	const hot = 32
+	for i := range hot {
 		if _, err := do.Ask(ctx, a, fmt.Sprint("w", i), whoReq{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b := runWith(t, c.NewStore("b"), runner.Config{ID: "b", NumShards: 1, ListenAddr: "127.0.0.1:0"})
-	b.Register(k)
-	time.Sleep(200 * time.Millisecond)
-	go a.Shutdown(ctx)
+	if err := b.Register(k); err != nil {
+		t.Fatal(err)
+	}
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(gate.release) }) }) // before b closes
+	waitFor(t, 10*time.Second, "a to see b", func() bool { return len(a.Members()) == 2 })
+	// a's Shutdown hands the shard to b; b never gets ready (its warms
+	// block), so a releases it plainly after HandoffWait.
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatalf("a.Shutdown: %v", err)
+	}
 	waitFor(t, 10*time.Second, "b owns the shard", func() bool { return len(b.Owned()) == 1 })
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	n := 0
-	for time.Now().Before(deadline) {
-		for i := range 64 {
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			if _, err := do.Ask(cctx, b, fmt.Sprint("x", n), whoReq{}); err != nil {
-				t.Log(err)
-			}
-			n++
-			cancel()
-			_ = i
+	if s, f := gate.started.Load(), gate.finished.Load(); s <= f || f == 0 {
+		t.Fatalf("b installed the shard with %d Warm hooks started and %d finished, want some finished and some still running", s, f)
+	}
+	// The warms finish while b serves, warmed entities and new ones.
+	release.Do(func() { close(gate.release) })
+	const asks = 2 * hot
+	ok := 0
+	for i := range asks {
+		id := fmt.Sprint("w", i%hot)
+		if i%2 == 1 {
+			id = fmt.Sprint("x", i)
 		}
-		time.Sleep(time.Millisecond)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := do.Ask(cctx, b, id, whoReq{}); err != nil {
+			t.Logf("ask %s via b: %v", id, err)
+		} else {
+			ok++
+		}
+		cancel()
+	}
+	if ok < asks/2 {
+		t.Errorf("%d of %d asks via b succeeded, want most", ok, asks)
 	}
 }
 
-// With detachment disabled, the lease loss caused by Shutdown's own Revoke
-// must not make the watchdog register again.
+// With detachment disabled, a lost lease is replaced and the runner
+// registers again at once. The loss caused by Shutdown's own Revoke must not
+// do that: with a transport, Run (and so the watchdog) lingers after the
+// revoke. TestShutdownReleasesAndRevokes covers the default configuration.
 func TestRegressionShutdownReregisters(t *testing.T) {
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	a := start(t, c, nil, runner.Config{ID: "a", NumShards: 16, DisableDetachment: true, ListenAddr: "127.0.0.1:0"})
 	b := start(t, c, nil, runner.Config{ID: "b", NumShards: 16, DisableDetachment: true, ListenAddr: "127.0.0.1:0"})
 	waitFor(t, 10*time.Second, "partition", func() bool { ok, _ := partitionOK([]*started{a, b}, 16); return ok })
+	grants, puts := b.store.Calls(memory.OpGrant), b.store.Calls(memory.OpPutRunner)
 	if err := b.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// Shutdown returned after Run and all its goroutines: b can register no
+	// more, so what it did is all in the store's counters.
+	if n := b.store.Calls(memory.OpGrant) - grants; n != 0 {
+		t.Errorf("b granted %d new leases during its Shutdown, want none", n)
 	}
 	if kv, ok := c.Get("runners/b"); ok {
 		ttl, _ := c.LeaseTTL(kv.Lease)
 		t.Errorf("runner record of b survived Shutdown (lease %x, ttl %v)", kv.Lease, ttl)
 	}
-	time.Sleep(2 * time.Second)
-	if _, ok := c.Get("runners/b"); ok {
-		t.Error("b registered again after its Shutdown")
-	}
-	if n := len(a.Members()); n != 1 {
-		t.Errorf("a sees %d members after b's Shutdown, want 1", n)
-	}
-	waitFor(t, 10*time.Second, "a owns all", func() bool { return len(a.Owned()) == 16 })
+	t.Logf("b wrote its runner record %d times during Shutdown (draining)", b.store.Calls(memory.OpPutRunner)-puts)
+	waitFor(t, 10*time.Second, "a alone, owning all", func() bool { return len(a.Members()) == 1 && len(a.Owned()) == 16 })
 }
 
 // A runner that owns nothing yet but warms inbound handoffs shuts down
