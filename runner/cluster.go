@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
@@ -30,11 +31,8 @@ func (r *Runner) followRunners(ctx context.Context) {
 		}
 		r.membersSeen = true
 		live := r.rebuildByLeaseLocked()
-		t := r.transport
 		r.mu.Unlock()
-		if t != nil {
-			t.forget(live)
-		}
+		r.transport.forget(live)
 		if u.Reset {
 			r.storageResult("list runners", nil)
 		}
@@ -176,10 +174,8 @@ func (r *Runner) lockLostLocked(id sharding.ShardID, detail string) {
 		return
 	}
 	r.log.Error("owned lock lost; dropping the shard (detachment disabled)", "shard", id, "detail", detail)
-	r.unhostLocked(s, ErrShardMoved)
-	delete(r.owned, id)
+	r.disownLocked(s, ErrShardMoved)
 	r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
-	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 }
 
 // recomputeLocked recomputes the assignment from the membership view and
@@ -189,9 +185,7 @@ func (r *Runner) recomputeLocked() {
 		return
 	}
 	var runners []sharding.Runner
-	leaseOwner := make(map[storage.LeaseID]string, len(r.members))
 	for _, m := range r.members {
-		leaseOwner[m.Lease] = m.ID
 		w := m.Weight
 		if m.Draining {
 			w = 0
@@ -200,7 +194,7 @@ func (r *Runner) recomputeLocked() {
 	}
 	current := make(sharding.Assignment, r.cfg.NumShards)
 	for id, l := range r.locks {
-		current[id] = leaseOwner[l.Lease]
+		current[id] = r.byLease[l.Lease].ID
 	}
 	a, err := r.cfg.Strategy.Assign(sharding.Input{NumShards: r.cfg.NumShards, Runners: runners, Current: current})
 	if err != nil {
@@ -213,15 +207,11 @@ func (r *Runner) recomputeLocked() {
 	r.assignErr = nil
 	r.assignment = a
 	r.assignedWithSelf = r.registeredLocked()
-	now := time.Now()
+	// Shards no longer wanted stop pending; the next round (every caller
+	// runs one) makes the newly assigned ones pending.
 	for id := range r.pending {
 		if !r.desiredLocked(id) {
 			delete(r.pending, id)
-		}
-	}
-	for _, id := range a.ShardsOf(r.cfg.ID) {
-		if _, owned := r.owned[id]; !owned && r.pending[id] == nil && r.registeredLocked() && !r.drainMode {
-			r.pending[id] = &pending{since: now}
 		}
 	}
 }
@@ -254,12 +244,7 @@ func (r *Runner) OwnerOf(id sharding.ShardID) (string, storage.Epoch) {
 	if !ok {
 		return "", 0
 	}
-	for _, m := range r.members {
-		if m.Lease == l.Lease {
-			return m.ID, l.Epoch
-		}
-	}
-	return "", l.Epoch
+	return r.byLease[l.Lease].ID, l.Epoch
 }
 
 // Members returns the runner records in this runner's view, by ID.
@@ -270,14 +255,6 @@ func (r *Runner) Members() []storage.Runner {
 	for _, m := range r.members {
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(a, b storage.Runner) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }

@@ -65,7 +65,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 		case <-r.kick:
 		case <-retry.C:
 		case <-verify.C:
-			r.verify(ctx)
+			r.verify()
 		case <-resync.C:
 			r.mu.Lock()
 			for _, p := range r.pending {
@@ -74,7 +74,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			r.recomputeLocked()
 			r.mu.Unlock()
 		}
-		if next, ok := r.round(ctx, &bg); ok {
+		if next, ok := r.round(&bg); ok {
 			retry.Reset(next)
 		}
 	}
@@ -94,7 +94,7 @@ func (r *Runner) recompute() {
 
 // round starts releases of owned-but-unassigned shards and acquires
 // assigned-but-unowned ones. It returns when the next retry is due.
-func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, bool) {
+func (r *Runner) round(bg *sync.WaitGroup) (time.Duration, bool) {
 	r.mu.Lock()
 	if r.phase != phaseAttached || r.stopping {
 		r.mu.Unlock()
@@ -211,7 +211,7 @@ func (r *Runner) round(ctx context.Context, bg *sync.WaitGroup) (time.Duration, 
 	}
 	if len(release) > 0 {
 		slices.Sort(release)
-		bg.Go(func() { r.release(ctx, gen, release, ErrShardMoved) })
+		bg.Go(func() { r.release(gen, release, ErrShardMoved) })
 	}
 	for _, c := range cutovers {
 		bg.Go(c)
@@ -335,7 +335,7 @@ func (r *Runner) mayOwnLocked() bool {
 }
 
 // verify checks, read-only, that every owned lock is still ours.
-func (r *Runner) verify(ctx context.Context) {
+func (r *Runner) verify() {
 	r.mu.Lock()
 	if r.phase != phaseAttached || len(r.owned) == 0 {
 		r.mu.Unlock()
@@ -383,7 +383,7 @@ func epochOf(held []storage.Held, id sharding.ShardID) storage.Epoch {
 
 // release drains shards (owned at gen), ends their ownership with cause
 // and deletes their locks in batched transactions.
-func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID, cause error) {
+func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	r.mu.Lock()
 	if r.gen != gen {
 		r.mu.Unlock()
@@ -420,13 +420,11 @@ func (r *Runner) release(ctx context.Context, gen uint64, ids []sharding.ShardID
 	}
 	for _, s := range shards {
 		if cur, ok := r.owned[s.id]; ok && cur == s {
-			r.unhostLocked(s, cause)
-			delete(r.owned, s.id)
+			r.disownLocked(s, cause)
 			r.lastReleased[s.id] = s.epoch
 			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch})
 		}
 	}
-	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 	r.mu.Unlock()
 	// Handlers that outlived the drain saw their context cancelled. The
 	// lock stays until they return: another runner must never run the
@@ -454,7 +452,8 @@ func (r *Runner) waitStragglers(actx context.Context, s *shard) {
 		}
 		select {
 		case <-actx.Done():
-		case <-time.After(5 * time.Millisecond):
+		case <-s.host.idle: // drained: signalled when running reaches 0
+		case <-time.After(50 * time.Millisecond): // re-check, as shardHost.drain does
 		}
 	}
 }
@@ -500,11 +499,8 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 	if len(shards) == 0 {
 		return
 	}
-	dctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
+	dctx, cancel := r.boundedCtx(ctx, r.cfg.DrainTimeout)
 	defer cancel()
-	h, _ := r.keeper.Health()
-	dctx, cancel2 := context.WithDeadline(dctx, r.policy.TripAt(h.Deadline))
-	defer cancel2()
 	if sctx := r.shutdownContext(); sctx != nil {
 		stop := context.AfterFunc(sctx, cancel)
 		defer stop()
@@ -598,7 +594,7 @@ func (r *Runner) shutdown(ctx context.Context) {
 	r.log.Info("shutting down", "owned", len(ids))
 	if attached && len(ids) > 0 {
 		// release() checks the phase only through gen; keep it attached-like.
-		r.release(ctx, gen, ids, ErrShutdown)
+		r.release(gen, ids, ErrShutdown)
 	}
 	r.mu.Lock()
 	r.dropOwnedLocked(ErrShutdown)

@@ -46,9 +46,9 @@ func (r *Runner) watchdog(ctx context.Context) {
 			reason := r.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
 			if reason != detachment.ReasonNone {
 				r.mu.Lock()
-				r.tripLocked(reason, leaseDetail(h))
+				detached := r.tripLocked(reason, leaseDetail(h))
 				r.mu.Unlock()
-				if r.isPhase(phaseDetached) {
+				if detached {
 					continue
 				}
 			}
@@ -82,12 +82,6 @@ func (r *Runner) watchdog(ctx context.Context) {
 		case <-r.tripKick:
 		}
 	}
-}
-
-func (r *Runner) isPhase(p phase) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.phase == p
 }
 
 func leaseDetail(h lease.Health) string {
@@ -164,7 +158,7 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	r.hub.publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
 	ctx := context.Background()
 	r.met.detached.Record(ctx, 1, r.met.attrs)
-	r.met.detaches.Add(ctx, 1, r.met.attrs, r.met.withReason(reason.String()))
+	r.met.detaches.Add(ctx, 1, r.met.attrs, withReason(reason.String()))
 	r.log.Warn("detached: every shard stopped", "reason", reason.String(), "detail", detail,
 		"shards_dropped", n, "deadline_in", time.Until(h.Deadline).Round(time.Millisecond))
 }
@@ -222,18 +216,21 @@ var errLeaseChanged = errors.New("lease changed during attach")
 // runner attached.
 func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	r.mu.Lock()
-	stopping, drainMode := r.stopping, r.drainMode
+	stopping, drainMode, prev := r.stopping, r.drainMode, r.lease
 	r.mu.Unlock()
 	if stopping {
 		return nil // Shutdown revoked the lease: never register again
 	}
-	newLease := h.Lease == storage.NoLease || h.Lost
-	if newLease {
+	if h.Lease == storage.NoLease || h.Lost {
 		if _, err := r.keeper.Grant(ctx); err != nil {
 			return err
 		}
 		h, _ = r.keeper.Health()
 	}
+	// A lease no attach completed with (r.lease is set below only) holds
+	// no locks of ours, also when an earlier attempt granted it and then
+	// failed to register.
+	newLease := h.Lease != prev
 	rec := storage.RunnerRecord{
 		ID: r.cfg.ID, Address: r.Address(), Weight: r.cfg.Weight,
 		Incarnation: r.incarnation, Started: r.started,

@@ -115,10 +115,7 @@ func (s *Subscription) push(ev Event) {
 	}
 	s.queue = append(s.queue, ev)
 	s.mu.Unlock()
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
+	signal(s.signal)
 }
 
 func (s *Subscription) forward() {

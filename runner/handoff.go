@@ -45,7 +45,6 @@ type inbound struct {
 	fromEpoch storage.Epoch
 	cancel    context.CancelFunc
 	started   time.Time
-	ready     bool
 	mu        sync.Mutex
 	warmed    map[entityKey]any // warmed, not yet activated instances
 }
@@ -61,6 +60,9 @@ func (in *inbound) takeWarmed() map[entityKey]any {
 }
 
 func (r *Runner) publishPhase(id sharding.ShardID, phase, from, to, detail string) {
+	if phase == PhaseAborted { // every abort, by either side, counts once
+		r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("aborted"))
+	}
 	r.hub.publish(HandoffPhase{EventBase: r.base(), Shard: id, Phase: phase, From: from, To: to, Detail: detail})
 }
 
@@ -133,7 +135,7 @@ func (r *Runner) runInbound(ctx context.Context, gen uint64, leaseID storage.Lea
 	if ctx.Err() != nil {
 		return // aborted (reassigned, detached): whoever cancelled cleans up
 	}
-	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, r.met.withPhase("warm"))
+	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("warm"))
 	if timedOut {
 		if r.cfg.AbortOnWarmTimeout {
 			r.abortInbound(gen, id, in, fmt.Sprintf("warming exceeded WarmTimeout %v", r.cfg.WarmTimeout), true)
@@ -150,13 +152,7 @@ func (r *Runner) runInbound(ctx context.Context, gen uint64, leaseID storage.Lea
 	cancel()
 	if err != nil {
 		r.abortInbound(gen, id, in, fmt.Sprintf("record ready: %v", err), true)
-		return
 	}
-	r.mu.Lock()
-	if r.inbound[id] == in {
-		in.ready = true
-	}
-	r.mu.Unlock()
 }
 
 // warm runs the shard-level WarmShard hook and the entity-level Warm hooks
@@ -229,7 +225,6 @@ func (r *Runner) abortInbound(gen uint64, id sharding.ShardID, in *inbound, why 
 	actx, leaseID, same := r.attachCtx, r.lease, r.gen == gen && current
 	r.mu.Unlock()
 	in.cancel()
-	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
 	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
 	r.log.Warn("handoff aborted", "shard", id, "from", in.from.ID, "why", why)
 	if deleteRecord && same {
@@ -243,7 +238,6 @@ func (r *Runner) cancelInboundLocked(bg *sync.WaitGroup, id sharding.ShardID, in
 	delete(r.inbound, id)
 	in.cancel()
 	actx, leaseID := r.attachCtx, r.lease
-	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
 	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
 	bg.Go(func() { r.deleteHandoff(actx, leaseID, id) })
 }
@@ -270,8 +264,8 @@ func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
 	delete(r.inbound, id)
 	in.cancel()
 	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, in.takeWarmed())
-	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("completed"))
-	r.met.handoffPhase.Record(context.Background(), time.Since(in.started).Seconds(), r.met.attrs, r.met.withPhase("total"))
+	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("completed"))
+	r.met.handoffPhase.Record(context.Background(), time.Since(in.started).Seconds(), r.met.attrs, withPhase("total"))
 	r.publishPhase(id, PhaseCutover, in.from.ID, r.cfg.ID, "")
 }
 
@@ -334,13 +328,12 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 		if r.gen == gen && r.owned[s.id] == s {
 			s.cutoverRetryAt = time.Now().Add(r.cfg.DrainTimeout) // let the straggler finish first
 			s.host.reopen()
-			r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
 			r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("%d handlers still running after DrainTimeout", busy))
 		}
 		return
 	}
 	r.releaseShardHook(actx, s, h.To)
-	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, r.met.withPhase("drain"))
+	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("drain"))
 	// Our ownership ends here, before the lock moves: observers must never
 	// see the new owner start before this.
 	r.mu.Lock()
@@ -384,10 +377,8 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 		if epoch != 0 { // our view, ahead of the watch: not an orphan of ours
 			r.locks[s.id] = storage.Lock{Shard: s.id, Owner: to, Lease: h.Lease, Epoch: epoch}
 		}
-		r.unhostLocked(s, ErrShardMoved)
-		delete(r.owned, s.id)
-		r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
-		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, r.met.withPhase("cutover"))
+		r.disownLocked(s, ErrShardMoved)
+		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, withPhase("cutover"))
 		r.publishPhase(s.id, PhaseCutover, r.cfg.ID, h.To, "")
 	case errors.Is(err, storage.ErrNotOwner):
 		// Our lock is not ours any more: never serve it again here.
@@ -397,13 +388,10 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 		// lock, if it survived, is released by the orphan safety net).
 		r.log.Error("handoff transfer outcome unknown; dropping the shard", "shard", s.id, "to", h.To, "err", err)
 		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer outcome unknown: %v", err))
-		r.unhostLocked(s, ErrShardMoved)
-		delete(r.owned, s.id)
-		r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
+		r.disownLocked(s, ErrShardMoved)
 	default:
 		// The lock is still ours at our epoch: serve again.
 		r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", err)
-		r.met.handoffs.Add(context.Background(), 1, r.met.attrs, r.met.withReason("aborted"))
 		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", err))
 		s.unassignedSince = time.Now()
 		s.host.reopen()
@@ -455,17 +443,6 @@ func (r *Runner) releaseShardHook(actx context.Context, s *shard, to string) {
 	if err := r.cfg.ReleaseShard(rctx, s.id, to); err != nil {
 		r.log.Warn("ReleaseShard hook failed", "shard", s.id, "to", to, "err", err)
 	}
-}
-
-// boundedCtx bounds ctx by d and by the detach instant.
-func (r *Runner) boundedCtx(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	h, _ := r.keeper.Health()
-	if h.Lease == storage.NoLease {
-		return ctx, cancel
-	}
-	ctx2, cancel2 := context.WithDeadline(ctx, r.policy.TripAt(h.Deadline))
-	return ctx2, func() { cancel2(); cancel() }
 }
 
 // restoreFunc reads an entity's checkpoint in shard id.

@@ -304,8 +304,10 @@ type resident struct {
 
 var errRetired = errors.New("runner: entity retired")
 
-// push appends msg and starts the goroutine if needed. A retired instance
-// is replaced by the caller's retry. Callers hold host.mu (read or write).
+// push appends msg and starts the goroutine if needed. Callers hold
+// host.mu (read or write). errRetired is a safety net: an instance is
+// marked dead only after it left host.entities or while host admission is
+// off, and enqueue checks both under host.mu before pushing.
 func (e *resident) push(msg message) error {
 	e.mu.Lock()
 	if e.dead {
@@ -333,8 +335,12 @@ func (e *resident) push(msg message) error {
 
 // run drains the mailbox in batches, then exits.
 func (e *resident) run() {
+	var batch []message // the last batch processed, handed back as spare
 	for {
 		e.mu.Lock()
+		if batch != nil {
+			e.spare, batch = batch[:0], nil
+		}
 		if len(e.queue) == 0 {
 			hot := e.hot
 			e.mu.Unlock()
@@ -355,16 +361,13 @@ func (e *resident) run() {
 			}
 			return
 		}
-		batch := e.queue
+		batch = e.queue
 		e.queue = e.spare[:0]
 		e.mu.Unlock()
 		for i := range batch {
 			e.process(&batch[i])
 			batch[i] = message{}
 		}
-		e.mu.Lock()
-		e.spare = batch[:0]
-		e.mu.Unlock()
 	}
 }
 
@@ -464,7 +467,7 @@ func (e *resident) activate() error {
 			}()
 			return a.Activate(sh.ctx, entity.ActivateInfo{
 				Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
-				Restore: sh.restoreFunc(e.key), Checkpoint: sh.checkpointFunc(e.key),
+				Restore: sh.r.restoreFunc(sh.id, e.key), Checkpoint: sh.checkpointFunc(e.key),
 			})
 		}()
 		if err != nil {
@@ -549,13 +552,6 @@ func (sh *shardHost) reopen() {
 
 // checkpointName is the storage name of an entity's checkpoint.
 func checkpointName(key entityKey) string { return key.kind + "/" + key.id }
-
-func (sh *shardHost) restoreFunc(key entityKey) func(context.Context) ([]byte, bool, error) {
-	return func(ctx context.Context) ([]byte, bool, error) {
-		cp, ok, err := sh.r.store.ReadCheckpoint(ctx, sh.id, checkpointName(key))
-		return cp.Data, ok, err
-	}
-}
 
 func (sh *shardHost) checkpointFunc(key entityKey) func(context.Context, []byte) error {
 	return func(ctx context.Context, data []byte) error {

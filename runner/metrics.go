@@ -17,17 +17,16 @@ const meterName = "github.com/shardhost/shardhost"
 type metrics struct {
 	attrs metric.MeasurementOption
 
-	detached           metric.Int64Gauge
-	keepAliveFailures  metric.Int64Counter
-	keepAliveStreak    metric.Int64Gauge
-	acquireRetries     metric.Int64Counter
-	acquireExhausted   metric.Int64Counter
-	shardsOwned        metric.Int64Gauge
-	acquireLatency     metric.Float64Histogram
-	storageErrors      metric.Int64Counter
-	detaches           metric.Int64Counter
-	deadlineLagCB      metric.Registration
-	deadlineLagReading func() (time.Duration, bool)
+	detached          metric.Int64Gauge
+	keepAliveFailures metric.Int64Counter
+	keepAliveStreak   metric.Int64Gauge
+	acquireRetries    metric.Int64Counter
+	acquireExhausted  metric.Int64Counter
+	shardsOwned       metric.Int64Gauge
+	acquireLatency    metric.Float64Histogram
+	storageErrors     metric.Int64Counter
+	detaches          metric.Int64Counter
+	deadlineLagCB     metric.Registration
 
 	activations       metric.Int64Counter
 	passivations      metric.Int64Counter
@@ -45,7 +44,7 @@ type metrics struct {
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
 	m := mp.Meter(meterName)
-	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID)), deadlineLagReading: lag}
+	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID))}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -100,7 +99,7 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err2)
 	if err == nil && err2 == nil {
 		out.deadlineLagCB, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			if d, ok := out.deadlineLagReading(); ok {
+			if d, ok := lag(); ok {
 				o.ObserveFloat64(lagGauge, d.Seconds(), out.attrs)
 			}
 			o.ObserveInt64(activeGauge, int64(entities()), out.attrs)
@@ -120,10 +119,10 @@ func (m *metrics) close() {
 	}
 }
 
-func (m *metrics) withReason(reason string) metric.MeasurementOption {
+func withReason(reason string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("reason", reason))
 }
 
-func (m *metrics) withPhase(phase string) metric.MeasurementOption {
+func withPhase(phase string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("phase", phase))
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,15 +36,16 @@ func (t *transport) serveStream(ss grpc.ServerStream) error {
 		defer sendMu.Unlock()
 		_ = ss.SendMsg(f) // an error ends the stream; RecvMsg reports it
 	}
-	stop := make(chan struct{})
-	defer close(stop)
+	stop, goawayDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(goawayDone)
 		select {
 		case <-t.goaway:
 			send(&frame{GoAway: true})
 		case <-stop:
 		}
 	}()
+	defer func() { close(stop); <-goawayDone }() // no SendMsg after we return
 	for {
 		f := new(frame)
 		if err := ss.RecvMsg(f); err != nil {
@@ -65,25 +65,12 @@ func (t *transport) serveStream(ss grpc.ServerStream) error {
 				ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
 				defer cancel()
 			}
-			resp, err := t.serveDeliver(ctx, f.Req)
-			if err != nil {
-				resp = &deliverResponse{Code: codeHandlerError, Message: err.Error()}
-			}
-			if hook := t.onServe.Load(); hook != nil {
-				(*hook)(f.Req, resp)
-			}
-			send(&frame{ID: f.ID, Resp: resp})
+			send(&frame{ID: f.ID, Resp: t.serveDeliver(ctx, f.Req)})
 		})
 	}
 }
 
 // --- client side ---
-
-// muxCall is one request in flight on a muxStream.
-type muxCall struct {
-	ch   chan muxResult // 1-buffered
-	sent atomic.Bool    // handed to the transport: may reach the server
-}
 
 type muxResult struct {
 	resp *deliverResponse
@@ -98,13 +85,11 @@ type muxStream struct {
 	sendMu sync.Mutex
 
 	mu       sync.Mutex
-	pending  map[uint64]*muxCall
+	pending  map[uint64]chan muxResult // 1-buffered; registered under sendMu
 	nextID   uint64
 	dead     error // set once; no new calls
 	draining bool  // goaway received; no new calls
 }
-
-var errStreamGone = errors.New("runner: delivery stream closed")
 
 func newMuxStream(cc *grpc.ClientConn) (*muxStream, error) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,7 +98,7 @@ func newMuxStream(cc *grpc.ClientConn) (*muxStream, error) {
 		cancel()
 		return nil, err
 	}
-	ms := &muxStream{cs: cs, cancel: cancel, pending: make(map[uint64]*muxCall)}
+	ms := &muxStream{cs: cs, cancel: cancel, pending: make(map[uint64]chan muxResult)}
 	go ms.recvLoop()
 	return ms, nil
 }
@@ -133,7 +118,7 @@ func (ms *muxStream) recvLoop() {
 			return
 		}
 		ms.mu.Lock()
-		var c *muxCall
+		var c chan muxResult
 		if f.GoAway {
 			ms.draining = true
 		} else {
@@ -143,7 +128,7 @@ func (ms *muxStream) recvLoop() {
 		closeSend := ms.draining && len(ms.pending) == 0
 		ms.mu.Unlock()
 		if c != nil && f.Resp != nil {
-			c.ch <- muxResult{resp: f.Resp, sent: true}
+			c <- muxResult{resp: f.Resp, sent: true}
 		}
 		if closeSend { // every answer is in: let the stopping server finish
 			ms.sendMu.Lock()
@@ -153,28 +138,22 @@ func (ms *muxStream) recvLoop() {
 	}
 }
 
-// fail ends the stream: calls handed to the transport may have been
-// delivered; the others were not sent.
+// fail ends the stream (err is not nil): the calls pending may have been
+// delivered. A call whose own SendMsg failed ignores this answer and
+// reports not sent.
 func (ms *muxStream) fail(err error) {
 	ms.cancel() // unblocks a SendMsg waiting on flow control
 	ms.sendMu.Lock()
 	ms.mu.Lock()
 	if ms.dead == nil {
 		ms.dead = err
-		if ms.dead == nil {
-			ms.dead = errStreamGone
-		}
 	}
 	pending := ms.pending
-	ms.pending = map[uint64]*muxCall{}
+	ms.pending = map[uint64]chan muxResult{}
 	ms.mu.Unlock()
 	ms.sendMu.Unlock()
 	for _, c := range pending {
-		if c.sent.Load() {
-			c.ch <- muxResult{err: fmt.Errorf("%w: stream failed: %v", ErrMaybeDelivered, err), sent: true}
-		} else {
-			c.ch <- muxResult{err: fmt.Errorf("%w: stream failed: %v", ErrNotSent, err)}
-		}
+		c <- muxResult{err: fmt.Errorf("%w: stream failed: %v", ErrMaybeDelivered, err), sent: true}
 	}
 }
 
@@ -186,7 +165,7 @@ func (ms *muxStream) call(ctx context.Context, req *deliverRequest) (*deliverRes
 		left := time.Until(d).Milliseconds()
 		f.TimeoutMs = uint32(min(max(left, 1), math.MaxUint32))
 	}
-	c := &muxCall{ch: make(chan muxResult, 1)}
+	c := make(chan muxResult, 1)
 	ms.sendMu.Lock()
 	ms.mu.Lock()
 	if ms.dead != nil || ms.draining {
@@ -198,24 +177,19 @@ func (ms *muxStream) call(ctx context.Context, req *deliverRequest) (*deliverRes
 	f.ID = ms.nextID
 	ms.pending[f.ID] = c
 	ms.mu.Unlock()
-	c.sent.Store(true)
 	err := ms.cs.SendMsg(f)
 	ms.sendMu.Unlock()
 	if err != nil {
-		// SendMsg fails only on a broken stream: the frame did not go out.
+		// SendMsg fails only on a broken stream: the frame did not go out
+		// (also when fail, unblocking it, already answered c).
 		ms.mu.Lock()
-		_, still := ms.pending[f.ID]
 		delete(ms.pending, f.ID)
 		ms.mu.Unlock()
 		go ms.fail(err)
-		if still {
-			return nil, fmt.Errorf("%w: %v", ErrNotSent, err), false
-		}
-		r := <-c.ch // fail got there first
-		return r.resp, r.err, r.sent
+		return nil, fmt.Errorf("%w: %v", ErrNotSent, err), false
 	}
 	select {
-	case r := <-c.ch:
+	case r := <-c:
 		return r.resp, r.err, r.sent
 	case <-ctx.Done():
 		ms.mu.Lock()

@@ -93,12 +93,8 @@ func newBackoff() *backoff.ExponentialBackOff {
 
 // sendSlow is the routing loop with retries.
 func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, last error) (any, error) {
-	if n := r.waiting.Add(1); n > int64(r.cfg.MaxWaitingSends) {
-		r.waiting.Add(-1)
-		return nil, fmt.Errorf("%w (%d)", ErrTooManyWaiting, r.cfg.MaxWaitingSends)
-	}
-	defer r.waiting.Add(-1)
 	var (
+		waiting bool // counted in r.waiting (MaxWaitingSends)
 		bo      *backoff.ExponentialBackOff
 		payload []byte
 		timer   *time.Timer
@@ -155,6 +151,14 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 		var no *NotOwnerError
 		if errors.As(err, &no) && no.OwnerHint != "" && no.OwnerHint != r.cfg.ID {
 			hint = no.OwnerHint
+		}
+		if !waiting { // only sends that wait for an owner count
+			if r.waiting.Add(1) > int64(r.cfg.MaxWaitingSends) {
+				r.waiting.Add(-1)
+				return nil, fmt.Errorf("%w (%d): %w", ErrTooManyWaiting, r.cfg.MaxWaitingSends, last)
+			}
+			waiting = true
+			defer r.waiting.Add(-1)
 		}
 		if bo == nil {
 			bo = newBackoff()
@@ -248,18 +252,13 @@ func (r *Runner) noRoute(id sharding.ShardID) error {
 }
 
 // routeWatch returns a channel closed at the next routing change.
-func (r *Runner) routeWatch() <-chan struct{} {
-	r.routeMu.Lock()
-	defer r.routeMu.Unlock()
-	return r.routeCh
-}
+func (r *Runner) routeWatch() <-chan struct{} { return *r.routeCh.Load() }
 
-// routesChanged wakes every send waiting for a routing change.
+// routesChanged wakes every send waiting for a routing change. Each
+// channel is swapped out, hence closed, exactly once.
 func (r *Runner) routesChanged() {
-	r.routeMu.Lock()
-	close(r.routeCh)
-	r.routeCh = make(chan struct{})
-	r.routeMu.Unlock()
+	ch := make(chan struct{})
+	close(*r.routeCh.Swap(&ch))
 }
 
 // rebuildByLeaseLocked indexes the members by lease and drops connections

@@ -41,7 +41,6 @@ type shard struct {
 	epoch  storage.Epoch
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	since  time.Time
 	host   *shardHost
 	// unassignedSince: when the shard was first seen assigned elsewhere
 	// (zero while assigned here); bounds the wait for a handoff.
@@ -76,13 +75,12 @@ type Runner struct {
 	hosts     []atomic.Pointer[shardHost]        // by shard; nil when not hosted
 	residents residents
 	waiters   sync.Pool  // of *waiter
-	transport *transport // nil without ListenAddr
+	transport *transport // serves only with ListenAddr
 	waiting   atomic.Int64
-	routeMu   sync.Mutex
-	routeCh   chan struct{} // closed at every routing change
-	evictKick chan struct{} // 1-buffered: the resident cap is exceeded
-	tripKick  chan struct{} // 1-buffered: a sender saw the detach instant pass
-	tripAt    atomic.Int64  // detach instant, ns since clockBase; MaxInt64: none
+	routeCh   atomic.Pointer[chan struct{}] // closed at every routing change
+	evictKick chan struct{}                 // 1-buffered: the resident cap is exceeded
+	tripKick  chan struct{}                 // 1-buffered: a sender saw the detach instant pass
+	tripAt    atomic.Int64                  // detach instant, ns since clockBase; MaxInt64: none
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -177,13 +175,14 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		pending:         make(map[sharding.ShardID]*pending),
 		members:         make(map[string]storage.Runner),
 		byLease:         make(map[storage.LeaseID]storage.Runner),
-		routeCh:         make(chan struct{}),
 		evictKick:       make(chan struct{}, 1),
 		tripKick:        make(chan struct{}, 1),
 		locks:           make(map[sharding.ShardID]storage.Lock),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
 	r.tripAt.Store(math.MaxInt64)
+	routes := make(chan struct{})
+	r.routeCh.Store(&routes)
 	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
 	r.residents.r = r
 	r.transport = newTransport(r)
@@ -465,24 +464,25 @@ func (r *Runner) dropOwnedLocked(cause error) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		s := r.owned[id]
-		r.unhostLocked(s, cause)
-		delete(r.owned, id)
+		r.disownLocked(s, cause)
 		r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
 	}
 	clear(r.releasing)
 	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
 }
 
-// unhostLocked ends the hosting of s: new messages stop finding it, then
-// its context is cancelled with cause (running handlers see it, queued
-// messages fail with it).
-func (r *Runner) unhostLocked(s *shard, cause error) {
+// disownLocked ends the ownership of s: it stops being hosted (new
+// messages stop finding it, then its context is cancelled with cause:
+// running handlers see it, queued messages fail with it) and owned.
+func (r *Runner) disownLocked(s *shard, cause error) {
 	if r.hosts[s.id].Load() == s.host {
 		r.hosts[s.id].Store(nil)
 	}
 	s.host.close()
 	s.cancel(cause)
 	r.lastHosts[s.id] = s.host
+	delete(r.owned, s.id)
+	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 }
 
 // pastTrip reports whether the detach instant has passed; it then wakes the
@@ -512,8 +512,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 		delete(r.inbound, id)
 		in.cancel()
 		warmed = in.takeWarmed()
-		actx, leaseID := r.attachCtx, r.lease
-		go r.deleteHandoff(actx, leaseID, id)
+		signal(r.kick) // round deletes our record, now without an inbound
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
 }
@@ -527,7 +526,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	delete(r.movedTo, id)
 	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.attachCtx, shardInfoKey{}, info))
-	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel, since: time.Now()}
+	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel}
 	s.host = newShardHost(r, s, r.lastHosts[id])
 	s.host.reason = reason
 	s.host.warmed = warmed
@@ -542,12 +541,19 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 // opCtx returns the context for one storage call of the attachment gen:
 // cancelled on detach, bounded by OpTimeout and by the detach instant.
 func (r *Runner) opCtx(parent context.Context) (context.Context, context.CancelFunc) {
-	h, _ := r.keeper.Health()
-	deadline := time.Now().Add(r.cfg.OpTimeout)
-	if trip := r.policy.TripAt(h.Deadline); h.Lease != storage.NoLease && trip.Before(deadline) {
-		deadline = trip
+	return r.boundedCtx(parent, r.cfg.OpTimeout)
+}
+
+// boundedCtx bounds ctx by d and by the detach instant of the current
+// lease (if any).
+func (r *Runner) boundedCtx(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(d)
+	if h, _ := r.keeper.Health(); h.Lease != storage.NoLease {
+		if trip := r.policy.TripAt(h.Deadline); trip.Before(deadline) {
+			deadline = trip
+		}
 	}
-	return context.WithDeadline(parent, deadline)
+	return context.WithDeadline(ctx, deadline)
 }
 
 // storageResult records the outcome of a list/acquire/verify/release call

@@ -50,7 +50,7 @@ const deliverMethod = "/shardhost.v1.Runner/Deliver"
 
 // transportServer is the gRPC service of a runner.
 type transportServer interface {
-	serveDeliver(ctx context.Context, req *deliverRequest) (*deliverResponse, error)
+	serveDeliver(ctx context.Context, req *deliverRequest) *deliverResponse
 	serveHot(req *hotRequest) *hotResponse
 }
 
@@ -64,12 +64,7 @@ var serviceDesc = grpc.ServiceDesc{
 			if err := dec(in); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
-			t := srv.(*transport)
-			resp, err := t.serveDeliver(ctx, in)
-			if hook := t.onServe.Load(); hook != nil && resp != nil {
-				(*hook)(in, resp)
-			}
-			return resp, err
+			return srv.(*transport).serveDeliver(ctx, in), nil
 		},
 	}, {
 		MethodName: "Hot",
@@ -419,55 +414,65 @@ func (t *transport) unary(ctx context.Context, owner, addr string, c *grpc.Clien
 	return resp, nil, true
 }
 
-// serveDeliver is the receiving side: local delivery only, never a second
-// hop.
-func (t *transport) serveDeliver(ctx context.Context, req *deliverRequest) (*deliverResponse, error) {
+// serveDeliver answers a delivery (unary or on a stream) and shows the
+// answer to the test hook.
+func (t *transport) serveDeliver(ctx context.Context, req *deliverRequest) *deliverResponse {
+	resp := t.deliverHere(ctx, req)
+	if hook := t.onServe.Load(); hook != nil {
+		(*hook)(req, resp)
+	}
+	return resp
+}
+
+// deliverHere is the receiving side: local delivery only, never a second
+// hop. Every outcome is an answer (a Code), never a transport error.
+func (t *transport) deliverHere(ctx context.Context, req *deliverRequest) *deliverResponse {
 	r := t.r
 	k := r.kind(req.Kind)
 	if k == nil {
-		return &deliverResponse{Code: codeUnknownKind, Message: fmt.Sprintf("kind %q not registered on %s", req.Kind, r.cfg.ID)}, nil
+		return &deliverResponse{Code: codeUnknownKind, Message: fmt.Sprintf("kind %q not registered on %s", req.Kind, r.cfg.ID)}
 	}
 	h, ok := k.desc.Handler(req.Method)
 	if !ok {
-		return &deliverResponse{Code: codeUnknownMethod, Message: fmt.Sprintf("%s.%s", req.Kind, req.Method)}, nil
+		return &deliverResponse{Code: codeUnknownMethod, Message: fmt.Sprintf("%s.%s", req.Kind, req.Method)}
 	}
 	codec := k.opts.Codec
 	switch {
 	case req.Codec != "" && req.Codec != codec.Name():
-		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("codec %q, kind %q uses %q", req.Codec, req.Kind, codec.Name())}, nil
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("codec %q, kind %q uses %q", req.Codec, req.Kind, codec.Name())}
 	case h.OneWay() != req.OneWay:
-		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("%s.%s: one-way mismatch", req.Kind, req.Method)}, nil
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("%s.%s: one-way mismatch", req.Kind, req.Method)}
 	}
 	if len(req.Payload) > r.cfg.MaxMessageSize {
-		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("request of %d bytes (limit %d on %s)", len(req.Payload), r.cfg.MaxMessageSize, r.cfg.ID)}, nil
+		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("request of %d bytes (limit %d on %s)", len(req.Payload), r.cfg.MaxMessageSize, r.cfg.ID)}
 	}
 	id := sharding.ShardOf(req.Entity, r.cfg.NumShards)
 	if uint32(id) != req.Shard {
-		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("entity %q is shard %d here, %d at the sender: do all runners agree on NumShards?", req.Entity, id, req.Shard)}, nil
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("entity %q is shard %d here, %d at the sender: do all runners agree on NumShards?", req.Entity, id, req.Shard)}
 	}
 	v, err := h.DecodeRequest(codec, req.Payload)
 	if err != nil {
-		return &deliverResponse{Code: codeBadRequest, Message: err.Error()}, nil
+		return &deliverResponse{Code: codeBadRequest, Message: err.Error()}
 	}
 	sh := r.hosts[id].Load()
 	if sh == nil {
-		return errorResponse(r.notHere(id), false), nil
+		return errorResponse(r.notHere(id), false)
 	}
 	out, err, sent := sh.deliver(ctx, k, h, req.Entity, v, req.OneWay)
 	if err != nil {
-		return errorResponse(err, sent), nil
+		return errorResponse(err, sent)
 	}
 	if req.OneWay {
-		return &deliverResponse{}, nil
+		return &deliverResponse{}
 	}
 	b, err := codec.Marshal(out)
 	if err != nil {
-		return &deliverResponse{Code: codeHandlerError, Message: fmt.Sprintf("encode response: %v", err)}, nil
+		return &deliverResponse{Code: codeHandlerError, Message: fmt.Sprintf("encode response: %v", err)}
 	}
 	if len(b) > r.cfg.MaxMessageSize {
-		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}, nil
+		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}
 	}
-	return &deliverResponse{Payload: b}, nil
+	return &deliverResponse{Payload: b}
 }
 
 // errorResponse maps a delivery error to the wire. sent says whether the

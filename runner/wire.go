@@ -202,15 +202,22 @@ type frame struct {
 }
 
 func (m *frame) marshal() []byte {
-	var b []byte
+	var req, resp []byte
+	if m.Req != nil {
+		req = m.Req.marshal()
+	}
+	if m.Resp != nil {
+		resp = m.Resp.marshal()
+	}
+	b := make([]byte, 0, 32+len(req)+len(resp)) // one allocation, sized up front
 	b = appendVarint(b, 1, m.ID)
 	if m.Req != nil {
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, m.Req.marshal())
+		b = protowire.AppendBytes(b, req)
 	}
 	if m.Resp != nil {
 		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendBytes(b, m.Resp.marshal())
+		b = protowire.AppendBytes(b, resp)
 	}
 	b = appendVarint(b, 4, uint64(m.TimeoutMs))
 	if m.GoAway {
