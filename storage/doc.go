@@ -28,6 +28,10 @@
 //   - Checkpoints are fenced: a write succeeds only if the writer's epoch is
 //     the lock's current epoch, checked in the same transaction; otherwise it
 //     fails with a [*FencedError] and writes nothing.
+//   - Bad requests (a shard listed twice, [NoLease], an epoch that is not
+//     positive, an empty owner, ...) fail with [ErrInvalidArgument] before
+//     anything is sent: they could otherwise match absent keys, whose lease
+//     and revision compare as 0 in etcd.
 //   - List and watch. [Lister.List] returns a consistent snapshot of one key
 //     family at a revision R; [Lister.Watch] from R+1 delivers every later
 //     change in revision order. [Follow] combines both and re-lists when the

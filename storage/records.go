@@ -225,13 +225,43 @@ func CheckShards(shards []sharding.ShardID) error {
 	return nil
 }
 
-// CheckHeld reports an ErrInvalidArgument if held names a shard twice.
+// CheckHeld reports an ErrInvalidArgument if held names a shard twice or
+// an epoch that is not positive.
 func CheckHeld(held []Held) error {
 	ids := make([]sharding.ShardID, len(held))
 	for i, h := range held {
+		if err := CheckEpoch(h.Shard, h.Epoch); err != nil {
+			return err
+		}
 		ids[i] = h.Shard
 	}
 	return CheckShards(ids)
+}
+
+// CheckLease reports an ErrInvalidArgument for NoLease: locks are taken,
+// checked, moved and released on behalf of a lease. (etcd compares the
+// lease of a missing key as 0, so NoLease would match absent locks.)
+func CheckLease(lease LeaseID) error {
+	if lease == NoLease {
+		return fmt.Errorf("%w: no lease", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CheckEpoch reports an ErrInvalidArgument for an epoch that is not
+// positive. (Epochs are revisions; etcd compares the revision of a missing
+// key as 0, so epoch 0 would match an absent lock.)
+func CheckEpoch(shard sharding.ShardID, epoch Epoch) error {
+	if epoch <= 0 {
+		return fmt.Errorf("%w: shard %d: epoch %d, want > 0", ErrInvalidArgument, shard, epoch)
+	}
+	return nil
+}
+
+// CheckTransfer reports an ErrInvalidArgument for a transfer without both
+// leases or with an epoch that is not positive.
+func CheckTransfer(req TransferRequest) error {
+	return errors.Join(CheckLease(req.FromLease), CheckLease(req.ToLease), CheckEpoch(req.Shard, req.FromEpoch))
 }
 
 // Batches splits n items into consecutive [start, end) ranges of at most size.

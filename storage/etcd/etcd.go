@@ -264,7 +264,7 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 	if err != nil {
 		return nil, err
 	}
-	if err := storage.CheckShards(shards); err != nil {
+	if err := errors.Join(storage.CheckLease(lease), storage.CheckShards(shards)); err != nil {
 		return nil, err
 	}
 	out := make([]storage.AcquireResult, len(shards))
@@ -310,6 +310,9 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 // compares lease and ModRevision of every lock and returns no reads on the
 // healthy path.
 func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
+	if err := errors.Join(storage.CheckLease(lease), storage.CheckHeld(held)); err != nil {
+		return nil, err
+	}
 	var (
 		mu   sync.Mutex
 		lost []storage.LostLock
@@ -358,7 +361,7 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
-	if err := storage.CheckHeld(held); err != nil {
+	if err := errors.Join(storage.CheckLease(lease), storage.CheckHeld(held)); err != nil {
 		return nil, err
 	}
 	done := make([]bool, len(held))
@@ -401,7 +404,7 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 	if err != nil {
 		return nil, err
 	}
-	if err := storage.CheckShards(shards); err != nil {
+	if err := errors.Join(storage.CheckLease(lease), storage.CheckShards(shards)); err != nil {
 		return nil, err
 	}
 	res := make([]*storage.AcquireResult, len(shards))
@@ -442,6 +445,9 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 
 // Transfer implements storage.Locks.
 func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (storage.Epoch, error) {
+	if err := storage.CheckTransfer(req); err != nil {
+		return 0, err
+	}
 	val, err := storage.EncodeOwner(req.ToOwner)
 	if err != nil {
 		return 0, err
@@ -523,6 +529,9 @@ func (s *Store) DeleteHandoff(ctx context.Context, lease storage.LeaseID, shard 
 
 // WriteCheckpoint implements storage.Checkpoints.
 func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
+	if err := storage.CheckEpoch(shard, epoch); err != nil {
+		return 0, err
+	}
 	sk := s.shardKey(shard)
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()

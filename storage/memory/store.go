@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -292,7 +293,7 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 	if err != nil {
 		return nil, err
 	}
-	if err := storage.CheckShards(shards); err != nil {
+	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckShards(shards)); err != nil {
 		return nil, err
 	}
 	out := make([]storage.AcquireResult, 0, len(shards))
@@ -365,6 +366,9 @@ func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, t
 
 // Verify implements storage.Locks.
 func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
+	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckHeld(held)); err != nil {
+		return nil, err
+	}
 	var lost []storage.LostLock
 	err := s.batched(ctx, OpVerify, len(held), func(c *Cluster, _ *txn, lo, hi int) {
 		for _, h := range held[lo:hi] {
@@ -386,7 +390,7 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
-	if err := storage.CheckHeld(held); err != nil {
+	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckHeld(held)); err != nil {
 		return nil, err
 	}
 	var released []sharding.ShardID
@@ -411,7 +415,7 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 	if err != nil {
 		return nil, err
 	}
-	if err := storage.CheckShards(shards); err != nil {
+	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckShards(shards)); err != nil {
 		return nil, err
 	}
 	var out []storage.AcquireResult
@@ -437,6 +441,9 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 
 // Transfer implements storage.Locks.
 func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (storage.Epoch, error) {
+	if err := storage.CheckTransfer(req); err != nil {
+		return 0, err
+	}
 	val, err := storage.EncodeOwner(req.ToOwner)
 	if err != nil {
 		return 0, err
@@ -502,6 +509,9 @@ func (s *Store) DeleteHandoff(ctx context.Context, leaseID storage.LeaseID, shar
 
 // WriteCheckpoint implements storage.Checkpoints.
 func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
+	if err := storage.CheckEpoch(shard, epoch); err != nil {
+		return 0, err
+	}
 	c, err := s.enter(ctx, OpCheckpoint)
 	if err != nil {
 		return 0, err

@@ -837,6 +837,31 @@ func testInvalid(t *testing.T, in Instance) {
 			return err
 		}()},
 		{"zero TTL", func() error { _, err := s.Grant(ctx, 0); return err }()},
+		// etcd compares a missing key's lease and revision as 0: calls with
+		// NoLease or epoch 0 would match absent locks.
+		{"acquire without lease", func() error {
+			_, err := s.Acquire(ctx, storage.NoLease, owner("a", "1"), []sharding.ShardID{1})
+			return err
+		}()},
+		{"rewrite without lease", func() error {
+			_, err := s.Rewrite(ctx, storage.NoLease, owner("a", "1"), []sharding.ShardID{1})
+			return err
+		}()},
+		{"verify without lease", func() error {
+			_, err := s.Verify(ctx, storage.NoLease, []storage.Held{{Shard: 1, Epoch: 1}})
+			return err
+		}()},
+		{"verify epoch 0", func() error { _, err := s.Verify(ctx, l, []storage.Held{{Shard: 1}}); return err }()},
+		{"release epoch 0", func() error { _, err := s.Release(ctx, l, []storage.Held{{Shard: 1}}); return err }()},
+		{"transfer without lease", func() error {
+			_, err := s.Transfer(ctx, storage.TransferRequest{Shard: 1, FromEpoch: 1, ToLease: l, ToOwner: owner("b", "1")})
+			return err
+		}()},
+		{"transfer epoch 0", func() error {
+			_, err := s.Transfer(ctx, storage.TransferRequest{Shard: 1, FromLease: l, ToLease: l, ToOwner: owner("b", "1")})
+			return err
+		}()},
+		{"checkpoint epoch 0", func() error { _, err := s.WriteCheckpoint(ctx, 1, "", 0, []byte("x")); return err }()},
 	}
 	for _, c := range checks {
 		if !errors.Is(c.err, storage.ErrInvalidArgument) {
@@ -845,6 +870,9 @@ func testInvalid(t *testing.T, in Instance) {
 	}
 	if got, _ := locks(t, s); len(got) != 0 {
 		t.Errorf("invalid calls wrote locks: %v", got)
+	}
+	if _, ok, err := s.ReadCheckpoint(ctx, 1, ""); ok || err != nil {
+		t.Errorf("a checkpoint write at epoch 0 left a checkpoint (%v, %v)", ok, err)
 	}
 }
 
