@@ -7,10 +7,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 func startEtcdCluster(t *testing.T) *cluster {
@@ -93,15 +95,32 @@ func TestEtcdGracefulShutdownIsWatchDriven(t *testing.T) {
 	rs := []*etcdRunner{c.start(cfg("a")), c.start(cfg("b")), c.start(cfg("c"))}
 	c.waitPartition(rs, 256, 30*time.Second)
 	gone := len(rs[2].Owned())
+	leaseID := rs[2].Status().Lease
 	stopped := time.Now()
-	rs[2].shutdown(t)
-	c.waitPartition(rs[:2], 256, 30*time.Second)
-	took := time.Since(stopped)
-	t.Logf("%d shards of the stopped runner re-owned %v after Shutdown began", gone, took.Round(time.Millisecond))
-	// Well inside the TTL: the takeover followed the deletions, not an expiry.
-	if took >= 10*time.Second {
-		t.Errorf("takeover took %v, not before the stopped runner's lease (TTL 10s) could expire", took)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rs[2].Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
+	// When Shutdown returns, the lease is revoked and the runner key
+	// deleted: the others are told by their watches, not by an expiry.
+	ttl, err := c.direct.TimeToLive(ctx, clientv3.LeaseID(leaseID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL != -1 {
+		t.Errorf("lease %x still has %ds to live after Shutdown, want it revoked", leaseID, ttl.TTL)
+	}
+	resp, err := c.direct.Get(ctx, "/"+c.ns+"/runners/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Errorf("runner key of c survived Shutdown (lease %x)", resp.Kvs[0].Lease)
+	}
+	rs[2].stop()
+	c.waitPartition(rs[:2], 256, 30*time.Second)
+	t.Logf("%d shards of the stopped runner re-owned %v after Shutdown began", gone, time.Since(stopped).Round(time.Millisecond))
 	checkSingleOwner(t, c.rec.all())
 }
 
@@ -117,22 +136,42 @@ func TestEtcdCrashTakeoverAfterLeaseExpiry(t *testing.T) {
 	crashed := time.Now()
 	rs[2].stop() // Close: no release, no revoke
 	c.waitPartition(rs[:2], 256, 30*time.Second)
-	expired, _, ok := deletes.get("c")
-	if !ok {
-		t.Fatal("the crashed runner's record was never deleted")
-	}
-	evs := c.rec.all()
-	var last time.Time
-	for id := range victim {
+	// The observer's watch and the recorder deliver asynchronously.
+	var (
+		expired    time.Time
+		expiredRev storage.Revision
+		evs        []runner.Event
+		takeovers  []runner.ShardAcquired // of c's shards, above c's epoch
+	)
+	waitFor(t, 10*time.Second, "the observer to see c's key deleted", func() bool {
+		var ok bool
+		expired, expiredRev, ok = deletes.get("c")
+		return ok
+	})
+	waitFor(t, 10*time.Second, "a takeover of each of c's shards recorded", func() bool {
+		evs, takeovers = c.rec.all(), nil
+		taken := map[sharding.ShardID]bool{}
 		for _, who := range []string{"a", "b"} {
-			for _, a := range acquiredOf(evs, who)[id] {
-				if a.Time.After(crashed) && a.Time.Before(expired) {
-					t.Errorf("%s acquired shard %d at %v, before the crashed runner's lease expired", who, id, a.Time.Sub(crashed))
-				}
-				if a.Time.After(last) {
-					last = a.Time
+			for id, as := range acquiredOf(evs, who) {
+				for _, a := range as {
+					if cEpoch, ok := victim[id]; ok && a.Epoch > cEpoch {
+						takeovers = append(takeovers, a)
+						taken[id] = true
+					}
 				}
 			}
+		}
+		return len(taken) == len(victim)
+	})
+	var last time.Time
+	for _, a := range takeovers {
+		// By etcd revision, exact: each takeover lock was written after
+		// the server deleted c's key with its lease.
+		if storage.Revision(a.Epoch) <= expiredRev {
+			t.Errorf("%s acquired shard %d at revision %d, not after the crashed runner's lease expired at revision %d", a.Runner, a.Shard, a.Epoch, expiredRev)
+		}
+		if a.Time.After(last) {
+			last = a.Time
 		}
 	}
 	t.Logf("crash at 0: lease expired on the server at %v; all %d shards re-owned at %v",
@@ -156,8 +195,12 @@ func TestEtcdWatchDrivenReacquire(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := c.start(runner.Config{ID: "a", NumShards: n, AcquireRetryWindow: time.Second})
-	time.Sleep(2 * time.Second) // the retry window (1s) is exhausted
+	rd := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd))
+	r := c.start(runner.Config{ID: "a", NumShards: n, AcquireRetryWindow: time.Second, MeterProvider: mp})
+	waitFor(t, 30*time.Second, "the retry window (1s) exhausted on every shard", func() bool {
+		return readMetrics(t, rd)["sharding.acquire_retry_window_exhausted"] >= n
+	})
 	if len(r.Owned()) != 0 {
 		t.Fatal("acquired a shard held elsewhere")
 	}
