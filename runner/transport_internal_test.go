@@ -3,8 +3,10 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -100,6 +102,64 @@ func (tc *testCluster) waitOwned(total int) {
 	}
 }
 
+// waitSettled waits until every hosting runner owns some shards, all
+// runners agree on the assignment, and each shard is owned by its assignee
+// and seen so by every runner's lock view.
+func (tc *testCluster) waitSettled() {
+	tc.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		why := tc.settled()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("not settled after 10s: %s", why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (tc *testCluster) settled() string {
+	var a sharding.Assignment
+	for _, r := range tc.rs {
+		if a == nil {
+			a = r.Assignment()
+		}
+		if !slices.Equal(r.Assignment(), a) {
+			return "runners disagree on the assignment"
+		}
+	}
+	if len(a) != 16 {
+		return "no assignment yet"
+	}
+	for id, r := range tc.rs {
+		if r.cfg.ClientOnly {
+			continue
+		}
+		owned := r.Owned()
+		if len(owned) == 0 {
+			return id + " owns no shard"
+		}
+		for s := range owned {
+			if a[s] != id {
+				return fmt.Sprintf("%s owns shard %d, assigned to %s", id, s, a[s])
+			}
+		}
+	}
+	for s, assignee := range a {
+		if _, ok := tc.rs[assignee].Owned()[sharding.ShardID(s)]; !ok {
+			return fmt.Sprintf("shard %d not owned by its assignee %s", s, assignee)
+		}
+		for id, r := range tc.rs {
+			if o, _ := r.OwnerOf(sharding.ShardID(s)); o != assignee {
+				return fmt.Sprintf("%s sees shard %d owned by %q, assigned to %s", id, s, o, assignee)
+			}
+		}
+	}
+	return ""
+}
+
 // serveLog records what a runner's transport answered, by sender.
 type serveLog struct {
 	mu  sync.Mutex
@@ -125,7 +185,7 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 	a := tc.start(Config{ID: "a"})
 	b := tc.start(Config{ID: "b"})
 	c := tc.start(Config{ID: "c", ClientOnly: true})
-	tc.waitOwned(16)
+	tc.waitSettled() // the watches are quiet: nothing will fix the view below
 	var la, lb serveLog
 	ha, hb := la.hook, lb.hook
 	a.transport.onServe.Store(&ha)
@@ -138,18 +198,8 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 			break
 		}
 	}
-	// Make c's lock view stale (once it has caught up): it believes b owns
-	// the shard.
+	// Make c's lock view stale: it believes b owns the shard.
 	shard := sharding.ShardOf(id, 16)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if o, _ := c.OwnerOf(shard); o == "a" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("c never saw a own the shard")
-		}
-	}
-	time.Sleep(50 * time.Millisecond) // let the watches go quiet
 	c.mu.Lock()
 	l := c.locks[shard]
 	l.Lease = b.lease
