@@ -380,8 +380,12 @@ func TestEtcdHandoffScaleUpAndDown(t *testing.T) {
 	checkPhases(t, evs, upMoves)
 	checkPhases(t, evs, downMoves)
 	checkSingleOwner(t, evs)
-	if countMoves(upMoves) == 0 {
+	// upMoves holds the scale-down's moves too.
+	if countMoves(upMoves) == countMoves(downMoves) {
 		t.Fatal("scale-up moved no shard")
+	}
+	if countMoves(downMoves) == 0 {
+		t.Fatal("scale-down moved no shard")
 	}
 	before50, before99, _, _ := l.latencies(upAt.Add(-time.Second), upAt)
 	p50, p99, mx, n := l.latencies(upAt, upDone)
@@ -422,6 +426,9 @@ func TestEtcdHandoffRapidJoins(t *testing.T) {
 		t.Fatalf("%d asks failed during rapid joins, want 0", l.failed.Load())
 	}
 	moves := movesOf(evs, joinAt)
+	if countMoves(moves) == 0 {
+		t.Fatal("the joins moved no shard between live runners")
+	}
 	checkPhases(t, evs, moves) // no move between live runners without warm + drain
 	checkSingleOwner(t, evs)
 	t.Logf("4 runners joined 100ms apart: %d moves, all through the handoff phases", countMoves(moves))
