@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -198,7 +199,7 @@ func EncodeCheckpoint(epoch Epoch, data []byte) []byte {
 func DecodeCheckpoint(shard sharding.ShardID, name string, value []byte, rev Revision) (Checkpoint, error) {
 	var v checkpointValue
 	if err := decodeJSON(value, &v); err != nil {
-		return Checkpoint{}, &CorruptError{Keyspace: "checkpoints", Key: CheckpointKey(shard, name), Err: err}
+		return Checkpoint{}, &CorruptError{Keyspace: "checkpoints", Key: strings.TrimPrefix(CheckpointKey(shard, name), "checkpoints/"), Err: err}
 	}
 	return Checkpoint{Data: v.Data, Epoch: v.Epoch, Revision: rev}, nil
 }

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"time"
 
@@ -177,6 +178,37 @@ type Checkpoints interface {
 	// ReadCheckpoint returns the last checkpoint of (shard, name); ok is
 	// false when none was ever written.
 	ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (cp Checkpoint, ok bool, err error)
+}
+
+// Key is the key of name in keyspace ks relative to the namespace:
+// "runners/{id}", "shards/{shard}", "handoffs/{shard}".
+func Key(ks Keyspace, name string) string { return string(ks) + "/" + name }
+
+// LockKey is the key of shard's lock relative to the namespace.
+func LockKey(shard sharding.ShardID) string { return Key(KeyspaceShards, shard.String()) }
+
+// HandoffKey is the key of shard's handoff record relative to the namespace.
+func HandoffKey(shard sharding.ShardID) string { return Key(KeyspaceHandoffs, shard.String()) }
+
+// DefaultOpTimeout bounds a store call whose context has no earlier
+// deadline (both implementations).
+const DefaultOpTimeout = 5 * time.Second
+
+// WithOpTimeout bounds ctx by d unless it already ends within d.
+func WithOpTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// CheckTTL reports an ErrInvalidArgument for a lease TTL that is not
+// positive.
+func CheckTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: lease TTL %v", ErrInvalidArgument, ttl)
+	}
+	return nil
 }
 
 // CheckpointKey is the key of checkpoint (shard, name) relative to the

@@ -18,10 +18,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,7 +35,7 @@ import (
 var _ storage.Store = (*Store)(nil)
 
 // DefaultOpTimeout bounds a call whose context has no earlier deadline.
-const DefaultOpTimeout = 5 * time.Second
+const DefaultOpTimeout = storage.DefaultOpTimeout
 
 // Config holds the optional settings of a Store. Zero fields mean defaults.
 type Config struct {
@@ -85,24 +87,17 @@ func ClientConfig(endpoints []string) clientv3.Config {
 }
 
 func (s *Store) key(ks storage.Keyspace, name string) string {
-	return s.prefix + string(ks) + "/" + name
+	return s.prefix + storage.Key(ks, name)
 }
-func (s *Store) shardKey(sh sharding.ShardID) string {
-	return s.key(storage.KeyspaceShards, sh.String())
-}
-func (s *Store) handoffKey(sh sharding.ShardID) string {
-	return s.key(storage.KeyspaceHandoffs, sh.String())
-}
+func (s *Store) shardKey(sh sharding.ShardID) string   { return s.prefix + storage.LockKey(sh) }
+func (s *Store) handoffKey(sh sharding.ShardID) string { return s.prefix + storage.HandoffKey(sh) }
 func (s *Store) checkpointKey(sh sharding.ShardID, name string) string {
 	return s.prefix + storage.CheckpointKey(sh, name)
 }
 
 // ctx applies the default timeout when ctx has no earlier deadline.
 func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.opTimeout {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, s.opTimeout)
+	return storage.WithOpTimeout(ctx, s.opTimeout)
 }
 
 // translate maps an etcd client error onto the storage sentinels.
@@ -146,8 +141,8 @@ func (s *Store) lockOf(kv *mvccpb.KeyValue) storage.Lock {
 
 // Grant implements storage.Leases.
 func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, error) {
-	if ttl <= 0 {
-		return storage.Lease{}, fmt.Errorf("%w: lease TTL %v", storage.ErrInvalidArgument, ttl)
+	if err := storage.CheckTTL(ttl); err != nil {
+		return storage.Lease{}, err
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
@@ -215,15 +210,35 @@ func (s *Store) batchTxn(ctx context.Context, ops []clientv3.Op) ([]*clientv3.Tx
 	return out, storage.Revision(resp.Header.Revision), nil
 }
 
+// firstKV returns the key read by the first operation of r, or nil.
 func firstKV(r *clientv3.TxnResponse) *mvccpb.KeyValue {
 	if len(r.Responses) == 0 {
 		return nil
 	}
-	rr := r.Responses[0].GetResponseRange()
-	if rr == nil || len(rr.Kvs) == 0 {
-		return nil
+	return rangeKV(r.Responses[0])
+}
+
+// rangeKV returns the first key of a range response, or nil.
+func rangeKV(op *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
+	if rr := op.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+		return rr.Kvs[0]
 	}
-	return rr.Kvs[0]
+	return nil
+}
+
+// putLockOps returns, per shard, a transaction that puts the lock under
+// lease if cmp(key) holds, else reads the lock.
+func (s *Store) putLockOps(lease storage.LeaseID, val []byte, shards []sharding.ShardID, cmp func(key string) clientv3.Cmp) []clientv3.Op {
+	v := string(val)
+	ops := make([]clientv3.Op, len(shards))
+	for i, sh := range shards {
+		key := s.shardKey(sh)
+		ops[i] = clientv3.OpTxn(
+			[]clientv3.Cmp{cmp(key)},
+			[]clientv3.Op{clientv3.OpPut(key, v, clientv3.WithLease(clientv3.LeaseID(lease)))},
+			[]clientv3.Op{clientv3.OpGet(key)})
+	}
+	return ops
 }
 
 // batchParallelism is how many batch transactions of one call are in flight
@@ -270,15 +285,9 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 	out := make([]storage.AcquireResult, len(shards))
 	err = forBatches(len(shards), func(lo, hi int) error {
 		batch := shards[lo:hi]
-		ops := make([]clientv3.Op, len(batch))
-		for i, sh := range batch {
-			key := s.shardKey(sh)
-			ops[i] = clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-				[]clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))},
-				[]clientv3.Op{clientv3.OpGet(key)},
-			)
-		}
+		ops := s.putLockOps(lease, val, batch, func(key string) clientv3.Cmp {
+			return clientv3.Compare(clientv3.CreateRevision(key), "=", 0) // absent
+		})
 		resps, rev, err := s.batchTxn(ctx, ops)
 		if err != nil {
 			return err
@@ -313,10 +322,7 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 	if err := errors.Join(storage.CheckLease(lease), storage.CheckHeld(held)); err != nil {
 		return nil, err
 	}
-	var (
-		mu   sync.Mutex
-		lost []storage.LostLock
-	)
+	perBatch := make([][]storage.LostLock, len(storage.Batches(len(held), storage.MaxShardsPerTxn)))
 	err := forBatches(len(held), func(lo, hi int) error {
 		batch := held[lo:hi]
 		cmps := make([]clientv3.Cmp, 0, 2*len(batch))
@@ -337,18 +343,14 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 		if resp.Succeeded {
 			return nil
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		lost := &perBatch[lo/storage.MaxShardsPerTxn]
 		for i, h := range batch {
-			var kv *mvccpb.KeyValue
-			if rr := resp.Responses[i].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-				kv = rr.Kvs[0]
-			}
+			kv := rangeKV(resp.Responses[i])
 			switch {
 			case kv == nil:
-				lost = append(lost, storage.LostLock{Shard: h.Shard})
+				*lost = append(*lost, storage.LostLock{Shard: h.Shard})
 			case storage.LeaseID(kv.Lease) != lease || storage.Epoch(kv.ModRevision) != h.Epoch:
-				lost = append(lost, storage.LostLock{Shard: h.Shard, Exists: true, Holder: s.lockOf(kv)})
+				*lost = append(*lost, storage.LostLock{Shard: h.Shard, Exists: true, Holder: s.lockOf(kv)})
 			}
 		}
 		return nil
@@ -356,7 +358,7 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 	if err != nil {
 		return nil, fmt.Errorf("verify %d locks: %w", len(held), err)
 	}
-	return lost, nil
+	return slices.Concat(perBatch...), nil
 }
 
 // Release implements storage.Locks.
@@ -407,26 +409,21 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 	if err := errors.Join(storage.CheckLease(lease), storage.CheckShards(shards)); err != nil {
 		return nil, err
 	}
-	res := make([]*storage.AcquireResult, len(shards))
+	out := make([]storage.AcquireResult, len(shards)) // Status 0: absent, dropped below
 	err = forBatches(len(shards), func(lo, hi int) error {
 		batch := shards[lo:hi]
-		ops := make([]clientv3.Op, len(batch))
-		for i, sh := range batch {
-			key := s.shardKey(sh)
-			ops[i] = clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease))},
-				[]clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))},
-				[]clientv3.Op{clientv3.OpGet(key)})
-		}
+		ops := s.putLockOps(lease, val, batch, func(key string) clientv3.Cmp {
+			return clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease)) // ours
+		})
 		resps, rev, err := s.batchTxn(ctx, ops)
 		if err != nil {
 			return err
 		}
 		for i, r := range resps {
 			if r.Succeeded {
-				res[lo+i] = &storage.AcquireResult{Shard: batch[i], Status: storage.Acquired, Epoch: storage.Epoch(rev)}
+				out[lo+i] = storage.AcquireResult{Shard: batch[i], Status: storage.Acquired, Epoch: storage.Epoch(rev)}
 			} else if kv := firstKV(r); kv != nil {
-				res[lo+i] = &storage.AcquireResult{Shard: batch[i], Status: storage.HeldElsewhere, Holder: s.lockOf(kv)}
+				out[lo+i] = storage.AcquireResult{Shard: batch[i], Status: storage.HeldElsewhere, Holder: s.lockOf(kv)}
 			}
 		}
 		return nil
@@ -434,13 +431,7 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 	if err != nil {
 		return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
 	}
-	var out []storage.AcquireResult
-	for _, r := range res {
-		if r != nil {
-			out = append(out, *r)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(out, func(r storage.AcquireResult) bool { return r.Status == 0 }), nil
 }
 
 // Transfer implements storage.Locks.
@@ -475,8 +466,7 @@ func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (stor
 	if resp.Succeeded {
 		return storage.Epoch(resp.Header.Revision), nil
 	}
-	if rr := resp.Responses[0].GetResponseRange(); rr == nil || len(rr.Kvs) == 0 ||
-		storage.LeaseID(rr.Kvs[0].Lease) != req.FromLease || storage.Epoch(rr.Kvs[0].ModRevision) != req.FromEpoch {
+	if kv := firstKV(resp); kv == nil || storage.LeaseID(kv.Lease) != req.FromLease || storage.Epoch(kv.ModRevision) != req.FromEpoch {
 		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
 	}
 	return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
@@ -543,8 +533,8 @@ func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, nam
 	}
 	if !resp.Succeeded {
 		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
-		if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-			fe.Current = storage.Epoch(rr.Kvs[0].ModRevision)
+		if kv := firstKV(resp); kv != nil {
+			fe.Current = storage.Epoch(kv.ModRevision)
 		}
 		return 0, fe
 	}

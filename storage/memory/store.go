@@ -13,8 +13,8 @@ import (
 	"github.com/shardhost/shardhost/storage"
 )
 
-// DefaultOpTimeout bounds a call whose context has no deadline.
-const DefaultOpTimeout = 5 * time.Second
+// DefaultOpTimeout bounds a call whose context has no earlier deadline.
+const DefaultOpTimeout = storage.DefaultOpTimeout
 
 var _ storage.Store = (*Store)(nil)
 
@@ -144,11 +144,8 @@ func (s *Store) Calls(op Op) int {
 // admit applies the faults for op, bounded by the default timeout like the
 // etcd store's calls.
 func (s *Store) admit(ctx context.Context, op Op) error {
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.opTimeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opTimeout)
-		defer cancel()
-	}
+	ctx, cancel := storage.WithOpTimeout(ctx, s.opTimeout)
+	defer cancel()
 	return s.faults(ctx, op)
 }
 
@@ -211,8 +208,8 @@ func (s *Store) ctxErr(ctx context.Context, op Op) error {
 
 // Grant implements storage.Leases.
 func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, error) {
-	if ttl <= 0 {
-		return storage.Lease{}, fmt.Errorf("%w: lease TTL %v", storage.ErrInvalidArgument, ttl)
+	if err := storage.CheckTTL(ttl); err != nil {
+		return storage.Lease{}, err
 	}
 	c, err := s.enter(ctx, OpGrant)
 	if err != nil {
@@ -276,11 +273,10 @@ func (s *Store) PutRunner(ctx context.Context, leaseID storage.LeaseID, rec stor
 	return tx.commit(), nil
 }
 
-func runnerKey(id string) string         { return string(storage.KeyspaceRunners) + "/" + id }
-func shardKey(s sharding.ShardID) string { return string(storage.KeyspaceShards) + "/" + s.String() }
-func handoffKey(s sharding.ShardID) string {
-	return string(storage.KeyspaceHandoffs) + "/" + s.String()
-}
+func runnerKey(id string) string { return storage.Key(storage.KeyspaceRunners, id) }
+
+var shardKey, handoffKey = storage.LockKey, storage.HandoffKey
+
 func lockOf(key string, e *kv) storage.Lock { l, _ := storage.DecodeLock(e.keyValue(key)); return l }
 func handoffOf(key string, e *kv) storage.Handoff {
 	h, _ := storage.DecodeHandoff(e.keyValue(key))
@@ -296,70 +292,50 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckShards(shards)); err != nil {
 		return nil, err
 	}
-	out := make([]storage.AcquireResult, 0, len(shards))
-	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn) {
-		if err := s.acquireBatch(ctx, leaseID, val, shards[b[0]:b[1]], &out); err != nil {
-			return nil, fmt.Errorf("acquire %d shards: %w", len(shards), err)
+	out := make([]storage.AcquireResult, len(shards))
+	err = s.batched(ctx, OpAcquire, len(shards), func(c *Cluster, tx *txn, lo, hi int) error {
+		for i, sh := range shards[lo:hi] {
+			key, res := shardKey(sh), &out[lo+i]
+			res.Shard = sh
+			switch e, ok := c.kvs[key]; {
+			case !ok:
+				// Fails only for a missing lease, so at the batch's first
+				// put: nothing was written yet.
+				if err := tx.put(key, val, leaseID); err != nil {
+					return err
+				}
+				res.Status, res.Epoch = storage.Acquired, storage.Epoch(tx.rev)
+			case e.lease == leaseID:
+				res.Status, res.Epoch = storage.AlreadyOwned, storage.Epoch(e.mod)
+			default:
+				res.Status, res.Holder = storage.HeldElsewhere, lockOf(key, e)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire %d shards: %w", len(shards), err)
 	}
 	return out, nil
 }
 
-func (s *Store) acquireBatch(ctx context.Context, leaseID storage.LeaseID, val []byte, shards []sharding.ShardID, out *[]storage.AcquireResult) error {
-	c, err := s.enter(ctx, OpAcquire)
-	if err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	tx := c.begin()
-	res := make([]storage.AcquireResult, len(shards))
-	for i, sh := range shards {
-		key := shardKey(sh)
-		res[i].Shard = sh
-		switch e, ok := c.kvs[key]; {
-		case !ok:
-			if err := tx.put(key, val, leaseID); err != nil {
-				c.rollback(tx)
-				return err
-			}
-			res[i].Status, res[i].Epoch = storage.Acquired, storage.Epoch(tx.rev)
-		case e.lease == leaseID:
-			res[i].Status, res[i].Epoch = storage.AlreadyOwned, storage.Epoch(e.mod)
-		default:
-			res[i].Status, res[i].Holder = storage.HeldElsewhere, lockOf(key, e)
-		}
-	}
-	tx.commit()
-	*out = append(*out, res...)
-	return nil
-}
-
-// rollback undoes the puts of an uncommitted txn. Only acquire needs it: its
-// puts are all creations of keys under one lease.
-func (c *Cluster) rollback(tx *txn) {
-	for _, ev := range tx.events {
-		if e, ok := c.kvs[ev.key]; ok {
-			if l, ok := c.leases[e.lease]; ok {
-				delete(l.keys, ev.key)
-			}
-			delete(c.kvs, ev.key)
-		}
-	}
-	tx.events = nil
-}
-
 // batched runs fn on each batch of n items as one transaction (under the
-// cluster lock), after applying op's faults to each batch.
-func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, tx *txn, lo, hi int)) error {
+// cluster lock), after applying op's faults to each batch. fn may fail
+// only before its first write: the transaction is then not committed.
+func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, tx *txn, lo, hi int) error) error {
 	for _, b := range storage.Batches(n, storage.MaxShardsPerTxn) {
 		c, err := s.enter(ctx, op)
 		if err != nil {
 			return err
 		}
 		tx := c.begin()
-		fn(c, tx, b[0], b[1])
-		tx.commit()
+		if err = fn(c, tx, b[0], b[1]); err == nil {
+			tx.commit()
+		}
 		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -370,7 +346,7 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 		return nil, err
 	}
 	var lost []storage.LostLock
-	err := s.batched(ctx, OpVerify, len(held), func(c *Cluster, _ *txn, lo, hi int) {
+	err := s.batched(ctx, OpVerify, len(held), func(c *Cluster, _ *txn, lo, hi int) error {
 		for _, h := range held[lo:hi] {
 			key := shardKey(h.Shard)
 			e, ok := c.kvs[key]
@@ -381,6 +357,7 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 				lost = append(lost, storage.LostLock{Shard: h.Shard, Exists: true, Holder: lockOf(key, e)})
 			}
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verify %d locks: %w", len(held), err)
@@ -394,7 +371,7 @@ func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []sto
 		return nil, err
 	}
 	var released []sharding.ShardID
-	err := s.batched(ctx, OpRelease, len(held), func(c *Cluster, tx *txn, lo, hi int) {
+	err := s.batched(ctx, OpRelease, len(held), func(c *Cluster, tx *txn, lo, hi int) error {
 		for _, h := range held[lo:hi] {
 			key := shardKey(h.Shard)
 			if e, ok := c.kvs[key]; ok && e.lease == leaseID && storage.Epoch(e.mod) == h.Epoch {
@@ -402,6 +379,7 @@ func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []sto
 				released = append(released, h.Shard)
 			}
 		}
+		return nil
 	})
 	if err != nil {
 		return released, fmt.Errorf("release %d shards: %w", len(held), err)
@@ -419,7 +397,7 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 		return nil, err
 	}
 	var out []storage.AcquireResult
-	err = s.batched(ctx, OpRewrite, len(shards), func(c *Cluster, tx *txn, lo, hi int) {
+	err = s.batched(ctx, OpRewrite, len(shards), func(c *Cluster, tx *txn, lo, hi int) error {
 		for _, sh := range shards[lo:hi] {
 			key := shardKey(sh)
 			e, ok := c.kvs[key]
@@ -432,6 +410,7 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 				out = append(out, storage.AcquireResult{Shard: sh, Status: storage.HeldElsewhere, Holder: lockOf(key, e)})
 			}
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rewrite %d locks: %w", len(shards), err)
