@@ -35,9 +35,12 @@ func pairHash(rk, sk uint64) uint64 { return mix64(rk ^ sk) }
 // score wins; a runner of weight w wins a shard with probability w / sum(w).
 // The score is positive and finite, so its IEEE-754 bits order like the score.
 func weightedScore(h uint64, w float64) float64 {
-	u := (float64(h>>12) + 0.5) * 0x1p-52 // exact; 2^-53 <= u <= 1 - 2^-53
-	return w / -lnUnit(u)
+	return w / -lnUnit(unitVariate(h))
 }
+
+// unitVariate maps a 64-bit hash to the uniform variate u in (0, 1) the
+// scores use: exact (52 bits and a half), 2^-53 <= u <= 1 - 2^-53.
+func unitVariate(h uint64) float64 { return (float64(h>>12) + 0.5) * 0x1p-52 }
 
 // lnUnit returns ln(x) for 0 < x < 1, x normal, with a relative error below
 // 1e-13 and a result that is negative, finite and the same on every platform.

@@ -10,7 +10,7 @@ func TestLnUnit(t *testing.T) {
 	xs := []float64{0x1p-53, 0x1p-52, 1e-10, 0.25, 0.5, math.Sqrt2 / 2, 0.7071067811865476, 0.75, 0.999999, 1 - 0x1p-53, 1 - 0x1p-52}
 	rng := rand.New(rand.NewPCG(7, 8))
 	for range 100000 {
-		xs = append(xs, (float64(rng.Uint64()>>12)+0.5)*0x1p-52)
+		xs = append(xs, unitVariate(rng.Uint64()))
 	}
 	for _, x := range xs {
 		got, want := lnUnit(x), math.Log(x)
@@ -72,7 +72,7 @@ func TestRankingVectors(t *testing.T) {
 func TestLnUnitBits(t *testing.T) {
 	var sum uint64
 	for i := range 100000 {
-		x := (float64(mix64(uint64(i))>>12) + 0.5) * 0x1p-52
+		x := unitVariate(mix64(uint64(i)))
 		sum = mix64(sum ^ math.Float64bits(lnUnit(x)))
 	}
 	if want := uint64(0x558c4c930908c434); sum != want {

@@ -118,7 +118,7 @@ func (r ranking) best(sk uint64, room []int, last int, lastKey uint64) (int, uin
 		// so far: their score w / -ln(u) is at most w / (1-u). The margin
 		// covers the rounding of both sides, so skipping changes nothing.
 		if best >= 0 {
-			u := float64(float64(h>>12)+0.5) * 0x1p-52
+			u := unitVariate(h)
 			if bound := float64(w/(1-u)) * (1 + 1e-9); bound < bestScore {
 				continue
 			}
