@@ -254,7 +254,8 @@ func (k *Kind[E]) add(h *Handler) {
 // Sender delivers calls to entities: a runner, locally or across the
 // cluster. entity never imports the runner; the runner implements Sender.
 type Sender interface {
-	// Send delivers c and, unless c.OneWay, returns the handler's response.
+	// Send delivers c and, unless c.Handler is one-way, returns the
+	// handler's response.
 	Send(ctx context.Context, c Call) (any, error)
 }
 
@@ -264,7 +265,6 @@ type Call struct {
 	Handler *Handler
 	Entity  string
 	Req     any
-	OneWay  bool
 }
 
 // MethodRef is a request/response method of kind E, created by Method.
@@ -343,7 +343,7 @@ func (s *SignalRef[E, Req]) Name() string { return s.h.name }
 // handler. A nil error means the message was accepted by the owner's
 // mailbox; it may still be dropped if the shard is lost before it runs.
 func (s *SignalRef[E, Req]) Tell(ctx context.Context, snd Sender, id string, req Req) error {
-	_, err := snd.Send(ctx, Call{Kind: s.kind, Handler: s.h, Entity: id, Req: req, OneWay: true})
+	_, err := snd.Send(ctx, Call{Kind: s.kind, Handler: s.h, Entity: id, Req: req})
 	return err
 }
 

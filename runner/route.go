@@ -36,7 +36,7 @@ func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
 	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
 	var first error
 	if sh := r.hosts[id].Load(); sh != nil { // fast path
-		v, err, sent := sh.deliver(ctx, k, h, c.Entity, c.Req, c.OneWay)
+		v, err, sent := sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay())
 		if sent || err == nil || !retryable(err) {
 			return v, err
 		}
@@ -113,7 +113,7 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			sent bool
 		)
 		if sh := r.hosts[id].Load(); sh != nil {
-			v, err, sent = sh.deliver(ctx, k, h, c.Entity, c.Req, c.OneWay)
+			v, err, sent = sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay())
 		} else {
 			owner, addr, ok := r.route(id)
 			if hint != "" && hint != owner {
@@ -182,7 +182,7 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, payload []byte) (any, error, bool) {
 	req := &deliverRequest{
 		Kind: k.desc.Name(), Method: h.Name(), Entity: c.Entity, Payload: payload,
-		OneWay: c.OneWay, Shard: uint32(id), Sender: r.cfg.ID, Codec: k.opts.Codec.Name(),
+		OneWay: h.OneWay(), Shard: uint32(id), Sender: r.cfg.ID, Codec: k.opts.Codec.Name(),
 	}
 	resp, err, sent := r.transport.call(ctx, owner, addr, req)
 	if err != nil {
@@ -191,7 +191,7 @@ func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *e
 	if err, retry := responseError(owner, req, resp); err != nil {
 		return nil, err, !retry
 	}
-	if c.OneWay {
+	if h.OneWay() {
 		return nil, nil, true
 	}
 	v, err := h.DecodeResponse(k.opts.Codec, resp.Payload)
