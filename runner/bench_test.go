@@ -185,23 +185,31 @@ func BenchmarkRemoteAsk(b *testing.B) {
 			var mu sync.Mutex
 			var lat []time.Duration
 			var next atomic.Int64
-			b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
+			// drive is one caller: it asks its own entity while more() and
+			// records the latencies.
+			drive := func(more func() bool) {
 				id := fmt.Sprintf("e%d", next.Add(1))
 				local := make([]time.Duration, 0, 1024)
-				for pb.Next() {
+				for more() {
 					t0 := time.Now()
 					if _, err := benchInc.Ask(ctx, client, id, incReq{By: 1}); err != nil {
 						b.Error(err)
-						return
+						break
 					}
 					local = append(local, time.Since(t0))
 				}
 				mu.Lock()
 				lat = append(lat, local...)
 				mu.Unlock()
-			})
+			}
+			b.ResetTimer()
+			if callers == 1 { // RunParallel would start GOMAXPROCS callers
+				i := 0
+				drive(func() bool { i++; return i <= b.N })
+			} else {
+				b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) { drive(pb.Next) })
+			}
 			b.StopTimer()
 			slices.Sort(lat)
 			if len(lat) > 0 {
