@@ -259,6 +259,18 @@ func CheckEpoch(shard sharding.ShardID, epoch Epoch) error {
 	return nil
 }
 
+// CheckHeldBy checks the arguments of Verify and Release: a lease and
+// held locks (see CheckLease and CheckHeld).
+func CheckHeldBy(lease LeaseID, held []Held) error {
+	return errors.Join(CheckLease(lease), CheckHeld(held))
+}
+
+// CheckShardsFor checks the arguments of Acquire and Rewrite: a lease and
+// distinct shards (see CheckLease and CheckShards).
+func CheckShardsFor(lease LeaseID, shards []sharding.ShardID) error {
+	return errors.Join(CheckLease(lease), CheckShards(shards))
+}
+
 // CheckTransfer reports an ErrInvalidArgument for a transfer without both
 // leases or with an epoch that is not positive.
 func CheckTransfer(req TransferRequest) error {

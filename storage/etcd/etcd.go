@@ -279,7 +279,7 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 	if err != nil {
 		return nil, err
 	}
-	if err := errors.Join(storage.CheckLease(lease), storage.CheckShards(shards)); err != nil {
+	if err := storage.CheckShardsFor(lease, shards); err != nil {
 		return nil, err
 	}
 	out := make([]storage.AcquireResult, len(shards))
@@ -319,7 +319,7 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 // compares lease and ModRevision of every lock and returns no reads on the
 // healthy path.
 func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
-	if err := errors.Join(storage.CheckLease(lease), storage.CheckHeld(held)); err != nil {
+	if err := storage.CheckHeldBy(lease, held); err != nil {
 		return nil, err
 	}
 	perBatch := make([][]storage.LostLock, len(storage.Batches(len(held), storage.MaxShardsPerTxn)))
@@ -363,7 +363,7 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
-	if err := errors.Join(storage.CheckLease(lease), storage.CheckHeld(held)); err != nil {
+	if err := storage.CheckHeldBy(lease, held); err != nil {
 		return nil, err
 	}
 	done := make([]bool, len(held))
@@ -406,7 +406,7 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 	if err != nil {
 		return nil, err
 	}
-	if err := errors.Join(storage.CheckLease(lease), storage.CheckShards(shards)); err != nil {
+	if err := storage.CheckShardsFor(lease, shards); err != nil {
 		return nil, err
 	}
 	out := make([]storage.AcquireResult, len(shards)) // Status 0: absent, dropped below

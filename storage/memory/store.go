@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -289,7 +288,7 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 	if err != nil {
 		return nil, err
 	}
-	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckShards(shards)); err != nil {
+	if err := storage.CheckShardsFor(leaseID, shards); err != nil {
 		return nil, err
 	}
 	out := make([]storage.AcquireResult, len(shards))
@@ -342,7 +341,7 @@ func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, t
 
 // Verify implements storage.Locks.
 func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
-	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckHeld(held)); err != nil {
+	if err := storage.CheckHeldBy(leaseID, held); err != nil {
 		return nil, err
 	}
 	var lost []storage.LostLock
@@ -367,7 +366,7 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
-	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckHeld(held)); err != nil {
+	if err := storage.CheckHeldBy(leaseID, held); err != nil {
 		return nil, err
 	}
 	var released []sharding.ShardID
@@ -393,7 +392,7 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 	if err != nil {
 		return nil, err
 	}
-	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckShards(shards)); err != nil {
+	if err := storage.CheckShardsFor(leaseID, shards); err != nil {
 		return nil, err
 	}
 	var out []storage.AcquireResult
