@@ -52,6 +52,12 @@ type Config struct {
 	Enabled bool
 	// RecoverWindow of continuous health required before re-attaching.
 	RecoverWindow time.Duration
+	// MaxSignalGap is the longest time between two health signals that
+	// still counts as observed health. A healthy signal arriving later than
+	// this after the previous signal (a process pause, a probe that hung)
+	// starts the recover window over: time nobody observed is not health.
+	// Zero: no limit.
+	MaxSignalGap time.Duration
 }
 
 // State is a snapshot of a Machine.
@@ -67,9 +73,10 @@ type State struct {
 
 // Machine is the detach / re-attach state machine.
 type Machine struct {
-	mu  sync.Mutex
-	cfg Config
-	st  State
+	mu         sync.Mutex
+	cfg        Config
+	st         State
+	lastSignal time.Time // the last health signal, healthy or not
 }
 
 // New returns an attached machine.
@@ -97,6 +104,9 @@ func (m *Machine) IsDetached() bool {
 //   - HealthySince is zero right after any detach and after every unhealthy
 //     signal, so re-attachment needs RecoverWindow of health that started
 //     after the last failure.
+//   - Health is only what signals observed: a healthy signal more than
+//     MaxSignalGap after the previous signal restarts HealthySince at its
+//     own instant (a paused process saw nothing in between).
 //   - With Enabled false, Detached stays false.
 
 // Detach trips the machine at now for reason. It reports whether this call
@@ -119,13 +129,17 @@ func (m *Machine) Detach(now time.Time, reason Reason, detail string) bool {
 	}
 }
 
-// SignalHealthy records a successful probe at now.
+// SignalHealthy records a successful probe at now. After a gap of more
+// than MaxSignalGap since the previous signal, the run of health starts at
+// now.
 func (m *Machine) SignalHealthy(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.st.HealthySince.IsZero() {
+	gap := m.cfg.MaxSignalGap > 0 && !m.lastSignal.IsZero() && now.Sub(m.lastSignal) > m.cfg.MaxSignalGap
+	if m.st.HealthySince.IsZero() || gap {
 		m.st.HealthySince = now
 	}
+	m.lastSignal = now
 }
 
 // SignalUnhealthy records a failed probe: the recover window starts over.
@@ -133,6 +147,7 @@ func (m *Machine) SignalUnhealthy(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st.HealthySince = time.Time{}
+	m.lastSignal = now
 }
 
 // ReattachAt returns when a detached machine may re-attach if health holds

@@ -122,3 +122,28 @@ func TestReasonStrings(t *testing.T) {
 		t.Error("out-of-range reason")
 	}
 }
+
+// TestPauseBetweenSignalsRestartsWindow: a process paused between two
+// healthy probes observed nothing in between, so the pause is not health:
+// the window starts again at the first signal after it.
+func TestPauseBetweenSignalsRestartsWindow(t *testing.T) {
+	m := New(Config{Enabled: true, RecoverWindow: 3 * time.Second, MaxSignalGap: time.Second})
+	m.Detach(t0, ReasonLeaseDeadline, "")
+	m.SignalHealthy(t0.Add(500 * time.Millisecond))
+	m.SignalHealthy(t0.Add(1100 * time.Millisecond))
+	// Stopped for 9.6 s, then the next probe is healthy at once.
+	resumed := t0.Add(10700 * time.Millisecond)
+	m.SignalHealthy(resumed)
+	if m.MaybeReattach(resumed.Add(5 * time.Millisecond)) {
+		t.Fatal("re-attached 5ms after a 9.6s pause: the pause counted as health")
+	}
+	if at, ok := m.ReattachAt(); !ok || !at.Equal(resumed.Add(3*time.Second)) {
+		t.Fatalf("ReattachAt = %v, %v; want the resume instant + 3s", at, ok)
+	}
+	for d := 500 * time.Millisecond; d < 3*time.Second; d += 500 * time.Millisecond {
+		m.SignalHealthy(resumed.Add(d)) // regular probes keep the run going
+	}
+	if !m.MaybeReattach(resumed.Add(3 * time.Second)) {
+		t.Fatal("did not re-attach after a full window of observed health")
+	}
+}

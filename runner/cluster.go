@@ -101,6 +101,7 @@ func (r *Runner) resetLocksLocked(u storage.Update) (wake bool) {
 	for _, kv := range u.KVs {
 		if l, ok := decodeLock(kv); ok && int(l.Shard) < r.cfg.NumShards {
 			r.locks[l.Shard] = l
+			r.sawEpoch(l.Shard, l.Epoch)
 		}
 	}
 	for id, s := range r.owned {
@@ -147,6 +148,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) (wake bool) {
 		return false
 	}
 	r.locks[id] = l
+	r.sawEpoch(id, l.Epoch)
 	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
 		r.lockLostLocked(id, fmt.Sprintf("lock of shard %d taken by lease %x at revision %d", id, l.Lease, rev))
 	}

@@ -98,8 +98,11 @@ type Config struct {
 	// that detaches. Default 3. A single failure may be a request that went
 	// to a dead etcd member; the lease deadline protects safety meanwhile.
 	StorageErrorThreshold int
-	// RecoverWindow of continuous health before a detached runner
-	// re-attaches. Default LeaseTTL/3.
+	// RecoverWindow of continuous, observed health before a detached
+	// runner re-attaches. Default LeaseTTL/3. Health is what the probes
+	// (every ProbeInterval) saw: a silence longer than 2 x ProbeInterval
+	// between two probes — a paused process, a hung probe — starts the
+	// window over.
 	RecoverWindow time.Duration
 	// ProbeInterval between probes of the store while detached. Default 500 ms.
 	ProbeInterval time.Duration

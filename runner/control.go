@@ -420,6 +420,7 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	}
 	for _, s := range shards {
 		if cur, ok := r.owned[s.id]; ok && cur == s {
+			s.host.lockWaits.Store(true) // waitStragglers below
 			r.disownLocked(s, cause)
 			r.lastReleased[s.id] = s.epoch
 			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch})

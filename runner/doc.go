@@ -14,6 +14,25 @@
 //     is installed only while attached and before the detach instant; no
 //     handler starts after the detach instant, even after a long pause (each
 //     message is checked against the monotonic clock before it runs).
+//   - What a paused or slow owner can and cannot do. A process frozen
+//     (SIGSTOP, a long GC pause, a stalled VM) while a handler runs cannot
+//     be stopped from finishing that handler after it resumes, and the
+//     handler's effects stay in its memory. But it cannot start a handler
+//     after the detach instant (checked before each message on the
+//     monotonic clock); it cannot have a result acknowledged after its
+//     shard moved — when a handler returns, the owner checks the detach
+//     instant again and that the shard is still hosted at the handler's
+//     epoch (or being released with its lock kept until the handler
+//     returns), and withholds the result otherwise: the caller gets a
+//     *StaleResultError (errors.Is ErrMaybeDelivered), the message is
+//     counted as dropped (reason stale_result) and the instance is
+//     discarded; and every reply carries the epoch its handler ran under,
+//     so a sender that has already seen a newer epoch of the shard (lock
+//     watch, earlier replies) withholds it too, closing the gap between
+//     the owner's check and its socket write; and it cannot write under
+//     its stale epoch (fenced writes). A detached runner re-attaches only
+//     after RecoverWindow of health its probes observed: a pause between
+//     two probes starts the window over.
 //   - Detach before expiry. The runner detaches no later than
 //     lease deadline - DetachMargin, where the deadline is the send time of
 //     the last acknowledged renewal + the granted TTL (monotonic clock). On

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // Sentinel errors. The cause errors (ErrDetached, ErrShardMoved,
@@ -41,4 +42,40 @@ func (e *NotOwnerError) Error() string {
 		return fmt.Sprintf("runner: shard %d not owned here (owner unknown)", e.Shard)
 	}
 	return fmt.Sprintf("runner: shard %d not owned here (owner %q)", e.Shard, e.OwnerHint)
+}
+
+// StaleResultError reports a handler that ran but whose result is withheld:
+// the runner it ran on lost the shard while it ran (the detach instant
+// passed, or the shard was released, taken or detached), or the sender had
+// already seen a newer epoch of the shard (through its lock watch or an
+// earlier reply) when the reply arrived. The handler's effects may exist —
+// in the old owner's memory, never in fenced storage — so
+// errors.Is(err, ErrMaybeDelivered) holds and the call is not retried.
+type StaleResultError struct {
+	Shard  sharding.ShardID
+	Runner string        // the runner the handler ran on
+	Epoch  storage.Epoch // the ownership epoch the handler ran under
+	// Newer is the newer epoch the sender had seen; 0 when the owner
+	// withheld the result itself.
+	Newer  storage.Epoch
+	Reason string
+	// Cause is why the shard left: ErrDetached (also when the detach
+	// instant passed), ErrShardMoved or ErrShutdown.
+	Cause error
+}
+
+func (e *StaleResultError) Error() string {
+	if e.Newer != 0 {
+		return fmt.Sprintf("runner: result of shard %d from %s withheld (%v): it ran under epoch %d, epoch %d had already been seen",
+			e.Shard, e.Runner, ErrMaybeDelivered, e.Epoch, e.Newer)
+	}
+	return fmt.Sprintf("runner: result of shard %d from %s withheld (%v): %s", e.Shard, e.Runner, ErrMaybeDelivered, e.Reason)
+}
+
+// Unwrap returns ErrMaybeDelivered and the cause.
+func (e *StaleResultError) Unwrap() []error {
+	if e.Cause == nil {
+		return []error{ErrMaybeDelivered}
+	}
+	return []error{ErrMaybeDelivered, e.Cause}
 }

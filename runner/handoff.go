@@ -376,6 +376,7 @@ func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
 		r.lastReleased[s.id] = s.epoch
 		if epoch != 0 { // our view, ahead of the watch: not an orphan of ours
 			r.locks[s.id] = storage.Lock{Shard: s.id, Owner: to, Lease: h.Lease, Epoch: epoch}
+			r.sawEpoch(s.id, epoch)
 		}
 		r.disownLocked(s, ErrShardMoved)
 		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, withPhase("cutover"))

@@ -130,12 +130,17 @@ type shardHost struct {
 
 	running  atomic.Int64 // entities with a goroutine
 	draining atomic.Bool
-	idle     chan struct{} // 1-buffered: running reached 0 while draining
+	// actx is the attachment the shard was installed in; lockWaits is set
+	// when a plain release ends the hosting but keeps the lock until the
+	// handlers still running return (while actx lives).
+	actx      context.Context
+	lockWaits atomic.Bool
+	idle      chan struct{} // 1-buffered: running reached 0 while draining
 }
 
 func newShardHost(r *Runner, s *shard, prev *shardHost) *shardHost {
 	sh := &shardHost{
-		r: r, id: s.id, epoch: s.epoch, ctx: s.ctx, done: s.ctx.Done(), reason: entity.ActivateNew,
+		r: r, id: s.id, epoch: s.epoch, ctx: s.ctx, done: s.ctx.Done(), reason: entity.ActivateNew, actx: r.attachCtx,
 		entities: make(map[entityKey]*resident), retiring: make(map[entityKey]chan struct{}),
 		admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
 	}
@@ -167,10 +172,12 @@ func (sh *shardHost) waitPrev(ctx context.Context) error {
 	return nil
 }
 
+// result is the outcome of one delivery.
 type result struct {
 	v           any
 	err         error
-	undelivered bool // the runtime failed it before any handler ran
+	undelivered bool          // the runtime failed it before any handler ran
+	epoch       storage.Epoch // the epoch the handler ran under (0: none ran)
 }
 
 // waiter carries one ask's response. Waiters are pooled per runner (a
@@ -186,9 +193,10 @@ type message struct {
 }
 
 // deliver enqueues a message for entity id of kind k and waits for the
-// response unless oneWay. sent is false when the message certainly did not
-// reach a handler (safe to retry).
-func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay bool) (v any, err error, sent bool) {
+// response unless oneWay. res.undelivered is set when the message certainly
+// did not reach a handler (safe to retry); res.epoch is the epoch a handler
+// ran under.
+func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay bool) result {
 	msg := message{h: h, req: req}
 	if !oneWay {
 		msg.reply = sh.r.waiters.Get().(*waiter)
@@ -197,19 +205,19 @@ func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, 
 		if msg.reply != nil {
 			sh.r.waiters.Put(msg.reply)
 		}
-		return nil, err, false
+		return result{err: err, undelivered: true}
 	}
 	if oneWay {
-		return nil, nil, true
+		return result{}
 	}
 	select {
 	case res := <-msg.reply.ch:
 		sh.r.waiters.Put(msg.reply)
-		return res.v, res.err, !res.undelivered
+		return res
 	case <-ctx.Done():
 		// The handler may still run: at most once. The waiter is
 		// abandoned to the entity, which writes into its buffer.
-		return nil, fmt.Errorf("runner: ask %s %q (%w): %w", k.desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx)), true
+		return result{err: fmt.Errorf("runner: ask %s %q (%w): %w", k.desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx))}
 	}
 }
 
@@ -416,10 +424,50 @@ func (e *resident) process(m *message) {
 	if sample {
 		sh.r.met.handlerDuration.Record(context.Background(), time.Since(start).Seconds(), sh.r.met.attrs)
 	}
+	if why, cause := sh.lostWhileRunning(); why != "" {
+		// The handler finished after its shard left this runner (a pause
+		// outlived the detach instant, or the shard was dropped): another
+		// runner may already serve the entity, so its result is never
+		// acknowledged and the instance, which may hold that result, is
+		// discarded.
+		e.inst, e.activated, e.restart = nil, false, true
+		sh.r.met.dropped.Add(context.Background(), 1, sh.r.met.attrs, withReason(dropStaleResult))
+		sh.r.log.Warn("handler finished after its shard left this runner; result withheld, instance discarded",
+			"kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "epoch", sh.epoch, "why", why)
+		v, err = nil, &StaleResultError{Shard: sh.id, Runner: sh.r.cfg.ID, Epoch: sh.epoch, Reason: why, Cause: cause}
+	}
 	if m.reply != nil {
-		m.reply.ch <- result{v: v, err: err}
+		m.reply.ch <- result{v: v, err: err, epoch: sh.epoch}
 	} else if err != nil {
 		sh.r.log.Debug("signal handler failed", "kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "err", err)
+	}
+}
+
+// Reasons of the sharding.messages_dropped counter.
+const (
+	dropShardLeft   = "shard_left"   // a signal whose shard left before it ran
+	dropStaleResult = "stale_result" // a handler finished after its shard left: result withheld
+)
+
+// lostWhileRunning says why a handler that just returned must not have its
+// result acknowledged, with the cause, or "" while no other runner can own
+// the shard yet: the detach instant has not passed (the check that gates
+// the start of a handler, made again at its end) and the shard is still
+// hosted here at the handler's epoch — or it is being released plainly
+// and its lock, still ours, waits for this handler (waitStragglers).
+func (sh *shardHost) lostWhileRunning() (string, error) {
+	if sh.r.pastTrip() {
+		return "the detach instant passed while the handler ran", ErrDetached
+	}
+	select {
+	case <-sh.done:
+		if sh.lockWaits.Load() && sh.actx.Err() == nil {
+			return "", nil
+		}
+		cause := context.Cause(sh.ctx)
+		return fmt.Sprintf("the shard left this runner while the handler ran (%v)", cause), cause
+	default:
+		return "", nil
 	}
 }
 
@@ -429,7 +477,7 @@ func (e *resident) fail(m *message, err error, undelivered bool) {
 		m.reply.ch <- result{err: err, undelivered: undelivered}
 		return
 	}
-	e.host.r.met.dropped.Add(context.Background(), 1, e.host.r.met.attrs)
+	e.host.r.met.dropped.Add(context.Background(), 1, e.host.r.met.attrs, withReason(dropShardLeft))
 }
 
 // invoke calls the handler, turning a panic into a *entity.PanicError and

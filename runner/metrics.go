@@ -79,7 +79,8 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.panics, err = m.Int64Counter("sharding.handler_panics", metric.WithDescription("handler panics (message failed, instance discarded)"))
 	add(err)
-	out.dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithDescription("signals dropped because their shard left the runner"))
+	out.dropped, err = m.Int64Counter("sharding.messages_dropped",
+		metric.WithDescription("messages dropped, by reason: shard_left (a signal whose shard left before it ran), stale_result (a handler finished after its shard left, or its reply came from an epoch older than one already seen: result withheld)"))
 	add(err)
 	out.sendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
 	add(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // Send delivers a call to its entity, wherever its shard is owned. It
@@ -36,11 +37,11 @@ func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
 	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
 	var first error
 	if sh := r.hosts[id].Load(); sh != nil { // fast path
-		v, err, sent := sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay())
-		if sent || err == nil || !retryable(err) {
-			return v, err
+		res := r.checkResult(id, r.cfg.ID, sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay()))
+		if !res.undelivered || !retryable(res.err) {
+			return res.v, res.err
 		}
-		first = err
+		first = res.err
 	}
 	return r.sendSlow(ctx, k, h, id, c, first)
 }
@@ -113,7 +114,8 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			sent bool
 		)
 		if sh := r.hosts[id].Load(); sh != nil {
-			v, err, sent = sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay())
+			res := r.checkResult(id, r.cfg.ID, sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay()))
+			v, err, sent = res.v, res.err, !res.undelivered
 		} else {
 			owner, addr, ok := r.route(id)
 			if hint != "" && hint != owner {
@@ -188,6 +190,13 @@ func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *e
 	if err != nil {
 		return nil, err, sent
 	}
+	if resp.Epoch != 0 && resp.Code != codeStaleResult {
+		// A result (value, handler error or panic): withheld if it ran
+		// under an epoch older than one already seen here.
+		if err := r.checkEpoch(id, owner, storage.Epoch(resp.Epoch)); err != nil {
+			return nil, err, true
+		}
+	}
 	if err, retry := responseError(owner, req, resp); err != nil {
 		return nil, err, !retry
 	}
@@ -199,6 +208,44 @@ func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *e
 		return nil, fmt.Errorf("runner: response from %s: %w", owner, err), true
 	}
 	return v, nil, true
+}
+
+// checkResult applies checkEpoch to a local delivery's result.
+func (r *Runner) checkResult(id sharding.ShardID, runner string, res result) result {
+	var stale *StaleResultError
+	if res.epoch == 0 || errors.As(res.err, &stale) {
+		return res
+	}
+	if err := r.checkEpoch(id, runner, res.epoch); err != nil {
+		return result{err: err, epoch: res.epoch}
+	}
+	return res
+}
+
+// checkEpoch is the sender's half of the rule that no result of a former
+// owner is acknowledged after a newer owner was seen: a result computed
+// under epoch is refused with a *StaleResultError when a newer epoch of
+// shard id was already seen (lock watch, earlier replies); otherwise the
+// epoch counts as seen.
+func (r *Runner) checkEpoch(id sharding.ShardID, runner string, epoch storage.Epoch) error {
+	if newer := storage.Epoch(r.epochs[id].Load()); newer > epoch {
+		r.met.dropped.Add(context.Background(), 1, r.met.attrs, withReason(dropStaleResult))
+		r.log.Warn("result from an older epoch than one already seen; withheld", "shard", id, "from", runner, "epoch", epoch, "seen", newer)
+		return &StaleResultError{Shard: id, Runner: runner, Epoch: epoch, Newer: newer, Cause: ErrShardMoved}
+	}
+	r.sawEpoch(id, epoch)
+	return nil
+}
+
+// sawEpoch records that shard id was owned at epoch (a lock in the watch,
+// an ownership installed here, a reply).
+func (r *Runner) sawEpoch(id sharding.ShardID, epoch storage.Epoch) {
+	p := &r.epochs[id]
+	for cur := p.Load(); int64(epoch) > cur; cur = p.Load() {
+		if p.CompareAndSwap(cur, int64(epoch)) {
+			return
+		}
+	}
 }
 
 // route returns the runner owning shard id in this runner's view and its

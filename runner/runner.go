@@ -73,6 +73,7 @@ type Runner struct {
 	kindsMu   sync.Mutex
 	kinds     atomic.Pointer[map[string]*kindRT] // copy on write
 	hosts     []atomic.Pointer[shardHost]        // by shard; nil when not hosted
+	epochs    []atomic.Int64                     // by shard: the newest epoch seen (checkEpoch)
 	residents residents
 	waiters   sync.Pool  // of *waiter
 	transport *transport // serves only with ListenAddr
@@ -150,11 +151,16 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r := &Runner{
-		store:           store,
-		cfg:             cfg,
-		log:             cfg.Logger.With("runner", cfg.ID),
-		keeper:          keeper,
-		machine:         detachment.New(detachment.Config{Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow}),
+		store:  store,
+		cfg:    cfg,
+		log:    cfg.Logger.With("runner", cfg.ID),
+		keeper: keeper,
+		machine: detachment.New(detachment.Config{
+			Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow,
+			// Probes come every ProbeInterval: a longer silence (a paused
+			// process, a hung probe) is not observed health.
+			MaxSignalGap: 2 * cfg.ProbeInterval,
+		}),
 		policy:          detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
 		incarnation:     newIncarnation(),
 		kick:            make(chan struct{}, 1),
@@ -184,6 +190,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	routes := make(chan struct{})
 	r.routeCh.Store(&routes)
 	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
+	r.epochs = make([]atomic.Int64, cfg.NumShards)
 	r.residents.r = r
 	r.transport = newTransport(r)
 	r.address = cfg.Address
@@ -533,6 +540,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	delete(r.lastHosts, id)
 	r.owned[id] = s
 	r.hosts[id].Store(s.host)
+	r.sawEpoch(id, epoch)
 	delete(r.pending, id)
 	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)

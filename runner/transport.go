@@ -20,6 +20,7 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // Errors of remote delivery.
@@ -458,30 +459,33 @@ func (t *transport) deliverHere(ctx context.Context, req *deliverRequest) *deliv
 	if sh == nil {
 		return errorResponse(r.notHere(id), false)
 	}
-	out, err, sent := sh.deliver(ctx, k, h, req.Entity, v, req.OneWay)
-	if err != nil {
-		return errorResponse(err, sent)
+	res := sh.deliver(ctx, k, h, req.Entity, v, req.OneWay)
+	if res.err != nil {
+		resp := errorResponse(res.err, !res.undelivered)
+		resp.Epoch = uint64(res.epoch)
+		return resp
 	}
 	if req.OneWay {
 		return &deliverResponse{}
 	}
-	b, err := codec.Marshal(out)
+	b, err := codec.Marshal(res.v)
 	if err != nil {
-		return &deliverResponse{Code: codeHandlerError, Message: fmt.Sprintf("encode response: %v", err)}
+		return &deliverResponse{Code: codeHandlerError, Message: fmt.Sprintf("encode response: %v", err), Epoch: uint64(res.epoch)}
 	}
 	if len(b) > r.cfg.MaxMessageSize {
 		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}
 	}
-	return &deliverResponse{Payload: b}
+	return &deliverResponse{Payload: b, Epoch: uint64(res.epoch)}
 }
 
 // errorResponse maps a delivery error to the wire. sent says whether the
 // message may have reached a handler.
 func errorResponse(err error, sent bool) *deliverResponse {
 	var (
-		no *NotOwnerError
-		ud *UndeliveredError
-		pe *entity.PanicError
+		no    *NotOwnerError
+		ud    *UndeliveredError
+		pe    *entity.PanicError
+		stale *StaleResultError
 	)
 	switch {
 	case !sent && errors.As(err, &no):
@@ -492,6 +496,8 @@ func errorResponse(err error, sent bool) *deliverResponse {
 		return &deliverResponse{Code: codeMailboxFull, Message: err.Error()}
 	case !sent:
 		return &deliverResponse{Code: codeUndelivered, Message: err.Error()}
+	case errors.As(err, &stale):
+		return &deliverResponse{Code: codeStaleResult, Message: stale.Reason, Shard: uint32(stale.Shard), Cause: causeOf(stale.Cause)}
 	case errors.As(err, &pe):
 		return &deliverResponse{Code: codeHandlerPanic, Message: pe.Value}
 	default:
@@ -556,6 +562,8 @@ func responseError(owner string, req *deliverRequest, resp *deliverResponse) (er
 		return fmt.Errorf("%w (on %s): %s", entity.ErrBadRequest, owner, resp.Message), false
 	case codeHandlerPanic:
 		return &entity.PanicError{Kind: req.Kind, Method: req.Method, Entity: req.Entity, Value: resp.Message}, false
+	case codeStaleResult:
+		return &StaleResultError{Shard: sharding.ShardID(req.Shard), Runner: owner, Epoch: storage.Epoch(resp.Epoch), Reason: resp.Message, Cause: resp.Cause.err()}, false
 	default:
 		return &RemoteError{Runner: owner, Message: resp.Message}, false
 	}

@@ -283,9 +283,9 @@ func TestWireRoundTrip(t *testing.T) {
 	if err := got.unmarshal(req.marshal()); err != nil || got.Kind != "k" || got.Entity != "e/1" || !got.OneWay || got.Shard != 77 || string(got.Payload) != "\x00\x01\x02" || got.Codec != "json" || got.Sender != "s" {
 		t.Fatalf("request round trip = %+v, %v", got, err)
 	}
-	resp := &deliverResponse{Payload: []byte("p"), Code: codeNotOwner, Message: "m", OwnerHint: "h", Shard: 3, Cause: causeShutdown}
+	resp := &deliverResponse{Payload: []byte("p"), Code: codeNotOwner, Message: "m", OwnerHint: "h", Shard: 3, Cause: causeShutdown, Epoch: 1 << 33}
 	var gr deliverResponse
-	if err := gr.unmarshal(resp.marshal()); err != nil || gr.Code != codeNotOwner || gr.OwnerHint != "h" || gr.Cause != causeShutdown || string(gr.Payload) != "p" {
+	if err := gr.unmarshal(resp.marshal()); err != nil || gr.Code != codeNotOwner || gr.OwnerHint != "h" || gr.Cause != causeShutdown || string(gr.Payload) != "p" || gr.Epoch != 1<<33 {
 		t.Fatalf("response round trip = %+v, %v", gr, err)
 	}
 	f := &frame{ID: 1 << 40, Req: req, Resp: resp, TimeoutMs: 1500, GoAway: true}

@@ -31,10 +31,11 @@ const (
 	codeBadRequest
 	codeHandlerError
 	codeHandlerPanic
+	codeStaleResult
 )
 
 var codeNames = [...]string{"OK", "NOT_OWNER", "UNDELIVERED", "MAILBOX_FULL", "UNKNOWN_KIND",
-	"UNKNOWN_METHOD", "TOO_LARGE", "BAD_REQUEST", "HANDLER_ERROR", "HANDLER_PANIC"}
+	"UNKNOWN_METHOD", "TOO_LARGE", "BAD_REQUEST", "HANDLER_ERROR", "HANDLER_PANIC", "STALE_RESULT"}
 
 // String returns the code's name in transport.proto.
 func (c wireCode) String() string {
@@ -60,6 +61,7 @@ type deliverResponse struct {
 	OwnerHint string
 	Shard     uint32
 	Cause     wireCause
+	Epoch     uint64 // the epoch the handler ran under (results only)
 }
 
 func appendString(b []byte, num protowire.Number, s string) []byte {
@@ -102,13 +104,14 @@ func (m *deliverRequest) marshal() []byte {
 }
 
 func (m *deliverResponse) marshal() []byte {
-	b := make([]byte, 0, 16+len(m.Payload)+len(m.Message)+len(m.OwnerHint))
+	b := make([]byte, 0, 24+len(m.Payload)+len(m.Message)+len(m.OwnerHint))
 	b = appendBytes(b, 1, m.Payload)
 	b = appendVarint(b, 2, uint64(m.Code))
 	b = appendString(b, 3, m.Message)
 	b = appendString(b, 4, m.OwnerHint)
 	b = appendVarint(b, 5, uint64(m.Shard))
 	b = appendVarint(b, 6, uint64(m.Cause))
+	b = appendVarint(b, 7, m.Epoch)
 	return b
 }
 
@@ -187,6 +190,8 @@ func (m *deliverResponse) unmarshal(b []byte) error {
 			m.Shard = uint32(x)
 		case num == 6 && typ == protowire.VarintType:
 			m.Cause = wireCause(x)
+		case num == 7 && typ == protowire.VarintType:
+			m.Epoch = x
 		}
 		return nil
 	})
