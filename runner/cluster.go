@@ -30,6 +30,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 			r.applyRunnerLocked(ev.Type, ev.KV)
 		}
 		r.membersSeen = true
+		r.viewChanging = true // until the control loop recomputes the assignment
 		live := r.rebuildByLeaseLocked()
 		r.mu.Unlock()
 		r.transport.forget(live)
@@ -68,21 +69,17 @@ func (r *Runner) followLocks(ctx context.Context) {
 			r.storageResult("watch locks", u.Err)
 			return
 		}
-		wake := false
 		r.mu.Lock()
 		if u.Reset {
-			wake = r.resetLocksLocked(u)
+			r.resetLocksLocked(u)
 		}
 		for _, ev := range u.Events {
-			wake = r.applyLockLocked(ev) || wake
+			r.applyLockLocked(ev)
 		}
 		r.mu.Unlock()
 		r.routesChanged()
 		if u.Reset {
 			r.storageResult("list locks", nil)
-		}
-		if wake {
-			signal(r.kick)
 		}
 	})
 }
@@ -95,8 +92,9 @@ func decodeLock(kv storage.KeyValue) (storage.Lock, bool) {
 	return l, true // a corrupt value still names its lease and epoch
 }
 
-// resetLocksLocked replaces the lock view with a listed snapshot.
-func (r *Runner) resetLocksLocked(u storage.Update) (wake bool) {
+// resetLocksLocked replaces the lock view with a listed snapshot and asks
+// for a full reconcile.
+func (r *Runner) resetLocksLocked(u storage.Update) {
 	clear(r.locks)
 	for _, kv := range u.KVs {
 		if l, ok := decodeLock(kv); ok && int(l.Shard) < r.cfg.NumShards {
@@ -116,21 +114,22 @@ func (r *Runner) resetLocksLocked(u storage.Update) (wake bool) {
 	for id := range r.pending {
 		if _, held := r.locks[id]; !held {
 			r.pending[id] = &pending{since: time.Now()}
-			wake = true
 		}
 	}
-	return wake
+	r.markAllLocked()
 }
 
-// applyLockLocked applies one lock event.
-func (r *Runner) applyLockLocked(ev storage.Event) (wake bool) {
+// applyLockLocked applies one lock event and marks the shard dirty when
+// the change concerns this runner.
+func (r *Runner) applyLockLocked(ev storage.Event) {
 	id, err := sharding.ParseShardID(ev.KV.Key)
 	if err != nil || int(id) >= r.cfg.NumShards {
-		return false
+		return
 	}
 	rev := storage.Epoch(ev.KV.ModRevision)
 	s, owned := r.owned[id]
 	_, leaving := r.releasing[id]
+	prev := r.locks[id].Lease
 	if ev.Type == storage.EventDelete {
 		delete(r.locks, id)
 		if owned && rev > s.epoch && !leaving {
@@ -139,16 +138,21 @@ func (r *Runner) applyLockLocked(ev storage.Event) (wake bool) {
 		if p, ok := r.pending[id]; ok {
 			// Watch-driven wake-up: a fresh window, acquire now.
 			*p = pending{since: time.Now()}
-			return true
 		}
-		return false
+		if r.concernsLocked(id, prev) {
+			r.markLocked(id)
+		}
+		return
 	}
 	l, ok := decodeLock(ev.KV)
 	if !ok {
-		return false
+		return
 	}
 	r.locks[id] = l
 	r.sawEpoch(id, l.Epoch)
+	if r.concernsLocked(id, prev, l.Lease) {
+		r.markLocked(id)
+	}
 	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
 		r.lockLostLocked(id, fmt.Sprintf("lock of shard %d taken by lease %x at revision %d", id, l.Lease, rev))
 	}
@@ -161,7 +165,6 @@ func (r *Runner) applyLockLocked(ev storage.Event) (wake bool) {
 		// acquire whose reply has not arrived yet.
 		r.installInboundLocked(id, l)
 	}
-	return false
 }
 
 // lockLostLocked handles an owned lock that changed behind our back: it
@@ -186,6 +189,7 @@ func (r *Runner) recomputeLocked() {
 	if !r.membersSeen {
 		return
 	}
+	r.viewChanging = false
 	var runners []sharding.Runner
 	for _, m := range r.members {
 		w := m.Weight
@@ -209,13 +213,10 @@ func (r *Runner) recomputeLocked() {
 	r.assignErr = nil
 	r.assignment = a
 	r.assignedWithSelf = r.registeredLocked()
-	// Shards no longer wanted stop pending; the next round (every caller
-	// runs one) makes the newly assigned ones pending.
-	for id := range r.pending {
-		if !r.desiredLocked(id) {
-			delete(r.pending, id)
-		}
-	}
+	// A full reconcile on the new assignment: shards no longer wanted stop
+	// pending, newly assigned ones become pending, owned ones assigned
+	// elsewhere start waiting for their handoff.
+	r.markAllLocked()
 }
 
 // registeredLocked reports whether the membership view holds this

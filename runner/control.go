@@ -11,238 +11,6 @@ import (
 	"github.com/shardhost/shardhost/storage"
 )
 
-// controlLoop acquires assigned shards, releases unassigned ones and
-// verifies owned locks. It is the only goroutine that writes locks while
-// attached; it does nothing while starting or detached.
-func (r *Runner) controlLoop(ctx context.Context) {
-	var bg sync.WaitGroup // releases in flight
-	defer bg.Wait()
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	verify := time.NewTicker(r.cfg.VerifyInterval)
-	resync := time.NewTicker(r.cfg.ResyncInterval)
-	defer func() { retry.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
-	var dirtySince time.Time // first unprocessed membership change
-	stopReq := r.stopReq
-	var handoffDeadline time.Time // while Shutdown hands shards off
-	for {
-		if !handoffDeadline.IsZero() && (r.ownedCount() == 0 || !time.Now().Before(handoffDeadline)) {
-			bg.Wait()
-			r.shutdown(ctx)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-stopReq:
-			stopReq = nil
-			r.cancelAllInbound()
-			if handoffDeadline = r.beginDrainMode(); handoffDeadline.IsZero() {
-				bg.Wait()
-				r.shutdown(ctx)
-				return
-			}
-			retry.Reset(r.cfg.AcquireRetryInterval)
-			continue
-		case <-r.rebalance:
-			// Trailing debounce, but never postpone past 10 debounces, and
-			// not at all for the first assignment.
-			if dirtySince.IsZero() {
-				dirtySince = time.Now()
-			}
-			if r.hasAssignment() && time.Since(dirtySince) < 10*r.cfg.RebalanceDebounce {
-				debounce.Reset(r.cfg.RebalanceDebounce)
-				continue
-			}
-			dirtySince = time.Time{}
-			debounce.Stop()
-			r.recompute()
-		case <-debounce.C:
-			dirtySince = time.Time{}
-			r.recompute()
-		case <-r.kick:
-		case <-retry.C:
-		case <-verify.C:
-			r.verify()
-		case <-resync.C:
-			r.mu.Lock()
-			for _, p := range r.pending {
-				*p = pending{since: time.Now()}
-			}
-			r.recomputeLocked()
-			r.mu.Unlock()
-		}
-		if next, ok := r.round(&bg); ok {
-			retry.Reset(next)
-		}
-	}
-}
-
-func (r *Runner) hasAssignment() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.assignedWithSelf
-}
-
-func (r *Runner) recompute() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recomputeLocked()
-}
-
-// round starts releases of owned-but-unassigned shards and acquires
-// assigned-but-unowned ones. It returns when the next retry is due.
-func (r *Runner) round(bg *sync.WaitGroup) (time.Duration, bool) {
-	r.mu.Lock()
-	if r.phase != phaseAttached || r.stopping {
-		r.mu.Unlock()
-		return 0, false
-	}
-	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
-	now := time.Now()
-	registered, superseded := r.registeredLocked(), r.supersededLocked()
-	// Every assigned shard that is neither owned nor leaving is pending
-	// (also one whose release finished after it was assigned back).
-	if registered && !r.drainMode {
-		for id, owner := range r.assignment {
-			sid := sharding.ShardID(id)
-			if owner != r.cfg.ID || r.pending[sid] != nil {
-				continue
-			}
-			if _, owned := r.owned[sid]; owned {
-				continue
-			}
-			if _, leaving := r.releasing[sid]; !leaving {
-				r.pending[sid] = &pending{since: now}
-			}
-		}
-	}
-	// Assigned shards held by another live runner are taken over by
-	// handoff (we warm, it drains and transfers), not by acquisition.
-	var acquire, release []sharding.ShardID
-	for id, p := range r.pending {
-		if l, held := r.locks[id]; held && l.Lease != leaseID {
-			if from, live := r.byLease[l.Lease]; live && from.ID != r.cfg.ID && r.desiredLocked(id) && !r.drainMode {
-				if in := r.inbound[id]; in != nil && in.from.Lease != l.Lease {
-					// The shard changed hands while we warmed: start over
-					// with its current owner (our record is overwritten).
-					delete(r.inbound, id)
-					in.cancel()
-					r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "the old owner changed to "+from.ID)
-				}
-				if !r.cfg.DisableHandoff && r.inbound[id] == nil && !now.Before(r.inboundRetry[id]) {
-					r.startInboundLocked(bg, id, from, l.Epoch)
-				}
-				p.last = now
-				continue
-			}
-		}
-		// Each shard is tried at most every AcquireRetryInterval, however
-		// many events wake the loop (a DELETE resets its window).
-		due := p.last.IsZero() || now.Sub(p.last) >= r.cfg.AcquireRetryInterval
-		if _, leaving := r.releasing[id]; !leaving && due && !p.exhausted && r.desiredLocked(id) {
-			acquire = append(acquire, id)
-			p.last = now
-		}
-	}
-	// Inbound handoffs for shards no longer assigned here are abandoned.
-	for id, in := range r.inbound {
-		if !r.desiredLocked(id) || r.drainMode {
-			r.cancelInboundLocked(bg, id, in, "the shard was assigned elsewhere")
-		}
-	}
-	// Owned shards assigned elsewhere: cut over when the new owner is ready,
-	// release plainly when no handoff comes in time; keep serving
-	// meanwhile. Release only on a membership view that includes this
-	// incarnation (an incomplete view must not shed every shard), or
-	// everything when another incarnation took over this runner's ID.
-	var cutovers []func()
-	outboundWait := false
-	for id, s := range r.owned {
-		if _, leaving := r.releasing[id]; leaving {
-			continue
-		}
-		if !superseded && (!registered || r.desiredLocked(id)) {
-			s.unassignedSince = time.Time{}
-			continue
-		}
-		h, cut, plain := r.outboundDecisionLocked(s, now)
-		switch {
-		case cut:
-			r.releasing[id] = s.epoch
-			cutovers = append(cutovers, func() { r.cutover(gen, s, h) })
-		case plain:
-			release = append(release, id)
-			r.releasing[id] = s.epoch
-		default:
-			outboundWait = true
-		}
-	}
-	// Safety net: a lock under our lease that we neither own nor release
-	// nor want (a release whose reply was lost, an acquire cut short) is
-	// deleted; if we want it, it is pending and gets rewritten on acquire.
-	var orphans []storage.Held
-	for id, l := range r.locks {
-		if l.Lease != leaseID {
-			continue
-		}
-		_, owned := r.owned[id]
-		_, leaving := r.releasing[id]
-		if !owned && !leaving && (superseded || registered && !r.desiredLocked(id)) {
-			orphans = append(orphans, storage.Held{Shard: id, Epoch: l.Epoch})
-			r.releasing[id] = l.Epoch
-		}
-	}
-	// Our handoff records without a running inbound are leftovers (an
-	// abort whose delete failed, a late write): delete them, or they block
-	// other targets and could lure an old owner into a cold cutover.
-	var staleRecords []sharding.ShardID
-	for id, h := range r.handoffs {
-		if h.Lease == leaseID && r.inbound[id] == nil && r.deletingHandoff[id] != h.ModRevision {
-			r.deletingHandoff[id] = h.ModRevision
-			staleRecords = append(staleRecords, id)
-		}
-	}
-	r.mu.Unlock()
-	for _, id := range staleRecords {
-		bg.Go(func() { r.deleteHandoff(actx, leaseID, id) })
-	}
-	if len(release) > 0 {
-		slices.Sort(release)
-		bg.Go(func() { r.release(gen, release, ErrShardMoved) })
-	}
-	for _, c := range cutovers {
-		bg.Go(c)
-	}
-	if len(orphans) > 0 {
-		r.log.Warn("releasing locks held under this runner's lease but not owned", "locks", len(orphans), "first", orphans[0].Shard)
-		bg.Go(func() { r.deleteLocks(actx, leaseID, orphans) })
-	}
-	if len(acquire) > 0 {
-		slices.Sort(acquire)
-		r.acquire(actx, gen, leaseID, acquire)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.releaseRetry || outboundWait {
-		// Re-check lost releases, and the handoff waits (HandoffWait).
-		r.releaseRetry = false
-		return r.cfg.AcquireRetryInterval, true
-	}
-	next, ok := time.Duration(0), false
-	for _, p := range r.pending {
-		if !p.exhausted {
-			wait := max(r.cfg.AcquireRetryInterval-time.Since(p.last), time.Millisecond)
-			if !ok || wait < next {
-				next, ok = wait, true
-			}
-		}
-	}
-	return next, ok
-}
-
 // acquire tries to lock shards for the attachment gen and installs what it
 // got, unless the runner detached meanwhile.
 func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.LeaseID, shards []sharding.ShardID) {
@@ -256,6 +24,13 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 	}
 	r.storageResult("acquire", err)
 	if err != nil {
+		r.mu.Lock()
+		for _, id := range shards { // retried after AcquireRetryInterval
+			if p := r.pending[id]; p != nil && r.gen == gen {
+				r.retryLocked(id, p.last.Add(r.cfg.AcquireRetryInterval))
+			}
+		}
+		r.mu.Unlock()
 		return
 	}
 	var rewrite []sharding.ShardID
@@ -286,7 +61,9 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 			if r.cfg.AcquireRetryWindow < 0 || now.Sub(p.since) >= r.cfg.AcquireRetryWindow {
 				p.exhausted = true
 				exhausted = append(exhausted, a.Shard)
+				continue
 			}
+			r.retryLocked(a.Shard, p.last.Add(r.cfg.AcquireRetryInterval))
 		}
 	}
 	r.mu.Unlock()
@@ -479,18 +256,20 @@ func (r *Runner) deleteLocks(actx context.Context, leaseID storage.LeaseID, held
 			delete(r.locks, id)
 		}
 	}
+	retry := time.Now().Add(r.cfg.AcquireRetryInterval)
 	for _, h := range held {
 		if r.releasing[h.Shard] == h.Epoch {
 			delete(r.releasing, h.Shard)
 		}
-	}
-	if err != nil {
-		r.releaseRetry = true // the next round (timer) finds them again
+		if err == nil {
+			r.markLocked(h.Shard) // a released shard may be wanted back
+		} else {
+			// The locks may remain ours: decided again (the orphan
+			// safety net) after a pause.
+			r.retryLocked(h.Shard, retry)
+		}
 	}
 	r.mu.Unlock()
-	if err == nil {
-		signal(r.kick) // released shards may be wanted back
-	}
 }
 
 // drain stops admission to the shards, waits for their in-flight messages

@@ -147,6 +147,7 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	n := len(r.owned)
 	r.dropOwnedLocked(ErrDetached)
 	clear(r.pending)
+	r.work.reset()
 	for id, in := range r.inbound { // handoffs never block detachment
 		in.cancel()
 		delete(r.inbound, id)
@@ -249,10 +250,14 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 		// Handoff records of ours from before the detach are stale: an old
 		// owner must not transfer to an attachment that did not warm.
 		if hs, err := r.store.List(cctx, storage.KeyspaceHandoffs); err == nil {
+			var ours []sharding.ShardID
 			for _, kv := range hs.KVs {
 				if ho, err := storage.DecodeHandoff(kv); err == nil && ho.Lease == h.Lease {
-					_, _ = r.store.DeleteHandoff(cctx, h.Lease, ho.Shard)
+					ours = append(ours, ho.Shard)
 				}
+			}
+			if len(ours) > 0 {
+				_, _ = r.store.DeleteHandoffs(cctx, h.Lease, ours)
 			}
 		}
 		snap, err := r.store.List(cctx, storage.KeyspaceShards)

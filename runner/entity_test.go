@@ -13,6 +13,7 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
@@ -416,13 +417,14 @@ func TestLostShardFailsQueuedWithCause(t *testing.T) {
 		queued := make(chan error, 1)
 		go func() {
 			// The shard stays unowned (its lock was deleted and this
-			// runner re-acquires it): bound the retries.
+			// runner cannot re-acquire it): bound the retries.
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()
 			_, err := k.inc.Ask(qctx, r, "L", incReq{By: 1})
 			queued <- err
 		}()
 		synctest.Wait()
+		r.store.Fail(memory.OpAcquire, storage.ErrUnavailable)
 		c.Delete("shards/" + sharding.ShardOf("L", 8).String())
 		if err := <-blocked; !errors.Is(err, runner.ErrShardMoved) {
 			t.Fatalf("running handler saw %v, want ErrShardMoved", err)

@@ -43,6 +43,7 @@ type HandoffPhase struct {
 type inbound struct {
 	from      storage.Runner
 	fromEpoch storage.Epoch
+	ctx       context.Context // cancelled when the handoff is abandoned or completes
 	cancel    context.CancelFunc
 	started   time.Time
 	mu        sync.Mutex
@@ -78,20 +79,26 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
 			}
+			r.markAllLocked()
 		}
 		for _, ev := range u.Events {
 			r.applyHandoffLocked(ev.Type, ev.KV)
 		}
 		r.mu.Unlock()
-		signal(r.kick)
 	})
 }
 
 func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	id, err := sharding.ParseShardID(kv.Key)
-	if err != nil {
+	if err != nil || int(id) >= r.cfg.NumShards {
 		return
 	}
+	prev := r.handoffs[id].Lease
+	defer func() {
+		if r.concernsLocked(id, prev, r.handoffs[id].Lease) {
+			r.markLocked(id)
+		}
+	}()
 	if t == storage.EventDelete {
 		delete(r.handoffs, id)
 		return
@@ -105,54 +112,114 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	r.handoffs[id] = h
 }
 
-// startInboundLocked begins taking shard id over from its live owner from.
-func (r *Runner) startInboundLocked(bg *sync.WaitGroup, id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) {
-	ctx, cancel := context.WithCancel(r.attachCtx)
-	in := &inbound{from: from, fromEpoch: fromEpoch, cancel: cancel, started: time.Now(), warmed: map[entityKey]any{}}
-	r.inbound[id] = in
-	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
-	gen, leaseID := r.gen, r.lease
-	bg.Go(func() { r.runInbound(ctx, gen, leaseID, id, in) })
+// inboundItem is one takeover started in a round.
+type inboundItem struct {
+	id sharding.ShardID
+	in *inbound
 }
 
-// runInbound is the new owner's side: record warming, warm, record ready.
-// The cutover itself arrives through the lock watch.
-func (r *Runner) runInbound(ctx context.Context, gen uint64, leaseID storage.LeaseID, id sharding.ShardID, in *inbound) {
-	rec := storage.HandoffRecord{From: in.from.ID, To: r.cfg.ID, Phase: storage.HandoffWarming, ToIncarnation: r.incarnation, FromEpoch: in.fromEpoch}
+// newInboundLocked registers a takeover of shard id from its live owner
+// from; runInbound runs it.
+func (r *Runner) newInboundLocked(id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) inboundItem {
+	ctx, cancel := context.WithCancel(r.attachCtx)
+	in := &inbound{from: from, fromEpoch: fromEpoch, ctx: ctx, cancel: cancel, started: time.Now(), warmed: map[entityKey]any{}}
+	r.inbound[id] = in
+	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
+	return inboundItem{id: id, in: in}
+}
+
+// runInbound is the new owner's side of the takeovers started in one
+// round: record warming (one transaction per MaxShardsPerTxn shards), warm
+// every shard (concurrently, bounded), record ready (batched again). The
+// cutover itself arrives through the lock watch. A takeover cancelled
+// meanwhile (reassigned, detached) is skipped from then on: whoever
+// cancelled it cleans up.
+func (r *Runner) runInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem) {
 	start := time.Now()
-	cctx, cancel := r.opCtx(ctx)
-	_, err := r.store.PutHandoff(cctx, leaseID, id, rec)
-	cancel()
-	if err != nil {
-		r.abortInbound(gen, id, in, fmt.Sprintf("record warming: %v", err), false)
-		return
+	items = r.putInbound(gen, leaseID, items, storage.HandoffWarming)
+	for _, it := range items {
+		r.publishPhase(it.id, PhaseWarming, it.in.from.ID, r.cfg.ID, "")
 	}
-	r.publishPhase(id, PhaseWarming, in.from.ID, r.cfg.ID, "")
-	wctx, wcancel := context.WithTimeout(ctx, r.cfg.WarmTimeout)
-	r.warm(wctx, id, in)
-	timedOut := errors.Is(wctx.Err(), context.DeadlineExceeded)
-	wcancel()
-	if ctx.Err() != nil {
-		return // aborted (reassigned, detached): whoever cancelled cleans up
+	sem := make(chan struct{}, warmParallelism)
+	var wg sync.WaitGroup
+	timedOut := make([]bool, len(items))
+	for i, it := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			wctx, cancel := context.WithTimeout(it.in.ctx, r.cfg.WarmTimeout)
+			defer cancel()
+			r.warm(wctx, it.id, it.in)
+			timedOut[i] = errors.Is(wctx.Err(), context.DeadlineExceeded) && it.in.ctx.Err() == nil
+		})
 	}
-	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("warm"))
-	if timedOut {
-		if r.cfg.AbortOnWarmTimeout {
-			r.abortInbound(gen, id, in, fmt.Sprintf("warming exceeded WarmTimeout %v", r.cfg.WarmTimeout), true)
-			return
+	wg.Wait()
+	ready := items[:0:0]
+	for i, it := range items {
+		if it.in.ctx.Err() != nil {
+			continue // aborted while warming
 		}
-		r.log.Warn("warming timed out; proceeding cold", "shard", id, "from", in.from.ID, "timeout", r.cfg.WarmTimeout)
+		r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("warm"))
+		if timedOut[i] {
+			if r.cfg.AbortOnWarmTimeout {
+				r.abortInbound(gen, leaseID, []inboundItem{it}, fmt.Sprintf("warming exceeded WarmTimeout %v", r.cfg.WarmTimeout), true)
+				continue
+			}
+			r.log.Warn("warming timed out; proceeding cold", "shard", it.id, "from", it.in.from.ID, "timeout", r.cfg.WarmTimeout)
+		}
+		// Reported before the write: the old owner may act on the record
+		// before our call returns, and observers must see ready first.
+		r.publishPhase(it.id, PhaseReady, it.in.from.ID, r.cfg.ID, "")
+		ready = append(ready, it)
 	}
-	// Reported before the write: the old owner may act on the record
-	// before our call returns, and observers must see ready first.
-	r.publishPhase(id, PhaseReady, in.from.ID, r.cfg.ID, "")
-	rec.Phase = storage.HandoffReady
-	cctx, cancel = r.opCtx(ctx)
-	_, err = r.store.PutHandoff(cctx, leaseID, id, rec)
+	r.putInbound(gen, leaseID, ready, storage.HandoffReady)
+}
+
+// warmParallelism bounds the shards one runner warms at once.
+const warmParallelism = 16
+
+// putInbound writes the handoff records of the takeovers still running at
+// phase, in batches, aborts those whose write failed and returns the rest.
+func (r *Runner) putInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem, phase storage.HandoffPhase) []inboundItem {
+	live := items[:0:0]
+	puts := make([]storage.HandoffPut, 0, len(items))
+	for _, it := range items {
+		if it.in.ctx.Err() == nil {
+			live = append(live, it)
+			puts = append(puts, storage.HandoffPut{Shard: it.id, Record: storage.HandoffRecord{
+				From: it.in.from.ID, To: r.cfg.ID, Phase: phase, ToIncarnation: r.incarnation, FromEpoch: it.in.fromEpoch,
+			}})
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	actx := live[0].in.ctx
+	cctx, cancel := r.opCtx(actx)
+	res, err := r.store.PutHandoffs(cctx, leaseID, puts)
 	cancel()
-	if err != nil {
-		r.abortInbound(gen, id, in, fmt.Sprintf("record ready: %v", err), true)
+	if res == nil { // invalid arguments: nothing written
+		res = make([]storage.HandoffResult, len(puts))
+		for i := range res {
+			res[i].Err = err
+		}
 	}
+	ok := live[:0:0]
+	var failed []inboundItem
+	var why error
+	for i, it := range live {
+		if res[i].Err != nil {
+			failed, why = append(failed, it), res[i].Err
+			continue
+		}
+		ok = append(ok, it)
+	}
+	if len(failed) > 0 {
+		// A warming record that failed may still have been written (the
+		// outcome of a failed call is unknown): delete what is ours.
+		r.abortInbound(gen, leaseID, failed, fmt.Sprintf("record %s: %v", phase, why), true)
+	}
+	return ok
 }
 
 // warm runs the shard-level WarmShard hook and the entity-level Warm hooks
@@ -168,7 +235,9 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 	}
 	hot, err := r.transport.hot(ctx, in.from.Address, id, r.cfg.HotSetLimit)
 	if err != nil {
-		r.log.Warn("cannot list the hot entities to warm", "shard", id, "from", in.from.ID, "err", err)
+		if ctx.Err() == nil {
+			r.log.Warn("cannot list the hot entities to warm", "shard", id, "from", in.from.ID, "err", err)
+		}
 		return
 	}
 	sem := make(chan struct{}, 16)
@@ -212,41 +281,54 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 	wg.Wait()
 }
 
-// abortInbound ends an inbound handoff from its own goroutine.
-func (r *Runner) abortInbound(gen uint64, id sharding.ShardID, in *inbound, why string, deleteRecord bool) {
+// abortInbound ends takeovers from the goroutine running them; with
+// deleteRecords their handoff records are deleted (batched).
+func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem, why string, deleteRecords bool) {
+	var records []sharding.ShardID
 	r.mu.Lock()
-	current := r.inbound[id] == in
-	if current {
-		delete(r.inbound, id)
-		r.inboundRetry[id] = time.Now().Add(r.cfg.AcquireRetryWindow + r.cfg.AcquireRetryInterval)
+	retry := time.Now().Add(r.cfg.AcquireRetryWindow + r.cfg.AcquireRetryInterval)
+	for _, it := range items {
+		// Only the current takeover owns the record: a replaced one must
+		// not delete its successor's.
+		if r.inbound[it.id] != it.in {
+			continue
+		}
+		delete(r.inbound, it.id)
+		r.inboundRetry[it.id] = retry
+		r.retryLocked(it.id, retry)
+		if r.gen == gen {
+			records = append(records, it.id)
+		}
 	}
-	// Only the current inbound owns the record: a replaced one must not
-	// delete its successor's.
-	actx, leaseID, same := r.attachCtx, r.lease, r.gen == gen && current
+	actx := r.attachCtx
 	r.mu.Unlock()
-	in.cancel()
-	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
-	r.log.Warn("handoff aborted", "shard", id, "from", in.from.ID, "why", why)
-	if deleteRecord && same {
-		r.deleteHandoff(actx, leaseID, id)
+	for _, it := range items {
+		it.in.cancel()
+		r.publishPhase(it.id, PhaseAborted, it.in.from.ID, r.cfg.ID, why)
+	}
+	r.log.Warn("handoff aborted", "shards", len(items), "first", items[0].id, "from", items[0].in.from.ID, "why", why)
+	if deleteRecords && len(records) > 0 {
+		r.deleteHandoffs(actx, leaseID, records)
 	}
 }
 
-// cancelInboundLocked abandons an inbound handoff (the shard was assigned
-// elsewhere); its record is deleted in the background.
-func (r *Runner) cancelInboundLocked(bg *sync.WaitGroup, id sharding.ShardID, in *inbound, why string) {
-	delete(r.inbound, id)
-	in.cancel()
-	actx, leaseID := r.attachCtx, r.lease
-	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
-	bg.Go(func() { r.deleteHandoff(actx, leaseID, id) })
-}
-
-func (r *Runner) deleteHandoff(actx context.Context, leaseID storage.LeaseID, id sharding.ShardID) {
+// deleteHandoffs deletes our handoff records of shards ids (batched). On
+// failure the shards are decided again after a pause (the stale-record
+// rule retries).
+func (r *Runner) deleteHandoffs(actx context.Context, leaseID storage.LeaseID, ids []sharding.ShardID) {
 	cctx, cancel := r.opCtx(actx)
-	defer cancel()
-	if _, err := r.store.DeleteHandoff(cctx, leaseID, id); err != nil && actx.Err() == nil {
-		r.log.Warn("deleting a handoff record failed; it goes with the lease", "shard", id, "err", err)
+	_, err := r.store.DeleteHandoffs(cctx, leaseID, ids)
+	cancel()
+	if err == nil || actx.Err() != nil {
+		return
+	}
+	r.log.Warn("deleting handoff records failed; retrying", "shards", len(ids), "first", ids[0], "err", err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	retry := time.Now().Add(r.cfg.AcquireRetryInterval)
+	for _, id := range ids {
+		delete(r.deletingHandoff, id)
+		r.retryLocked(id, retry)
 	}
 }
 
@@ -299,124 +381,210 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) (h storage.Hand
 	}
 }
 
-// cutover is the old owner's side of a handoff: stop admitting (senders
-// wait), drain, release the entities and the shard, then move the lock to
-// the new owner in one transaction that also deletes the handoff record.
-// On failure the shard reopens here.
-func (r *Runner) cutover(gen uint64, s *shard, h storage.Handoff) {
+// cutoverItem is one owned shard to hand over with its ready record.
+type cutoverItem struct {
+	s *shard
+	h storage.Handoff
+}
+
+// cutover is the old owner's side of the handoffs decided in one round:
+// stop admitting (senders wait), drain the shards concurrently, release
+// their entities and run ReleaseShard, then move the locks to their new
+// owners, one transaction per MaxShardsPerTxn shards, each shard's move
+// also deleting its handoff record. A shard whose move fails reopens here
+// (or is dropped when the outcome stays unknown).
+func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	r.mu.Lock()
-	if r.gen != gen || r.owned[s.id] != s {
-		r.clearReleasingLocked(s)
-		r.mu.Unlock()
-		return
-	}
 	actx, leaseID := r.attachCtx, r.lease
+	items = r.stillOwnedLocked(gen, items)
 	r.mu.Unlock()
-
+	if len(items) == 0 {
+		return
+	}
 	start := time.Now()
-	r.log.Debug("handoff: cutting over", "shard", s.id, "to", h.To)
-	s.host.beginCutover(h.To)
-	r.drain(actx, []*shard{s}, ErrShardMoved)
-	if busy := s.host.running.Load(); busy > 0 {
-		// Handlers still run after DrainTimeout: moving the lock now could
-		// let the new owner run the same entities concurrently. Keep
-		// serving; HandoffWait ends in a plain release, which interrupts.
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		defer signal(r.kick) // decide again (retry, or HandoffWait's plain release)
-		r.clearReleasingLocked(s)
-		if r.gen == gen && r.owned[s.id] == s {
-			s.cutoverRetryAt = time.Now().Add(r.cfg.DrainTimeout) // let the straggler finish first
-			s.host.reopen()
-			r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("%d handlers still running after DrainTimeout", busy))
-		}
-		return
+	shards := make([]*shard, len(items))
+	for i, it := range items {
+		r.log.Debug("handoff: cutting over", "shard", it.s.id, "to", it.h.To)
+		it.s.host.beginCutover(it.h.To)
+		shards[i] = it.s
 	}
-	r.releaseShardHook(actx, s, h.To)
-	r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("drain"))
-	// Our ownership ends here, before the lock moves: observers must never
-	// see the new owner start before this.
+	r.drain(actx, shards, ErrShardMoved)
+	items = r.abortBusy(gen, items)
+	var wg sync.WaitGroup
+	for _, it := range items {
+		wg.Go(func() { r.releaseShardHook(actx, it.s, it.h.To) })
+	}
+	wg.Wait()
+	// Our ownership ends here, before the locks move: observers must never
+	// see a new owner start before this.
 	r.mu.Lock()
-	if r.gen != gen || r.owned[s.id] != s {
-		r.clearReleasingLocked(s)
-		r.mu.Unlock()
+	items = r.stillOwnedLocked(gen, items)
+	for _, it := range items {
+		r.hub.publish(ShardReleased{EventBase: r.base(), Shard: it.s.id, Epoch: it.s.epoch})
+		r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("drain"))
+	}
+	r.mu.Unlock()
+	if len(items) == 0 {
 		return
 	}
-	r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch})
-	r.mu.Unlock()
-	r.publishPhase(s.id, PhaseDrained, r.cfg.ID, h.To, "")
-
-	cutStart := time.Now()
-	to := storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}
-	cctx, cancel := r.opCtx(actx)
-	epoch, err := r.store.Transfer(cctx, storage.TransferRequest{
-		Shard: s.id, FromLease: leaseID, FromEpoch: s.epoch, ToLease: h.Lease,
-		HandoffRevision: h.ModRevision, ToOwner: to,
-	})
-	cancel()
-	moved := err == nil
-	definite := err == nil || errors.Is(err, storage.ErrNoHandoff) || errors.Is(err, storage.ErrLeaseNotFound) ||
-		errors.Is(err, storage.ErrNotOwner) || errors.Is(err, storage.ErrInvalidArgument)
-	if !definite {
-		// The transfer may or may not have committed: ask the store
-		// (linearizable, read-only) before serving again.
-		moved, definite = r.resolveTransfer(actx, leaseID, s)
+	reqs := make([]storage.TransferRequest, len(items))
+	for i, it := range items {
+		r.publishPhase(it.s.id, PhaseDrained, r.cfg.ID, it.h.To, "")
+		reqs[i] = storage.TransferRequest{
+			Shard: it.s.id, FromLease: leaseID, FromEpoch: it.s.epoch, ToLease: it.h.Lease,
+			HandoffRevision: it.h.ModRevision, ToOwner: storage.Owner{RunnerID: it.h.To, Incarnation: it.h.ToIncarnation},
+		}
 	}
-
+	cutStart := time.Now()
+	cctx, cancel := r.opCtx(actx)
+	res, err := r.store.Transfer(cctx, reqs)
+	cancel()
+	if res == nil { // invalid arguments: nothing moved
+		res = make([]storage.TransferResult, len(reqs))
+		for i := range res {
+			res[i] = storage.TransferResult{Shard: reqs[i].Shard, Err: err}
+		}
+	}
+	outcomes := make([]transferOutcome, len(items))
+	var unknown []int
+	for i, tr := range res {
+		outcomes[i] = transferOutcome{moved: tr.Err == nil, definite: definiteTransfer(tr.Err), epoch: tr.Epoch, err: tr.Err}
+		if !outcomes[i].definite {
+			unknown = append(unknown, i)
+		}
+	}
+	if len(unknown) > 0 {
+		// Those transfers may or may not have committed: ask the store
+		// (linearizable, read-only) before serving them again.
+		r.resolveTransfers(actx, leaseID, items, unknown, outcomes)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	defer signal(r.kick)
+	for i, it := range items {
+		r.finishCutoverLocked(gen, it, outcomes[i], cutStart)
+	}
+}
+
+// transferOutcome is what became of one shard's transfer.
+type transferOutcome struct {
+	moved, definite bool
+	epoch           storage.Epoch // the new owner's, when known
+	err             error
+}
+
+// definiteTransfer reports whether a transfer's error (nil included)
+// settles whether the lock moved.
+func definiteTransfer(err error) bool {
+	return err == nil || errors.Is(err, storage.ErrNoHandoff) || errors.Is(err, storage.ErrLeaseNotFound) ||
+		errors.Is(err, storage.ErrNotOwner) || errors.Is(err, storage.ErrInvalidArgument)
+}
+
+// stillOwnedLocked returns the items still owned in attachment gen; the
+// others lose their releasing mark (a detach came first: detachment wins).
+func (r *Runner) stillOwnedLocked(gen uint64, items []cutoverItem) []cutoverItem {
+	out := items[:0:0]
+	for _, it := range items {
+		if r.gen == gen && r.owned[it.s.id] == it.s {
+			out = append(out, it)
+			continue
+		}
+		r.clearReleasingLocked(it.s)
+	}
+	return out
+}
+
+// abortBusy reopens the shards whose handlers still run after
+// DrainTimeout — moving their locks now could let the new owner run the
+// same entities concurrently — and returns the others. A reopened shard
+// keeps serving; it is cut over again later, or HandoffWait ends in a
+// plain release, which interrupts.
+func (r *Runner) abortBusy(gen uint64, items []cutoverItem) []cutoverItem {
+	out := items[:0:0]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, it := range items {
+		busy := it.s.host.running.Load()
+		if busy == 0 {
+			out = append(out, it)
+			continue
+		}
+		r.clearReleasingLocked(it.s)
+		if r.gen == gen && r.owned[it.s.id] == it.s {
+			it.s.cutoverRetryAt = time.Now().Add(r.cfg.DrainTimeout) // let the straggler finish first
+			it.s.host.reopen()
+			r.publishPhase(it.s.id, PhaseAborted, r.cfg.ID, it.h.To, fmt.Sprintf("%d handlers still running after DrainTimeout", busy))
+			r.markLocked(it.s.id)
+		}
+	}
+	return out
+}
+
+// finishCutoverLocked applies the outcome of one shard's transfer.
+func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o transferOutcome, cutStart time.Time) {
+	s, h := it.s, it.h
 	r.clearReleasingLocked(s)
 	if r.gen != gen || r.owned[s.id] != s {
 		return // detached meanwhile: detachment wins
 	}
+	r.markLocked(s.id)
 	switch {
-	case moved:
+	case o.moved:
 		r.movedTo[s.id] = h.To
 		r.lastReleased[s.id] = s.epoch
-		if epoch != 0 { // our view, ahead of the watch: not an orphan of ours
-			r.locks[s.id] = storage.Lock{Shard: s.id, Owner: to, Lease: h.Lease, Epoch: epoch}
-			r.sawEpoch(s.id, epoch)
+		if o.epoch != 0 { // our view, ahead of the watch: not an orphan of ours
+			r.locks[s.id] = storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.epoch}
+			r.sawEpoch(s.id, o.epoch)
 		}
 		r.disownLocked(s, ErrShardMoved)
 		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, withPhase("cutover"))
 		r.publishPhase(s.id, PhaseCutover, r.cfg.ID, h.To, "")
-	case errors.Is(err, storage.ErrNotOwner):
+	case errors.Is(o.err, storage.ErrNotOwner):
 		// Our lock is not ours any more: never serve it again here.
-		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, err))
-	case !definite:
+		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, o.err))
+	case !o.definite:
 		// Unknown outcome and the store unreachable: drop the shard (our
 		// lock, if it survived, is released by the orphan safety net).
-		r.log.Error("handoff transfer outcome unknown; dropping the shard", "shard", s.id, "to", h.To, "err", err)
-		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer outcome unknown: %v", err))
+		r.log.Error("handoff transfer outcome unknown; dropping the shard", "shard", s.id, "to", h.To, "err", o.err)
+		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer outcome unknown: %v", o.err))
 		r.disownLocked(s, ErrShardMoved)
 	default:
 		// The lock is still ours at our epoch: serve again.
-		r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", err)
-		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", err))
+		r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", o.err)
+		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", o.err))
 		s.unassignedSince = time.Now()
 		s.host.reopen()
 		r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
 	}
 }
 
-// resolveTransfer finds out, read-only, whether our lock of s still stands
-// at its epoch after a transfer call with an unknown outcome. It retries
-// until the detach instant; known is false if the store never answered.
-func (r *Runner) resolveTransfer(actx context.Context, leaseID storage.LeaseID, s *shard) (moved, known bool) {
+// resolveTransfers finds out, read-only, whether our locks of the items
+// at indexes idx still stand at their epochs after transfer calls with an
+// unknown outcome, and records it in outcomes. It retries until the detach
+// instant; outcomes it never learns stay not definite.
+func (r *Runner) resolveTransfers(actx context.Context, leaseID storage.LeaseID, items []cutoverItem, idx []int, outcomes []transferOutcome) {
+	held := make([]storage.Held, len(idx))
+	for k, i := range idx {
+		held[k] = storage.Held{Shard: items[i].s.id, Epoch: items[i].s.epoch}
+	}
 	for attempt := 0; actx.Err() == nil && attempt < 5; attempt++ {
 		cctx, cancel := r.opCtx(actx)
-		lost, err := r.store.Verify(cctx, leaseID, []storage.Held{{Shard: s.id, Epoch: s.epoch}})
+		lost, err := r.store.Verify(cctx, leaseID, held)
 		cancel()
 		if err == nil {
-			return len(lost) > 0, true
+			gone := make(map[sharding.ShardID]bool, len(lost))
+			for _, l := range lost {
+				gone[l.Shard] = true
+			}
+			for _, i := range idx {
+				outcomes[i].moved, outcomes[i].definite = gone[items[i].s.id], true
+			}
+			return
 		}
 		select {
 		case <-actx.Done():
 		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
 		}
 	}
-	return false, false
 }
 
 // clearReleasingLocked ends the releasing mark of s (if it is still ours).

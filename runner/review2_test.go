@@ -23,13 +23,16 @@ type ambStore struct {
 	done atomic.Bool
 }
 
-func (s *ambStore) Transfer(ctx context.Context, req storage.TransferRequest) (storage.Epoch, error) {
-	e, err := s.Store.Transfer(ctx, req)
-	if err == nil && s.done.CompareAndSwap(false, true) {
+func (s *ambStore) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([]storage.TransferResult, error) {
+	res, err := s.Store.Transfer(ctx, reqs)
+	if err == nil && res[0].Err == nil && s.done.CompareAndSwap(false, true) {
 		time.Sleep(50 * time.Millisecond) // the reply is lost; the call times out a bit later
-		return 0, fmt.Errorf("reply lost: %w", storage.ErrUnavailable)
+		err = fmt.Errorf("reply lost: %w", storage.ErrUnavailable)
+		for i := range res {
+			res[i] = storage.TransferResult{Shard: reqs[i].Shard, Err: err}
+		}
 	}
-	return e, err
+	return res, err
 }
 
 func runWith(t *testing.T, s storage.Store, cfg runner.Config) *runner.Runner {

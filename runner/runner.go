@@ -112,8 +112,11 @@ type Runner struct {
 	// deletingHandoff: our leftover handoff records being deleted (by
 	// ModRevision), so each is deleted once.
 	deletingHandoff map[sharding.ShardID]storage.Revision
-	releaseRetry    bool // a lock deletion failed: retry at the next timer round
-	pending         map[sharding.ShardID]*pending
+	work            *workQueue // dirty shards and per-shard timers of the control loop
+	// viewChanging: the membership changed since the assignment was
+	// computed; no new move starts until it is recomputed.
+	viewChanging bool
+	pending      map[sharding.ShardID]*pending
 	members         map[string]storage.Runner
 	byLease         map[storage.LeaseID]storage.Runner
 	locks           map[sharding.ShardID]storage.Lock
@@ -179,6 +182,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		deletingHandoff: make(map[sharding.ShardID]storage.Revision),
 		storageErrs:     make(map[string]int),
 		pending:         make(map[sharding.ShardID]*pending),
+		work:            newWorkQueue(cfg.NumShards),
 		members:         make(map[string]storage.Runner),
 		byLease:         make(map[storage.LeaseID]storage.Runner),
 		evictKick:       make(chan struct{}, 1),
@@ -519,7 +523,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 		delete(r.inbound, id)
 		in.cancel()
 		warmed = in.takeWarmed()
-		signal(r.kick) // round deletes our record, now without an inbound
+		r.markLocked(id) // the round deletes our record, now without an inbound
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
 }

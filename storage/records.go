@@ -277,6 +277,37 @@ func CheckTransfer(req TransferRequest) error {
 	return errors.Join(CheckLease(req.FromLease), CheckLease(req.ToLease), CheckEpoch(req.Shard, req.FromEpoch))
 }
 
+// CheckTransfers checks the arguments of Transfer: every request (see
+// CheckTransfer), on distinct shards.
+func CheckTransfers(reqs []TransferRequest) error {
+	ids := make([]sharding.ShardID, len(reqs))
+	for i, req := range reqs {
+		if err := CheckTransfer(req); err != nil {
+			return err
+		}
+		ids[i] = req.Shard
+	}
+	return CheckShards(ids)
+}
+
+// EncodeHandoffs checks the arguments of PutHandoffs (a lease, valid
+// records on distinct shards) and returns the encoded records.
+func EncodeHandoffs(lease LeaseID, puts []HandoffPut) ([][]byte, error) {
+	ids := make([]sharding.ShardID, len(puts))
+	vals := make([][]byte, len(puts))
+	for i, p := range puts {
+		v, err := EncodeHandoff(p.Record)
+		if err != nil {
+			return nil, err
+		}
+		ids[i], vals[i] = p.Shard, v
+	}
+	if err := CheckShardsFor(lease, ids); err != nil {
+		return nil, err
+	}
+	return vals, nil
+}
+
 // Batches splits n items into consecutive [start, end) ranges of at most size.
 func Batches(n, size int) [][2]int {
 	var out [][2]int

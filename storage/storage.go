@@ -140,24 +140,82 @@ type Locks interface {
 	// re-attachment). Locks no longer attached to lease are reported with
 	// status HeldElsewhere or omitted when absent.
 	Rewrite(ctx context.Context, lease LeaseID, owner Owner, shards []sharding.ShardID) ([]AcquireResult, error)
-	// Transfer moves a lock in one transaction: if shards/{Shard} is attached
-	// to FromLease at FromEpoch and handoffs/{Shard} is attached to ToLease,
-	// it writes shards/{Shard} = ToOwner under ToLease and deletes the
-	// handoff record. It returns the new epoch. ErrNotOwner when the caller
-	// does not hold the lock at FromEpoch, ErrNoHandoff when the target's
-	// record is missing, ErrLeaseNotFound when ToLease does not exist.
-	Transfer(ctx context.Context, req TransferRequest) (Epoch, error)
+	// Transfer moves locks: for each request, if shards/{Shard} is attached
+	// to FromLease at FromEpoch and handoffs/{Shard} is attached to ToLease
+	// (at HandoffRevision if set), it writes shards/{Shard} = ToOwner under
+	// ToLease and deletes the handoff record, atomically. Requests are
+	// split into transactions of MaxShardsPerTxn, each atomic on its own;
+	// shards must be distinct. Results are in the order of reqs: Epoch is
+	// the new epoch, or Err says why that shard did not move (ErrNotOwner
+	// when the caller does not hold the lock at FromEpoch, ErrNoHandoff
+	// when the target's record is missing or changed). A transaction that
+	// fails as a whole gives each of its shards its error (ErrLeaseNotFound
+	// when a target's lease does not exist: none of them moved; any other
+	// error: they may or may not have moved), and the first such error is
+	// also returned. Invalid requests fail the call with
+	// ErrInvalidArgument before anything is written.
+	Transfer(ctx context.Context, reqs []TransferRequest) ([]TransferResult, error)
+}
+
+// TransferResult is the outcome of one TransferRequest.
+type TransferResult struct {
+	Shard sharding.ShardID
+	Epoch Epoch // the new owner's epoch when Err is nil
+	Err   error
+}
+
+// HandoffPut is one record for [Handoffs.PutHandoffs].
+type HandoffPut struct {
+	Shard  sharding.ShardID
+	Record HandoffRecord
+}
+
+// HandoffResult is the outcome of one HandoffPut.
+type HandoffResult struct {
+	Shard    sharding.ShardID
+	Revision Revision // of the write, when Err is nil
+	Err      error    // a *HandoffConflictError, or the transaction's error
 }
 
 // Handoffs manages handoff records handoffs/{shard}.
 type Handoffs interface {
-	// PutHandoff creates handoffs/{shard} under lease, or updates it if it
-	// is already attached to lease. A record attached to another lease is
-	// left alone and yields a *HandoffConflictError.
-	PutHandoff(ctx context.Context, lease LeaseID, shard sharding.ShardID, rec HandoffRecord) (Revision, error)
-	// DeleteHandoff deletes handoffs/{shard} if it is attached to lease.
-	// It reports whether it deleted a record.
-	DeleteHandoff(ctx context.Context, lease LeaseID, shard sharding.ShardID) (bool, error)
+	// PutHandoffs creates each handoffs/{shard} under lease, or updates it
+	// if it is already attached to lease; a record attached to another
+	// lease is left alone and its result is a *HandoffConflictError.
+	// Records are written in transactions of MaxShardsPerTxn, each atomic
+	// on its own; shards must be distinct. Results are in the order of
+	// puts. A transaction that fails gives each of its records its error,
+	// and the first such error is also returned. Invalid records fail the
+	// call with ErrInvalidArgument before anything is written.
+	PutHandoffs(ctx context.Context, lease LeaseID, puts []HandoffPut) ([]HandoffResult, error)
+	// DeleteHandoffs deletes each handoffs/{shard} that is attached to
+	// lease (others are left alone) and returns the shards it deleted.
+	DeleteHandoffs(ctx context.Context, lease LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error)
+}
+
+// PutHandoff writes one handoff record with h.PutHandoffs.
+func PutHandoff(ctx context.Context, h Handoffs, lease LeaseID, shard sharding.ShardID, rec HandoffRecord) (Revision, error) {
+	res, err := h.PutHandoffs(ctx, lease, []HandoffPut{{Shard: shard, Record: rec}})
+	if len(res) != 1 {
+		return 0, err
+	}
+	return res[0].Revision, res[0].Err
+}
+
+// DeleteHandoff deletes one handoff record with h.DeleteHandoffs and
+// reports whether it did.
+func DeleteHandoff(ctx context.Context, h Handoffs, lease LeaseID, shard sharding.ShardID) (bool, error) {
+	deleted, err := h.DeleteHandoffs(ctx, lease, []sharding.ShardID{shard})
+	return len(deleted) == 1, err
+}
+
+// TransferOne moves one lock with l.Transfer and returns its new epoch.
+func TransferOne(ctx context.Context, l Locks, req TransferRequest) (Epoch, error) {
+	res, err := l.Transfer(ctx, []TransferRequest{req})
+	if len(res) != 1 {
+		return 0, err
+	}
+	return res[0].Epoch, res[0].Err
 }
 
 // Checkpoint is the stored state of a shard, written under an epoch.

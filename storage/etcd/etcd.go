@@ -434,87 +434,146 @@ func (s *Store) Rewrite(ctx context.Context, lease storage.LeaseID, owner storag
 	return slices.DeleteFunc(out, func(r storage.AcquireResult) bool { return r.Status == 0 }), nil
 }
 
-// Transfer implements storage.Locks.
-func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (storage.Epoch, error) {
-	if err := storage.CheckTransfer(req); err != nil {
-		return 0, err
+// Transfer implements storage.Locks: per shard, a nested transaction that
+// moves the lock and deletes the handoff record if the lock is the
+// caller's at FromEpoch and the record the target's, else reads both.
+func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([]storage.TransferResult, error) {
+	if err := storage.CheckTransfers(reqs); err != nil {
+		return nil, err
 	}
-	val, err := storage.EncodeOwner(req.ToOwner)
-	if err != nil {
-		return 0, err
+	vals := make([]string, len(reqs))
+	for i, req := range reqs {
+		v, err := storage.EncodeOwner(req.ToOwner)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = string(v)
 	}
-	sk, hk := s.shardKey(req.Shard), s.handoffKey(req.Shard)
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.LeaseValue(sk), "=", clientv3.LeaseID(req.FromLease)),
-		clientv3.Compare(clientv3.ModRevision(sk), "=", int64(req.FromEpoch)),
-		clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(req.ToLease)),
-	}
-	if req.HandoffRevision != 0 {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hk), "=", int64(req.HandoffRevision)))
-	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(
-		clientv3.OpPut(sk, string(val), clientv3.WithLease(clientv3.LeaseID(req.ToLease))),
-		clientv3.OpDelete(hk),
-	).Else(
-		clientv3.OpGet(sk),
-	).Commit()
-	if err != nil {
-		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, translate(err))
-	}
-	if resp.Succeeded {
-		return storage.Epoch(resp.Header.Revision), nil
-	}
-	if kv := firstKV(resp); kv == nil || storage.LeaseID(kv.Lease) != req.FromLease || storage.Epoch(kv.ModRevision) != req.FromEpoch {
-		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
-	}
-	return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
+	out := make([]storage.TransferResult, len(reqs))
+	err := forBatches(len(reqs), func(lo, hi int) error {
+		ops := make([]clientv3.Op, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			req := reqs[i]
+			sk, hk := s.shardKey(req.Shard), s.handoffKey(req.Shard)
+			cmps := []clientv3.Cmp{
+				clientv3.Compare(clientv3.LeaseValue(sk), "=", clientv3.LeaseID(req.FromLease)),
+				clientv3.Compare(clientv3.ModRevision(sk), "=", int64(req.FromEpoch)),
+				clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(req.ToLease)),
+			}
+			if req.HandoffRevision != 0 {
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hk), "=", int64(req.HandoffRevision)))
+			}
+			ops = append(ops, clientv3.OpTxn(cmps,
+				[]clientv3.Op{clientv3.OpPut(sk, vals[i], clientv3.WithLease(clientv3.LeaseID(req.ToLease))), clientv3.OpDelete(hk)},
+				[]clientv3.Op{clientv3.OpGet(sk)}))
+		}
+		resps, rev, err := s.batchTxn(ctx, ops)
+		if err != nil {
+			err = fmt.Errorf("transfer %d shards: %w", hi-lo, err)
+			for i := lo; i < hi; i++ {
+				out[i] = storage.TransferResult{Shard: reqs[i].Shard, Err: err}
+			}
+			return err
+		}
+		for k, r := range resps {
+			req := reqs[lo+k]
+			res := storage.TransferResult{Shard: req.Shard}
+			switch kv := firstKV(r); {
+			case r.Succeeded:
+				res.Epoch = storage.Epoch(rev)
+			case kv == nil || storage.LeaseID(kv.Lease) != req.FromLease || storage.Epoch(kv.ModRevision) != req.FromEpoch:
+				res.Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
+			default:
+				res.Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
+			}
+			out[lo+k] = res
+		}
+		return nil
+	})
+	return out, err
 }
 
-// PutHandoff implements storage.Handoffs.
-func (s *Store) PutHandoff(ctx context.Context, lease storage.LeaseID, shard sharding.ShardID, rec storage.HandoffRecord) (storage.Revision, error) {
-	val, err := storage.EncodeHandoff(rec)
+// PutHandoffs implements storage.Handoffs: per record, a nested
+// transaction that creates the key if absent, else updates it if it is
+// under lease, else reads it (a conflict).
+func (s *Store) PutHandoffs(ctx context.Context, lease storage.LeaseID, puts []storage.HandoffPut) ([]storage.HandoffResult, error) {
+	vals, err := storage.EncodeHandoffs(lease, puts)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	hk := s.handoffKey(shard)
-	put := clientv3.OpPut(hk, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)).Then(put).Else(
-		clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(lease))},
-			[]clientv3.Op{put},
-			[]clientv3.Op{clientv3.OpGet(hk)}),
-	).Commit()
-	if err != nil {
-		return 0, fmt.Errorf("put handoff of shard %d: %w", shard, translate(err))
-	}
-	if !resp.Succeeded {
-		nested := (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
-		if !nested.Succeeded {
-			e := &storage.HandoffConflictError{Shard: shard}
-			if kv := firstKV(nested); kv != nil {
-				e.Existing, _ = storage.DecodeHandoff(keyValue(kv, len(s.key(storage.KeyspaceHandoffs, ""))))
+	out := make([]storage.HandoffResult, len(puts))
+	err = forBatches(len(puts), func(lo, hi int) error {
+		ops := make([]clientv3.Op, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			hk := s.handoffKey(puts[i].Shard)
+			put := clientv3.OpPut(hk, string(vals[i]), clientv3.WithLease(clientv3.LeaseID(lease)))
+			ops = append(ops, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)},
+				[]clientv3.Op{put},
+				[]clientv3.Op{clientv3.OpTxn(
+					[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(lease))},
+					[]clientv3.Op{put},
+					[]clientv3.Op{clientv3.OpGet(hk)})}))
+		}
+		resps, rev, err := s.batchTxn(ctx, ops)
+		if err != nil {
+			err = fmt.Errorf("put %d handoff records: %w", hi-lo, err)
+			for i := lo; i < hi; i++ {
+				out[i] = storage.HandoffResult{Shard: puts[i].Shard, Err: err}
 			}
-			return 0, e
+			return err
+		}
+		for k, r := range resps {
+			res := storage.HandoffResult{Shard: puts[lo+k].Shard, Revision: rev}
+			if !r.Succeeded {
+				if nested := r.Responses[0].GetResponseTxn(); nested != nil && !nested.Succeeded {
+					e := &storage.HandoffConflictError{Shard: res.Shard}
+					if kv := firstKV((*clientv3.TxnResponse)(nested)); kv != nil {
+						e.Existing, _ = storage.DecodeHandoff(keyValue(kv, len(s.key(storage.KeyspaceHandoffs, ""))))
+					}
+					res.Revision, res.Err = 0, e
+				}
+			}
+			out[lo+k] = res
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteHandoffs implements storage.Handoffs.
+func (s *Store) DeleteHandoffs(ctx context.Context, lease storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
+	if err := storage.CheckShardsFor(lease, shards); err != nil {
+		return nil, err
+	}
+	deleted := make([]bool, len(shards))
+	err := forBatches(len(shards), func(lo, hi int) error {
+		ops := make([]clientv3.Op, 0, hi-lo)
+		for _, sh := range shards[lo:hi] {
+			hk := s.handoffKey(sh)
+			ops = append(ops, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(lease))},
+				[]clientv3.Op{clientv3.OpDelete(hk)}, nil))
+		}
+		resps, _, err := s.batchTxn(ctx, ops)
+		if err != nil {
+			return err
+		}
+		for k, r := range resps {
+			deleted[lo+k] = r.Succeeded
+		}
+		return nil
+	})
+	var out []sharding.ShardID
+	for i, ok := range deleted {
+		if ok {
+			out = append(out, shards[i])
 		}
 	}
-	return storage.Revision(resp.Header.Revision), nil
-}
-
-// DeleteHandoff implements storage.Handoffs.
-func (s *Store) DeleteHandoff(ctx context.Context, lease storage.LeaseID, shard sharding.ShardID) (bool, error) {
-	hk := s.handoffKey(shard)
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(lease))).
-		Then(clientv3.OpDelete(hk)).Commit()
 	if err != nil {
-		return false, fmt.Errorf("delete handoff of shard %d: %w", shard, translate(err))
+		return out, fmt.Errorf("delete %d handoff records: %w", len(shards), err)
 	}
-	return resp.Succeeded, nil
+	return out, nil
 }
 
 // WriteCheckpoint implements storage.Checkpoints.

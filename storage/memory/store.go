@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -323,19 +324,27 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 // only before its first write: the transaction is then not committed.
 func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, tx *txn, lo, hi int) error) error {
 	for _, b := range storage.Batches(n, storage.MaxShardsPerTxn) {
-		c, err := s.enter(ctx, op)
-		if err != nil {
-			return err
-		}
-		tx := c.begin()
-		if err = fn(c, tx, b[0], b[1]); err == nil {
-			tx.commit()
-		}
-		c.mu.Unlock()
-		if err != nil {
+		if err := s.txn(ctx, op, func(c *Cluster, tx *txn) error { return fn(c, tx, b[0], b[1]) }); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// txn runs fn as one transaction (under the cluster lock), after applying
+// op's faults. fn may fail only before its first write: the transaction is
+// then not committed.
+func (s *Store) txn(ctx context.Context, op Op, fn func(c *Cluster, tx *txn) error) error {
+	c, err := s.enter(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	tx := c.begin()
+	if err := fn(c, tx); err != nil {
+		return err
+	}
+	tx.commit()
 	return nil
 }
 
@@ -418,71 +427,121 @@ func (s *Store) Rewrite(ctx context.Context, leaseID storage.LeaseID, owner stor
 }
 
 // Transfer implements storage.Locks.
-func (s *Store) Transfer(ctx context.Context, req storage.TransferRequest) (storage.Epoch, error) {
-	if err := storage.CheckTransfer(req); err != nil {
-		return 0, err
+func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([]storage.TransferResult, error) {
+	if err := storage.CheckTransfers(reqs); err != nil {
+		return nil, err
 	}
-	val, err := storage.EncodeOwner(req.ToOwner)
-	if err != nil {
-		return 0, err
+	vals := make([][]byte, len(reqs))
+	for i, req := range reqs {
+		v, err := storage.EncodeOwner(req.ToOwner)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
 	}
-	c, err := s.enter(ctx, OpTransfer)
-	if err != nil {
-		return 0, err
+	out := make([]storage.TransferResult, len(reqs))
+	for i, req := range reqs {
+		out[i].Shard = req.Shard
 	}
-	defer c.mu.Unlock()
-	sk, hk := shardKey(req.Shard), handoffKey(req.Shard)
-	if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
-		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
+	var first error
+	for _, b := range storage.Batches(len(reqs), storage.MaxShardsPerTxn) {
+		lo, hi := b[0], b[1]
+		err := s.txn(ctx, OpTransfer, func(c *Cluster, tx *txn) error {
+			move := make([]bool, hi-lo)
+			for i := lo; i < hi; i++ {
+				req := reqs[i]
+				sk, hk := shardKey(req.Shard), handoffKey(req.Shard)
+				if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
+					out[i].Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
+					continue
+				}
+				if e, ok := c.kvs[hk]; !ok || e.lease != req.ToLease || (req.HandoffRevision != 0 && e.mod != req.HandoffRevision) {
+					out[i].Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
+					continue
+				}
+				if _, ok := c.leases[req.ToLease]; !ok {
+					// Like etcd: a put under a missing lease fails the
+					// whole transaction; nothing is written yet.
+					return storage.ErrLeaseNotFound
+				}
+				move[i-lo] = true
+			}
+			for i := lo; i < hi; i++ {
+				if move[i-lo] {
+					_ = tx.put(shardKey(reqs[i].Shard), vals[i], reqs[i].ToLease) // the lease exists
+					tx.del(handoffKey(reqs[i].Shard))
+					out[i].Epoch = storage.Epoch(tx.rev)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			err = fmt.Errorf("transfer %d shards: %w", b[1]-b[0], err)
+			for i := b[0]; i < b[1]; i++ {
+				out[i] = storage.TransferResult{Shard: reqs[i].Shard, Err: err}
+			}
+			first = cmp.Or(first, err)
+		}
 	}
-	if e, ok := c.kvs[hk]; !ok || e.lease != req.ToLease || (req.HandoffRevision != 0 && e.mod != req.HandoffRevision) {
-		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
-	}
-	tx := c.begin()
-	if err := tx.put(sk, val, req.ToLease); err != nil {
-		return 0, fmt.Errorf("transfer shard %d: %w", req.Shard, err)
-	}
-	tx.del(hk)
-	return storage.Epoch(tx.commit()), nil
+	return out, first
 }
 
-// PutHandoff implements storage.Handoffs.
-func (s *Store) PutHandoff(ctx context.Context, leaseID storage.LeaseID, shard sharding.ShardID, rec storage.HandoffRecord) (storage.Revision, error) {
-	val, err := storage.EncodeHandoff(rec)
+// PutHandoffs implements storage.Handoffs.
+func (s *Store) PutHandoffs(ctx context.Context, leaseID storage.LeaseID, puts []storage.HandoffPut) ([]storage.HandoffResult, error) {
+	vals, err := storage.EncodeHandoffs(leaseID, puts)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	c, err := s.enter(ctx, OpHandoff)
-	if err != nil {
-		return 0, err
+	out := make([]storage.HandoffResult, len(puts))
+	var first error
+	for _, b := range storage.Batches(len(puts), storage.MaxShardsPerTxn) {
+		err := s.txn(ctx, OpHandoff, func(c *Cluster, tx *txn) error {
+			if _, ok := c.leases[leaseID]; !ok {
+				return storage.ErrLeaseNotFound
+			}
+			for i := b[0]; i < b[1]; i++ {
+				key := handoffKey(puts[i].Shard)
+				out[i].Shard = puts[i].Shard
+				if e, ok := c.kvs[key]; ok && e.lease != leaseID {
+					out[i].Err = &storage.HandoffConflictError{Shard: puts[i].Shard, Existing: handoffOf(key, e)}
+					continue
+				}
+				_ = tx.put(key, vals[i], leaseID) // the lease exists
+				out[i].Revision = tx.rev
+			}
+			return nil
+		})
+		if err != nil {
+			err = fmt.Errorf("put %d handoff records: %w", b[1]-b[0], err)
+			for i := b[0]; i < b[1]; i++ {
+				out[i] = storage.HandoffResult{Shard: puts[i].Shard, Err: err}
+			}
+			first = cmp.Or(first, err)
+		}
 	}
-	defer c.mu.Unlock()
-	key := handoffKey(shard)
-	if e, ok := c.kvs[key]; ok && e.lease != leaseID {
-		return 0, &storage.HandoffConflictError{Shard: shard, Existing: handoffOf(key, e)}
-	}
-	tx := c.begin()
-	if err := tx.put(key, val, leaseID); err != nil {
-		return 0, fmt.Errorf("put handoff of shard %d: %w", shard, err)
-	}
-	return tx.commit(), nil
+	return out, first
 }
 
-// DeleteHandoff implements storage.Handoffs.
-func (s *Store) DeleteHandoff(ctx context.Context, leaseID storage.LeaseID, shard sharding.ShardID) (bool, error) {
-	c, err := s.enter(ctx, OpHandoff)
+// DeleteHandoffs implements storage.Handoffs.
+func (s *Store) DeleteHandoffs(ctx context.Context, leaseID storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
+	if err := storage.CheckShardsFor(leaseID, shards); err != nil {
+		return nil, err
+	}
+	var deleted []sharding.ShardID
+	err := s.batched(ctx, OpHandoff, len(shards), func(c *Cluster, tx *txn, lo, hi int) error {
+		for _, sh := range shards[lo:hi] {
+			key := handoffKey(sh)
+			if e, ok := c.kvs[key]; ok && e.lease == leaseID {
+				tx.del(key)
+				deleted = append(deleted, sh)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return false, err
+		return deleted, fmt.Errorf("delete %d handoff records: %w", len(shards), err)
 	}
-	defer c.mu.Unlock()
-	key := handoffKey(shard)
-	if e, ok := c.kvs[key]; !ok || e.lease != leaseID {
-		return false, nil
-	}
-	tx := c.begin()
-	tx.del(key)
-	tx.commit()
-	return true, nil
+	return deleted, nil
 }
 
 // WriteCheckpoint implements storage.Checkpoints.

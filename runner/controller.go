@@ -1,0 +1,419 @@
+package runner
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// The control loop is a controller over a work queue of shards (see
+// workQueue). Its work per event is proportional to what the event
+// changed, never to the size of the cluster:
+//
+//   - Events become dirty shards in one place, markLocked: a lock or
+//     handoff record of the shard changed (watches), an operation on it
+//     finished, a per-shard timer fired. Only a membership change (a new
+//     assignment), an attach, a lock listing and the periodic resync mark
+//     every shard — one O(shards) pass, not one per event.
+//   - A round takes the dirty shards and decides each one in decideLocked,
+//     a small function per concern (acquire, take over by handoff, hand
+//     off or release, delete what we no longer want). Decisions are
+//     collected in a plan and carried out, batched, once r.mu is released.
+//   - A shard that must be looked at again later (an acquire retry, the
+//     end of HandoffWait) asks for a timer instead of being rescanned.
+//
+// Membership storms: an isolated membership change is acted on at once,
+// but while changes keep arriving (closer than RebalanceDebounce) the
+// runner starts no new move — no acquisition, handoff or release — until
+// its view has been quiet for RebalanceDebounce (at most 10 x
+// RebalanceDebounce), so it never hands shards towards a runner while its
+// own view of the assignment is still changing. A runner's first
+// assignment always waits for a quiet view, so runners starting together
+// take their final shards directly instead of handing them around.
+
+// controlLoop acquires assigned shards, releases unassigned ones and
+// verifies owned locks. It is the only goroutine that writes locks while
+// attached; it does nothing while starting or detached.
+func (r *Runner) controlLoop(ctx context.Context) {
+	var bg sync.WaitGroup // operations in flight
+	defer bg.Wait()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	verify := time.NewTicker(r.cfg.VerifyInterval)
+	resync := time.NewTicker(r.cfg.ResyncInterval)
+	defer func() { timer.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
+	var storm stormGate
+	stopReq := r.stopReq
+	var handoffDeadline time.Time // while Shutdown hands shards off
+	for {
+		if !handoffDeadline.IsZero() && (r.ownedCount() == 0 || !time.Now().Before(handoffDeadline)) {
+			bg.Wait()
+			r.shutdown(ctx)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-stopReq:
+			stopReq = nil
+			r.cancelAllInbound()
+			if handoffDeadline = r.beginDrainMode(); handoffDeadline.IsZero() {
+				bg.Wait()
+				r.shutdown(ctx)
+				return
+			}
+			timer.Reset(r.cfg.AcquireRetryInterval)
+			continue
+		case <-r.rebalance:
+			if storm.change(time.Now(), r.cfg.RebalanceDebounce, r.hasAssignment()) {
+				debounce.Stop()
+				r.recompute()
+			} else {
+				debounce.Reset(r.cfg.RebalanceDebounce)
+			}
+		case <-debounce.C:
+			storm.settled()
+			r.recompute()
+		case <-r.kick:
+		case <-timer.C:
+		case <-verify.C:
+			r.verify()
+		case <-resync.C:
+			r.resync()
+		}
+		if next, ok := r.round(&bg); ok {
+			timer.Reset(max(time.Until(next), time.Millisecond))
+		}
+	}
+}
+
+// stormGate decides when a membership change is acted on: at once when it
+// is isolated (the view was quiet for the debounce), else when the view
+// has been quiet for the debounce or, in a long storm, after 10 debounces.
+type stormGate struct {
+	last  time.Time // the last change
+	since time.Time // the first change not acted on (zero: none)
+}
+
+// change records a change at now; it reports whether to recompute now.
+func (g *stormGate) change(now time.Time, debounce time.Duration, hasAssignment bool) bool {
+	quiet := g.last.IsZero() || now.Sub(g.last) >= debounce
+	g.last = now
+	if g.since.IsZero() {
+		g.since = now
+	}
+	if (quiet && hasAssignment) || now.Sub(g.since) >= 10*debounce {
+		g.since = time.Time{}
+		return true
+	}
+	return false
+}
+
+// settled records that the debounce fired.
+func (g *stormGate) settled() { g.since = time.Time{} }
+
+func (r *Runner) hasAssignment() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.assignedWithSelf
+}
+
+func (r *Runner) recompute() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recomputeLocked()
+}
+
+// resync is the safety net: every pending acquisition gets a fresh retry
+// window and every shard is decided again.
+func (r *Runner) resync() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pending {
+		*p = pending{since: time.Now()}
+	}
+	r.recomputeLocked()
+}
+
+// markLocked is where events become work: shard id is decided again in the
+// next round.
+func (r *Runner) markLocked(id sharding.ShardID) {
+	r.work.add(id)
+	signal(r.kick)
+}
+
+// markAllLocked asks for a full reconcile in the next round.
+func (r *Runner) markAllLocked() {
+	r.work.addAll()
+	signal(r.kick)
+}
+
+// retryLocked asks for shard id to be decided again at t (the loop re-arms
+// its timer in the next round).
+func (r *Runner) retryLocked(id sharding.ShardID, t time.Time) {
+	r.work.after(id, t)
+	signal(r.kick)
+}
+
+// concernsLocked reports whether a change to shard id's lock or handoff
+// record can change a decision of this runner: the shard is assigned,
+// owned, pending, taken over or released here, or its lock is (or was)
+// under this runner's lease.
+func (r *Runner) concernsLocked(id sharding.ShardID, leases ...storage.LeaseID) bool {
+	if _, ok := r.owned[id]; ok {
+		return true
+	}
+	if r.pending[id] != nil || r.inbound[id] != nil {
+		return true
+	}
+	if _, ok := r.releasing[id]; ok {
+		return true
+	}
+	for _, l := range leases {
+		if l == r.lease && l != storage.NoLease {
+			return true
+		}
+	}
+	return int(id) < len(r.assignment) && r.assignment[id] == r.cfg.ID
+}
+
+// plan collects the decisions of one round, carried out after r.mu is
+// released.
+type plan struct {
+	acquire  []sharding.ShardID
+	release  []sharding.ShardID
+	cutovers []cutoverItem
+	orphans  []storage.Held
+	inbound  []inboundItem
+	records  []sharding.ShardID // our handoff records to delete
+}
+
+// roundState is what every decision of a round reads.
+type roundState struct {
+	now        time.Time
+	lease      storage.LeaseID
+	registered bool // the view holds this incarnation under its lease
+	superseded bool // another incarnation took this runner's ID
+}
+
+// round decides every dirty shard and starts what was decided. It returns
+// when the next per-shard timer is due.
+func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
+	r.mu.Lock()
+	if r.phase != phaseAttached || r.stopping {
+		r.mu.Unlock()
+		return time.Time{}, false
+	}
+	now := time.Now()
+	next, hasNext := r.work.fire(now)
+	if r.viewChanging {
+		// A membership change is not acted on yet (storm): decide later,
+		// on the assignment of a quiet view (recompute marks everything).
+		r.mu.Unlock()
+		return next, hasNext
+	}
+	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
+	st := roundState{
+		now: now, lease: leaseID,
+		registered: r.registeredLocked(), superseded: r.supersededLocked(),
+	}
+	ids, all := r.work.take()
+	var p plan
+	if all {
+		for id := range r.cfg.NumShards {
+			r.decideLocked(sharding.ShardID(id), &st, &p)
+		}
+	} else {
+		for _, id := range ids {
+			r.decideLocked(id, &st, &p)
+		}
+	}
+	next, hasNext = r.work.fire(now)
+	r.mu.Unlock()
+	r.execute(bg, gen, actx, leaseID, &p)
+	return next, hasNext
+}
+
+// decideLocked decides shard id: the one place where a dirty shard becomes
+// decisions.
+func (r *Runner) decideLocked(id sharding.ShardID, st *roundState, p *plan) {
+	want := st.registered && !r.drainMode && r.desiredLocked(id)
+	r.decidePendingLocked(id, want, st, p)
+	r.decideInboundLocked(id, want, p)
+	if s, ok := r.owned[id]; ok {
+		r.decideOwnedLocked(s, want, st, p)
+	}
+	r.decideOrphanLocked(id, want, st, p)
+	r.decideRecordLocked(id, st, p)
+}
+
+// decidePendingLocked handles an assigned shard this runner does not own:
+// it is acquired when free (or held by a dead incarnation, retried every
+// AcquireRetryInterval within AcquireRetryWindow) and taken over by
+// handoff when another live runner holds it.
+func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundState, p *plan) {
+	_, owned := r.owned[id]
+	_, leaving := r.releasing[id]
+	pd := r.pending[id]
+	switch {
+	case !want:
+		delete(r.pending, id)
+		return
+	case owned:
+		return
+	case pd == nil && leaving:
+		return // pending again once the release finished (deleteLocks marks it)
+	case pd == nil:
+		pd = &pending{since: st.now}
+		r.pending[id] = pd
+	}
+	if l, held := r.locks[id]; held && l.Lease != st.lease {
+		if from, live := r.byLease[l.Lease]; live && from.ID != r.cfg.ID {
+			r.decideTakeoverLocked(id, from, l, st, p)
+			pd.last = st.now
+			return
+		}
+	}
+	if leaving || pd.exhausted {
+		return // a DELETE of the lock (watch) or the resync tries again
+	}
+	if due := pd.last.Add(r.cfg.AcquireRetryInterval); !pd.last.IsZero() && st.now.Before(due) {
+		r.retryLocked(id, due) // at most one attempt per AcquireRetryInterval
+		return
+	}
+	p.acquire = append(p.acquire, id)
+	pd.last = st.now
+}
+
+// decideTakeoverLocked starts taking shard id over from its live owner
+// from, unless a takeover from that owner is already running or was
+// aborted recently.
+func (r *Runner) decideTakeoverLocked(id sharding.ShardID, from storage.Runner, l storage.Lock, st *roundState, p *plan) {
+	if in := r.inbound[id]; in != nil && in.from.Lease != l.Lease {
+		// The shard changed hands while we warmed: start over with its
+		// current owner (our record is overwritten).
+		delete(r.inbound, id)
+		in.cancel()
+		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "the old owner changed to "+from.ID)
+	}
+	if r.cfg.DisableHandoff || r.inbound[id] != nil {
+		return
+	}
+	if retry := r.inboundRetry[id]; st.now.Before(retry) {
+		r.retryLocked(id, retry)
+		return
+	}
+	delete(r.inboundRetry, id)
+	p.inbound = append(p.inbound, r.newInboundLocked(id, from, l.Epoch))
+}
+
+// decideInboundLocked abandons a takeover of a shard no longer assigned
+// here.
+func (r *Runner) decideInboundLocked(id sharding.ShardID, want bool, p *plan) {
+	in := r.inbound[id]
+	if in == nil || want {
+		return
+	}
+	delete(r.inbound, id)
+	in.cancel()
+	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "the shard was assigned elsewhere")
+	p.records = append(p.records, id)
+}
+
+// decideOwnedLocked handles an owned shard: kept while assigned here;
+// otherwise cut over when the new owner is ready, released plainly when no
+// handoff comes within HandoffWait, served meanwhile. It releases only on a
+// membership view holding this incarnation (an incomplete view must not
+// shed every shard), or everything once another incarnation took over this
+// runner's ID.
+func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan) {
+	if _, leaving := r.releasing[s.id]; leaving {
+		return
+	}
+	if !st.superseded && (!st.registered || want) {
+		s.unassignedSince = time.Time{}
+		return
+	}
+	h, cut, plain := r.outboundDecisionLocked(s, st.now)
+	switch {
+	case cut:
+		r.releasing[s.id] = s.epoch
+		p.cutovers = append(p.cutovers, cutoverItem{s: s, h: h})
+	case plain:
+		r.releasing[s.id] = s.epoch
+		p.release = append(p.release, s.id)
+	default:
+		// Wait for the ready record (the handoff watch marks the shard),
+		// or for HandoffWait to end.
+		at := s.unassignedSince.Add(r.cfg.HandoffWait)
+		if s.cutoverRetryAt.After(st.now) && s.cutoverRetryAt.Before(at) {
+			at = s.cutoverRetryAt
+		}
+		r.retryLocked(s.id, at)
+	}
+}
+
+// decideOrphanLocked is the safety net for a lock under our lease that we
+// neither own nor release nor want (a release whose reply was lost, an
+// acquire cut short): it is deleted. If we want it, it is pending and gets
+// rewritten on acquire.
+func (r *Runner) decideOrphanLocked(id sharding.ShardID, want bool, st *roundState, p *plan) {
+	l, held := r.locks[id]
+	if !held || l.Lease != st.lease {
+		return
+	}
+	_, owned := r.owned[id]
+	_, leaving := r.releasing[id]
+	if owned || leaving || !(st.superseded || st.registered && !want) {
+		return
+	}
+	p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch})
+	r.releasing[id] = l.Epoch
+}
+
+// decideRecordLocked deletes a handoff record of ours without a running
+// takeover (an abort whose delete failed, a late write): it would block
+// other targets and could lure an old owner into a cold cutover.
+func (r *Runner) decideRecordLocked(id sharding.ShardID, st *roundState, p *plan) {
+	h, ok := r.handoffs[id]
+	if !ok || h.Lease != st.lease || r.inbound[id] != nil || r.deletingHandoff[id] == h.ModRevision {
+		return
+	}
+	r.deletingHandoff[id] = h.ModRevision
+	p.records = append(p.records, id)
+}
+
+// execute carries out a round's plan: the store calls are batched (one
+// transaction per MaxShardsPerTxn shards); everything but acquisition runs
+// in the background.
+func (r *Runner) execute(bg *sync.WaitGroup, gen uint64, actx context.Context, leaseID storage.LeaseID, p *plan) {
+	if len(p.records) > 0 {
+		slices.Sort(p.records)
+		p.records = slices.Compact(p.records) // an abandoned takeover's record may also be stale
+		bg.Go(func() { r.deleteHandoffs(actx, leaseID, p.records) })
+	}
+	if len(p.release) > 0 {
+		slices.Sort(p.release)
+		bg.Go(func() { r.release(gen, p.release, ErrShardMoved) })
+	}
+	if len(p.cutovers) > 0 {
+		bg.Go(func() { r.cutover(gen, p.cutovers) })
+	}
+	if len(p.orphans) > 0 {
+		r.log.Warn("releasing locks held under this runner's lease but not owned", "locks", len(p.orphans), "first", p.orphans[0].Shard)
+		bg.Go(func() { r.deleteLocks(actx, leaseID, p.orphans) })
+	}
+	if len(p.inbound) > 0 {
+		bg.Go(func() { r.runInbound(gen, leaseID, p.inbound) })
+	}
+	if len(p.acquire) > 0 {
+		slices.Sort(p.acquire)
+		r.acquire(actx, gen, leaseID, p.acquire)
+	}
+}
