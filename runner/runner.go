@@ -117,11 +117,11 @@ type Runner struct {
 	// computed; no new move starts until it is recomputed.
 	viewChanging bool
 	pending      map[sharding.ShardID]*pending
-	members         map[string]storage.Runner
-	byLease         map[storage.LeaseID]storage.Runner
-	locks           map[sharding.ShardID]storage.Lock
-	assignment      sharding.Assignment
-	assignErr       error
+	members      map[string]storage.Runner
+	byLease      map[storage.LeaseID]storage.Runner
+	locks        map[sharding.ShardID]storage.Lock
+	assignment   sharding.Assignment
+	assignErr    error
 	// assignedWithSelf: the assignment was computed from a view holding
 	// this incarnation (later changes are debounced; the first is not).
 	assignedWithSelf bool

@@ -19,7 +19,7 @@ type workQueue struct {
 	all    bool               // every shard is marked (ids is empty)
 	n      int                // NumShards
 
-	timers timerHeap                        // per-shard re-checks, earliest first
+	timers timerHeap                      // per-shard re-checks, earliest first
 	at     map[sharding.ShardID]time.Time // each shard's earliest pending re-check
 }
 
