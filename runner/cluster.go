@@ -30,6 +30,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 			r.applyRunnerLocked(ev.Type, ev.KV)
 		}
 		r.membersSeen = true
+		r.membersVersion++
 		r.viewChanging = true // until the control loop recomputes the assignment
 		live := r.rebuildByLeaseLocked()
 		r.mu.Unlock()
@@ -183,14 +184,42 @@ func (r *Runner) lockLostLocked(id sharding.ShardID, detail string) {
 	r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
 }
 
-// recomputeLocked recomputes the assignment from the membership view and
-// updates the set of shards to acquire.
-func (r *Runner) recomputeLocked() {
-	if !r.membersSeen {
+// recompute recomputes the assignment from the membership view; the
+// strategy runs without r.mu held (it costs O(shards x runners)).
+func (r *Runner) recompute() {
+	r.mu.Lock()
+	in, version, ok := r.assignInputLocked()
+	r.mu.Unlock()
+	if !ok {
 		return
 	}
-	r.viewChanging = false
-	var runners []sharding.Runner
+	a, err := r.cfg.Strategy.Assign(in)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.installAssignmentLocked(in.Runners, a, err, version)
+}
+
+// recomputeLocked is recompute with r.mu held throughout (attach, resync).
+func (r *Runner) recomputeLocked() {
+	in, version, ok := r.assignInputLocked()
+	if !ok {
+		return
+	}
+	a, err := r.cfg.Strategy.Assign(in)
+	r.installAssignmentLocked(in.Runners, a, err, version)
+}
+
+// assignInputLocked returns the strategy's input for the current view
+// (sorted runners; Current only for strategies that read it) and the
+// view's version. ok is false before the first listing, and when the
+// runners and weights are those of the installed assignment and the
+// strategy ignores Current: the assignment is then still valid, and only
+// the reconcile is done.
+func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool) {
+	if !r.membersSeen {
+		return in, 0, false
+	}
+	runners := make([]sharding.Runner, 0, len(r.members))
 	for _, m := range r.members {
 		w := m.Weight
 		if m.Draining {
@@ -198,11 +227,30 @@ func (r *Runner) recomputeLocked() {
 		}
 		runners = append(runners, sharding.Runner{ID: m.ID, Weight: w})
 	}
-	current := make(sharding.Assignment, r.cfg.NumShards)
-	for id, l := range r.locks {
-		current[id] = r.byLease[l.Lease].ID
+	slices.SortFunc(runners, func(a, b sharding.Runner) int { return strings.Compare(a.ID, b.ID) })
+	in = sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
+	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
+		in.Current = make(sharding.Assignment, r.cfg.NumShards)
+		for id, l := range r.locks {
+			in.Current[id] = r.byLease[l.Lease].ID
+		}
+	} else if r.assignment != nil && r.assignErr == nil && slices.Equal(runners, r.assignedFrom) {
+		r.installAssignmentLocked(runners, r.assignment, nil, r.membersVersion)
+		return in, 0, false
 	}
-	a, err := r.cfg.Strategy.Assign(sharding.Input{NumShards: r.cfg.NumShards, Runners: runners, Current: current})
+	return in, r.membersVersion, true
+}
+
+// installAssignmentLocked installs assignment a computed from runners at
+// view version (a recompute that raced with a newer change still installs
+// its result, but the view stays "changing" until the next one) and asks
+// for a full reconcile: shards no longer wanted stop pending, newly
+// assigned ones become pending, owned ones assigned elsewhere start
+// waiting for their handoff.
+func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.Assignment, err error, version uint64) {
+	if version == r.membersVersion {
+		r.viewChanging = false
+	}
 	if err != nil {
 		if r.assignErr == nil || r.assignErr.Error() != err.Error() {
 			r.log.Error("cannot compute the shard assignment; keeping the previous one", "err", err)
@@ -211,11 +259,11 @@ func (r *Runner) recomputeLocked() {
 		return
 	}
 	r.assignErr = nil
-	r.assignment = a
+	if !slices.Equal(a, r.assignment) {
+		r.assignment, r.assignDigest = a, a.Digest()
+	}
+	r.assignedFrom = runners
 	r.assignedWithSelf = r.registeredLocked()
-	// A full reconcile on the new assignment: shards no longer wanted stop
-	// pending, newly assigned ones become pending, owned ones assigned
-	// elsewhere start waiting for their handoff.
 	r.markAllLocked()
 }
 

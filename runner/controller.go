@@ -124,12 +124,6 @@ func (r *Runner) hasAssignment() bool {
 	return r.assignedWithSelf
 }
 
-func (r *Runner) recompute() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recomputeLocked()
-}
-
 // resync is the safety net: every pending acquisition gets a fresh retry
 // window and every shard is decided again.
 func (r *Runner) resync() {

@@ -28,9 +28,13 @@
 //     counted as dropped (reason stale_result) and the instance is
 //     discarded; and every reply carries the epoch its handler ran under,
 //     so a sender that has already seen a newer epoch of the shard (lock
-//     watch, earlier replies) withholds it too, closing the gap between
-//     the owner's check and its socket write; and it cannot write under
-//     its stale epoch (fenced writes). A detached runner re-attaches only
+//     watch, earlier replies) withholds a result from an owner whose lease
+//     has ended, closing the gap between the owner's check and its socket
+//     write (a live owner moves a shard only after its drain, in which
+//     every handler returned and every remote answer was written, so its
+//     older-epoch results stay acknowledged: no request is lost on a
+//     planned move); and it cannot write under its stale epoch (fenced
+//     writes). A detached runner re-attaches only
 //     after RecoverWindow of health its probes observed: a pause between
 //     two probes starts the window over.
 //   - Detach before expiry. The runner detaches no later than

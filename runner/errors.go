@@ -46,9 +46,9 @@ func (e *NotOwnerError) Error() string {
 
 // StaleResultError reports a handler that ran but whose result is withheld:
 // the runner it ran on lost the shard while it ran (the detach instant
-// passed, or the shard was released, taken or detached), or the sender had
-// already seen a newer epoch of the shard (through its lock watch or an
-// earlier reply) when the reply arrived. The handler's effects may exist —
+// passed, or the shard was taken, dropped or detached), or, when the reply
+// arrived, the sender had already seen a newer epoch of the shard (through
+// its lock watch or an earlier reply) and the owner's lease had ended. The handler's effects may exist —
 // in the old owner's memory, never in fenced storage — so
 // errors.Is(err, ErrMaybeDelivered) holds and the call is not retried.
 type StaleResultError struct {

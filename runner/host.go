@@ -129,6 +129,7 @@ type shardHost struct {
 	created  time.Time
 
 	running  atomic.Int64 // entities with a goroutine
+	replying atomic.Int64 // admitted remote asks whose answer is not written yet
 	draining atomic.Bool
 	// actx is the attachment the shard was installed in; lockWaits is set
 	// when a plain release ends the hosting but keeps the lock until the
@@ -178,6 +179,7 @@ type result struct {
 	err         error
 	undelivered bool          // the runtime failed it before any handler ran
 	epoch       storage.Epoch // the epoch the handler ran under (0: none ran)
+	admitted    bool          // it entered a mailbox (deliver sets it)
 }
 
 // waiter carries one ask's response. Waiters are pooled per runner (a
@@ -195,36 +197,47 @@ type message struct {
 // deliver enqueues a message for entity id of kind k and waits for the
 // response unless oneWay. res.undelivered is set when the message certainly
 // did not reach a handler (safe to retry); res.epoch is the epoch a handler
-// ran under.
-func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay bool) result {
+// ran under. With remote set, an admitted ask counts in sh.replying until
+// the transport reports its answer written (replyWritten): drains wait for
+// it.
+func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay, remote bool) result {
 	msg := message{h: h, req: req}
 	if !oneWay {
 		msg.reply = sh.r.waiters.Get().(*waiter)
 	}
-	if err := sh.enqueue(ctx, k, entityKey{kind: k.desc.Name(), id: id}, msg); err != nil {
+	if err := sh.enqueue(ctx, k, entityKey{kind: k.desc.Name(), id: id}, msg, remote && !oneWay); err != nil {
 		if msg.reply != nil {
 			sh.r.waiters.Put(msg.reply)
 		}
 		return result{err: err, undelivered: true}
 	}
 	if oneWay {
-		return result{}
+		return result{admitted: true}
 	}
 	select {
 	case res := <-msg.reply.ch:
 		sh.r.waiters.Put(msg.reply)
+		res.admitted = true
 		return res
 	case <-ctx.Done():
 		// The handler may still run: at most once. The waiter is
 		// abandoned to the entity, which writes into its buffer.
-		return result{err: fmt.Errorf("runner: ask %s %q (%w): %w", k.desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx))}
+		return result{admitted: true, err: fmt.Errorf("runner: ask %s %q (%w): %w", k.desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx))}
+	}
+}
+
+// replyWritten ends the count of a remote ask's answer (see deliver).
+func (sh *shardHost) replyWritten() {
+	if sh.replying.Add(-1) == 0 && sh.draining.Load() {
+		signal(sh.idle)
 	}
 }
 
 // enqueue adds msg to the entity's mailbox, creating the entity if needed.
 // Admission is checked under sh.mu together with the enqueue, so once a
-// drain has stopped admission no message can slip in.
-func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg message) error {
+// drain has stopped admission no message can slip in; a counted message
+// (a remote ask) enters sh.replying at admission, under sh.mu too.
+func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg message, counted bool) error {
 	if !sh.prevDone.Load() {
 		if err := sh.waitPrev(ctx); err != nil {
 			return err
@@ -240,7 +253,7 @@ func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg 
 			continue
 		}
 		if e := sh.entities[key]; e != nil {
-			err := e.push(msg)
+			err := sh.admit(e, msg, counted)
 			sh.mu.RUnlock()
 			return err
 		}
@@ -252,7 +265,7 @@ func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg 
 			continue
 		}
 		if e := sh.entities[key]; e != nil {
-			err := e.push(msg)
+			err := sh.admit(e, msg, counted)
 			sh.mu.Unlock()
 			return err
 		}
@@ -275,11 +288,24 @@ func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg 
 		sh.entities[key] = e
 		// Listed under sh.mu, so a concurrent close() cannot miss it.
 		sh.r.residents.add(e)
-		err := e.push(msg)
+		err := sh.admit(e, msg, counted)
 		sh.mu.Unlock()
 		sh.r.met.activations.Add(context.Background(), 1, sh.r.met.attrs)
 		return err
 	}
+}
+
+// admit pushes msg to e (under sh.mu) and, when counted, counts its
+// answer in sh.replying.
+func (sh *shardHost) admit(e *resident, msg message, counted bool) error {
+	if counted {
+		sh.replying.Add(1) // before the push: a drain never sees it run uncounted
+	}
+	err := e.push(msg)
+	if err != nil && counted {
+		sh.replyWritten()
+	}
+	return err
 }
 
 // resident is one resident entity instance. It has a goroutine only while its
@@ -644,8 +670,10 @@ func (sh *shardHost) drain(ctx context.Context, reason error) {
 		retiring = append(retiring, ch)
 	}
 	sh.mu.Unlock()
+	// Every admitted message has run and every remote answer is written
+	// (the sender has it before the shard can move: see checkEpoch).
 	timedOut := false
-	for sh.running.Load() > 0 && !timedOut {
+	for (sh.running.Load() > 0 || sh.replying.Load() > 0) && !timedOut {
 		select {
 		case <-sh.idle:
 		case <-ctx.Done():

@@ -51,8 +51,15 @@ func (g *gated) Do(ctx context.Context, r gateReq) (gateResp, error) {
 		info, _ := runner.ShardInfoFrom(ctx)
 		g.env.started <- info.Runner
 		<-g.env.gate
+		// Retried while the store is unreachable (the connection through
+		// the proxy may still be broken): the answer that counts is the
+		// store's.
 		wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		err := g.checkpoint(wctx, []byte("late"))
+		for errors.Is(err, storage.ErrUnavailable) && wctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+			err = g.checkpoint(wctx, []byte("late"))
+		}
 		cancel()
 		g.env.mu.Lock()
 		g.env.writes[info.Runner+"/"+g.id] = err

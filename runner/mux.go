@@ -65,7 +65,9 @@ func (t *transport) serveStream(ss grpc.ServerStream) error {
 				ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
 				defer cancel()
 			}
-			send(&frame{ID: f.ID, Resp: t.serveDeliver(ctx, f.Req)})
+			resp, written := t.serveDeliver(ctx, f.Req)
+			send(&frame{ID: f.ID, Resp: resp})
+			written()
 		})
 	}
 }

@@ -37,7 +37,7 @@ func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
 	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
 	var first error
 	if sh := r.hosts[id].Load(); sh != nil { // fast path
-		res := r.checkResult(id, r.cfg.ID, sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay()))
+		res := sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
 		if !res.undelivered || !retryable(res.err) {
 			return res.v, res.err
 		}
@@ -114,31 +114,31 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			sent bool
 		)
 		if sh := r.hosts[id].Load(); sh != nil {
-			res := r.checkResult(id, r.cfg.ID, sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay()))
+			res := sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
 			v, err, sent = res.v, res.err, !res.undelivered
 		} else {
-			owner, addr, ok := r.route(id)
-			if hint != "" && hint != owner {
+			owner, ok := r.route(id)
+			if hint != "" && hint != owner.ID {
 				// The last receiver knew better than our watch: try its
 				// hint (one hop again, never forwarded further).
-				if a, known := r.addressOf(hint); known {
-					owner, addr, ok = hint, a, true
+				if m, known := r.member(hint); known && m.Address != "" {
+					owner, ok = m, true
 				}
 			}
 			hint = ""
 			switch {
 			case !ok:
 				err = r.noRoute(id)
-			case addr == "":
+			case owner.Address == "":
 				// The owner serves no transport: final, not retried.
-				err, sent = &NotOwnerError{Shard: id, OwnerHint: owner}, true
+				err, sent = &NotOwnerError{Shard: id, OwnerHint: owner.ID}, true
 			default:
 				if payload == nil {
 					if payload, err = k.opts.Codec.Marshal(c.Req); err != nil {
 						return nil, fmt.Errorf("%w: encode %s.%s request: %w", entity.ErrBadRequest, k.desc.Name(), h.Name(), err)
 					}
 				}
-				v, err, sent = r.remote(ctx, owner, addr, k, h, id, c, payload)
+				v, err, sent = r.remote(ctx, owner, k, h, id, c, payload)
 			}
 		}
 		if err == nil || sent || !retryable(err) {
@@ -181,23 +181,23 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 }
 
 // remote delivers to the owner over the transport.
-func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, payload []byte) (any, error, bool) {
+func (r *Runner) remote(ctx context.Context, owner storage.Runner, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, payload []byte) (any, error, bool) {
 	req := &deliverRequest{
 		Kind: k.desc.Name(), Method: h.Name(), Entity: c.Entity, Payload: payload,
 		OneWay: h.OneWay(), Shard: uint32(id), Sender: r.cfg.ID, Codec: k.opts.Codec.Name(),
 	}
-	resp, err, sent := r.transport.call(ctx, owner, addr, req)
+	resp, err, sent := r.transport.call(ctx, owner.ID, owner.Address, req)
 	if err != nil {
 		return nil, err, sent
 	}
 	if resp.Epoch != 0 && resp.Code != codeStaleResult {
-		// A result (value, handler error or panic): withheld if it ran
-		// under an epoch older than one already seen here.
+		// A result (value, handler error or panic): withheld if it may
+		// come from a former owner that lost the shard while it ran.
 		if err := r.checkEpoch(id, owner, storage.Epoch(resp.Epoch)); err != nil {
 			return nil, err, true
 		}
 	}
-	if err, retry := responseError(owner, req, resp); err != nil {
+	if err, retry := responseError(owner.ID, req, resp); err != nil {
 		return nil, err, !retry
 	}
 	if h.OneWay() {
@@ -205,36 +205,38 @@ func (r *Runner) remote(ctx context.Context, owner, addr string, k *kindRT, h *e
 	}
 	v, err := h.DecodeResponse(k.opts.Codec, resp.Payload)
 	if err != nil {
-		return nil, fmt.Errorf("runner: response from %s: %w", owner, err), true
+		return nil, fmt.Errorf("runner: response from %s: %w", owner.ID, err), true
 	}
 	return v, nil, true
 }
 
-// checkResult applies checkEpoch to a local delivery's result.
-func (r *Runner) checkResult(id sharding.ShardID, runner string, res result) result {
-	var stale *StaleResultError
-	if res.epoch == 0 || errors.As(res.err, &stale) {
-		return res
-	}
-	if err := r.checkEpoch(id, runner, res.epoch); err != nil {
-		return result{err: err, epoch: res.epoch}
-	}
-	return res
-}
-
 // checkEpoch is the sender's half of the rule that no result of a former
-// owner is acknowledged after a newer owner was seen: a result computed
-// under epoch is refused with a *StaleResultError when a newer epoch of
-// shard id was already seen (lock watch, earlier replies); otherwise the
-// epoch counts as seen.
-func (r *Runner) checkEpoch(id sharding.ShardID, runner string, epoch storage.Epoch) error {
-	if newer := storage.Epoch(r.epochs[id].Load()); newer > epoch {
-		r.met.dropped.Add(context.Background(), 1, r.met.attrs, withReason(dropStaleResult))
-		r.log.Warn("result from an older epoch than one already seen; withheld", "shard", id, "from", runner, "epoch", epoch, "seen", newer)
-		return &StaleResultError{Shard: id, Runner: runner, Epoch: epoch, Newer: newer, Cause: ErrShardMoved}
+// owner is acknowledged after a newer owner started: a result computed
+// under epoch by owner is refused with a *StaleResultError when a newer
+// epoch of shard id was already seen (lock watch, installs, replies) and
+// owner's lease, under which it held the shard, has ended (expired or
+// revoked: the shard may have been taken while the handler ran). A result
+// from a live owner is accepted: a live owner moves a shard only after its
+// drain, in which every handler finished and every reply was written, so
+// its result ran before the newer epoch began. The owner's own check (the
+// detach instant and its shard's hosting, at the handler's end) covers the
+// rest; this one closes the gap between that check and the socket write.
+func (r *Runner) checkEpoch(id sharding.ShardID, owner storage.Runner, epoch storage.Epoch) error {
+	newer := storage.Epoch(r.epochs[id].Load())
+	if newer <= epoch {
+		r.sawEpoch(id, epoch)
+		return nil
 	}
-	r.sawEpoch(id, epoch)
-	return nil
+	r.mu.Lock()
+	_, live := r.byLease[owner.Lease]
+	r.mu.Unlock()
+	if live {
+		return nil
+	}
+	r.met.dropped.Add(context.Background(), 1, r.met.attrs, withReason(dropStaleResult))
+	r.log.Warn("result from an ended lease, older than an epoch already seen; withheld",
+		"shard", id, "from", owner.ID, "epoch", epoch, "seen", newer)
+	return &StaleResultError{Shard: id, Runner: owner.ID, Epoch: epoch, Newer: newer, Cause: ErrShardMoved}
 }
 
 // sawEpoch records that shard id was owned at epoch (a lock in the watch,
@@ -248,35 +250,35 @@ func (r *Runner) sawEpoch(id sharding.ShardID, epoch storage.Epoch) {
 	}
 }
 
-// route returns the runner owning shard id in this runner's view and its
-// address ("" if it serves no transport); ok is false when the shard is
+// route returns the member owning shard id in this runner's view (its
+// Address is "" if it serves no transport); ok is false when the shard is
 // unowned, owned by a runner not in the membership, or owned by this runner
 // but not hosted (in transition).
-func (r *Runner) route(id sharding.ShardID) (owner, addr string, ok bool) {
+func (r *Runner) route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if to, moved := r.movedTo[id]; moved { // we just handed it off
 		if m, ok := r.members[to]; ok {
-			return m.ID, m.Address, true
+			return m, true
 		}
 	}
 	l, held := r.locks[id]
 	if !held {
-		return "", "", false
+		return owner, false
 	}
 	m, known := r.byLease[l.Lease]
 	if !known || (m.ID == r.cfg.ID && m.Incarnation == r.incarnation) {
-		return "", "", false
+		return owner, false
 	}
-	return m.ID, m.Address, true
+	return m, true
 }
 
-// addressOf returns the transport address of member id.
-func (r *Runner) addressOf(id string) (string, bool) {
+// member returns the record of member id.
+func (r *Runner) member(id string) (storage.Runner, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m, ok := r.members[id]
-	return m.Address, ok && m.Address != ""
+	return m, ok
 }
 
 // noRoute explains a shard with no route: detached, ours in transition, or

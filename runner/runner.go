@@ -121,7 +121,12 @@ type Runner struct {
 	byLease      map[storage.LeaseID]storage.Runner
 	locks        map[sharding.ShardID]storage.Lock
 	assignment   sharding.Assignment
-	assignErr    error
+	assignDigest uint64 // assignment.Digest()
+	// assignedFrom: the sorted runners and weights the assignment was
+	// computed from; membersVersion counts membership updates.
+	assignedFrom   []sharding.Runner
+	membersVersion uint64
+	assignErr      error
 	// assignedWithSelf: the assignment was computed from a view holding
 	// this incarnation (later changes are debounced; the first is not).
 	assignedWithSelf bool
@@ -296,6 +301,10 @@ type Status struct {
 	Deadline time.Time // lease deadline
 	Owned    int
 	Members  int
+	// AssignmentDigest is the Digest of the assignment this runner
+	// computed last (0 before the first): runners with equal digests agree
+	// on the assignment.
+	AssignmentDigest uint64
 }
 
 // Status returns a snapshot of the runner's state.
@@ -307,6 +316,7 @@ func (r *Runner) Status() Status {
 	return Status{
 		Phase: r.phase.String(), Detached: r.phase == phaseDetached, Reason: st.Reason,
 		Lease: r.lease, Deadline: h.Deadline, Owned: len(r.owned), Members: len(r.members),
+		AssignmentDigest: r.assignDigest,
 	}
 }
 

@@ -14,9 +14,9 @@ import (
 // (its handler finished while it owned the shard), but its reply is held
 // in the transport — the gap between that check and the socket write —
 // while its lease expires and another runner takes the shard. The sender,
-// which has seen the newer epoch in its lock watch, must turn the late
-// reply into a *StaleResultError instead of acknowledging it; the next ask
-// is served by the new owner.
+// which has seen the newer epoch in its lock watch and the owner's lease
+// end, must turn the late reply into a *StaleResultError instead of
+// acknowledging it; the next ask is served by the new owner.
 func TestSenderWithholdsResultOlderThanSeenEpoch(t *testing.T) {
 	tc := newTestCluster(t)
 	a := tc.start(Config{ID: "a"})
@@ -92,5 +92,64 @@ func TestSenderWithholdsResultOlderThanSeenEpoch(t *testing.T) {
 	got, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "second"})
 	if err != nil || got.Runner != "b" {
 		t.Fatalf("next ask = %+v, %v; want served by b", got, err)
+	}
+}
+
+// TestSenderAcceptsOlderEpochResultOfPlannedMove: the same late reply, but
+// the shard moved by a planned handoff from a live owner (which drained
+// its handlers first): the result ran before the new owner started, so the
+// sender acknowledges it even after it saw the newer epoch. (No request is
+// lost on a planned move.)
+func TestSenderAcceptsOlderEpochResultOfPlannedMove(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.start(Config{ID: "a", DrainTimeout: 300 * time.Millisecond})
+	c := tc.start(Config{ID: "c", ClientOnly: true})
+	tc.waitSettled()
+	future, err := sharding.Balanced().Assign(sharding.Input{NumShards: 16, Runners: []sharding.Runner{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ""
+	for i := 0; id == "" || future[sharding.ShardOf(id, 16)] != "b"; i++ {
+		id = "moving-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
+	}
+	shard := sharding.ShardOf(id, 16)
+	_, epoch := c.OwnerOf(shard)
+	served := make(chan struct{})
+	release := make(chan struct{})
+	hold := func(req *deliverRequest, resp *deliverResponse) {
+		if req.Entity == id && resp.Code == codeOK {
+			close(served)
+			<-release
+		}
+	}
+	a.transport.onServe.Store(&hold)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type outcome struct {
+		resp echoResp
+		err  error
+	}
+	late := make(chan outcome, 1)
+	go func() {
+		resp, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "first"})
+		late <- outcome{resp, err}
+	}()
+	<-served
+	tc.start(Config{ID: "b"}) // a hands the shard to b (its drain gives up on the held reply after DrainTimeout)
+	for {
+		if o, e := c.OwnerOf(shard); o == "b" && e > epoch {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			close(release)
+			t.Fatal("c never saw b own the shard")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(release)
+	if o := <-late; o.err != nil || o.resp.Runner != "a" || o.resp.Text != "first" {
+		t.Fatalf("reply of the live former owner = %+v, %v; want a's result acknowledged", o.resp, o.err)
 	}
 }

@@ -51,7 +51,7 @@ const deliverMethod = "/shardhost.v1.Runner/Deliver"
 
 // transportServer is the gRPC service of a runner.
 type transportServer interface {
-	serveDeliver(ctx context.Context, req *deliverRequest) *deliverResponse
+	serveDeliver(ctx context.Context, req *deliverRequest) (*deliverResponse, func())
 	serveHot(req *hotRequest) *hotResponse
 }
 
@@ -65,7 +65,9 @@ var serviceDesc = grpc.ServiceDesc{
 			if err := dec(in); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
-			return srv.(*transport).serveDeliver(ctx, in), nil
+			resp, written := srv.(*transport).serveDeliver(ctx, in)
+			written() // (the unary path's answer is written after this returns)
+			return resp, nil
 		},
 	}, {
 		MethodName: "Hot",
@@ -416,66 +418,83 @@ func (t *transport) unary(ctx context.Context, owner, addr string, c *grpc.Clien
 }
 
 // serveDeliver answers a delivery (unary or on a stream) and shows the
-// answer to the test hook.
-func (t *transport) serveDeliver(ctx context.Context, req *deliverRequest) *deliverResponse {
-	resp := t.deliverHere(ctx, req)
+// answer to the test hook. The caller calls written once the answer is
+// written to the connection.
+func (t *transport) serveDeliver(ctx context.Context, req *deliverRequest) (resp *deliverResponse, written func()) {
+	resp, written = t.deliverHere(ctx, req)
 	if hook := t.onServe.Load(); hook != nil {
 		(*hook)(req, resp)
 	}
-	return resp
+	return resp, written
 }
+
+func nothing() {}
 
 // deliverHere is the receiving side: local delivery only, never a second
 // hop. Every outcome is an answer (a Code), never a transport error.
-func (t *transport) deliverHere(ctx context.Context, req *deliverRequest) *deliverResponse {
+func (t *transport) deliverHere(ctx context.Context, req *deliverRequest) (*deliverResponse, func()) {
+	resp, sh := t.deliverTo(ctx, req)
+	if sh == nil {
+		return resp, nothing
+	}
+	return resp, sh.replyWritten
+}
+
+// deliverTo delivers req here; sh is the shard host whose replying count
+// the answer is in (nil when not counted).
+func (t *transport) deliverTo(ctx context.Context, req *deliverRequest) (*deliverResponse, *shardHost) {
 	r := t.r
 	k := r.kind(req.Kind)
 	if k == nil {
-		return &deliverResponse{Code: codeUnknownKind, Message: fmt.Sprintf("kind %q not registered on %s", req.Kind, r.cfg.ID)}
+		return &deliverResponse{Code: codeUnknownKind, Message: fmt.Sprintf("kind %q not registered on %s", req.Kind, r.cfg.ID)}, nil
 	}
 	h, ok := k.desc.Handler(req.Method)
 	if !ok {
-		return &deliverResponse{Code: codeUnknownMethod, Message: fmt.Sprintf("%s.%s", req.Kind, req.Method)}
+		return &deliverResponse{Code: codeUnknownMethod, Message: fmt.Sprintf("%s.%s", req.Kind, req.Method)}, nil
 	}
 	codec := k.opts.Codec
 	switch {
 	case req.Codec != "" && req.Codec != codec.Name():
-		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("codec %q, kind %q uses %q", req.Codec, req.Kind, codec.Name())}
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("codec %q, kind %q uses %q", req.Codec, req.Kind, codec.Name())}, nil
 	case h.OneWay() != req.OneWay:
-		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("%s.%s: one-way mismatch", req.Kind, req.Method)}
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("%s.%s: one-way mismatch", req.Kind, req.Method)}, nil
 	}
 	if len(req.Payload) > r.cfg.MaxMessageSize {
-		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("request of %d bytes (limit %d on %s)", len(req.Payload), r.cfg.MaxMessageSize, r.cfg.ID)}
+		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("request of %d bytes (limit %d on %s)", len(req.Payload), r.cfg.MaxMessageSize, r.cfg.ID)}, nil
 	}
 	id := sharding.ShardOf(req.Entity, r.cfg.NumShards)
 	if uint32(id) != req.Shard {
-		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("entity %q is shard %d here, %d at the sender: do all runners agree on NumShards?", req.Entity, id, req.Shard)}
+		return &deliverResponse{Code: codeBadRequest, Message: fmt.Sprintf("entity %q is shard %d here, %d at the sender: do all runners agree on NumShards?", req.Entity, id, req.Shard)}, nil
 	}
 	v, err := h.DecodeRequest(codec, req.Payload)
 	if err != nil {
-		return &deliverResponse{Code: codeBadRequest, Message: err.Error()}
+		return &deliverResponse{Code: codeBadRequest, Message: err.Error()}, nil
 	}
 	sh := r.hosts[id].Load()
 	if sh == nil {
-		return errorResponse(r.notHere(id), false)
+		return errorResponse(r.notHere(id), false), nil
 	}
-	res := sh.deliver(ctx, k, h, req.Entity, v, req.OneWay)
+	res := sh.deliver(ctx, k, h, req.Entity, v, req.OneWay, true)
+	counted := sh
+	if !res.admitted || req.OneWay {
+		counted = nil // not admitted, or a signal: not counted
+	}
 	if res.err != nil {
 		resp := errorResponse(res.err, !res.undelivered)
 		resp.Epoch = uint64(res.epoch)
-		return resp
+		return resp, counted
 	}
 	if req.OneWay {
-		return &deliverResponse{}
+		return &deliverResponse{}, counted
 	}
 	b, err := codec.Marshal(res.v)
 	if err != nil {
-		return &deliverResponse{Code: codeHandlerError, Message: fmt.Sprintf("encode response: %v", err), Epoch: uint64(res.epoch)}
+		return &deliverResponse{Code: codeHandlerError, Message: fmt.Sprintf("encode response: %v", err), Epoch: uint64(res.epoch)}, counted
 	}
 	if len(b) > r.cfg.MaxMessageSize {
-		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}
+		return &deliverResponse{Code: codeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}, counted
 	}
-	return &deliverResponse{Payload: b, Epoch: uint64(res.epoch)}
+	return &deliverResponse{Payload: b, Epoch: uint64(res.epoch)}, counted
 }
 
 // errorResponse maps a delivery error to the wire. sent says whether the

@@ -58,6 +58,20 @@ func (a Assignment) ShardsOf(runnerID string) []ShardID {
 	return out
 }
 
+// Digest returns a 64-bit FNV-1a hash of the assignment: runners whose
+// assignments have equal digests agree (up to a hash collision) without
+// comparing every shard.
+func (a Assignment) Digest() uint64 {
+	h := uint64(fnvOffset64)
+	for _, id := range a {
+		for i := 0; i < len(id); i++ {
+			h = (h ^ uint64(id[i])) * fnvPrime64
+		}
+		h = (h ^ 0xff) * fnvPrime64 // separator: ["ab" ""] differs from ["a" "b"]
+	}
+	return h
+}
+
 // Counts returns the number of shards assigned to each runner. Runners without
 // shards and unassigned shards do not appear.
 func (a Assignment) Counts() map[string]int {

@@ -47,3 +47,15 @@ func TestShardsOfAndCounts(t *testing.T) {
 		t.Errorf("Assignment(nil).Counts() = %v, want empty", got)
 	}
 }
+
+func TestAssignmentDigest(t *testing.T) {
+	a := Assignment{"r1", "r2", "r1"}
+	if a.Digest() != (Assignment{"r1", "r2", "r1"}).Digest() {
+		t.Error("equal assignments have different digests")
+	}
+	for _, b := range []Assignment{{"r1", "r1", "r2"}, {"r1", "r2"}, {"r1r2", "", "r1"}, nil} {
+		if a.Digest() == b.Digest() {
+			t.Errorf("Digest(%q) == Digest(%q)", a, b)
+		}
+	}
+}

@@ -30,6 +30,9 @@ type balanced struct{}
 
 func (balanced) Name() string { return nameBalanced }
 
+// MembershipOnly implements [MembershipOnly]: Input.Current is ignored.
+func (balanced) MembershipOnly() bool { return true }
+
 func (s balanced) Assign(in Input) (Assignment, error) {
 	ms, err := members(in)
 	if err != nil {

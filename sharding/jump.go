@@ -24,6 +24,9 @@ type jumpHash struct{}
 
 func (jumpHash) Name() string { return nameJumpHash }
 
+// MembershipOnly implements [MembershipOnly]: Input.Current is ignored.
+func (jumpHash) MembershipOnly() bool { return true }
+
 func (s jumpHash) Assign(in Input) (Assignment, error) {
 	ms, err := members(in)
 	if err != nil {

@@ -20,6 +20,22 @@ type Strategy interface {
 	Assign(in Input) (Assignment, error)
 }
 
+// MembershipOnly is implemented by strategies whose assignment depends on
+// NumShards and Input.Runners alone, never on Input.Current (Rendezvous,
+// Balanced, JumpHash): a caller may keep an assignment while the runner
+// set and weights are unchanged, and need not build Current.
+type MembershipOnly interface {
+	Strategy
+	// MembershipOnly reports whether Assign ignores Input.Current.
+	MembershipOnly() bool
+}
+
+// IgnoresCurrent reports whether s implements MembershipOnly and says so.
+func IgnoresCurrent(s Strategy) bool {
+	m, ok := s.(MembershipOnly)
+	return ok && m.MembershipOnly()
+}
+
 // Strategy names, as accepted by [StrategyByName].
 const (
 	nameRendezvous     = "rendezvous"
@@ -142,6 +158,9 @@ func Rendezvous() Strategy { return rendezvous{} }
 type rendezvous struct{}
 
 func (rendezvous) Name() string { return nameRendezvous }
+
+// MembershipOnly implements [MembershipOnly]: Input.Current is ignored.
+func (rendezvous) MembershipOnly() bool { return true }
 
 func (s rendezvous) Assign(in Input) (Assignment, error) {
 	ms, err := members(in)

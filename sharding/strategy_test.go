@@ -212,3 +212,28 @@ func TestGoldenAssignments(t *testing.T) {
 		}
 	}
 }
+
+// TestIgnoresCurrent: the strategies that say they ignore Input.Current do
+// (the same assignment whatever Current is); sticky-balanced does not say so.
+func TestIgnoresCurrent(t *testing.T) {
+	runners := numbered("", 5)
+	for _, s := range allStrategies() {
+		if !IgnoresCurrent(s) {
+			if s.Name() != nameStickyBalanced {
+				t.Errorf("%s does not ignore Current", s.Name())
+			}
+			continue
+		}
+		base := mustAssign(t, s, Input{NumShards: 256, Runners: runners})
+		skewed := make(Assignment, 256)
+		for i := range skewed {
+			skewed[i] = runners[0].ID
+		}
+		if got := mustAssign(t, s, Input{NumShards: 256, Runners: runners, Current: skewed}); !slices.Equal(got, base) {
+			t.Errorf("%s says it ignores Current but its assignment changed with it", s.Name())
+		}
+	}
+	if IgnoresCurrent(StickyBalanced()) {
+		t.Error("sticky-balanced claims to ignore Current")
+	}
+}

@@ -26,11 +26,16 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 )
 
-func main() {
+func main() { os.Exit(churn()) }
+
+// churn runs the command and returns its exit code (deferred calls run
+// before the process exits).
+func churn() int {
 	var p Params
 	var asJSON bool
 	flag.IntVar(&p.Runners, "runners", 4, "hosting runners at the start (the count wanders between 2 and runners+2)")
@@ -46,7 +51,19 @@ func main() {
 	flag.StringVar(&p.Etcd, "etcd", "", "use the etcd at `host:port` (fresh namespace, deleted at the end) instead of starting ./bin/etcd")
 	flag.BoolVar(&p.Verbose, "v", false, "show the runners' info logs and the etcd client's warnings")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "churn:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if p.Seed == 0 {
 		p.Seed = uint64(time.Now().UnixNano())
 	}
@@ -60,19 +77,20 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "churn:", err)
-		os.Exit(1)
+		return 1
 	}
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			fmt.Fprintln(os.Stderr, "churn:", err)
-			os.Exit(1)
+			return 1
 		}
 	} else {
 		rep.print(os.Stdout)
 	}
 	if len(rep.Problems) > 0 {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
