@@ -1,0 +1,135 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+// benchController builds a runner (not started) that is attached in a
+// cluster of three runners over n shards: it owns its third of the shards,
+// the two others own theirs, and the initial full reconcile is done. Its
+// control loop's work can then be driven by hand, one event at a time.
+func benchController(b *testing.B, n int) *Runner {
+	b.Helper()
+	c := memory.NewCluster()
+	b.Cleanup(c.Close)
+	r, err := New(c.NewStore("me"), Config{ID: "me", NumShards: n, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	b.Cleanup(func() { cancel(nil) })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase, r.gen, r.attachCtx, r.attachStop = phaseAttached, 1, ctx, cancel
+	r.lease = 100
+	for i, id := range []string{"me", "x", "y"} {
+		m := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: id, Weight: 1, Incarnation: id}, Lease: storage.LeaseID(100 + i)}
+		if id == "me" {
+			m.Incarnation = r.incarnation
+		}
+		r.members[id] = m
+	}
+	r.membersSeen = true
+	r.rebuildByLeaseLocked()
+	r.recomputeLocked()
+	for id, owner := range r.assignment {
+		sid := sharding.ShardID(id)
+		l := storage.Lock{Shard: sid, Lease: r.members[owner].Lease, Epoch: storage.Epoch(1 + id)}
+		r.locks[sid] = l
+		if owner == "me" {
+			r.installWithLocked(sid, l.Epoch, entity.ActivateNew, nil)
+		}
+	}
+	r.work.take()
+	return r
+}
+
+// BenchmarkControlRoundAfterLockEvent measures the control loop's work for
+// one lock event — applying it to the lock view, then one round — as a
+// function of the shard count: it must not grow with the cluster (the work
+// queue makes a round proportional to what changed).
+//
+//	foreign: another runner's lock is rewritten (most events a runner sees)
+//	own:     a handoff record appears for a shard this runner owns and keeps
+func BenchmarkControlRoundAfterLockEvent(b *testing.B) {
+	for _, n := range []int{1024, 4096, 16384, 65536} {
+		b.Run(fmt.Sprintf("foreign/shards=%d", n), func(b *testing.B) {
+			r := benchController(b, n)
+			var foreign sharding.ShardID
+			for id, owner := range r.assignment {
+				if owner == "x" {
+					foreign = sharding.ShardID(id)
+					break
+				}
+			}
+			lease := r.members["x"].Lease
+			rev := storage.Revision(n + 1)
+			var bg sync.WaitGroup
+			b.ReportAllocs()
+			for b.Loop() {
+				rev++
+				ev := storage.Event{Type: storage.EventPut, KV: storage.KeyValue{
+					Key: foreign.String(), Value: []byte(`{"runnerID":"x","incarnation":"x"}`), Lease: lease, ModRevision: rev,
+				}}
+				r.mu.Lock()
+				r.applyLockLocked(ev)
+				r.mu.Unlock()
+				r.round(&bg)
+			}
+			bg.Wait()
+		})
+		b.Run(fmt.Sprintf("own/shards=%d", n), func(b *testing.B) {
+			r := benchController(b, n)
+			var mine sharding.ShardID
+			for id := range r.owned {
+				mine = id
+				break
+			}
+			lease := r.members["x"].Lease
+			rev := storage.Revision(n + 1)
+			var bg sync.WaitGroup
+			b.ReportAllocs()
+			for b.Loop() {
+				rev++
+				kv := storage.KeyValue{
+					Key: mine.String(), Lease: lease, ModRevision: rev,
+					Value: []byte(`{"from":"me","to":"x","phase":"warming","toIncarnation":"x"}`),
+				}
+				r.mu.Lock()
+				r.applyHandoffLocked(storage.EventPut, kv)
+				r.mu.Unlock()
+				r.round(&bg)
+			}
+			bg.Wait()
+		})
+	}
+}
+
+// BenchmarkControlFullReconcile measures what a membership change costs a
+// runner (strategy aside): deciding every shard once.
+func BenchmarkControlFullReconcile(b *testing.B) {
+	for _, n := range []int{1024, 16384, 65536} {
+		b.Run(fmt.Sprintf("shards=%d", n), func(b *testing.B) {
+			r := benchController(b, n)
+			var bg sync.WaitGroup
+			b.ReportAllocs()
+			for b.Loop() {
+				r.mu.Lock()
+				r.markAllLocked()
+				r.mu.Unlock()
+				r.round(&bg)
+			}
+			bg.Wait()
+		})
+	}
+}
