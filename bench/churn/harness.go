@@ -32,6 +32,7 @@ type Params struct {
 	Seed     uint64        // picks the runner a shutdown or crash step stops
 	Etcd     string        // host:port of an existing etcd; "" starts ./bin/etcd
 	Verbose  bool          // runners' info logs and the etcd client's warnings
+	Steady   time.Duration // after the cold start, measure the settled cluster this long (0: skip)
 }
 
 // Bounds on waiting.
@@ -154,9 +155,11 @@ type harness struct {
 	ids   int     // hosting runners started: the next one is r<ids+1>
 	downs int     // shutdown and crash steps so far
 
-	steps    []step
-	crashes  map[string]time.Time // crashed runner -> crash instant
-	problems []string
+	steps     []step
+	crashes   map[string]time.Time // crashed runner -> crash instant
+	problems  []string
+	coldStart time.Duration // the first runners started -> every shard owned
+	steady    SteadyReport
 }
 
 // run performs a whole run on an etcd it opens (and closes) and returns
@@ -210,26 +213,33 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if h.gw, err = h.startNode(true); err != nil {
 		return nil, err
 	}
-	for range h.p.Runners {
-		n, err := h.startNode(false)
-		if err != nil {
-			return nil, err
-		}
-		h.live = append(h.live, n)
-	}
+	// The first runners start together, as a deployment's pods do.
 	start := time.Now()
+	if h.live, err = h.startNodes(h.p.Runners); err != nil {
+		return nil, err
+	}
 	if !h.waitSettled(ctx, settleTimeout) {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
 		return nil, fmt.Errorf("the first %d runners did not settle within %v: %s", h.p.Runners, settleTimeout, h.ownership())
 	}
+	h.coldStart = time.Since(start)
+	h.say("%d runners own all %d shards %v after they started", len(h.live), h.p.Shards, round(h.coldStart))
+	if h.p.Steady > 0 {
+		h.rec.quiet(500*time.Millisecond, 10*time.Second)
+		if h.steady, err = h.measureSteady(ctx, h.p.Steady, len(h.live)); err != nil {
+			return nil, err
+		}
+		h.say("steady for %v, no load: %.2f%% of a core per runner, etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s",
+			h.p.Steady, h.steady.RunnerCPUPercent, h.steady.PutsPerSec, h.steady.DeletesPerSec, h.steady.ProposalsPerSec)
+	}
 	limit := ""
 	if h.p.Steps > 0 {
 		limit = fmt.Sprintf(" (at most %d steps)", h.p.Steps)
 	}
-	h.say("%d runners own all %d shards after %v; load: %d callers -> %d counters; churn for %v%s, a step every %v",
-		len(h.live), h.p.Shards, round(time.Since(start)), h.p.Callers, h.p.Entities, h.p.Duration, limit, h.p.Every)
+	h.say("load: %d callers -> %d counters; churn for %v%s, a step every %v",
+		h.p.Callers, h.p.Entities, h.p.Duration, limit, h.p.Every)
 
 	l := h.startLoad()
 	churnStart := time.Now()
@@ -245,9 +255,48 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	return h.analyze(churnStart, end, l.began, asks, samples), nil
 }
 
+// startNodes starts n hosting runners concurrently.
+func (h *harness) startNodes(n int) ([]*node, error) {
+	ids := make([]string, n)
+	for i := range ids {
+		h.ids++
+		ids[i] = fmt.Sprintf("r%d", h.ids)
+	}
+	nodes := make([]*node, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { nodes[i], errs[i] = h.newNode(ids[i]) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		h.nodes = append(h.nodes, nodes[i])
+	}
+	return nodes, nil
+}
+
 // startNode creates a runner (a client-only gateway, or a hosting runner
 // with the next ID), subscribes to its events and starts Run.
 func (h *harness) startNode(gateway bool) (*node, error) {
+	id := "gateway"
+	if !gateway {
+		h.ids++
+		id = fmt.Sprintf("r%d", h.ids)
+	}
+	n, err := h.newNode(id)
+	if err != nil {
+		return nil, err
+	}
+	h.nodes = append(h.nodes, n)
+	return n, nil
+}
+
+// newNode creates and runs the runner id ("gateway": client-only). Safe
+// for concurrent use.
+func (h *harness) newNode(id string) (*node, error) {
 	cli, err := newEtcdClient(h.etcd.Endpoint, h.p.Verbose)
 	if err != nil {
 		return nil, err
@@ -257,12 +306,11 @@ func (h *harness) startNode(gateway bool) (*node, error) {
 		cli.Close()
 		return nil, err
 	}
-	cfg := runner.Config{NumShards: h.p.Shards, LeaseTTL: h.p.TTL, Logger: h.log}
-	if gateway {
-		cfg.ID, cfg.ClientOnly = "gateway", true
+	cfg := runner.Config{ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL, Logger: h.log}
+	if id == "gateway" {
+		cfg.ClientOnly = true
 	} else {
-		h.ids++
-		cfg.ID, cfg.ListenAddr = fmt.Sprintf("r%d", h.ids), "127.0.0.1:0"
+		cfg.ListenAddr = "127.0.0.1:0"
 	}
 	r, err := runner.New(store, cfg)
 	if err == nil {
@@ -278,7 +326,6 @@ func (h *harness) startNode(gateway bool) (*node, error) {
 		defer close(n.ran)
 		n.runErr = r.Run(context.Background())
 	}()
-	h.nodes = append(h.nodes, n)
 	return n, nil
 }
 

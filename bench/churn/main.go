@@ -50,6 +50,7 @@ func churn() int {
 	flag.Uint64Var(&p.Seed, "seed", 0, "seed choosing the runners to stop (0: from the clock)")
 	flag.StringVar(&p.Etcd, "etcd", "", "use the etcd at `host:port` (fresh namespace, deleted at the end) instead of starting ./bin/etcd")
 	flag.BoolVar(&p.Verbose, "v", false, "show the runners' info logs and the etcd client's warnings")
+	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	flag.Parse()

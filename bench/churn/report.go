@@ -99,7 +99,9 @@ type AskReport struct {
 type Report struct {
 	Params          ParamsReport    `json:"params"`
 	Etcd            string          `json:"etcd"`
-	Measured        float64         `json:"measured_s"` // churn start to the end of the load
+	Measured        float64         `json:"measured_s"`    // churn start to the end of the load
+	ColdStart       float64         `json:"cold_start_ms"` // the first runners started -> every shard owned
+	Steady          *SteadyReport   `json:"steady,omitempty"`
 	Steps           []StepReport    `json:"steps"`
 	StepCounts      map[string]int  `json:"step_counts"`
 	Settle          map[string]Dist `json:"settle_by_kind"`
@@ -144,6 +146,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		},
 		Etcd:       h.etcd.Source,
 		Measured:   end.Sub(churnStart).Seconds(),
+		ColdStart:  float64(h.coldStart.Microseconds()) / 1000,
 		StepCounts: map[string]int{},
 		Settle:     map[string]Dist{},
 		Cutover:    map[string]Dist{},
@@ -165,6 +168,9 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		rep.Settle[k] = distOf(ds)
 	}
 
+	if h.p.Steady > 0 {
+		rep.Steady = &h.steady
+	}
 	evs := h.rec.all()
 	rep.DoubleOwnership = len(ownership.Overlaps(evs))
 	inRun := func(t time.Time) bool { return !t.Before(churnStart) && !t.After(end) }
@@ -289,7 +295,13 @@ func (rep *Report) print(w io.Writer) {
 	p := rep.Params
 	fmt.Fprintf(w, "\nchurn: %d runners at start (2..%d), %d shards, lease TTL %gs, %d callers -> %d counters, %.1fs measured, a step every %gs (crash steps %v, seed %d)\n",
 		p.Runners, p.Runners+2, p.Shards, p.TTL, p.Callers, p.Entities, rep.Measured, p.Every, onOff(p.Crash), p.Seed)
-	fmt.Fprintf(w, "etcd: %s\n\n", rep.Etcd)
+	fmt.Fprintf(w, "etcd: %s\n", rep.Etcd)
+	fmt.Fprintf(w, "cold start: every shard owned %v after the first %d runners started\n", ms(rep.ColdStart, 1), p.Runners)
+	if st := rep.Steady; st != nil {
+		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (all runners in one process); etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f%% of a core\n",
+			st.Window, st.RunnerCPUPercent, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.EtcdCPUPercent)
+	}
+	fmt.Fprintln(w)
 
 	row := func(name string, cells ...any) {
 		fmt.Fprintf(w, "%-32s", name)
