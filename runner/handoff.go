@@ -75,6 +75,7 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 		r.mu.Lock()
 		if u.Reset {
 			clear(r.handoffs)
+			r.forgetBadKeysLocked(storage.KeyspaceHandoffs)
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
 			}
@@ -88,20 +89,22 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 }
 
 func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
-	id, err := sharding.ParseShardID(kv.Key)
-	if err != nil {
+	id, ok := r.shardOfKeyLocked(storage.KeyspaceHandoffs, kv.Key)
+	if !ok {
 		return
 	}
 	if t == storage.EventDelete {
 		delete(r.handoffs, id)
+		r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 		return
 	}
 	h, err := storage.DecodeHandoff(kv)
 	if err != nil {
-		r.log.Error("ignoring corrupt handoff record", "shard", id, "err", err)
+		r.badKeyLocked(storage.KeyspaceHandoffs, kv.Key, "ignoring a corrupt handoff record", err)
 		delete(r.handoffs, id)
 		return
 	}
+	r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 	r.handoffs[id] = h
 }
 

@@ -69,12 +69,22 @@ func start(t *testing.T, c *memory.Cluster, rec *recorder, cfg runner.Config) *s
 		rec.follow(st.sub)
 	}
 	go func() { st.done <- r.Run(context.Background()) }()
+	waitRunning(t, r)
 	t.Cleanup(func() {
 		r.Close()
 		<-st.done
 		st.sub.Close()
 	})
 	return st
+}
+
+// waitRunning waits until Run has been called on r (Send fails with
+// ErrClosed before that).
+func waitRunning(t testing.TB, r *runner.Runner) {
+	t.Helper()
+	for r.Status().Phase == "new" {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // waitFor polls cond every 10ms (real time, or fake time inside synctest)
