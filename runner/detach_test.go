@@ -154,8 +154,9 @@ func TestDetachOnAcquireErrors(t *testing.T) {
 		t.Cleanup(c.Close)
 		rec := &recorder{}
 		cfg := detachCfg("a")
-		r := start(t, c, rec, cfg)
-		r.store.Fail(memory.OpAcquire, storage.ErrUnavailable)
+		s := c.NewStore("a")
+		s.Fail(memory.OpAcquire, storage.ErrUnavailable)
+		r := startOn(t, s, rec, cfg)
 		d := waitDetached(t, rec, 10*time.Second)
 		if d.Reason != detachment.ReasonStorageError {
 			t.Fatalf("reason = %v (%s), want storage error", d.Reason, d.Detail)

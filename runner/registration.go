@@ -337,7 +337,7 @@ func recordDiff(got, want storage.RunnerRecord, decodeErr error) string {
 		add("incarnation", got.Incarnation, want.Incarnation)
 	}
 	if !got.Started.Equal(want.Started) {
-		add("started", got.Started, want.Started)
+		add("started", got.Started.UTC().Format(time.RFC3339Nano), want.Started.UTC().Format(time.RFC3339Nano))
 	}
 	if got.LeaseTTL != want.LeaseTTL {
 		add("leaseTTL", got.LeaseTTL, want.LeaseTTL)
