@@ -21,9 +21,9 @@ import (
 // all NumShards shards without detaching; time from Run to the last
 // ShardAcquired. The largest count it does promptly bounds
 // sharding.MaxShards. SHARDHOST_MAXSHARDS_SIZES (comma separated) replaces
-// the sizes, e.g. to try counts above MaxShards after raising it.
+// the sizes (counts above MaxShards need MaxShards raised first).
 func BenchmarkSingleRunnerOwnsAll(b *testing.B) {
-	sizes := []int{16384, 65536, sharding.MaxShards}
+	sizes := []int{4096, sharding.MaxShards}
 	if s := os.Getenv("SHARDHOST_MAXSHARDS_SIZES"); s != "" {
 		sizes = nil
 		for _, f := range splitComma(s) {
@@ -78,6 +78,8 @@ func BenchmarkSingleRunnerOwnsAll(b *testing.B) {
 				b.StopTimer()
 				if got < shards || detaches > 0 {
 					b.Errorf("%d shards: owned %d after %v, %d detaches", shards, got, took.Round(time.Millisecond), detaches)
+				} else {
+					b.Logf("%d shards: owned all after %v", shards, took.Round(time.Millisecond))
 				}
 				r.Close() // the lease expires on its own; the next run uses a new namespace
 				<-done
