@@ -2,12 +2,12 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -20,10 +20,17 @@ func (r *Runner) followRunners(ctx context.Context) {
 			return
 		}
 		r.mu.Lock()
+		before := len(r.members)
 		if u.Reset {
 			clear(r.members)
+			r.forgetBadKeysLocked(storage.KeyspaceRunners)
+			own := false
 			for _, kv := range u.KVs {
+				own = own || kv.Key == r.cfg.ID
 				r.applyRunnerLocked(storage.EventPut, kv)
+			}
+			if !own {
+				r.noteOwnKeyLocked(ownKey{rev: u.Revision})
 			}
 		}
 		for _, ev := range u.Events {
@@ -32,6 +39,9 @@ func (r *Runner) followRunners(ctx context.Context) {
 		r.membersSeen = true
 		r.membersVersion++
 		r.viewChanging = true // until the control loop recomputes the assignment
+		if len(r.members) < before {
+			r.departed = true // a runner left: its shards are free at once
+		}
 		live := r.rebuildByLeaseLocked()
 		r.mu.Unlock()
 		r.transport.forget(live)
@@ -44,20 +54,27 @@ func (r *Runner) followRunners(ctx context.Context) {
 }
 
 func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
+	if kv.Key == r.cfg.ID { // our own record: guarded (registration.go)
+		r.noteOwnKeyLocked(ownKey{exists: t == storage.EventPut, kv: kv, rev: kv.ModRevision})
+	}
 	if t == storage.EventDelete {
 		delete(r.members, kv.Key)
+		r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
 		return
 	}
 	rec, err := storage.DecodeRunner(kv)
+	if err == nil && kv.Lease == storage.NoLease {
+		err = errors.New("no lease: a record that cannot expire is never a live runner")
+	}
 	if err != nil {
-		// A corrupt record is not a member: it gets no shards.
+		// Not a member: it gets no shards.
 		delete(r.members, kv.Key)
-		r.log.Error("ignoring corrupt runner record", "key", kv.Key, "err", err)
+		if kv.Key != r.cfg.ID {
+			r.badKeyLocked(storage.KeyspaceRunners, kv.Key, "ignoring a runner record that is no live registration", err)
+		}
 		return
 	}
-	if rec.ID == r.cfg.ID && rec.Incarnation != r.incarnation && rec.Started.After(r.started) {
-		r.log.Error("another process registered with this runner's ID", "other_incarnation", rec.Incarnation)
-	}
+	r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
 	r.members[kv.Key] = rec
 }
 
@@ -77,6 +94,7 @@ func (r *Runner) followLocks(ctx context.Context) {
 		for _, ev := range u.Events {
 			r.applyLockLocked(ev)
 		}
+		r.flushLostLocked()
 		r.mu.Unlock()
 		r.routesChanged()
 		if u.Reset {
@@ -85,20 +103,13 @@ func (r *Runner) followLocks(ctx context.Context) {
 	})
 }
 
-func decodeLock(kv storage.KeyValue) (storage.Lock, bool) {
-	l, err := storage.DecodeLock(kv)
-	if err != nil && l.Lease == storage.NoLease && l.Epoch == 0 {
-		return l, false // not even the key parses
-	}
-	return l, true // a corrupt value still names its lease and epoch
-}
-
 // resetLocksLocked replaces the lock view with a listed snapshot and asks
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
 	clear(r.locks)
+	r.forgetBadKeysLocked(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
-		if l, ok := decodeLock(kv); ok && int(l.Shard) < r.cfg.NumShards {
+		if l, ok := r.decodeLockLocked(kv); ok {
 			r.locks[l.Shard] = l
 			r.sawEpoch(l.Shard, l.Epoch)
 		}
@@ -113,7 +124,7 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 		}
 	}
 	for id := range r.pending {
-		if _, held := r.locks[id]; !held {
+		if l, held := r.locks[id]; !held || l.Lease == storage.NoLease {
 			r.pending[id] = &pending{since: time.Now()}
 		}
 	}
@@ -123,18 +134,19 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 // applyLockLocked applies one lock event and marks the shard dirty when
 // the change concerns this runner.
 func (r *Runner) applyLockLocked(ev storage.Event) {
-	id, err := sharding.ParseShardID(ev.KV.Key)
-	if err != nil || int(id) >= r.cfg.NumShards {
-		return
-	}
 	rev := storage.Epoch(ev.KV.ModRevision)
-	s, owned := r.owned[id]
-	_, leaving := r.releasing[id]
-	prev := r.locks[id].Lease
 	if ev.Type == storage.EventDelete {
+		id, ok := r.shardOfKeyLocked(storage.KeyspaceShards, ev.KV.Key)
+		if !ok {
+			return
+		}
+		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
+		prev := r.locks[id].Lease
+		s, owned := r.owned[id]
+		_, leaving := r.releasing[id]
 		delete(r.locks, id)
 		if owned && rev > s.epoch && !leaving {
-			r.lockLostLocked(id, fmt.Sprintf("lock of shard %d deleted at revision %d", id, rev))
+			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
 		if p, ok := r.pending[id]; ok {
 			// Watch-driven wake-up: a fresh window, acquire now.
@@ -145,43 +157,94 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 		}
 		return
 	}
-	l, ok := decodeLock(ev.KV)
+	l, ok := r.decodeLockLocked(ev.KV)
 	if !ok {
 		return
 	}
+	id := l.Shard
+	s, owned := r.owned[id]
+	_, leaving := r.releasing[id]
+	prev := r.locks[id].Lease
 	r.locks[id] = l
 	r.sawEpoch(id, l.Epoch)
 	if r.concernsLocked(id, prev, l.Lease) {
 		r.markLocked(id)
 	}
 	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
-		r.lockLostLocked(id, fmt.Sprintf("lock of shard %d taken by lease %x at revision %d", id, l.Lease, rev))
+		// A foreign write to this one lock: it costs this shard only.
+		switch l.Lease {
+		case r.lease:
+			r.lockLostLocked(id, fmt.Sprintf("rewritten under this runner's lease at revision %d (by somebody else: epoch %d is dead)", rev, s.epoch))
+		case storage.NoLease:
+			r.lockLostLocked(id, fmt.Sprintf("replaced by a key without a lease at revision %d", rev))
+		default:
+			r.lockLostLocked(id, fmt.Sprintf("taken by lease %x at revision %d", l.Lease, rev))
+		}
+	}
+	if l.Lease == storage.NoLease {
+		// Never an owner: an assigned shard takes it over at once.
+		if p, ok := r.pending[id]; ok {
+			*p = pending{since: time.Now()}
+		}
 	}
 	if l.Lease != r.lease {
 		delete(r.movedTo, id) // the watch caught up with our handoff
-	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.lastReleased[id] {
-		// A lock written under our lease during this attachment is ours at
-		// that epoch: a handoff's transfer to us (possibly one we stopped
-		// wanting meanwhile: we then hand it on properly), or our own
-		// acquire whose reply has not arrived yet.
+	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.lastReleased[id] && l.Owner == r.owner() {
+		// A lock written under our lease, naming this incarnation, during
+		// this attachment is ours at that epoch: a handoff's transfer to us
+		// (possibly one we stopped wanting meanwhile: we then hand it on
+		// properly), or our own acquire whose reply has not arrived yet.
 		r.installInboundLocked(id, l)
 	}
 }
 
-// lockLostLocked handles an owned lock that changed behind our back: it
-// detaches (the store's view and ours disagree, so nothing we own can be
-// trusted) or, with detachment disabled, drops that shard alone.
+// lockLostLocked handles an owned lock that changed behind our back
+// (deleted, rewritten or taken by somebody else): that shard alone is
+// dropped at once, its context cancelled (ErrShardMoved) before anything
+// else, so none of its handlers starts again here. The runner stays
+// attached; if the shard is still assigned here it is pending again (a lock
+// under our lease gets a new epoch, a deleted or lease-less one is
+// acquired, one held by another lease is waited for). Losing the lease
+// itself still detaches the whole runner (watchdog, storageResult).
 func (r *Runner) lockLostLocked(id sharding.ShardID, detail string) {
-	if r.tripLocked(detachment.ReasonLockLost, detail) {
-		return
-	}
 	s, ok := r.owned[id]
 	if !ok {
 		return
 	}
-	r.log.Error("owned lock lost; dropping the shard (detachment disabled)", "shard", id, "detail", detail)
+	s.cancel(ErrShardMoved)
 	r.disownLocked(s, ErrShardMoved)
 	r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
+	r.lostLocks = append(r.lostLocks, lostLock{shard: id, detail: detail})
+}
+
+// lostLock is a shard dropped by lockLostLocked, to be logged.
+type lostLock struct {
+	shard  sharding.ShardID
+	detail string
+}
+
+// flushLostLocked logs the shards dropped since the last call: one line
+// naming the key, or one line for many (a lease that expired on the server
+// deletes every lock at once). It reports whether any was dropped (the
+// control loop then re-acquires what is still assigned).
+func (r *Runner) flushLostLocked() bool {
+	n := len(r.lostLocks)
+	if n == 0 {
+		return false
+	}
+	first := r.lostLocks[0]
+	if n == 1 {
+		r.log.Warn("owned lock changed behind this runner's back; dropped that shard", "key", storage.LockKey(first.shard), "detail", first.detail)
+	} else {
+		keys := make([]string, 0, min(n, 8))
+		for _, l := range r.lostLocks[:min(n, 8)] {
+			keys = append(keys, storage.LockKey(l.shard))
+		}
+		r.log.Warn("owned locks changed behind this runner's back; dropped those shards", "shards", n, "keys", strings.Join(keys, ","), "first_detail", first.detail)
+	}
+	r.lostLocks = r.lostLocks[:0]
+	r.met.shardsLost.Add(context.Background(), int64(n), r.met.attrs)
+	return true
 }
 
 // recompute recomputes the assignment from the membership view; the
@@ -274,11 +337,10 @@ func (r *Runner) registeredLocked() bool {
 	return ok && m.Incarnation == r.incarnation && m.Lease == r.lease
 }
 
-// supersededLocked reports whether another incarnation registered this
-// runner's ID after this one: this process must give up everything.
+// supersededLocked reports whether this runner gave up its ID to another
+// process (registration.go): it must give up everything.
 func (r *Runner) supersededLocked() bool {
-	m, ok := r.members[r.cfg.ID]
-	return ok && m.Incarnation != r.incarnation && m.Started.After(r.started)
+	return r.reg.fatal != nil
 }
 
 // desiredLocked reports whether shard id is assigned to this runner.

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // Defaults of Config.
@@ -29,6 +30,7 @@ const (
 	DefaultDrainTimeout           = 10 * time.Second
 	DefaultProbeInterval          = 500 * time.Millisecond
 	DefaultStorageErrorThreshold  = 3
+	DefaultMaxConnections         = 1024
 )
 
 // SingleAttempt as AcquireRetryWindow makes every acquisition a single
@@ -40,9 +42,22 @@ const SingleAttempt time.Duration = -1
 // defaults, applied by New; New validates the result, relations included.
 // Every runner of a cluster must agree on NumShards and Strategy.
 type Config struct {
-	// ID is the runner's stable name, unique in the cluster (e.g. a pod
-	// name). Default: the host name. A restarted process with the same ID is
-	// a new incarnation and does not inherit the old one's locks.
+	// ID is the runner's stable name, unique among the live processes of
+	// the cluster (e.g. a pod name): 1-128 bytes of UTF-8 without '/' or
+	// control characters. Default: the host name.
+	//
+	// A restarted process with the same ID is a new incarnation: it does
+	// not inherit the old one's locks, and it registers only once the old
+	// incarnation's record is gone. After a crash the old lease expires
+	// within its TTL (deleting the record and the locks); the restarted
+	// process waits for that, at most the old lease's TTL plus 2 s, then
+	// takes the ID and its shards. A record that is still there after that
+	// wait belongs to a process that keeps renewing its lease, i.e. a
+	// second live process with this ID: Run fails with ErrDuplicateRunnerID
+	// (and logs an ERROR) instead of stealing it. If two live processes
+	// nevertheless both wrote the record, both log an ERROR and the one that
+	// started first keeps the ID; the other gives up (Run returns
+	// ErrDuplicateRunnerID). See the package documentation.
 	ID string
 	// ListenAddr is where the runner serves its transport (gRPC), e.g.
 	// ":7100" or "127.0.0.1:0". Empty: no server (client-only runners and
@@ -69,6 +84,14 @@ type Config struct {
 	// MaxWaitingSends bounds the sends waiting for an owner (retrying);
 	// beyond it Send fails with ErrTooManyWaiting. Default 10000.
 	MaxWaitingSends int
+	// MaxConnections bounds the connections the transport server holds at
+	// once (peers keep 2 each); further ones are closed as soon as they are
+	// accepted. Default 1024. Besides, a connection that has not completed
+	// its TLS and HTTP/2 handshake within 5 s is closed, one without a call
+	// for 5 min is closed (peers reconnect on demand), the server pings a
+	// connection silent for 30 s and closes it when no answer comes within
+	// 10 s, and a client pinging more often than every 5 s is disconnected.
+	MaxConnections int
 	// Weight is the relative share of shards this runner takes. Default 1.
 	Weight int
 	// ClientOnly: the runner routes Ask and Tell but hosts nothing: it takes
@@ -277,6 +300,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxWaitingSends == 0 {
 		c.MaxWaitingSends = 10000
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
 	if c.ListenAddr == "" && c.Address != "" && !c.ClientOnly {
 		c.ListenAddr = c.Address
 	}
@@ -292,6 +318,56 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// durations lists the duration fields that must be positive (after
+// defaults), by name, in declaration order. AcquireRetryWindow is not among
+// them: negative means SingleAttempt.
+func (c Config) durations() []namedValue[time.Duration] {
+	return []namedValue[time.Duration]{
+		{"RequestTimeout", c.RequestTimeout}, {"ConnectTimeout", c.ConnectTimeout},
+		{"LeaseTTL", c.LeaseTTL}, {"LeaseRenewInterval", c.LeaseRenewInterval},
+		{"KeepAliveRetryInterval", c.KeepAliveRetryInterval}, {"DetachMargin", c.DetachMargin},
+		{"RecoverWindow", c.RecoverWindow}, {"ProbeInterval", c.ProbeInterval},
+		{"AcquireRetryInterval", c.AcquireRetryInterval}, {"RebalanceDebounce", c.RebalanceDebounce},
+		{"ResyncInterval", c.ResyncInterval}, {"VerifyInterval", c.VerifyInterval},
+		{"OpTimeout", c.OpTimeout}, {"DrainTimeout", c.DrainTimeout},
+		{"WarmTimeout", c.WarmTimeout}, {"HandoffWait", c.HandoffWait},
+		{"ShutdownHandoffTimeout", c.ShutdownHandoffTimeout}, {"PassivationInterval", c.PassivationInterval},
+	}
+}
+
+// counts lists the integer fields that must not be negative, by name.
+func (c Config) counts() []namedValue[int] {
+	return []namedValue[int]{
+		{"MaxMessageSize", c.MaxMessageSize}, {"MaxWaitingSends", c.MaxWaitingSends},
+		{"MaxConnections", c.MaxConnections}, {"Weight", c.Weight}, {"NumShards", c.NumShards},
+		{"KeepAliveFailureThreshold", c.KeepAliveFailureThreshold}, {"StorageErrorThreshold", c.StorageErrorThreshold},
+		{"HotSetLimit", c.HotSetLimit}, {"CutoverWaiters", c.CutoverWaiters},
+		{"MaxResidentEntities", c.MaxResidentEntities},
+	}
+}
+
+type namedValue[T any] struct {
+	name  string
+	value T
+}
+
+// checkSet rejects negative values the user set, before defaults are
+// derived from them (a negative LeaseTTL must be reported as LeaseTTL, not
+// as the renew interval computed from it).
+func (c Config) checkSet() error {
+	for _, d := range c.durations() {
+		if d.value < 0 {
+			return fmt.Errorf("%w: %s must not be negative, got %v", ErrInvalidConfig, d.name, d.value)
+		}
+	}
+	for _, n := range c.counts() {
+		if n.value < 0 {
+			return fmt.Errorf("%w: %s must not be negative, got %d", ErrInvalidConfig, n.name, n.value)
+		}
+	}
+	return nil
+}
+
 // validate checks a config with defaults applied.
 func (c Config) validate() error {
 	bad := func(format string, args ...any) error {
@@ -300,26 +376,20 @@ func (c Config) validate() error {
 	if c.ID == "" {
 		return bad("empty ID and no host name")
 	}
-	if err := sharding.ValidateNumShards(c.NumShards); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	if err := storage.ValidateRunnerID(c.ID); err != nil {
+		return bad("ID: %v", err)
 	}
-	for name, d := range map[string]time.Duration{
-		"LeaseTTL": c.LeaseTTL, "LeaseRenewInterval": c.LeaseRenewInterval,
-		"KeepAliveRetryInterval": c.KeepAliveRetryInterval, "DetachMargin": c.DetachMargin,
-		"RecoverWindow": c.RecoverWindow, "ProbeInterval": c.ProbeInterval,
-		"AcquireRetryInterval": c.AcquireRetryInterval, "RebalanceDebounce": c.RebalanceDebounce,
-		"ResyncInterval": c.ResyncInterval, "VerifyInterval": c.VerifyInterval,
-		"OpTimeout": c.OpTimeout, "DrainTimeout": c.DrainTimeout, "PassivationInterval": c.PassivationInterval,
-		"RequestTimeout": c.RequestTimeout, "ConnectTimeout": c.ConnectTimeout,
-		"WarmTimeout": c.WarmTimeout, "HandoffWait": c.HandoffWait, "ShutdownHandoffTimeout": c.ShutdownHandoffTimeout,
-	} {
-		if d <= 0 {
-			return bad("%s must be positive, got %v", name, d)
+	if err := sharding.ValidateNumShards(c.NumShards); err != nil {
+		return fmt.Errorf("%w: NumShards: %w", ErrInvalidConfig, err)
+	}
+	for _, d := range c.durations() {
+		if d.value <= 0 {
+			return bad("%s must be positive, got %v", d.name, d.value)
 		}
 	}
 	switch {
-	case c.Weight < 0:
-		return bad("negative Weight %d", c.Weight)
+	case c.Weight < 0 || c.Weight > sharding.MaxWeight:
+		return bad("Weight %d outside [0, %d]", c.Weight, sharding.MaxWeight)
 	case c.LeaseTTL < time.Second:
 		return bad("LeaseTTL %v below 1s (etcd grants whole seconds)", c.LeaseTTL)
 	case c.DetachMargin >= c.LeaseTTL:
@@ -335,8 +405,8 @@ func (c Config) validate() error {
 		return bad("negative failure threshold")
 	case c.MaxResidentEntities < 0:
 		return bad("negative MaxResidentEntities")
-	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0 || c.HotSetLimit < 0 || c.CutoverWaiters < 0:
-		return bad("negative MaxMessageSize, MaxWaitingSends, HotSetLimit or CutoverWaiters")
+	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0 || c.HotSetLimit < 0 || c.CutoverWaiters < 0 || c.MaxConnections < 0:
+		return bad("negative MaxMessageSize, MaxWaitingSends, HotSetLimit, CutoverWaiters or MaxConnections")
 	}
 	return nil
 }

@@ -45,6 +45,9 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 		p := r.pending[a.Shard]
 		switch a.Status {
 		case storage.Acquired:
+			if a.Replaced != nil {
+				r.log.Warn("took over a lock without a lease (never an owner)", "key", storage.LockKey(a.Shard), "revision", a.Replaced.Epoch)
+			}
 			r.installLocked(a.Shard, a.Epoch)
 		case storage.AlreadyOwned:
 			// Locked under our lease before (a call cut short by a detach):
@@ -147,6 +150,7 @@ func (r *Runner) verify() {
 			r.lockLostLocked(l.Shard, "verification found the lock gone or changed")
 		}
 	}
+	r.flushLostLocked()
 }
 
 func epochOf(held []storage.Held, id sharding.ShardID) storage.Epoch {
@@ -338,13 +342,10 @@ func (r *Runner) beginDrainMode() time.Time {
 		reserve := min(r.cfg.OpTimeout, time.Until(d)/4)
 		deadline = d.Add(-reserve)
 	}
-	rec := storage.RunnerRecord{
-		ID: r.cfg.ID, Address: r.Address(), Weight: 0, Draining: true,
-		Incarnation: r.incarnation, Started: r.started,
-	}
+	h, _ := r.keeper.Health()
 	cctx, cancel := context.WithTimeout(sctx, r.cfg.OpTimeout)
 	defer cancel()
-	if _, err := r.store.PutRunner(cctx, leaseID, rec); err != nil {
+	if _, err := r.writeRecord(cctx, leaseID, r.recordFor(h.TTL, true)); err != nil {
 		r.log.Warn("cannot register as draining; releasing shards plainly", "err", err)
 		return time.Time{}
 	}

@@ -26,14 +26,17 @@ import (
 //   - A shard that must be looked at again later (an acquire retry, the
 //     end of HandoffWait) asks for a timer instead of being rescanned.
 //
-// Membership storms: an isolated membership change is acted on at once,
-// but while changes keep arriving (closer than RebalanceDebounce) the
-// runner starts no new move — no acquisition, handoff or release — until
-// its view has been quiet for RebalanceDebounce (at most 10 x
-// RebalanceDebounce), so it never hands shards towards a runner while its
-// own view of the assignment is still changing. A runner's first
-// assignment always waits for a quiet view, so runners starting together
-// take their final shards directly instead of handing them around.
+// Membership storms: after a membership change the runner starts no new
+// move — no acquisition, handoff or release — until it has recomputed the
+// assignment, and it recomputes once its view has been quiet for
+// RebalanceDebounce (at most 10 x RebalanceDebounce after the first
+// change not acted on), so it never hands shards towards a runner while
+// its own view of the assignment is still changing, and a record rewritten
+// twice in a row (a repair) moves nothing. An isolated departure — a
+// runner left after a quiet period: its lease ended, its shards are free —
+// is acted on at once. A runner's first assignment always waits for a
+// quiet view, so runners starting together take their final shards
+// directly instead of handing them around.
 
 // controlLoop acquires assigned shards, releases unassigned ones and
 // verifies owned locks. It is the only goroutine that writes locks while
@@ -71,7 +74,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			timer.Reset(r.cfg.AcquireRetryInterval)
 			continue
 		case <-r.rebalance:
-			if storm.change(time.Now(), r.cfg.RebalanceDebounce, r.hasAssignment()) {
+			if storm.change(time.Now(), r.cfg.RebalanceDebounce, r.departure()) {
 				debounce.Stop()
 				r.recompute()
 			} else {
@@ -101,14 +104,16 @@ type stormGate struct {
 	since time.Time // the first change not acted on (zero: none)
 }
 
-// change records a change at now; it reports whether to recompute now.
-func (g *stormGate) change(now time.Time, debounce time.Duration, hasAssignment bool) bool {
+// change records a change at now; it reports whether to recompute now:
+// an isolated departure at once, anything else when the debounce fires,
+// unless changes have been coming for 10 debounces.
+func (g *stormGate) change(now time.Time, debounce time.Duration, departure bool) bool {
 	quiet := g.last.IsZero() || now.Sub(g.last) >= debounce
 	g.last = now
 	if g.since.IsZero() {
 		g.since = now
 	}
-	if (quiet && hasAssignment) || now.Sub(g.since) >= 10*debounce {
+	if (quiet && departure) || now.Sub(g.since) >= 10*debounce {
 		g.since = time.Time{}
 		return true
 	}
@@ -118,10 +123,14 @@ func (g *stormGate) change(now time.Time, debounce time.Duration, hasAssignment 
 // settled records that the debounce fired.
 func (g *stormGate) settled() { g.since = time.Time{} }
 
-func (r *Runner) hasAssignment() bool {
+// departure reports (and forgets) whether a member left the view while
+// this runner has an assignment to act on.
+func (r *Runner) departure() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.assignedWithSelf
+	d := r.departed && r.assignedWithSelf
+	r.departed = false
+	return d
 }
 
 // resync is the safety net: every pending acquisition gets a fresh retry

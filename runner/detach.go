@@ -34,8 +34,16 @@ func (r *Runner) watchdog(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				r.log.Warn("registration failed; retrying", "err", err, "in", backoff)
-				wait, backoff = backoff, min(2*backoff, 5*time.Second)
+				idWait, fatal := r.registrationWait(err)
+				switch {
+				case fatal:
+					return // Run ends with ErrDuplicateRunnerID
+				case idWait > 0:
+					wait = idWait
+				default:
+					r.log.Warn("registration failed; retrying", "err", err, "in", backoff)
+					wait, backoff = backoff, min(2*backoff, 5*time.Second)
+				}
 			} else {
 				backoff = r.cfg.ProbeInterval
 				continue
@@ -80,6 +88,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 		case <-changed:
 		case <-timer.C:
 		case <-r.tripKick:
+		case <-r.regKick: // the own record changed: a waiting registration retries
 		}
 	}
 }
@@ -200,6 +209,9 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 		return min(r.cfg.ProbeInterval, max(time.Until(at), time.Millisecond))
 	}
 	if err := r.attach(ctx, h); err != nil {
+		if idWait, fatal := r.registrationWait(err); fatal || idWait > 0 {
+			return max(idWait, r.cfg.ProbeInterval) // still healthy: only the ID is taken
+		}
 		if ctx.Err() == nil {
 			r.log.Warn("re-attach failed", "err", err)
 		}
@@ -232,16 +244,11 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	// no locks of ours, also when an earlier attempt granted it and then
 	// failed to register.
 	newLease := h.Lease != prev
-	rec := storage.RunnerRecord{
-		ID: r.cfg.ID, Address: r.Address(), Weight: r.cfg.Weight,
-		Incarnation: r.incarnation, Started: r.started,
-	}
-	if drainMode { // re-attaching during Shutdown: stay drained
-		rec.Weight, rec.Draining = 0, true
-	}
+	// Re-attaching during Shutdown: stay drained.
+	rec := r.recordFor(h.TTL, drainMode)
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
-	regRev, err := r.store.PutRunner(cctx, h.Lease, rec)
+	regRev, err := r.register(cctx, h.Lease, rec)
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
@@ -265,11 +272,13 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 			return fmt.Errorf("list locks: %w", err)
 		}
 		var mine []sharding.ShardID
+		r.mu.Lock()
 		for _, kv := range snap.KVs {
-			if l, ok := decodeLock(kv); ok && l.Lease == h.Lease && int(l.Shard) < r.cfg.NumShards {
+			if l, ok := r.decodeLockLocked(kv); ok && l.Lease == h.Lease {
 				mine = append(mine, l.Shard)
 			}
 		}
+		r.mu.Unlock()
 		if len(mine) > 0 {
 			if kept, err = r.store.Rewrite(cctx, h.Lease, r.owner(), mine); err != nil {
 				return fmt.Errorf("bump epochs of %d kept locks: %w", len(mine), err)
@@ -291,6 +300,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	}
 	r.phase = phaseAttached
 	r.attachRev = regRev
+	r.reg.rev = max(r.reg.rev, regRev)
 	r.setTrip(h)
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)

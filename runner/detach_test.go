@@ -154,8 +154,9 @@ func TestDetachOnAcquireErrors(t *testing.T) {
 		t.Cleanup(c.Close)
 		rec := &recorder{}
 		cfg := detachCfg("a")
-		r := start(t, c, rec, cfg)
-		r.store.Fail(memory.OpAcquire, storage.ErrUnavailable)
+		s := c.NewStore("a")
+		s.Fail(memory.OpAcquire, storage.ErrUnavailable)
+		r := startOn(t, s, rec, cfg)
 		d := waitDetached(t, rec, 10*time.Second)
 		if d.Reason != detachment.ReasonStorageError {
 			t.Fatalf("reason = %v (%s), want storage error", d.Reason, d.Detail)
@@ -166,29 +167,59 @@ func TestDetachOnAcquireErrors(t *testing.T) {
 	})
 }
 
-func TestDetachOnOwnedLockLost(t *testing.T) {
+// An owned lock deleted or taken behind the runner's back costs that shard
+// only: it is lost (ErrShardMoved), the runner stays attached and keeps
+// every other shard at its epoch; a deleted lock is acquired again.
+func TestOwnedLockLostCostsThatShardOnly(t *testing.T) {
 	for _, how := range []string{"deleted", "taken"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				c, r, rec := startOwningAll(t, detachCfg("a"))
+				before := r.Owned()
+				var rev storage.Revision
 				if how == "deleted" {
 					c.Delete("shards/3")
+					rev = c.Revision()
 				} else {
 					other := c.NewStore("thief")
-					l, err := other.Grant(t.Context(), time.Minute)
+					l, err := other.Grant(t.Context(), time.Hour)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, err := c.Put("shards/3", []byte(`{"runnerID":"thief"}`), l.ID); err != nil {
+					if rev, err = c.Put("shards/3", []byte(`{"runnerID":"thief","incarnation":"1"}`), l.ID); err != nil {
 						t.Fatal(err)
 					}
 				}
-				d := waitDetached(t, rec, time.Second)
-				if d.Reason != detachment.ReasonLockLost {
-					t.Fatalf("reason = %v, want owned lock lost", d.Reason)
+				waitFor(t, time.Second, "shard 3 lost", func() bool {
+					for _, ev := range rec.all() {
+						if l, ok := ev.(runner.ShardLost); ok && l.Shard == 3 {
+							return true
+						}
+					}
+					return false
+				})
+				if how == "deleted" {
+					waitFor(t, time.Second, "shard 3 re-acquired", func() bool { return r.Owned()[3] > storage.Epoch(rev) })
 				}
-				if len(r.Owned()) != 0 {
-					t.Fatal("shards still owned")
+				time.Sleep(time.Minute) // fake time: verification and resyncs run
+				for _, ev := range rec.all() {
+					switch e := ev.(type) {
+					case runner.Detached:
+						t.Fatalf("detached (%v: %s): one lost lock must cost one shard", e.Reason, e.Detail)
+					case runner.ShardLost:
+						if e.Shard != 3 || !errors.Is(e.Cause, runner.ErrShardMoved) {
+							t.Errorf("lost shard %d (%v), want only shard 3 with ErrShardMoved", e.Shard, e.Cause)
+						}
+					}
+				}
+				after := r.Owned()
+				for id, e := range before {
+					if id != 3 && after[id] != e {
+						t.Errorf("shard %d at epoch %d, was %d: only shard 3 may change", id, after[id], e)
+					}
+				}
+				if _, owned := after[3]; owned != (how == "deleted") {
+					t.Errorf("shard 3 owned = %v after its lock was %s", owned, how)
 				}
 			})
 		})

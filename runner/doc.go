@@ -43,8 +43,19 @@
 //     the transition, before any further store call, the owned set is
 //     cleared and every shard context is cancelled with cause ErrDetached.
 //     It also detaches after StorageErrorThreshold consecutive failures of
-//     one kind of store call, on a lost lease, on an owned lock deleted or
-//     taken behind its back, and (optionally) on a keep-alive failure streak.
+//     one kind of store call, on a lost lease, and (optionally) on a
+//     keep-alive failure streak.
+//   - One lock, one shard. An owned lock changed behind the runner's back
+//     (deleted, rewritten under its lease, taken by another lease, replaced
+//     by a key without a lease) costs that shard only: its context is
+//     cancelled (ErrShardMoved) before anything else, it is dropped
+//     (ShardLost) with a WARN naming the key, and the runner stays attached
+//     with every other shard. If still assigned here, the shard is owned
+//     again at a new epoch once the lock can be taken: a lock left under the
+//     runner's lease is rewritten, a deleted one acquired, one held by
+//     another lease waited for. A lock without a lease is never an owner
+//     (it cannot expire): the assignee overwrites it, conditional in the
+//     same transaction on it still having no lease, and logs a WARN.
 //   - Fresh epochs after re-attach. Locks that survived a detach under the
 //     same lease are rewritten (new epochs) before they are owned again; a
 //     lost lease is replaced by a new one and the runner re-registers.
@@ -60,6 +71,24 @@
 //   - Fast reaction. Lock deletions of assigned shards wake the acquirer
 //     through the watch at once; shards held by a dead incarnation are
 //     retried every AcquireRetryInterval within AcquireRetryWindow.
+//   - Reads only what it wrote. Every key and value read from the store is
+//     decoded strictly: shard keys in canonical decimal (no sign, no leading
+//     zero) below NumShards, values with their required members, typed and
+//     valid. Anything else is ignored and logged once per key at WARN (a
+//     corrupt lock value still counts by its lease); a runner record without
+//     a lease is no member. Checkpoints that lack what a writer stores fail
+//     with storage.ErrCorrupt instead of restoring an empty state.
+//   - A self-repairing registration. The runner watches its own record,
+//     runners/{ID}. Deleted or changed while its lease lives (garbage, a
+//     wrong address, a write under its lease), it is rewritten, conditional
+//     on the revision seen, with a WARN naming the key. A registration never
+//     replaces another process's valid record: after a crash the restarted
+//     process waits for the old lease to expire (at most its TTL + 2 s); a
+//     record still renewed after that is a second live process with the same
+//     ID, and Run fails with ErrDuplicateRunnerID (ERROR). If two live
+//     processes both wrote the record, both log an ERROR and the one that
+//     started first keeps the ID; the other drops its shards, revokes its
+//     lease and returns ErrDuplicateRunnerID. See Config.ID.
 //
 // # Entities
 //
@@ -76,7 +105,12 @@
 //
 // # Routing and delivery
 //
-// Send routes by the actual lock owner (this runner's watch of the locks):
+// Send admits a call only if its context has not ended (else it fails at
+// once with the context's error, context.Canceled or
+// context.DeadlineExceeded, and no handler runs it, here or remotely) and
+// the runner is running (else ErrClosed at once: before Run is called, and
+// after it returned). An ask whose context ends while it waits in a
+// mailbox is not run either. Send routes by the actual lock owner (this runner's watch of the locks):
 // local when owned here, otherwise one hop over gRPC to the owner, which
 // never forwards. Retries (jittered exponential backoff, woken by routing
 // changes) happen only for failures that guarantee the message reached no
@@ -89,7 +123,15 @@
 //
 // A Runner is safe for concurrent use. Run starts its goroutines (lease
 // keeper, membership, lock and handoff watches, control loop, watchdog,
-// janitor, transport server) and waits for all of them before returning.
+// janitor, record guard, transport server) and waits for all of them
+// before returning. Start Run before sending: `go r.Run(ctx)` returns before
+// Run has started, and sends fail with ErrClosed until it has (wait for the
+// Registered event, or send from code that runs later).
+//
+// The transport server bounds what a connection costs: 5 s to complete the
+// TLS and HTTP/2 handshake, 5 min without calls, a ping after 30 s of
+// silence answered within 10 s, clients pinging at most every 5 s, and at
+// most Config.MaxConnections connections at once.
 // Shutdown and Close are idempotent and may be called from any goroutine.
 // Events are delivered through Subscribe without ever blocking the runner.
 package runner

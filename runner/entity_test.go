@@ -13,7 +13,6 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
-	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
@@ -389,7 +388,9 @@ func TestDetachInterruptsEveryEntity(t *testing.T) {
 		if _, err := k.inc.Ask(dctx, r, "x1", incReq{}); !errors.Is(err, runner.ErrDetached) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Ask while detached = %v, want ErrDetached and the deadline", err)
 		}
-		if err := k.add.Tell(dctx, r, "x3", incReq{}); !errors.Is(err, runner.ErrDetached) {
+		tctx, tcancel := context.WithTimeout(ctx, time.Second) // dctx has ended: a send would not even be admitted
+		defer tcancel()
+		if err := k.add.Tell(tctx, r, "x3", incReq{}); !errors.Is(err, runner.ErrDetached) {
 			t.Fatalf("Tell while detached = %v, want ErrDetached", err)
 		}
 		if r.EntityCount() != 0 {
@@ -424,12 +425,20 @@ func TestLostShardFailsQueuedWithCause(t *testing.T) {
 			queued <- err
 		}()
 		synctest.Wait()
-		r.store.Fail(memory.OpAcquire, storage.ErrUnavailable)
-		c.Delete("shards/" + sharding.ShardOf("L", 8).String())
+		// The lock is taken by another lease: this runner drops the shard
+		// (and cannot take it back while that lease lives).
+		thief := c.NewStore("thief")
+		tl, err := thief.Grant(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Put("shards/"+sharding.ShardOf("L", 8).String(), []byte(`{"runnerID":"thief","incarnation":"1"}`), tl.ID); err != nil {
+			t.Fatal(err)
+		}
 		if err := <-blocked; !errors.Is(err, runner.ErrShardMoved) {
 			t.Fatalf("running handler saw %v, want ErrShardMoved", err)
 		}
-		err := <-queued
+		err = <-queued
 		var ud *runner.UndeliveredError
 		if !errors.As(err, &ud) || !errors.Is(err, runner.ErrShardMoved) {
 			t.Fatalf("queued ask = %v, want *UndeliveredError caused by ErrShardMoved", err)

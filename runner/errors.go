@@ -21,12 +21,17 @@ var (
 	ErrPassivated = errors.New("runner: entity passivated")
 	// ErrShutdown: the runner is shutting down.
 	ErrShutdown = errors.New("runner: shut down")
-	// ErrClosed: the runner was closed or has not been started.
+	// ErrClosed: the runner is not running: Run was not called yet, or
+	// returned (Shutdown, Close, its context ended). Send fails with it at
+	// once.
 	ErrClosed = errors.New("runner: closed")
 	// ErrInvalidConfig: the configuration cannot work.
 	ErrInvalidConfig = errors.New("runner: invalid config")
 	// ErrAlreadyRunning: Run was called twice.
 	ErrAlreadyRunning = errors.New("runner: already running")
+	// ErrDuplicateRunnerID: another live process registered this runner's
+	// ID (Config.ID); Run returns it after giving the ID up.
+	ErrDuplicateRunnerID = errors.New("runner: another live process uses this runner ID")
 )
 
 // NotOwnerError reports that this runner does not own Shard at its current

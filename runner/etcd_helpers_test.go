@@ -69,6 +69,7 @@ func (c *cluster) start(cfg runner.Config, endpoints ...string) *etcdRunner {
 	er := &etcdRunner{Runner: r, sub: r.Subscribe(), done: make(chan error, 1)}
 	c.rec.follow(er.sub)
 	go func() { er.done <- r.Run(context.Background()) }()
+	waitRunning(t, r)
 	t.Cleanup(func() {
 		er.stop()
 		er.sub.Close()

@@ -44,9 +44,10 @@ type ShardReleased struct {
 }
 
 // ShardLost: the runner stopped owning Shard without a planned release:
-// Cause is ErrDetached (the whole runner detached), ErrShardMoved (the lock
-// was taken or deleted behind its back, detachment disabled) or ErrShutdown
-// (Close, or Run's context ended).
+// Cause is ErrDetached (the whole runner detached), ErrShardMoved (this
+// shard's lock was deleted, rewritten or taken behind its back),
+// ErrShutdown (Close, or Run's context ended) or ErrDuplicateRunnerID (it
+// gave its ID up to another process).
 type ShardLost struct {
 	EventBase
 	Shard sharding.ShardID

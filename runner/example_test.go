@@ -41,8 +41,17 @@ func Example() {
 	if err := r.Register(CounterKind); err != nil {
 		panic(err)
 	}
+	sub := r.Subscribe()
 	go r.Run(context.Background())
 	defer r.Shutdown(context.Background())
+	// Ask and Tell fail with ErrClosed until Run has started: wait for the
+	// registration.
+	for ev := range sub.Events() {
+		if _, ok := ev.(runner.Registered); ok {
+			break
+		}
+	}
+	sub.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

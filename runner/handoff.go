@@ -76,6 +76,7 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 		r.mu.Lock()
 		if u.Reset {
 			clear(r.handoffs)
+			r.forgetBadKeysLocked(storage.KeyspaceHandoffs)
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
 			}
@@ -89,8 +90,8 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 }
 
 func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
-	id, err := sharding.ParseShardID(kv.Key)
-	if err != nil || int(id) >= r.cfg.NumShards {
+	id, ok := r.shardOfKeyLocked(storage.KeyspaceHandoffs, kv.Key)
+	if !ok {
 		return
 	}
 	prev := r.handoffs[id].Lease
@@ -101,14 +102,16 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	}()
 	if t == storage.EventDelete {
 		delete(r.handoffs, id)
+		r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 		return
 	}
 	h, err := storage.DecodeHandoff(kv)
 	if err != nil {
-		r.log.Error("ignoring corrupt handoff record", "shard", id, "err", err)
+		r.badKeyLocked(storage.KeyspaceHandoffs, kv.Key, "ignoring a corrupt handoff record", err)
 		delete(r.handoffs, id)
 		return
 	}
+	r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 	r.handoffs[id] = h
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -56,10 +57,15 @@ func logger(t *testing.T) *slog.Logger {
 // not nil). Cleanup closes it.
 func start(t *testing.T, c *memory.Cluster, rec *recorder, cfg runner.Config) *started {
 	t.Helper()
+	return startOn(t, c.NewStore(cfg.ID), rec, cfg)
+}
+
+// startOn is start on a given client (with its faults already set).
+func startOn(t *testing.T, s *memory.Store, rec *recorder, cfg runner.Config) *started {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = logger(t)
 	}
-	s := c.NewStore(cfg.ID)
 	r, err := runner.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,12 +75,23 @@ func start(t *testing.T, c *memory.Cluster, rec *recorder, cfg runner.Config) *s
 		rec.follow(st.sub)
 	}
 	go func() { st.done <- r.Run(context.Background()) }()
+	waitRunning(t, r)
 	t.Cleanup(func() {
 		r.Close()
 		<-st.done
 		st.sub.Close()
 	})
 	return st
+}
+
+// waitRunning waits until Run has been called on r (Send fails with
+// ErrClosed before that). It yields rather than sleeps, so that inside a
+// synctest bubble no fake time passes.
+func waitRunning(t testing.TB, r *runner.Runner) {
+	t.Helper()
+	for r.Status().Phase == "new" {
+		runtime.Gosched()
+	}
 }
 
 // waitFor polls cond every 10ms (real time, or fake time inside synctest)

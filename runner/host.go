@@ -20,7 +20,9 @@ import (
 // NotOwnerError it is safe to retry.
 type UndeliveredError struct {
 	Shard sharding.ShardID
-	Cause error // ErrDetached, ErrShardMoved or ErrShutdown
+	// Cause is ErrDetached, ErrShardMoved or ErrShutdown, or the context's
+	// error when it ended before the message was admitted or run.
+	Cause error
 }
 
 func (e *UndeliveredError) Error() string {
@@ -191,7 +193,8 @@ func newWaiter() any { return &waiter{ch: make(chan result, 1)} }
 type message struct {
 	h     *entity.Handler
 	req   any
-	reply *waiter // nil for a signal
+	reply *waiter         // nil for a signal
+	ctx   context.Context // the asker's; an ask whose ctx ended is not run
 }
 
 // deliver enqueues a message for entity id of kind k and waits for the
@@ -203,7 +206,7 @@ type message struct {
 func (sh *shardHost) deliver(ctx context.Context, k *kindRT, h *entity.Handler, id string, req any, oneWay, remote bool) result {
 	msg := message{h: h, req: req}
 	if !oneWay {
-		msg.reply = sh.r.waiters.Get().(*waiter)
+		msg.reply, msg.ctx = sh.r.waiters.Get().(*waiter), ctx
 	}
 	if err := sh.enqueue(ctx, k, entityKey{kind: k.desc.Name(), id: id}, msg, remote && !oneWay); err != nil {
 		if msg.reply != nil {
@@ -238,6 +241,9 @@ func (sh *shardHost) replyWritten() {
 // drain has stopped admission no message can slip in; a counted message
 // (a remote ask) enters sh.replying at admission, under sh.mu too.
 func (sh *shardHost) enqueue(ctx context.Context, k *kindRT, key entityKey, msg message, counted bool) error {
+	if ctx.Err() != nil { // admission checks the context first
+		return &UndeliveredError{Shard: sh.id, Cause: ctxErr(ctx)}
+	}
 	if !sh.prevDone.Load() {
 		if err := sh.waitPrev(ctx); err != nil {
 			return err
@@ -427,6 +433,10 @@ func (e *resident) process(m *message) {
 		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: context.Cause(sh.ctx)}, true)
 		return
 	default:
+	}
+	if m.ctx != nil && m.ctx.Err() != nil { // the asker gave up before it ran
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ctxErr(m.ctx)}, true)
+		return
 	}
 	if sh.r.pastTrip() {
 		// The detach instant passed (a long pause?) before the watchdog

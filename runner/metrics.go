@@ -23,6 +23,7 @@ type metrics struct {
 	acquireRetries    metric.Int64Counter
 	acquireExhausted  metric.Int64Counter
 	shardsOwned       metric.Int64Gauge
+	shardsLost        metric.Int64Counter
 	acquireLatency    metric.Float64Histogram
 	storageErrors     metric.Int64Counter
 	detaches          metric.Int64Counter
@@ -59,6 +60,8 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	out.acquireExhausted, err = m.Int64Counter("sharding.acquire_retry_window_exhausted", metric.WithDescription("shards whose acquire retry window ran out"))
 	add(err)
 	out.shardsOwned, err = m.Int64Gauge("sharding.shards_owned", metric.WithDescription("shards owned by the runner"))
+	add(err)
+	out.shardsLost, err = m.Int64Counter("sharding.locks_lost", metric.WithDescription("owned locks deleted, rewritten or taken behind the runner's back (each costs its shard only)"))
 	add(err)
 	out.acquireLatency, err = m.Float64Histogram("sharding.acquire_latency", metric.WithUnit("s"), metric.WithDescription("duration of one batched acquire call"))
 	add(err)

@@ -46,6 +46,7 @@ func runWith(t *testing.T, s storage.Store, cfg runner.Config) *runner.Runner {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
+	waitRunning(t, r)
 	t.Cleanup(func() { r.Close(); <-done })
 	return r
 }

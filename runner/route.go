@@ -17,6 +17,12 @@ import (
 // implements entity.Sender: use the typed Ask and Tell of method references
 // rather than calling it.
 //
+// Admission comes first: a ctx that has already ended fails the call at
+// once with an error matching ctx's (context.Canceled or
+// context.DeadlineExceeded), and nothing is delivered; a runner that is not
+// running (Run not called yet, or returned) fails it at once with ErrClosed.
+// A queued ask whose ctx ends before its handler starts is not run either.
+//
 // Routing follows the actual lock owner in this runner's watch of the shard
 // locks: local delivery when this runner owns the shard at its current
 // epoch, otherwise one hop to the owner (which never forwards). Send
@@ -30,6 +36,9 @@ import (
 // timeout or a connection lost after sending: ErrMaybeDelivered) is
 // returned as is, and the handler may have run.
 func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
+	if err := r.admit(ctx, c); err != nil {
+		return nil, err
+	}
 	k, h, err := r.resolve(c)
 	if err != nil {
 		return nil, err
@@ -173,8 +182,11 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("runner: %s %q not delivered: %w (last attempt: %w)", k.desc.Name(), c.Entity, context.Cause(ctx), last)
+			return nil, fmt.Errorf("runner: %s %q not delivered: %w (last attempt: %w)", k.desc.Name(), c.Entity, ctxErr(ctx), last)
 		case <-changed:
+			if !r.running.Load() {
+				return nil, fmt.Errorf("%w: runner %s stopped; %s %q not delivered (last attempt: %w)", ErrClosed, r.cfg.ID, k.desc.Name(), c.Entity, last)
+			}
 		case <-timer.C:
 		}
 	}

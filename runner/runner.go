@@ -91,6 +91,10 @@ type Runner struct {
 	stopOnce  sync.Once
 	closeOnce sync.Once
 
+	recordKick chan struct{} // 1-buffered: the own record changed (guardRecord)
+	regKick    chan struct{} // 1-buffered: the own record changed (a waiting registration)
+	running    atomic.Bool   // Run was called and has not returned
+
 	mu           sync.Mutex
 	phase        phase
 	gen          uint64 // incremented on every attach and detach
@@ -116,6 +120,9 @@ type Runner struct {
 	// viewChanging: the membership changed since the assignment was
 	// computed; no new move starts until it is recomputed.
 	viewChanging bool
+	// departed: a member left the view since the assignment was computed
+	// (the control loop acts on an isolated departure at once).
+	departed bool
 	pending      map[sharding.ShardID]*pending
 	members      map[string]storage.Runner
 	byLease      map[storage.LeaseID]storage.Runner
@@ -138,12 +145,19 @@ type Runner struct {
 	runStarted       bool            // Run was called (done will be closed)
 	lastStreak       int             // keep-alive streak last logged
 	wouldDetach      detachment.Reason
+	reg              registration        // the own record (registration.go)
+	badKeys          map[string]struct{} // damaged keys already logged (keys.go)
+	badKeysFull      bool
+	lostLocks        []lostLock // dropped shards not logged yet
 }
 
 // New returns a runner on store. It does nothing until Run.
 func New(store storage.Store, cfg Config) (*Runner, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	if err := cfg.checkSet(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -173,6 +187,9 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		incarnation:     newIncarnation(),
 		kick:            make(chan struct{}, 1),
 		rebalance:       make(chan struct{}, 1),
+		recordKick:      make(chan struct{}, 1),
+		regKick:         make(chan struct{}, 1),
+		badKeys:         make(map[string]struct{}),
 		stopReq:         make(chan struct{}),
 		closeReq:        make(chan struct{}),
 		done:            make(chan struct{}),
@@ -347,13 +364,21 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.runStarted = true
 	r.phase = phaseStarting
 	r.started = time.Now()
+	r.running.Store(true)
 	r.mu.Unlock()
 	defer close(r.done)
 	defer r.met.close()
+	defer func() {
+		r.running.Store(false)
+		r.routesChanged() // waiting sends see it and return ErrClosed
+	}()
 
 	if r.cfg.ListenAddr != "" {
 		if err := r.transport.listen(); err != nil {
 			r.transport.stop(0)
+			r.mu.Lock()
+			r.phase = phaseStopped
+			r.mu.Unlock()
 			return err
 		}
 		r.mu.Lock()
@@ -387,6 +412,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.followHandoffs(ctx) })
 		wg.Go(func() { r.watchdog(ctx) })
 		wg.Go(func() { r.janitor(ctx) })
+		wg.Go(func() { r.guardRecord(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
 	}
 
@@ -399,7 +425,18 @@ func (r *Runner) Run(ctx context.Context) error {
 		err = ctx.Err()
 		r.dropAll(ErrShutdown, "context ended")
 	case <-r.closeReq:
-		r.dropAll(ErrShutdown, "closed")
+		if err = r.fatalErr(); err != nil {
+			// This runner gave up its ID (registration.go): like Close,
+			// then the lease goes, with the locks still under it.
+			r.dropAll(err, err.Error())
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+			if rerr := r.keeper.Revoke(rctx); rerr != nil && !errors.Is(rerr, storage.ErrLeaseNotFound) {
+				r.log.Warn("revoking the lease failed; it will expire on its own", "err", rerr)
+			}
+			rcancel()
+		} else {
+			r.dropAll(ErrShutdown, "closed")
+		}
 	case <-loopDone: // Shutdown finished releasing
 		grace = r.cfg.DrainTimeout
 	}

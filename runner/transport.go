@@ -119,6 +119,10 @@ type transport struct {
 	srv *grpc.Server
 	lis net.Listener
 
+	limit                         *limitListener // lis, counting connections
+	handshakeTimeout, idleTimeout time.Duration  // serverHandshakeTimeout, serverMaxConnectionIdle (tests shorten them)
+	refused, refusedLog           atomic.Int64   // connections refused; when last logged (since clockBase)
+
 	goaway     chan struct{} // closed when the server starts a graceful stop
 	goawayOnce sync.Once
 
@@ -131,7 +135,10 @@ type transport struct {
 }
 
 func newTransport(r *Runner) *transport {
-	return &transport{r: r, peers: make(map[string]*peerConns), stale: make(map[string]*time.Timer), goaway: make(chan struct{})}
+	return &transport{
+		r: r, peers: make(map[string]*peerConns), stale: make(map[string]*time.Timer), goaway: make(chan struct{}),
+		handshakeTimeout: serverHandshakeTimeout, idleTimeout: serverMaxConnectionIdle,
+	}
 }
 
 // connsPerPeer is how many HTTP/2 connections a runner keeps to each peer:
@@ -191,13 +198,18 @@ func (t *transport) listen() error {
 	if err != nil {
 		return fmt.Errorf("runner: listen on %s: %w", t.r.cfg.ListenAddr, err)
 	}
-	t.lis = lis
+	t.limit = newLimitListener(lis, t.r.cfg.MaxConnections, t.rejected)
+	t.lis = t.limit
 	creds := insecure.NewCredentials()
 	if t.r.cfg.TLS != nil {
 		creds = credentials.NewTLS(t.r.cfg.TLS)
 	}
 	t.srv = grpc.NewServer(
 		grpc.Creds(creds),
+		grpc.ConnectionTimeout(t.handshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: t.idleTimeout, Time: serverPingTime, Timeout: serverPingTimeout,
+		}),
 		grpc.NumStreamWorkers(uint32(max(2, runtime.GOMAXPROCS(0)))),
 		grpc.ForceServerCodec(wireCodec{}),
 		// The transport limit is generous so that an oversized request
@@ -205,10 +217,22 @@ func (t *transport) listen() error {
 		// MaxMessageSize itself and answers TOO_LARGE.
 		grpc.MaxRecvMsgSize(max(t.r.cfg.MaxMessageSize, 64<<20)+1024),
 		grpc.MaxSendMsgSize(t.r.cfg.MaxMessageSize+1024),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: serverMinPingInterval, PermitWithoutStream: true}),
 	)
 	t.srv.RegisterService(&serviceDesc, transportServer(t))
 	return nil
+}
+
+// rejected logs connections refused by MaxConnections, at most once a
+// minute.
+func (t *transport) rejected(open int64) {
+	n := t.refused.Add(1)
+	now := time.Since(clockBase)
+	last := t.refusedLog.Load()
+	if last != 0 && now-time.Duration(last) < time.Minute || !t.refusedLog.CompareAndSwap(last, int64(now)) {
+		return
+	}
+	t.r.log.Warn("transport connection refused: MaxConnections reached", "open", open, "limit", t.r.cfg.MaxConnections, "refused_total", n)
 }
 
 func (t *transport) serve() {
@@ -336,11 +360,17 @@ func (t *transport) readyConn(ctx context.Context, addr string) (*peerConns, int
 	return p, i, c, nil
 }
 
+// The errors say what happened in this call: how long it waited and why it
+// stopped (its context, ConnectTimeout, or a connection that failed).
 func (t *transport) waitReady(ctx context.Context, addr string, c *grpc.ClientConn) error {
 	st := c.GetState()
 	if st == connectivity.Ready {
 		return nil
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: connection to %s is %v and the context already ended: %w", ErrNotSent, addr, st, ctxErr(ctx))
+	}
+	start := time.Now()
 	wctx, cancel := context.WithTimeout(ctx, t.r.cfg.ConnectTimeout)
 	defer cancel()
 	for st != connectivity.Ready {
@@ -348,10 +378,14 @@ func (t *transport) waitReady(ctx context.Context, addr string, c *grpc.ClientCo
 			c.Connect()
 		}
 		if st == connectivity.TransientFailure || st == connectivity.Shutdown {
-			return fmt.Errorf("%w: %s is %v", ErrNotSent, addr, st)
+			return fmt.Errorf("%w: connection to %s is %v (its last attempt failed; waited %v)", ErrNotSent, addr, st, time.Since(start).Round(time.Millisecond))
 		}
 		if !c.WaitForStateChange(wctx, st) {
-			return fmt.Errorf("%w: %s still %v after %v", ErrNotSent, addr, st, t.r.cfg.ConnectTimeout)
+			waited := time.Since(start).Round(time.Millisecond)
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: connection to %s still %v when the context ended after %v: %w", ErrNotSent, addr, st, waited, ctxErr(ctx))
+			}
+			return fmt.Errorf("%w: connection to %s still %v after %v (ConnectTimeout)", ErrNotSent, addr, st, waited)
 		}
 		st = c.GetState()
 	}

@@ -79,6 +79,9 @@ func (tc *testCluster) start(cfg Config) *Runner {
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(context.Background()) }()
+	for r.Status().Phase == "new" { // Send fails with ErrClosed before Run
+		time.Sleep(time.Millisecond)
+	}
 	t.Cleanup(func() { r.Close(); <-done })
 	tc.rs[cfg.ID] = r
 	return r

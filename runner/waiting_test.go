@@ -46,6 +46,7 @@ func TestMaxWaitingSends(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- h.Run(context.Background()) }()
+		waitRunning(t, h)
 		defer func() { h.Close(); <-done }()
 
 		type result struct {
@@ -125,6 +126,7 @@ func TestMaxWaitingSendsIgnoresDelivered(t *testing.T) {
 		}
 		done := make(chan struct{})
 		go func() { defer close(done); _ = r.Run(context.Background()) }()
+		waitRunning(t, r)
 		t.Cleanup(func() { r.Close(); <-done })
 	}
 	waitFor(t, 10*time.Second, "the gateway routes every shard to the owner", func() bool {

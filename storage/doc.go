@@ -11,7 +11,15 @@
 //   - Ownership. A runner owns a shard while the key shards/{shard} exists and
 //     is attached to the runner's lease. The value (runner ID and incarnation)
 //     is informative only: a new incarnation of a runner with the same ID but
-//     a new lease does not own the keys of the previous incarnation.
+//     a new lease does not own the keys of the previous incarnation. A lock
+//     without a lease is never an ownership (it cannot expire; only a
+//     foreign writer makes one): Acquire overwrites it, conditional in the
+//     same transaction on it still having no lease, and reports it
+//     (AcquireResult.Replaced).
+//   - Registration. runners/{ID} is claimed, not stolen: PutRunner writes it
+//     only when it is absent or attached to the caller's lease, and
+//     ReplaceRunner only at the revision the caller read; otherwise both
+//     return a *RunnerConflictError with the record found.
 //   - Epoch. The epoch of an ownership is the store revision at which the lock
 //     was last written by its holder (acquire, transfer or epoch bump). It is
 //     the key's ModRevision, so it strictly increases across the owners of a
@@ -32,6 +40,14 @@
 //     positive, an empty owner, ...) fail with [ErrInvalidArgument] before
 //     anything is sent: they could otherwise match absent keys, whose lease
 //     and revision compare as 0 in etcd.
+//   - Strict decoding. The decoders (DecodeRunner, DecodeLock, DecodeHandoff,
+//     DecodeCheckpoint) accept only what the encoders write: keys in
+//     canonical form (a shard number as sharding.ParseShardID accepts it, a
+//     runner ID equal to the record's), values that are one JSON object in
+//     valid UTF-8 with every required member present once, typed and valid.
+//     Unknown members are ignored, so that a later version can add optional
+//     ones. Anything else is a *CorruptError naming the key; a checkpoint
+//     stored as null, {} or with an epoch that is not positive included.
 //   - List and watch. [Lister.List] returns a consistent snapshot of one key
 //     family at a revision R; [Lister.Watch] from R+1 delivers every later
 //     change in revision order. [Follow] combines both and re-lists when the

@@ -28,6 +28,9 @@ var (
 	ErrNoHandoff = errors.New("storage: no handoff record for the target")
 	// ErrHandoffConflict: a handoff record of another lease exists.
 	ErrHandoffConflict = errors.New("storage: handoff record held by another lease")
+	// ErrRunnerConflict: a runner record is held by another lease (or is not
+	// at the expected revision) and was left alone.
+	ErrRunnerConflict = errors.New("storage: runner record held by another lease")
 	// ErrCorrupt: a stored key or value cannot be decoded.
 	ErrCorrupt = errors.New("storage: corrupt record")
 	// ErrInvalidArgument: the request itself is malformed.
@@ -82,3 +85,22 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Is makes errors.Is(err, ErrCorrupt) true.
 func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// RunnerConflictError reports a runner record that PutRunner or
+// ReplaceRunner left alone: Existing is the key as found (Exists false when
+// it was absent).
+type RunnerConflictError struct {
+	ID       string
+	Exists   bool
+	Existing KeyValue
+}
+
+func (e *RunnerConflictError) Error() string {
+	if !e.Exists {
+		return fmt.Sprintf("storage: runner record %q is gone", e.ID)
+	}
+	return fmt.Sprintf("storage: runner record %q held by lease %x at revision %d", e.ID, e.Existing.Lease, e.Existing.ModRevision)
+}
+
+// Is makes errors.Is(err, ErrRunnerConflict) true.
+func (e *RunnerConflictError) Is(target error) bool { return target == ErrRunnerConflict }

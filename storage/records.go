@@ -1,12 +1,18 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -19,33 +25,83 @@ type RunnerRecord struct {
 	Incarnation string    `json:"incarnation"`       // unique per process start
 	Started     time.Time `json:"started"`
 	Draining    bool      `json:"draining,omitempty"` // handing its shards off before it stops
+	// LeaseTTL is the granted TTL of the lease the record is attached to
+	// (nanoseconds in JSON; 0 when unknown). A runner that finds its ID
+	// registered by another process waits this long for a crashed
+	// predecessor's lease to expire.
+	LeaseTTL time.Duration `json:"leaseTTL,omitempty"`
 }
 
-// Validate reports whether the record can be stored.
+// Validate reports whether the record can be stored: a valid runner ID
+// (see [ValidateRunnerID]) and incarnation, an address that is empty or
+// host:port, a weight in [0, sharding.MaxWeight], a non-negative LeaseTTL
+// and a Started time that JSON can represent.
 func (r RunnerRecord) Validate() error {
+	if err := ValidateRunnerID(r.ID); err != nil {
+		return err
+	}
 	switch {
-	case r.ID == "":
-		return fmt.Errorf("%w: empty runner ID", ErrInvalidArgument)
-	case !validName(r.ID):
-		return fmt.Errorf("%w: runner ID %q: want 1-128 characters without '/' or control characters", ErrInvalidArgument, r.ID)
-	case r.Incarnation == "":
-		return fmt.Errorf("%w: runner %q: empty incarnation", ErrInvalidArgument, r.ID)
-	case r.Weight < 0:
-		return fmt.Errorf("%w: runner %q: negative weight %d", ErrInvalidArgument, r.ID, r.Weight)
+	case !validName(r.Incarnation):
+		return fmt.Errorf("%w: runner %q: incarnation %q: want 1-128 characters without '/' or control characters", ErrInvalidArgument, r.ID, r.Incarnation)
+	case r.Weight < 0 || r.Weight > sharding.MaxWeight:
+		return fmt.Errorf("%w: runner %q: weight %d outside [0, %d]", ErrInvalidArgument, r.ID, r.Weight, sharding.MaxWeight)
+	case r.LeaseTTL < 0:
+		return fmt.Errorf("%w: runner %q: negative lease TTL %v", ErrInvalidArgument, r.ID, r.LeaseTTL)
+	case r.Started.Year() < 0 || r.Started.Year() > 9999:
+		return fmt.Errorf("%w: runner %q: start time %v outside years 0-9999", ErrInvalidArgument, r.ID, r.Started)
+	}
+	if r.Address != "" {
+		if err := validAddress(r.Address); err != nil {
+			return fmt.Errorf("%w: runner %q: address %q: %v", ErrInvalidArgument, r.ID, r.Address, err)
+		}
 	}
 	return nil
 }
 
+// ValidateRunnerID reports an ErrInvalidArgument unless id is a valid runner
+// ID: 1-128 bytes of valid UTF-8 without '/' or control characters. It is
+// the rule stores apply to runner records.
+func ValidateRunnerID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty runner ID", ErrInvalidArgument)
+	}
+	if !validName(id) {
+		return fmt.Errorf("%w: runner ID %q: want 1-128 bytes of UTF-8 without '/' or control characters", ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+// validName reports whether s is 1-128 bytes of valid UTF-8 without '/'
+// or control characters.
 func validName(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
+	if len(s) == 0 || len(s) > 128 || !utf8.ValidString(s) {
 		return false
 	}
 	for _, c := range s {
-		if c == '/' || c < 0x20 || c == 0x7f {
+		if c == '/' || unicode.IsControl(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// validAddress checks a transport address: host:port with a non-empty host
+// and a port in 1-65535, printable.
+func validAddress(a string) error {
+	if len(a) > 512 || !utf8.ValidString(a) || strings.ContainsFunc(a, unicode.IsControl) {
+		return errors.New("want printable UTF-8 of at most 512 bytes")
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("port %q: want 1-65535", port)
+	}
+	return nil
 }
 
 // Runner is a registered runner as listed from the store.
@@ -60,6 +116,18 @@ type Runner struct {
 type Owner struct {
 	RunnerID    string `json:"runnerID"`
 	Incarnation string `json:"incarnation"`
+}
+
+// Validate reports whether o can be stored: a valid runner ID and an
+// incarnation (possibly empty) without '/' or control characters.
+func (o Owner) Validate() error {
+	if !validName(o.RunnerID) {
+		return fmt.Errorf("%w: lock owner: runner ID %q: want 1-128 bytes of UTF-8 without '/' or control characters", ErrInvalidArgument, o.RunnerID)
+	}
+	if o.Incarnation != "" && !validName(o.Incarnation) {
+		return fmt.Errorf("%w: lock owner %q: incarnation %q", ErrInvalidArgument, o.RunnerID, o.Incarnation)
+	}
+	return nil
 }
 
 // Lock is a shard lock as listed from the store.
@@ -91,13 +159,21 @@ type HandoffRecord struct {
 	FromEpoch     Epoch  `json:"fromEpoch,omitempty"`
 }
 
-// Validate reports whether the record can be stored.
+// Validate reports whether the record can be stored: valid runner IDs in
+// From and To, a known phase, a valid or empty ToIncarnation and a
+// non-negative FromEpoch.
 func (h HandoffRecord) Validate() error {
-	if h.From == "" || h.To == "" {
-		return fmt.Errorf("%w: handoff record needs from and to", ErrInvalidArgument)
+	if !validName(h.From) || !validName(h.To) {
+		return fmt.Errorf("%w: handoff record needs valid from and to runner IDs (%q, %q)", ErrInvalidArgument, h.From, h.To)
 	}
 	if h.Phase != HandoffWarming && h.Phase != HandoffReady {
 		return fmt.Errorf("%w: handoff phase %q", ErrInvalidArgument, h.Phase)
+	}
+	if h.ToIncarnation != "" && !validName(h.ToIncarnation) {
+		return fmt.Errorf("%w: handoff target incarnation %q", ErrInvalidArgument, h.ToIncarnation)
+	}
+	if h.FromEpoch < 0 {
+		return fmt.Errorf("%w: handoff source epoch %d", ErrInvalidArgument, h.FromEpoch)
 	}
 	return nil
 }
@@ -120,8 +196,8 @@ func EncodeRunner(rec RunnerRecord) ([]byte, error) {
 
 // EncodeOwner returns the stored form of o.
 func EncodeOwner(o Owner) ([]byte, error) {
-	if o.RunnerID == "" {
-		return nil, fmt.Errorf("%w: lock owner needs a runner ID", ErrInvalidArgument)
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	return json.Marshal(o)
 }
@@ -134,53 +210,121 @@ func EncodeHandoff(h HandoffRecord) ([]byte, error) {
 	return json.Marshal(h)
 }
 
+// The decoders below are strict: a value must be one JSON object in valid
+// UTF-8 with every required member present (not null), each member at most
+// once, of the right type and valid (the Validate rules of its record), and
+// nothing after the object. Members they do not know are ignored, so a newer
+// version may add optional members during a rolling upgrade. Keys must be
+// canonical: a runner ID equal to the record's, a shard number as
+// sharding.ParseShardID accepts it.
+
 // DecodeRunner decodes a key of KeyspaceRunners. Errors are *CorruptError.
 func DecodeRunner(kv KeyValue) (Runner, error) {
-	var rec RunnerRecord
-	if err := decodeJSON(kv.Value, &rec); err != nil {
+	corrupt := func(err error) (Runner, error) {
 		return Runner{}, &CorruptError{Keyspace: KeyspaceRunners, Key: kv.Key, Err: err}
 	}
+	if err := ValidateRunnerID(kv.Key); err != nil {
+		return corrupt(fmt.Errorf("key: %w", err))
+	}
+	obj, err := parseObject(kv.Value)
+	if err != nil {
+		return corrupt(err)
+	}
+	var rec RunnerRecord
+	var ttl int64
+	if err := errors.Join(
+		member(obj, "id", true, &rec.ID),
+		member(obj, "address", false, &rec.Address),
+		member(obj, "weight", true, &rec.Weight),
+		member(obj, "incarnation", true, &rec.Incarnation),
+		member(obj, "started", true, &rec.Started),
+		member(obj, "draining", false, &rec.Draining),
+		member(obj, "leaseTTL", false, &ttl),
+	); err != nil {
+		return corrupt(err)
+	}
+	rec.LeaseTTL = time.Duration(ttl)
 	if rec.ID != kv.Key {
-		return Runner{}, &CorruptError{Keyspace: KeyspaceRunners, Key: kv.Key, Err: fmt.Errorf("record names runner %q", rec.ID)}
+		return corrupt(fmt.Errorf("record names runner %q", rec.ID))
 	}
 	if err := rec.Validate(); err != nil {
-		return Runner{}, &CorruptError{Keyspace: KeyspaceRunners, Key: kv.Key, Err: err}
+		return corrupt(err)
 	}
 	return Runner{RunnerRecord: rec, Lease: kv.Lease, ModRevision: kv.ModRevision}, nil
 }
 
 // DecodeLock decodes a key of KeyspaceShards. On a corrupt value it returns
 // the Lock with its shard, lease and epoch (ownership does not depend on the
-// value) together with a *CorruptError; a corrupt key yields a zero Lock.
+// value) together with a *CorruptError; a corrupt key yields a zero Lock
+// (Epoch 0) and a *CorruptError.
 func DecodeLock(kv KeyValue) (Lock, error) {
 	shard, err := sharding.ParseShardID(kv.Key)
 	if err != nil {
 		return Lock{}, &CorruptError{Keyspace: KeyspaceShards, Key: kv.Key, Err: err}
 	}
 	l := Lock{Shard: shard, Lease: kv.Lease, Epoch: Epoch(kv.ModRevision)}
-	if err := decodeJSON(kv.Value, &l.Owner); err != nil {
+	o, err := decodeOwner(kv.Value)
+	if err != nil {
 		return l, &CorruptError{Keyspace: KeyspaceShards, Key: kv.Key, Err: err}
 	}
-	if l.Owner.RunnerID == "" {
-		return l, &CorruptError{Keyspace: KeyspaceShards, Key: kv.Key, Err: errors.New("empty runner ID")}
-	}
+	l.Owner = o
 	return l, nil
 }
 
-// DecodeHandoff decodes a key of KeyspaceHandoffs. Errors are *CorruptError.
+func decodeOwner(b []byte) (Owner, error) {
+	obj, err := parseObject(b)
+	if err != nil {
+		return Owner{}, err
+	}
+	var o Owner
+	if err := errors.Join(
+		member(obj, "runnerID", true, &o.RunnerID),
+		member(obj, "incarnation", true, &o.Incarnation),
+	); err != nil {
+		return Owner{}, err
+	}
+	if err := o.Validate(); err != nil {
+		return Owner{}, err
+	}
+	return o, nil
+}
+
+// DecodeHandoff decodes a key of KeyspaceHandoffs. Errors are *CorruptError;
+// with a corrupt value the Handoff still carries its shard, lease and
+// revision, with a corrupt key it is zero.
 func DecodeHandoff(kv KeyValue) (Handoff, error) {
 	shard, err := sharding.ParseShardID(kv.Key)
 	if err != nil {
 		return Handoff{}, &CorruptError{Keyspace: KeyspaceHandoffs, Key: kv.Key, Err: err}
 	}
 	h := Handoff{Shard: shard, Lease: kv.Lease, ModRevision: kv.ModRevision}
-	if err := decodeJSON(kv.Value, &h.HandoffRecord); err != nil {
+	rec, err := decodeHandoffRecord(kv.Value)
+	if err != nil {
 		return h, &CorruptError{Keyspace: KeyspaceHandoffs, Key: kv.Key, Err: err}
 	}
-	if err := h.Validate(); err != nil {
-		return h, &CorruptError{Keyspace: KeyspaceHandoffs, Key: kv.Key, Err: err}
-	}
+	h.HandoffRecord = rec
 	return h, nil
+}
+
+func decodeHandoffRecord(b []byte) (HandoffRecord, error) {
+	obj, err := parseObject(b)
+	if err != nil {
+		return HandoffRecord{}, err
+	}
+	var rec HandoffRecord
+	if err := errors.Join(
+		member(obj, "from", true, &rec.From),
+		member(obj, "to", true, &rec.To),
+		member(obj, "phase", true, &rec.Phase),
+		member(obj, "toIncarnation", false, &rec.ToIncarnation),
+		member(obj, "fromEpoch", false, &rec.FromEpoch),
+	); err != nil {
+		return HandoffRecord{}, err
+	}
+	if err := rec.Validate(); err != nil {
+		return HandoffRecord{}, err
+	}
+	return rec, nil
 }
 
 // checkpointValue is the stored form of a checkpoint.
@@ -189,26 +333,102 @@ type checkpointValue struct {
 	Data  []byte `json:"data"`
 }
 
-// EncodeCheckpoint returns the stored form of a checkpoint written at epoch.
+// EncodeCheckpoint returns the stored form of a checkpoint written at epoch
+// (which the stores check is positive before writing).
 func EncodeCheckpoint(epoch Epoch, data []byte) []byte {
 	b, _ := json.Marshal(checkpointValue{Epoch: epoch, Data: data}) // cannot fail
 	return b
 }
 
-// DecodeCheckpoint decodes the value of a checkpoint key.
+// DecodeCheckpoint decodes the value of a checkpoint key. The value needs
+// both members, "epoch" (positive: the writer's epoch) and "data" (base64,
+// or null for none); anything else, such as null, {} or a negative epoch,
+// is a *CorruptError naming the key.
 func DecodeCheckpoint(shard sharding.ShardID, name string, value []byte, rev Revision) (Checkpoint, error) {
-	var v checkpointValue
-	if err := decodeJSON(value, &v); err != nil {
+	v, err := decodeCheckpointValue(value)
+	if err != nil {
 		return Checkpoint{}, &CorruptError{Keyspace: "checkpoints", Key: strings.TrimPrefix(CheckpointKey(shard, name), "checkpoints/"), Err: err}
 	}
 	return Checkpoint{Data: v.Data, Epoch: v.Epoch, Revision: rev}, nil
 }
 
-func decodeJSON(b []byte, v any) error {
-	if len(b) == 0 {
-		return errors.New("empty value")
+func decodeCheckpointValue(b []byte) (checkpointValue, error) {
+	obj, err := parseObject(b)
+	if err != nil {
+		return checkpointValue{}, err
 	}
-	return json.Unmarshal(b, v)
+	var v checkpointValue
+	if err := member(obj, "epoch", true, &v.Epoch); err != nil {
+		return checkpointValue{}, err
+	}
+	if v.Epoch <= 0 {
+		return checkpointValue{}, fmt.Errorf("epoch %d, want > 0", v.Epoch)
+	}
+	if _, ok := obj["data"]; !ok {
+		return checkpointValue{}, errors.New(`missing member "data"`)
+	}
+	if err := member(obj, "data", false, &v.Data); err != nil {
+		return checkpointValue{}, err
+	}
+	return v, nil
+}
+
+// parseObject decodes b as exactly one JSON object in valid UTF-8, each
+// member name at most once, and returns its members undecoded.
+func parseObject(b []byte) (map[string]json.RawMessage, error) {
+	if len(b) == 0 {
+		return nil, errors.New("empty value")
+	}
+	if !utf8.Valid(b) {
+		return nil, errors.New("not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("not a JSON object (starts with %v)", tok)
+	}
+	obj := make(map[string]json.RawMessage)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("not JSON: %w", err)
+		}
+		name, _ := tok.(string) // object keys are always strings
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("member %q: %w", name, err)
+		}
+		if _, dup := obj[name]; dup {
+			return nil, fmt.Errorf("member %q given twice", name)
+		}
+		obj[name] = raw
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON object")
+	}
+	return obj, nil
+}
+
+// member decodes obj[name] into v. A member that is absent or null is an
+// error when required and leaves v alone otherwise.
+func member[T any](obj map[string]json.RawMessage, name string, required bool, v *T) error {
+	raw, ok := obj[name]
+	if !ok || string(raw) == "null" {
+		if required {
+			return fmt.Errorf("missing member %q", name)
+		}
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("member %q: %w", name, err)
+	}
+	return nil
 }
 
 // CheckShards reports an ErrInvalidArgument if shards has duplicates.

@@ -54,12 +54,22 @@ type Leases interface {
 	Revoke(ctx context.Context, id LeaseID) error
 }
 
-// Registry publishes runner records.
+// Registry publishes runner records. A record is claimed, never stolen:
+// PutRunner writes only a key that is absent or already attached to the
+// caller's lease; replacing anything else takes a decision by the caller
+// (ReplaceRunner, conditional on the revision the caller read).
 type Registry interface {
-	// PutRunner writes runners/{rec.ID} attached to lease, replacing any
-	// previous record of that ID (a previous incarnation's record moves to
-	// the new lease). It returns the revision of the write.
+	// PutRunner writes runners/{rec.ID} attached to lease if the key is
+	// absent or attached to lease, and returns the revision of the write.
+	// Otherwise it writes nothing and returns a *RunnerConflictError
+	// (ErrRunnerConflict) holding the key as found: the registration of
+	// another process, or a damaged record.
 	PutRunner(ctx context.Context, lease LeaseID, rec RunnerRecord) (Revision, error)
+	// ReplaceRunner writes runners/{rec.ID} attached to lease if the key
+	// still exists at revision rev (a record the caller read and decided to
+	// replace), and returns the revision of the write. Otherwise it writes
+	// nothing and returns a *RunnerConflictError holding the key as found.
+	ReplaceRunner(ctx context.Context, lease LeaseID, rec RunnerRecord, rev Revision) (Revision, error)
 }
 
 // AcquireStatus is the per-shard outcome of [Locks.Acquire].
@@ -94,6 +104,10 @@ type AcquireResult struct {
 	Status AcquireStatus
 	Epoch  Epoch // for Acquired and AlreadyOwned
 	Holder Lock  // for HeldElsewhere (Owner may be zero if the value is corrupt)
+	// Replaced is, for Acquired, the lock without a lease that the
+	// acquisition overwrote (Owner zero if its value was corrupt), or nil
+	// when the key was absent.
+	Replaced *Lock
 }
 
 // Held names a lock the caller believes it owns, at an epoch.
@@ -124,8 +138,12 @@ type TransferRequest struct {
 // Locks manages the shard locks shards/{shard}.
 type Locks interface {
 	// Acquire tries to create the lock of each shard under lease with value
-	// owner. Shards are split into transactions of MaxShardsPerTxn. The
-	// results are in the order of shards. Duplicate shards are invalid.
+	// owner. A key without a lease is never an ownership (it cannot expire
+	// and no runner holds it): Acquire overwrites it, conditional in the
+	// same transaction on the key still having no lease, and reports it in
+	// AcquireResult.Replaced. Shards are split into transactions of
+	// MaxShardsPerTxn. The results are in the order of shards. Duplicate
+	// shards are invalid.
 	Acquire(ctx context.Context, lease LeaseID, owner Owner, shards []sharding.ShardID) ([]AcquireResult, error)
 	// Verify checks, without writing, that every held lock still exists
 	// under lease at its epoch. It returns the locks that do not.
@@ -258,6 +276,15 @@ func WithOpTimeout(ctx context.Context, d time.Duration) (context.Context, conte
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// CheckRevision reports an ErrInvalidArgument for a revision that is not
+// positive (etcd compares the revision of a missing key as 0).
+func CheckRevision(rev Revision) error {
+	if rev <= 0 {
+		return fmt.Errorf("%w: revision %d, want > 0", ErrInvalidArgument, rev)
+	}
+	return nil
 }
 
 // CheckTTL reports an ErrInvalidArgument for a lease TTL that is not

@@ -181,13 +181,63 @@ func (s *Store) PutRunner(ctx context.Context, lease storage.LeaseID, rec storag
 	if err != nil {
 		return 0, err
 	}
+	if err := storage.CheckLease(lease); err != nil {
+		return 0, err
+	}
+	key := s.key(storage.KeyspaceRunners, rec.ID)
+	put := clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Put(ctx, s.key(storage.KeyspaceRunners, rec.ID), string(val), clientv3.WithLease(clientv3.LeaseID(lease)))
+	// Attached to our lease, else absent (a missing key's lease compares
+	// as 0, hence the lease check above).
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease))).Then(put).Else(
+		clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+			[]clientv3.Op{put},
+			[]clientv3.Op{clientv3.OpGet(key)}),
+	).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("put runner %q: %w", rec.ID, translate(err))
 	}
+	if !resp.Succeeded {
+		nested := (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
+		if !nested.Succeeded {
+			return 0, s.runnerConflict(rec.ID, firstKV(nested))
+		}
+	}
 	return storage.Revision(resp.Header.Revision), nil
+}
+
+// ReplaceRunner implements storage.Registry.
+func (s *Store) ReplaceRunner(ctx context.Context, lease storage.LeaseID, rec storage.RunnerRecord, rev storage.Revision) (storage.Revision, error) {
+	val, err := storage.EncodeRunner(rec)
+	if err != nil {
+		return 0, err
+	}
+	if err := errors.Join(storage.CheckLease(lease), storage.CheckRevision(rev)); err != nil {
+		return 0, err
+	}
+	key := s.key(storage.KeyspaceRunners, rec.ID)
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", int64(rev))).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(clientv3.LeaseID(lease)))).
+		Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("replace runner %q: %w", rec.ID, translate(err))
+	}
+	if !resp.Succeeded {
+		return 0, s.runnerConflict(rec.ID, firstKV(resp))
+	}
+	return storage.Revision(resp.Header.Revision), nil
+}
+
+func (s *Store) runnerConflict(id string, kv *mvccpb.KeyValue) error {
+	ce := &storage.RunnerConflictError{ID: id, Exists: kv != nil}
+	if kv != nil {
+		ce.Existing = keyValue(kv, len(s.key(storage.KeyspaceRunners, "")))
+	}
+	return ce
 }
 
 // batchTxn runs one transaction whose Then holds one nested op per shard of
@@ -218,6 +268,18 @@ func firstKV(r *clientv3.TxnResponse) *mvccpb.KeyValue {
 	return rangeKV(r.Responses[0])
 }
 
+// prevKV returns the previous key of the put of a succeeded per-shard
+// transaction (see putLockOps), or nil when the key was absent.
+func prevKV(r *clientv3.TxnResponse) *mvccpb.KeyValue {
+	if len(r.Responses) == 0 {
+		return nil
+	}
+	if pr := r.Responses[0].GetResponsePut(); pr != nil {
+		return pr.PrevKv
+	}
+	return nil
+}
+
 // rangeKV returns the first key of a range response, or nil.
 func rangeKV(op *etcdserverpb.ResponseOp) *mvccpb.KeyValue {
 	if rr := op.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
@@ -235,7 +297,7 @@ func (s *Store) putLockOps(lease storage.LeaseID, val []byte, shards []sharding.
 		key := s.shardKey(sh)
 		ops[i] = clientv3.OpTxn(
 			[]clientv3.Cmp{cmp(key)},
-			[]clientv3.Op{clientv3.OpPut(key, v, clientv3.WithLease(clientv3.LeaseID(lease)))},
+			[]clientv3.Op{clientv3.OpPut(key, v, clientv3.WithLease(clientv3.LeaseID(lease)), clientv3.WithPrevKV())},
 			[]clientv3.Op{clientv3.OpGet(key)})
 	}
 	return ops
@@ -286,7 +348,8 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 	err = forBatches(len(shards), func(lo, hi int) error {
 		batch := shards[lo:hi]
 		ops := s.putLockOps(lease, val, batch, func(key string) clientv3.Cmp {
-			return clientv3.Compare(clientv3.CreateRevision(key), "=", 0) // absent
+			// Absent or without a lease: a missing key's lease compares as 0.
+			return clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.NoLease)
 		})
 		resps, rev, err := s.batchTxn(ctx, ops)
 		if err != nil {
@@ -298,6 +361,10 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 			switch {
 			case r.Succeeded:
 				res.Status, res.Epoch = storage.Acquired, storage.Epoch(rev)
+				if prev := prevKV(r); prev != nil {
+					replaced := s.lockOf(prev)
+					res.Replaced = &replaced
+				}
 			case kv != nil && storage.LeaseID(kv.Lease) == lease:
 				res.Status, res.Epoch = storage.AlreadyOwned, storage.Epoch(kv.ModRevision)
 			case kv != nil:

@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -261,14 +262,51 @@ func (s *Store) PutRunner(ctx context.Context, leaseID storage.LeaseID, rec stor
 	if err != nil {
 		return 0, err
 	}
+	if err := storage.CheckLease(leaseID); err != nil {
+		return 0, err
+	}
 	c, err := s.enter(ctx, OpPutRunner)
 	if err != nil {
 		return 0, err
 	}
 	defer c.mu.Unlock()
+	key := runnerKey(rec.ID)
+	if e, ok := c.kvs[key]; ok && e.lease != leaseID {
+		return 0, &storage.RunnerConflictError{ID: rec.ID, Exists: true, Existing: e.keyValue(key)}
+	}
 	tx := c.begin()
-	if err := tx.put(runnerKey(rec.ID), val, leaseID); err != nil {
+	if err := tx.put(key, val, leaseID); err != nil {
 		return 0, fmt.Errorf("put runner %q: %w", rec.ID, err)
+	}
+	return tx.commit(), nil
+}
+
+// ReplaceRunner implements storage.Registry.
+func (s *Store) ReplaceRunner(ctx context.Context, leaseID storage.LeaseID, rec storage.RunnerRecord, rev storage.Revision) (storage.Revision, error) {
+	val, err := storage.EncodeRunner(rec)
+	if err != nil {
+		return 0, err
+	}
+	if err := errors.Join(storage.CheckLease(leaseID), storage.CheckRevision(rev)); err != nil {
+		return 0, err
+	}
+	c, err := s.enter(ctx, OpPutRunner)
+	if err != nil {
+		return 0, err
+	}
+	defer c.mu.Unlock()
+	key := runnerKey(rec.ID)
+	e, ok := c.kvs[key]
+	if !ok || e.mod != rev {
+		ce := &storage.RunnerConflictError{ID: rec.ID, Exists: ok}
+		if ok {
+			ce.Existing = e.keyValue(key)
+		}
+		return 0, ce
+	}
+	tx := c.begin()
+	if err := tx.put(key, val, leaseID); err != nil {
+		return 0, fmt.Errorf("replace runner %q: %w", rec.ID, err)
 	}
 	return tx.commit(), nil
 }
@@ -298,7 +336,11 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 			key, res := shardKey(sh), &out[lo+i]
 			res.Shard = sh
 			switch e, ok := c.kvs[key]; {
-			case !ok:
+			case !ok || e.lease == storage.NoLease:
+				if ok { // a lock without a lease is never an ownership
+					replaced := lockOf(key, e)
+					res.Replaced = &replaced
+				}
 				// Fails only for a missing lease, so at the batch's first
 				// put: nothing was written yet.
 				if err := tx.put(key, val, leaseID); err != nil {

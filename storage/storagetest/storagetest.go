@@ -63,6 +63,9 @@ func Run(t *testing.T, h Harness) {
 		{"FollowConcurrentWrites", testFollowConcurrent},
 		{"FencedCheckpoint", testCheckpoints},
 		{"CorruptValues", testCorrupt},
+		{"CorruptCheckpoints", testCorruptCheckpoints},
+		{"RunnerRecordIsClaimedNotStolen", testRunnerClaims},
+		{"LeaselessLockIsTakenOver", testLeaselessLock},
 		{"InvalidArguments", testInvalid},
 		{"CancelledContext", testCancelled},
 	}
@@ -248,9 +251,15 @@ func testIncarnation(t *testing.T, in Instance) {
 		t.Fatal(err)
 	}
 	r := acquire(t, s, old, owner("r1", "old"), 5)[0]
-	// The new incarnation has the same runner ID but a new lease.
-	if _, err := s.PutRunner(ctx, cur, storage.RunnerRecord{ID: "r1", Incarnation: "new", Weight: 1}); err != nil {
-		t.Fatal(err)
+	// The new incarnation has the same runner ID but a new lease: it cannot
+	// claim the record while the old lease holds it.
+	_, err := s.PutRunner(ctx, cur, storage.RunnerRecord{ID: "r1", Incarnation: "new", Weight: 1})
+	var ce *storage.RunnerConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, storage.ErrRunnerConflict) || !ce.Exists || ce.Existing.Lease != old {
+		t.Fatalf("PutRunner(new incarnation) = %v, want a *RunnerConflictError naming lease %x", err, old)
+	}
+	if rr, err := storage.DecodeRunner(ce.Existing); err != nil || rr.Incarnation != "old" {
+		t.Fatalf("conflicting record = %+v, %v; want the old incarnation's", rr, err)
 	}
 	if got := acquire(t, s, cur, owner("r1", "new"), 5)[0]; got.Status != storage.HeldElsewhere || got.Holder.Lease != old {
 		t.Fatalf("new incarnation Acquire(5) = %+v, want held elsewhere by the old lease", got)
@@ -264,10 +273,13 @@ func testIncarnation(t *testing.T, in Instance) {
 	if got, _ := locks(t, s); got[5].Lease != old {
 		t.Fatalf("lock 5 = %+v, want still under the old lease", got[5])
 	}
-	// The runner record moved to the new lease: revoking the old lease
-	// deletes the old incarnation's locks but not the record.
+	// Revoking the old lease deletes the old incarnation's locks and record;
+	// then the new incarnation registers.
 	if err := s.Revoke(ctx, old); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.PutRunner(ctx, cur, storage.RunnerRecord{ID: "r1", Incarnation: "new", Weight: 1}); err != nil {
+		t.Fatalf("PutRunner(new incarnation) after the old lease ended = %v", err)
 	}
 	snap, err := s.List(ctx, storage.KeyspaceRunners)
 	if err != nil || len(snap.KVs) != 1 {
@@ -929,6 +941,133 @@ func testCorrupt(t *testing.T, in Instance) {
 			t.Errorf("List(shards) omits the corrupt lock %q", key)
 		}
 	}
+	// Keys are canonical: "07" is not shard 7, whatever its value.
+	if _, err := storage.DecodeLock(storage.KeyValue{Key: "07", Value: []byte(`{"runnerID":"x","incarnation":"1"}`), Lease: other, ModRevision: 9}); !errors.Is(err, storage.ErrCorrupt) {
+		t.Errorf("DecodeLock(07) = %v, want ErrCorrupt", err)
+	}
+}
+
+// testCorruptCheckpoints: a checkpoint value that decodes as JSON but lacks
+// what a writer always stores is corrupt, not an empty state.
+func testCorruptCheckpoints(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	for _, bad := range []string{`null`, `{}`, `[]`, `"x"`, `{"epoch":-5,"data":null}`, `{"epoch":0,"data":null}`,
+		`{"epoch":5}`, `{"data":"aGk="}`, `{"epoch":"5","data":null}`, `{"epoch":5,"data":"not base64!"}`,
+		`{"epoch":5,"epoch":6,"data":null}`, `{"epoch":5,"data":null} {}`, "\xff"} {
+		if err := in.RawPut(ctx, "checkpoints/3", []byte(bad), storage.NoLease); err != nil {
+			t.Fatal(err)
+		}
+		cp, ok, err := s.ReadCheckpoint(ctx, 3, "")
+		var ce *storage.CorruptError
+		if !errors.As(err, &ce) || !errors.Is(err, storage.ErrCorrupt) || ce.Keyspace != "checkpoints" || ce.Key != "3" || ok {
+			t.Errorf("ReadCheckpoint(%s) = %+v, %v, %v; want a *CorruptError naming checkpoints/3", bad, cp, ok, err)
+		}
+	}
+	if err := in.RawPut(ctx, "checkpoints/3/c%2F1", []byte(`{}`), storage.NoLease); err != nil {
+		t.Fatal(err)
+	}
+	var ce *storage.CorruptError
+	if _, _, err := s.ReadCheckpoint(ctx, 3, "c/1"); !errors.As(err, &ce) || ce.Key != "3/c%2F1" {
+		t.Errorf("ReadCheckpoint(3, c/1) of {} = %v, want a *CorruptError naming checkpoints/3/c%%2F1", err)
+	}
+	if err := in.RawPut(ctx, "checkpoints/3", []byte(`{"epoch":5,"data":"aGk="}`), storage.NoLease); err != nil {
+		t.Fatal(err)
+	}
+	if cp, ok, err := s.ReadCheckpoint(ctx, 3, ""); err != nil || !ok || string(cp.Data) != "hi" || cp.Epoch != 5 {
+		t.Errorf("ReadCheckpoint(valid) = %+v, %v, %v; want hi at epoch 5", cp, ok, err)
+	}
+}
+
+// testRunnerClaims: PutRunner writes only an absent record or one under the
+// caller's lease; anything else takes ReplaceRunner at the revision read.
+func testRunnerClaims(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	la, lb := grant(t, s, 30*time.Second), grant(t, s, 30*time.Second)
+	rec := func(inc, addr string) storage.RunnerRecord {
+		return storage.RunnerRecord{ID: "r", Incarnation: inc, Weight: 1, Address: addr}
+	}
+	if _, err := s.PutRunner(ctx, la, rec("a", "")); err != nil {
+		t.Fatalf("PutRunner(absent) = %v", err)
+	}
+	revA, err := s.PutRunner(ctx, la, rec("a", "127.0.0.1:1"))
+	if err != nil {
+		t.Fatalf("PutRunner(own lease) = %v", err)
+	}
+	var ce *storage.RunnerConflictError
+	if _, err := s.PutRunner(ctx, lb, rec("b", "")); !errors.As(err, &ce) || ce.Existing.Lease != la || ce.Existing.ModRevision != revA {
+		t.Fatalf("PutRunner(other lease) = %v, want a conflict with lease %x at revision %d", err, la, revA)
+	}
+	if _, err := s.ReplaceRunner(ctx, lb, rec("b", ""), revA-1); !errors.As(err, &ce) || ce.Existing.ModRevision != revA {
+		t.Fatalf("ReplaceRunner(stale revision) = %v, want a conflict at revision %d", err, revA)
+	}
+	revB, err := s.ReplaceRunner(ctx, lb, rec("b", ""), revA)
+	if err != nil || revB <= revA {
+		t.Fatalf("ReplaceRunner(current revision) = %d, %v", revB, err)
+	}
+	snap, err := s.List(ctx, storage.KeyspaceRunners)
+	if err != nil || len(snap.KVs) != 1 {
+		t.Fatalf("List(runners) = %v, %v", snap.KVs, err)
+	}
+	if r, err := storage.DecodeRunner(snap.KVs[0]); err != nil || r.Incarnation != "b" || r.Lease != lb || r.ModRevision != revB {
+		t.Fatalf("runner record = %+v, %v; want incarnation b under lease %x at %d", r, err, lb, revB)
+	}
+	// A record without a lease is never a live registration, but PutRunner
+	// still leaves it alone: the caller decides (ReplaceRunner).
+	if err := in.RawPut(ctx, "runners/r", []byte("garbage"), storage.NoLease); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.PutRunner(ctx, lb, rec("b", ""))
+	if !errors.As(err, &ce) || ce.Existing.Lease != storage.NoLease || string(ce.Existing.Value) != "garbage" {
+		t.Fatalf("PutRunner(over a lease-less record) = %v, want a conflict showing it", err)
+	}
+	if _, err := s.ReplaceRunner(ctx, lb, rec("b", ""), ce.Existing.ModRevision); err != nil {
+		t.Fatalf("ReplaceRunner(lease-less record) = %v", err)
+	}
+	if err := in.RawDelete(ctx, "runners/r"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReplaceRunner(ctx, lb, rec("b", ""), revB); !errors.As(err, &ce) || ce.Exists {
+		t.Fatalf("ReplaceRunner(absent) = %v, want a conflict with Exists false", err)
+	}
+}
+
+// testLeaselessLock: a lock without a lease is no ownership: Acquire takes
+// it over and says so.
+func testLeaselessLock(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	l := grant(t, s, 30*time.Second)
+	if err := in.RawPut(ctx, "shards/5", []byte("squatter"), storage.NoLease); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := locks2(t, s)
+	res := acquire(t, s, l, owner("a", "1"), 5, 6)
+	if r := res[0]; r.Status != storage.Acquired || r.Replaced == nil || r.Replaced.Lease != storage.NoLease || r.Replaced.Epoch != before[5] || r.Replaced.Shard != 5 {
+		t.Fatalf("Acquire(lease-less 5) = %+v (replaced %+v), want acquired, replacing the lock at epoch %d", r, r.Replaced, before[5])
+	}
+	if r := res[1]; r.Status != storage.Acquired || r.Replaced != nil {
+		t.Fatalf("Acquire(absent 6) = %+v, want acquired replacing nothing", r)
+	}
+	if got, _ := locks(t, s); got[5].Lease != l || got[5].Epoch != res[0].Epoch {
+		t.Fatalf("lock 5 = %+v, want under lease %x at %d", got[5], l, res[0].Epoch)
+	}
+}
+
+// locks2 lists the lock keys with their revisions, corrupt ones included.
+func locks2(t *testing.T, s storage.Store) (map[sharding.ShardID]storage.Epoch, storage.Revision) {
+	t.Helper()
+	snap, err := s.List(ctxT(t), storage.KeyspaceShards)
+	if err != nil {
+		t.Fatalf("List(shards) = %v", err)
+	}
+	out := map[sharding.ShardID]storage.Epoch{}
+	for _, kv := range snap.KVs {
+		l, _ := storage.DecodeLock(kv)
+		out[l.Shard] = l.Epoch
+	}
+	return out, snap.Revision
 }
 
 func testInvalid(t *testing.T, in Instance) {
@@ -958,6 +1097,26 @@ func testInvalid(t *testing.T, in Instance) {
 			return err
 		}()},
 		{"zero TTL", func() error { _, err := s.Grant(ctx, 0); return err }()},
+		{"runner without lease", func() error {
+			_, err := s.PutRunner(ctx, storage.NoLease, storage.RunnerRecord{ID: "a", Incarnation: "1"})
+			return err
+		}()},
+		{"replace runner at revision 0", func() error {
+			_, err := s.ReplaceRunner(ctx, l, storage.RunnerRecord{ID: "a", Incarnation: "1"}, 0)
+			return err
+		}()},
+		{"runner weight above MaxWeight", func() error {
+			_, err := s.PutRunner(ctx, l, storage.RunnerRecord{ID: "a", Incarnation: "1", Weight: sharding.MaxWeight + 1})
+			return err
+		}()},
+		{"runner address not host:port", func() error {
+			_, err := s.PutRunner(ctx, l, storage.RunnerRecord{ID: "a", Incarnation: "1", Address: "nowhere"})
+			return err
+		}()},
+		{"runner ID with a control character", func() error {
+			_, err := s.PutRunner(ctx, l, storage.RunnerRecord{ID: "a\x01", Incarnation: "1"})
+			return err
+		}()},
 		// etcd compares a missing key's lease and revision as 0: calls with
 		// NoLease or epoch 0 would match absent locks.
 		{"acquire without lease", func() error {

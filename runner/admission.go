@@ -1,0 +1,50 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shardhost/shardhost/entity"
+)
+
+// admit is the first check of every Send, before any routing: a call whose
+// context already ended is never delivered (no handler runs it, local or
+// remote), and a runner that is not running refuses at once instead of
+// waiting for an owner it will never learn.
+func (r *Runner) admit(ctx context.Context, c entity.Call) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runner: %s not sent: the context ended before admission: %w", callName(c), ctxErr(ctx))
+	}
+	if !r.running.Load() {
+		r.mu.Lock()
+		why := "Run has not been called"
+		if r.runStarted {
+			why = "Run has returned"
+		}
+		r.mu.Unlock()
+		return fmt.Errorf("%w: runner %s: %s; %s not sent", ErrClosed, r.cfg.ID, why, callName(c))
+	}
+	return nil
+}
+
+// callName names a call for errors: kind.method to "entity".
+func callName(c entity.Call) string {
+	kind, method := "?", "?"
+	if c.Kind != nil {
+		kind = c.Kind.Name()
+	}
+	if c.Handler != nil {
+		method = c.Handler.Name()
+	}
+	return fmt.Sprintf("%s.%s to %q", kind, method, c.Entity)
+}
+
+// ctxErr is ctx's error (context.Canceled or context.DeadlineExceeded, for
+// errors.Is) together with its cause when that says more.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
