@@ -106,11 +106,11 @@ func (r *Runner) followLocks(ctx context.Context) {
 // resetLocksLocked replaces the lock view with a listed snapshot and asks
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
-	clear(r.locks)
+	r.locks.reset()
 	r.forgetBadKeysLocked(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
-			r.locks[l.Shard] = l
+			r.locks.set(l)
 			r.sawEpoch(l.Shard, l.Epoch)
 		}
 	}
@@ -118,13 +118,13 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 		if s.epoch > storage.Epoch(u.Revision) {
 			continue // acquired after the snapshot
 		}
-		l, ok := r.locks[id]
+		l, ok := r.locks.get(id)
 		if !ok || l.Lease != r.lease || l.Epoch != s.epoch {
 			r.lockLostLocked(id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", id, u.Revision))
 		}
 	}
 	for id := range r.pending {
-		if l, held := r.locks[id]; !held || l.Lease == storage.NoLease {
+		if l, held := r.locks.get(id); !held || l.Lease == storage.NoLease {
 			r.pending[id] = &pending{since: time.Now()}
 		}
 	}
@@ -144,7 +144,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 		prev := r.locks[id].Lease
 		s, owned := r.owned[id]
 		_, leaving := r.releasing[id]
-		delete(r.locks, id)
+		r.locks.del(id)
 		if owned && rev > s.epoch && !leaving {
 			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
@@ -165,7 +165,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	s, owned := r.owned[id]
 	_, leaving := r.releasing[id]
 	prev := r.locks[id].Lease
-	r.locks[id] = l
+	r.locks.set(l)
 	r.sawEpoch(id, l.Epoch)
 	if r.concernsLocked(id, prev, l.Lease) {
 		r.markLocked(id)
@@ -251,6 +251,13 @@ func (r *Runner) flushLostLocked() bool {
 // strategy runs without r.mu held (it costs O(shards x runners)).
 func (r *Runner) recompute() {
 	r.mu.Lock()
+	if r.phase != phaseAttached {
+		// Nothing to act on: attach recomputes (a starting or detached
+		// runner in a membership storm would pay O(shards x runners) per
+		// change for nothing).
+		r.mu.Unlock()
+		return
+	}
 	in, version, ok := r.assignInputLocked()
 	r.mu.Unlock()
 	if !ok {
@@ -295,7 +302,9 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
 		in.Current = make(sharding.Assignment, r.cfg.NumShards)
 		for id, l := range r.locks {
-			in.Current[id] = r.byLease[l.Lease].ID
+			if l.Epoch != 0 {
+				in.Current[id] = r.byLease[l.Lease].ID
+			}
 		}
 	} else if r.assignment != nil && r.assignErr == nil && slices.Equal(runners, r.assignedFrom) {
 		r.installAssignmentLocked(runners, r.assignment, nil, r.membersVersion)
@@ -322,12 +331,58 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 		return
 	}
 	r.assignErr = nil
-	if !slices.Equal(a, r.assignment) {
+	old, self := r.assignment, r.selfLocked()
+	if old == nil || self != r.assignedSelf {
+		r.markAllLocked() // every shard's wanting may have changed
+	} else {
+		r.markReassignedLocked(old, a)
+	}
+	if !slices.Equal(a, old) {
 		r.assignment, r.assignDigest = a, a.Digest()
 	}
-	r.assignedFrom = runners
-	r.assignedWithSelf = r.registeredLocked()
-	r.markAllLocked()
+	r.assignedFrom, r.assignedSelf = runners, self
+	r.assignedWithSelf = self.registered
+}
+
+// selfState is what, besides the assignment, decides which shards this
+// runner wants: whether it is registered, superseded, draining.
+type selfState struct{ registered, superseded, draining bool }
+
+func (r *Runner) selfLocked() selfState {
+	return selfState{registered: r.registeredLocked(), superseded: r.supersededLocked(), draining: r.drainMode}
+}
+
+// markReassignedLocked marks what a new assignment (the same view of this
+// runner itself) changes: the shards it gives to or takes from this runner
+// (one pass of string comparisons over the assignments), and every shard
+// this runner is busy with — owned, pending, taken over, released, or with
+// a handoff record of ours — whose decisions also depend on the other
+// runners' leases (a member that left or restarted).
+func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
+	me := r.cfg.ID
+	for id := range a {
+		if id < len(old) && (old[id] == me) != (a[id] == me) {
+			r.work.add(sharding.ShardID(id))
+		}
+	}
+	for id := range r.owned {
+		r.work.add(id)
+	}
+	for id := range r.pending {
+		r.work.add(id)
+	}
+	for id := range r.inbound {
+		r.work.add(id)
+	}
+	for id := range r.releasing {
+		r.work.add(id)
+	}
+	for id, h := range r.handoffs {
+		if h.Lease == r.lease {
+			r.work.add(id)
+		}
+	}
+	signal(r.kick)
 }
 
 // registeredLocked reports whether the membership view holds this
@@ -343,9 +398,10 @@ func (r *Runner) supersededLocked() bool {
 	return r.reg.fatal != nil
 }
 
-// desiredLocked reports whether shard id is assigned to this runner.
-func (r *Runner) desiredLocked(id sharding.ShardID) bool {
-	return int(id) < len(r.assignment) && r.assignment[id] == r.cfg.ID && r.registeredLocked()
+// assignedHereLocked reports whether the assignment gives shard id to this
+// runner.
+func (r *Runner) assignedHereLocked(id sharding.ShardID) bool {
+	return int(id) < len(r.assignment) && r.assignment[id] == r.cfg.ID
 }
 
 // OwnerOf returns the ID of the runner whose lease holds shard id's lock in
@@ -353,7 +409,7 @@ func (r *Runner) desiredLocked(id sharding.ShardID) bool {
 func (r *Runner) OwnerOf(id sharding.ShardID) (string, storage.Epoch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l, ok := r.locks[id]
+	l, ok := r.locks.get(id)
 	if !ok {
 		return "", 0
 	}

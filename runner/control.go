@@ -257,7 +257,7 @@ func (r *Runner) deleteLocks(actx context.Context, leaseID storage.LeaseID, held
 	}
 	for _, id := range released { // our view, ahead of the watch
 		if l := r.locks[id]; l.Lease == leaseID && l.Epoch == epochs[id] {
-			delete(r.locks, id)
+			r.locks.del(id)
 		}
 	}
 	retry := time.Now().Add(r.cfg.AcquireRetryInterval)

@@ -142,6 +142,7 @@ func (r *Runner) resync() {
 		*p = pending{since: time.Now()}
 	}
 	r.recomputeLocked()
+	r.markAllLocked()
 }
 
 // markLocked is where events become work: shard id is decided again in the
@@ -246,7 +247,7 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 // decideLocked decides shard id: the one place where a dirty shard becomes
 // decisions.
 func (r *Runner) decideLocked(id sharding.ShardID, st *roundState, p *plan) {
-	want := st.registered && !r.drainMode && r.desiredLocked(id)
+	want := st.registered && !r.drainMode && r.assignedHereLocked(id)
 	r.decidePendingLocked(id, want, st, p)
 	r.decideInboundLocked(id, want, p)
 	if s, ok := r.owned[id]; ok {
@@ -276,7 +277,7 @@ func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundSt
 		pd = &pending{since: st.now}
 		r.pending[id] = pd
 	}
-	if l, held := r.locks[id]; held && l.Lease != st.lease {
+	if l, held := r.locks.get(id); held && l.Lease != st.lease {
 		if from, live := r.byLease[l.Lease]; live && from.ID != r.cfg.ID {
 			r.decideTakeoverLocked(id, from, l, st, p)
 			pd.last = st.now
@@ -367,7 +368,7 @@ func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan)
 // acquire cut short): it is deleted. If we want it, it is pending and gets
 // rewritten on acquire.
 func (r *Runner) decideOrphanLocked(id sharding.ShardID, want bool, st *roundState, p *plan) {
-	l, held := r.locks[id]
+	l, held := r.locks.get(id)
 	if !held || l.Lease != st.lease {
 		return
 	}

@@ -45,7 +45,7 @@ func benchController(b *testing.B, n int) *Runner {
 	for id, owner := range r.assignment {
 		sid := sharding.ShardID(id)
 		l := storage.Lock{Shard: sid, Lease: r.members[owner].Lease, Epoch: storage.Epoch(1 + id)}
-		r.locks[sid] = l
+		r.locks.set(l)
 		if owner == "me" {
 			r.installWithLocked(sid, l.Epoch, entity.ActivateNew, nil)
 		}

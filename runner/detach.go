@@ -259,8 +259,11 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 		if hs, err := r.store.List(cctx, storage.KeyspaceHandoffs); err == nil {
 			var ours []sharding.ShardID
 			for _, kv := range hs.KVs {
-				if ho, err := storage.DecodeHandoff(kv); err == nil && ho.Lease == h.Lease {
-					ours = append(ours, ho.Shard)
+				if kv.Lease != h.Lease {
+					continue // another runner's record (only the lease is read)
+				}
+				if id, err := sharding.ParseShardIDIn(kv.Key, r.cfg.NumShards); err == nil {
+					ours = append(ours, id)
 				}
 			}
 			if len(ours) > 0 {

@@ -105,6 +105,13 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 		r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 		return
 	}
+	if _, owned := r.owned[id]; !owned && (kv.Lease != r.lease || kv.Lease == storage.NoLease) {
+		// Neither ours nor aimed at a shard we own: only its lease and
+		// revision matter here (a record's From must name the owner that
+		// saw it appear), so it is not decoded.
+		r.handoffs[id] = storage.Handoff{Shard: id, Lease: kv.Lease, ModRevision: kv.ModRevision}
+		return
+	}
 	h, err := storage.DecodeHandoff(kv)
 	if err != nil {
 		r.badKeyLocked(storage.KeyspaceHandoffs, kv.Key, "ignoring a corrupt handoff record", err)
@@ -535,7 +542,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o transferOutco
 		r.movedTo[s.id] = h.To
 		r.lastReleased[s.id] = s.epoch
 		if o.epoch != 0 { // our view, ahead of the watch: not an orphan of ours
-			r.locks[s.id] = storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.epoch}
+			r.locks.set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.epoch})
 			r.sawEpoch(s.id, o.epoch)
 		}
 		r.disownLocked(s, ErrShardMoved)

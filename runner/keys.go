@@ -55,8 +55,16 @@ func (r *Runner) shardOfKeyLocked(ks storage.Keyspace, key string) (sharding.Sha
 // once and ignored (ok false). A corrupt value still names its lease and
 // epoch, which is all ownership depends on: it is logged once and kept.
 func (r *Runner) decodeLockLocked(kv storage.KeyValue) (storage.Lock, bool) {
-	if _, ok := r.shardOfKeyLocked(storage.KeyspaceShards, kv.Key); !ok {
+	id, ok := r.shardOfKeyLocked(storage.KeyspaceShards, kv.Key)
+	if !ok {
 		return storage.Lock{}, false
+	}
+	if kv.Lease != r.lease && kv.Lease != storage.NoLease {
+		// Another runner's lock: routing and every decision here follow its
+		// lease and epoch; its value is its owner's to check (every runner
+		// sees every lock, so decoding them all would cost the cluster
+		// runners x shards decodes per reassignment).
+		return storage.Lock{Shard: id, Lease: kv.Lease, Epoch: storage.Epoch(kv.ModRevision)}, true
 	}
 	l, err := storage.DecodeLock(kv)
 	if err != nil {

@@ -274,7 +274,7 @@ func (r *Runner) route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 			return m, true
 		}
 	}
-	l, held := r.locks[id]
+	l, held := r.locks.get(id)
 	if !held {
 		return owner, false
 	}
@@ -299,7 +299,7 @@ func (r *Runner) noRoute(id sharding.ShardID) error {
 	r.mu.Lock()
 	detached := r.phase == phaseDetached
 	_, ours := r.owned[id]
-	l, held := r.locks[id]
+	l, held := r.locks.get(id)
 	mine := held && l.Lease == r.lease && r.lease != 0
 	r.mu.Unlock()
 	switch {

@@ -122,11 +122,11 @@ type Runner struct {
 	viewChanging bool
 	// departed: a member left the view since the assignment was computed
 	// (the control loop acts on an isolated departure at once).
-	departed bool
+	departed     bool
 	pending      map[sharding.ShardID]*pending
 	members      map[string]storage.Runner
 	byLease      map[storage.LeaseID]storage.Runner
-	locks        map[sharding.ShardID]storage.Lock
+	locks        lockView
 	assignment   sharding.Assignment
 	assignDigest uint64 // assignment.Digest()
 	// assignedFrom: the sorted runners and weights the assignment was
@@ -137,6 +137,7 @@ type Runner struct {
 	// assignedWithSelf: the assignment was computed from a view holding
 	// this incarnation (later changes are debounced; the first is not).
 	assignedWithSelf bool
+	assignedSelf     selfState       // this runner's own state when the assignment was installed
 	membersSeen      bool            // the membership view has been listed at least once
 	storageErrs      map[string]int  // consecutive failed calls, by operation
 	stopping         bool            // Shutdown started: no more attaching or acquiring
@@ -209,7 +210,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		byLease:         make(map[storage.LeaseID]storage.Runner),
 		evictKick:       make(chan struct{}, 1),
 		tripKick:        make(chan struct{}, 1),
-		locks:           make(map[sharding.ShardID]storage.Lock),
+		locks:           make(lockView, cfg.NumShards),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
 	r.tripAt.Store(math.MaxInt64)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // workQueue is the control loop's queue of dirty shards, in the style of a
@@ -117,3 +118,25 @@ func (h *timerHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
+
+// lockView is this runner's view of every shard's lock (the lock watch),
+// indexed by shard: every runner holds the whole table, and the control
+// loop and routing read it on every decision, so it is a slice, not a map.
+// A shard without a lock has Epoch 0 (epochs are revisions, > 0). Guarded
+// by Runner.mu.
+type lockView []storage.Lock
+
+// get returns shard id's lock; held is false when it has none.
+func (v lockView) get(id sharding.ShardID) (l storage.Lock, held bool) {
+	l = v[id]
+	return l, l.Epoch != 0
+}
+
+// set records l as its shard's lock.
+func (v lockView) set(l storage.Lock) { v[l.Shard] = l }
+
+// del records that shard id has no lock.
+func (v lockView) del(id sharding.ShardID) { v[id] = storage.Lock{} }
+
+// reset forgets every lock.
+func (v lockView) reset() { clear(v) }
