@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
@@ -223,6 +224,25 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 
 var errLeaseChanged = errors.New("lease changed during attach")
 
+// heldUnder returns the locks and handoff records under lease in
+// this runner's views.
+func (r *Runner) heldUnder(lease storage.LeaseID) (locks, records []sharding.ShardID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.locks {
+		if l.Epoch != 0 && l.Lease == lease {
+			locks = append(locks, l.Shard)
+		}
+	}
+	for id, h := range r.handoffs {
+		if h.Lease == lease {
+			records = append(records, id)
+		}
+	}
+	slices.Sort(records)
+	return locks, records
+}
+
 // attach registers (granting a new lease if there is none or it was lost)
 // and, when the lease survived a detach, bumps the epochs of the locks
 // still under it so no pre-detach epoch stays valid. Then it marks the
@@ -254,34 +274,20 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	}
 	var kept []storage.AcquireResult
 	if !newLease {
-		// Handoff records of ours from before the detach are stale: an old
-		// owner must not transfer to an attachment that did not warm.
-		if hs, err := r.store.List(cctx, storage.KeyspaceHandoffs); err == nil {
-			var ours []sharding.ShardID
-			for _, kv := range hs.KVs {
-				if kv.Lease != h.Lease {
-					continue // another runner's record (only the lease is read)
-				}
-				if id, err := sharding.ParseShardIDIn(kv.Key, r.cfg.NumShards); err == nil {
-					ours = append(ours, id)
-				}
-			}
-			if len(ours) > 0 {
-				_, _ = r.store.DeleteHandoffs(cctx, h.Lease, ours)
-			}
+		// The lease survived the detach: its locks and handoff records are
+		// from before it. They are found in this runner's views (the
+		// watches run while detached), not by listing the cluster, which
+		// would cost every re-attaching runner a scan of every lock. Any
+		// the view misses is safe: a lock of ours that is wanted is
+		// rewritten when acquired (AlreadyOwned), one that is not is
+		// deleted as an orphan, and a stale record of ours is deleted by
+		// the stale-record rule once seen.
+		mine, records := r.heldUnder(h.Lease)
+		if len(records) > 0 {
+			// An old owner must not transfer to an attachment that did
+			// not warm.
+			_, _ = r.store.DeleteHandoffs(cctx, h.Lease, records)
 		}
-		snap, err := r.store.List(cctx, storage.KeyspaceShards)
-		if err != nil {
-			return fmt.Errorf("list locks: %w", err)
-		}
-		var mine []sharding.ShardID
-		r.mu.Lock()
-		for _, kv := range snap.KVs {
-			if l, ok := r.decodeLockLocked(kv); ok && l.Lease == h.Lease {
-				mine = append(mine, l.Shard)
-			}
-		}
-		r.mu.Unlock()
 		if len(mine) > 0 {
 			if kept, err = r.store.Rewrite(cctx, h.Lease, r.owner(), mine); err != nil {
 				return fmt.Errorf("bump epochs of %d kept locks: %w", len(mine), err)
