@@ -34,9 +34,9 @@
 //     every handler returned and every remote answer was written, so its
 //     older-epoch results stay acknowledged: no request is lost on a
 //     planned move); and it cannot write under its stale epoch (fenced
-//     writes). A detached runner re-attaches only
-//     after RecoverWindow of health its probes observed: a pause between
-//     two probes starts the window over.
+//     writes). A detached runner re-attaches only after RecoverWindow of
+//     health its probes observed: a pause between two probes starts the
+//     window over.
 //   - Detach before expiry. The runner detaches no later than
 //     lease deadline - DetachMargin, where the deadline is the send time of
 //     the last acknowledged renewal + the granted TTL (monotonic clock). On
@@ -89,6 +89,43 @@
 //     processes both wrote the record, both log an ERROR and the one that
 //     started first keeps the ID; the other drops its shards, revokes its
 //     lease and returns ErrDuplicateRunnerID. See Config.ID.
+//
+// # The control loop
+//
+// Each runner's control loop is a controller over a work queue keyed by
+// shard, so its work per event is proportional to what the event changed,
+// not to the size of the cluster:
+//
+//   - Events become dirty shards in one place: a lock or handoff record
+//     that concerns this runner changed (watch), an operation on a shard
+//     finished, a per-shard timer fired (acquire retry, HandoffWait, a
+//     takeover's back-off). Other runners' locks update the routing view
+//     only; their values are not even decoded.
+//   - A round decides each dirty shard once, with one small function per
+//     concern: acquire it (free, or held by a dead incarnation), take it
+//     over by handoff (held by a live runner), abandon a takeover, hand it
+//     off or release it (owned, assigned elsewhere), delete an orphaned
+//     lock or a stale handoff record of ours.
+//   - Only a new assignment is O(shards), once: the strategy runs (outside
+//     the runner's lock, and only when the runners or weights changed), and
+//     the shards it gives to or takes from this runner are marked, with
+//     everything this runner is busy with. Attach, a lock listing and the
+//     periodic resync (ResyncInterval) mark every shard.
+//   - Decisions are carried out batched: acquisitions, releases, transfers
+//     and handoff records each take one transaction per 64 shards
+//     (storage.MaxShardsPerTxn). Takeovers started in one round write their
+//     warming records together, warm concurrently (16 shards at a time) and
+//     mark themselves ready together; cutovers decided in one round drain
+//     concurrently and move their locks in batched transfers.
+//
+// Membership storms: after a membership change a runner starts no new move
+// (acquisition, takeover, release) until it has recomputed the assignment
+// on a view that has been quiet for RebalanceDebounce (at most 10 x
+// RebalanceDebounce after the first change not acted on), so it never hands
+// shards towards a runner while its own view is still changing; runners
+// starting together therefore take their final shards directly. An
+// isolated departure (a runner's lease ended after a quiet period) is acted
+// on at once: its shards are free.
 //
 // # Entities
 //
