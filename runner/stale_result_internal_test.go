@@ -35,27 +35,10 @@ func TestSenderWithholdsResultOlderThanSeenEpoch(t *testing.T) {
 	for i := 0; sharding.ShardOf(id, 16) != shard || id == ""; i++ {
 		id = "late-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
 	}
-	served := make(chan struct{})
-	release := make(chan struct{})
-	hold := func(req *deliverRequest, resp *deliverResponse) {
-		if req.Entity == id && resp.Code == codeOK {
-			close(served)
-			<-release // the reply waits here, computed but not written
-		}
-	}
-	a.transport.onServe.Store(&hold)
-
+	served, release := make(chan struct{}), make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type outcome struct {
-		resp echoResp
-		err  error
-	}
-	late := make(chan outcome, 1)
-	go func() {
-		resp, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "first"})
-		late <- outcome{resp, err}
-	}()
+	late := askHeld(ctx, a, c, id, served, release)
 	select {
 	case <-served:
 	case <-ctx.Done():
@@ -115,26 +98,10 @@ func TestSenderAcceptsOlderEpochResultOfPlannedMove(t *testing.T) {
 	}
 	shard := sharding.ShardOf(id, 16)
 	_, epoch := c.OwnerOf(shard)
-	served := make(chan struct{})
-	release := make(chan struct{})
-	hold := func(req *deliverRequest, resp *deliverResponse) {
-		if req.Entity == id && resp.Code == codeOK {
-			close(served)
-			<-release
-		}
-	}
-	a.transport.onServe.Store(&hold)
+	served, release := make(chan struct{}), make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type outcome struct {
-		resp echoResp
-		err  error
-	}
-	late := make(chan outcome, 1)
-	go func() {
-		resp, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "first"})
-		late <- outcome{resp, err}
-	}()
+	late := askHeld(ctx, a, c, id, served, release)
 	<-served
 	tc.start(Config{ID: "b"}) // a hands the shard to b (its drain gives up on the held reply after DrainTimeout)
 	for {
@@ -152,4 +119,27 @@ func TestSenderAcceptsOlderEpochResultOfPlannedMove(t *testing.T) {
 	if o := <-late; o.err != nil || o.resp.Runner != "a" || o.resp.Text != "first" {
 		t.Fatalf("reply of the live former owner = %+v, %v; want a's result acknowledged", o.resp, o.err)
 	}
+}
+
+type askOutcome struct {
+	resp echoResp
+	err  error
+}
+
+// askHeld asks entity id through c; owner's transport holds the answer
+// (computed, not written) until release is closed, after closing served.
+func askHeld(ctx context.Context, owner, c *Runner, id string, served, release chan struct{}) <-chan askOutcome {
+	hold := func(req *deliverRequest, resp *deliverResponse) {
+		if req.Entity == id && resp.Code == codeOK {
+			close(served)
+			<-release
+		}
+	}
+	owner.transport.onServe.Store(&hold)
+	late := make(chan askOutcome, 1)
+	go func() {
+		resp, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "first"})
+		late <- askOutcome{resp, err}
+	}()
+	return late
 }

@@ -526,13 +526,44 @@ func settled(live []*node, numShards int) bool {
 	return total == numShards
 }
 
-// ownership reads "r1 64, r2 64 shards" for error messages.
+// ownership reads "r1 64, r2 64 shards owned; 2 assignments (r1 r2 | r3)"
+// for error messages.
 func (h *harness) ownership() string {
 	s := ""
+	byDigest := map[uint64][]string{}
 	for _, n := range h.live {
-		s += fmt.Sprintf("%s %d, ", n.id, len(n.r.Owned()))
+		st := n.r.Status()
+		s += fmt.Sprintf("%s %d, ", n.id, st.Owned)
+		byDigest[st.AssignmentDigest] = append(byDigest[st.AssignmentDigest], fmt.Sprintf("%s(%s)", n.id, st.Phase))
 	}
-	return s + "shards owned"
+	if len(h.live) > 0 {
+		a := h.live[0].r.Assignment()
+		owners := make(map[int][]string)
+		for _, n := range h.live {
+			for id := range n.r.Owned() {
+				owners[int(id)] = append(owners[int(id)], n.id)
+			}
+		}
+		var unowned, misplaced []int
+		for id := range len(a) {
+			switch o := owners[id]; {
+			case len(o) == 0:
+				unowned = append(unowned, id)
+			case len(o) > 1 || o[0] != a[id]:
+				misplaced = append(misplaced, id)
+			}
+		}
+		s += fmt.Sprintf("%d unowned %v, %d not (only) on their assignee %v; ",
+			len(unowned), unowned[:min(len(unowned), 5)], len(misplaced), misplaced[:min(len(misplaced), 5)])
+		for _, id := range misplaced[:min(len(misplaced), 3)] {
+			s += fmt.Sprintf("shard %d assigned to %s owned by %v; ", id, a[id], owners[id])
+		}
+	}
+	s += fmt.Sprintf("shards owned; %d distinct assignments:", len(byDigest))
+	for d, ids := range byDigest {
+		s += fmt.Sprintf(" [%x: %d runners, e.g. %v]", d, len(ids), ids[:min(len(ids), 4)])
+	}
+	return s
 }
 
 func (h *harness) problem(format string, args ...any) {

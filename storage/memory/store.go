@@ -373,6 +373,20 @@ func (s *Store) batched(ctx context.Context, op Op, n int, fn func(c *Cluster, t
 	return nil
 }
 
+// batchedEach is batched for calls with per-item results: every batch runs
+// (a failed one does not stop the others), failed turns a failed batch's
+// error into its items' results and returns the error to report, and the
+// first such error is returned.
+func (s *Store) batchedEach(ctx context.Context, op Op, n int, fn func(c *Cluster, tx *txn, lo, hi int) error, failed func(lo, hi int, err error) error) error {
+	var first error
+	for _, b := range storage.Batches(n, storage.MaxShardsPerTxn) {
+		if err := s.txn(ctx, op, func(c *Cluster, tx *txn) error { return fn(c, tx, b[0], b[1]) }); err != nil {
+			first = cmp.Or(first, failed(b[0], b[1], err))
+		}
+	}
+	return first
+}
+
 // txn runs fn as one transaction (under the cluster lock), after applying
 // op's faults. fn may fail only before its first write: the transaction is
 // then not committed.
@@ -485,47 +499,42 @@ func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([
 	for i, req := range reqs {
 		out[i].Shard = req.Shard
 	}
-	var first error
-	for _, b := range storage.Batches(len(reqs), storage.MaxShardsPerTxn) {
-		lo, hi := b[0], b[1]
-		err := s.txn(ctx, OpTransfer, func(c *Cluster, tx *txn) error {
-			move := make([]bool, hi-lo)
-			for i := lo; i < hi; i++ {
-				req := reqs[i]
-				sk, hk := shardKey(req.Shard), handoffKey(req.Shard)
-				if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
-					out[i].Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
-					continue
-				}
-				if e, ok := c.kvs[hk]; !ok || e.lease != req.ToLease || (req.HandoffRevision != 0 && e.mod != req.HandoffRevision) {
-					out[i].Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
-					continue
-				}
-				if _, ok := c.leases[req.ToLease]; !ok {
-					// Like etcd: a put under a missing lease fails the
-					// whole transaction; nothing is written yet.
-					return storage.ErrLeaseNotFound
-				}
-				move[i-lo] = true
+	err := s.batchedEach(ctx, OpTransfer, len(reqs), func(c *Cluster, tx *txn, lo, hi int) error {
+		move := make([]bool, hi-lo)
+		for i := lo; i < hi; i++ {
+			req := reqs[i]
+			sk, hk := shardKey(req.Shard), handoffKey(req.Shard)
+			if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
+				out[i].Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
+				continue
 			}
-			for i := lo; i < hi; i++ {
-				if move[i-lo] {
-					_ = tx.put(shardKey(reqs[i].Shard), vals[i], reqs[i].ToLease) // the lease exists
-					tx.del(handoffKey(reqs[i].Shard))
-					out[i].Epoch = storage.Epoch(tx.rev)
-				}
+			if e, ok := c.kvs[hk]; !ok || e.lease != req.ToLease || (req.HandoffRevision != 0 && e.mod != req.HandoffRevision) {
+				out[i].Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNoHandoff)
+				continue
 			}
-			return nil
-		})
-		if err != nil {
-			err = fmt.Errorf("transfer %d shards: %w", b[1]-b[0], err)
-			for i := b[0]; i < b[1]; i++ {
-				out[i] = storage.TransferResult{Shard: reqs[i].Shard, Err: err}
+			if _, ok := c.leases[req.ToLease]; !ok {
+				// Like etcd: a put under a missing lease fails the whole
+				// transaction; nothing is written yet.
+				return storage.ErrLeaseNotFound
 			}
-			first = cmp.Or(first, err)
+			move[i-lo] = true
 		}
-	}
-	return out, first
+		for i := lo; i < hi; i++ {
+			if move[i-lo] {
+				_ = tx.put(shardKey(reqs[i].Shard), vals[i], reqs[i].ToLease) // the lease exists
+				tx.del(handoffKey(reqs[i].Shard))
+				out[i].Epoch = storage.Epoch(tx.rev)
+			}
+		}
+		return nil
+	}, func(lo, hi int, err error) error {
+		err = fmt.Errorf("transfer %d shards: %w", hi-lo, err)
+		for i := lo; i < hi; i++ {
+			out[i] = storage.TransferResult{Shard: reqs[i].Shard, Err: err}
+		}
+		return err
+	})
+	return out, err
 }
 
 // PutHandoffs implements storage.Handoffs.
@@ -535,33 +544,29 @@ func (s *Store) PutHandoffs(ctx context.Context, leaseID storage.LeaseID, puts [
 		return nil, err
 	}
 	out := make([]storage.HandoffResult, len(puts))
-	var first error
-	for _, b := range storage.Batches(len(puts), storage.MaxShardsPerTxn) {
-		err := s.txn(ctx, OpHandoff, func(c *Cluster, tx *txn) error {
-			if _, ok := c.leases[leaseID]; !ok {
-				return storage.ErrLeaseNotFound
-			}
-			for i := b[0]; i < b[1]; i++ {
-				key := handoffKey(puts[i].Shard)
-				out[i].Shard = puts[i].Shard
-				if e, ok := c.kvs[key]; ok && e.lease != leaseID {
-					out[i].Err = &storage.HandoffConflictError{Shard: puts[i].Shard, Existing: handoffOf(key, e)}
-					continue
-				}
-				_ = tx.put(key, vals[i], leaseID) // the lease exists
-				out[i].Revision = tx.rev
-			}
-			return nil
-		})
-		if err != nil {
-			err = fmt.Errorf("put %d handoff records: %w", b[1]-b[0], err)
-			for i := b[0]; i < b[1]; i++ {
-				out[i] = storage.HandoffResult{Shard: puts[i].Shard, Err: err}
-			}
-			first = cmp.Or(first, err)
+	err = s.batchedEach(ctx, OpHandoff, len(puts), func(c *Cluster, tx *txn, lo, hi int) error {
+		if _, ok := c.leases[leaseID]; !ok {
+			return storage.ErrLeaseNotFound
 		}
-	}
-	return out, first
+		for i := lo; i < hi; i++ {
+			key := handoffKey(puts[i].Shard)
+			out[i].Shard = puts[i].Shard
+			if e, ok := c.kvs[key]; ok && e.lease != leaseID {
+				out[i].Err = &storage.HandoffConflictError{Shard: puts[i].Shard, Existing: handoffOf(key, e)}
+				continue
+			}
+			_ = tx.put(key, vals[i], leaseID) // the lease exists
+			out[i].Revision = tx.rev
+		}
+		return nil
+	}, func(lo, hi int, err error) error {
+		err = fmt.Errorf("put %d handoff records: %w", hi-lo, err)
+		for i := lo; i < hi; i++ {
+			out[i] = storage.HandoffResult{Shard: puts[i].Shard, Err: err}
+		}
+		return err
+	})
+	return out, err
 }
 
 // DeleteHandoffs implements storage.Handoffs.
