@@ -11,6 +11,12 @@ import (
 	"github.com/shardhost/shardhost/storage"
 )
 
+// shardsPerCall bounds the shards of one acquire or verify call, each
+// bounded by OpTimeout: 16 transactions of MaxShardsPerTxn, two rounds of
+// the etcd store's 8 in flight. A runner with tens of thousands of shards
+// makes several calls instead of one that cannot finish in time.
+const shardsPerCall = 16 * storage.MaxShardsPerTxn
+
 // acquire tries to lock shards for the attachment gen and installs what it
 // got, unless the runner detached meanwhile.
 func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.LeaseID, shards []sharding.ShardID) {
@@ -129,15 +135,19 @@ func (r *Runner) verify() {
 		}
 	}
 	r.mu.Unlock()
-	cctx, cancel := r.opCtx(actx)
-	lost, err := r.store.Verify(cctx, leaseID, held)
-	cancel()
-	if actx.Err() != nil {
-		return
-	}
-	r.storageResult("verify", err)
-	if err != nil {
-		return
+	var lost []storage.LostLock
+	for chunk := range slices.Chunk(held, shardsPerCall) {
+		cctx, cancel := r.opCtx(actx)
+		l, err := r.store.Verify(cctx, leaseID, chunk)
+		cancel()
+		if actx.Err() != nil {
+			return
+		}
+		r.storageResult("verify", err)
+		if err != nil {
+			return
+		}
+		lost = append(lost, l...)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -244,6 +254,13 @@ func (r *Runner) waitStragglers(actx context.Context, s *shard) {
 // clears them from the releasing set. If the call fails, the locks may
 // remain ours: the next round finds them in the lock view and retries.
 func (r *Runner) deleteLocks(actx context.Context, leaseID storage.LeaseID, held []storage.Held) {
+	for chunk := range slices.Chunk(held, shardsPerCall) {
+		r.deleteLockChunk(actx, leaseID, chunk)
+	}
+}
+
+// deleteLockChunk is deleteLocks for at most shardsPerCall locks.
+func (r *Runner) deleteLockChunk(actx context.Context, leaseID storage.LeaseID, held []storage.Held) {
 	cctx, cancel := r.opCtx(actx)
 	released, err := r.store.Release(cctx, leaseID, held)
 	cancel()

@@ -416,8 +416,8 @@ func (r *Runner) execute(bg *sync.WaitGroup, gen uint64, actx context.Context, l
 	if len(p.inbound) > 0 {
 		bg.Go(func() { r.runInbound(gen, leaseID, p.inbound) })
 	}
-	if len(p.acquire) > 0 {
-		slices.Sort(p.acquire)
-		r.acquire(actx, gen, leaseID, p.acquire)
+	slices.Sort(p.acquire)
+	for chunk := range slices.Chunk(p.acquire, shardsPerCall) {
+		r.acquire(actx, gen, leaseID, chunk)
 	}
 }
