@@ -18,9 +18,9 @@ import (
 // timeline is what the HTML report draws: the run's recorded events,
 // steps and asks as series over time, in seconds since the churn began.
 type timeline struct {
-	end     float64  // the load's end
-	runners []string // hosting runners, r1 first
-	times   []float64 // when ownership changed (from 0)
+	end     float64          // the load's end
+	runners []string         // hosting runners, r1 first
+	times   []float64        // when ownership changed (from 0)
 	owned   []map[string]int // shards owned per runner from times[i] on
 	steps   []tlStep
 	moves   []tlMove
@@ -452,13 +452,13 @@ func fmtRateAxis(v float64) string {
 
 // htmlPage is the report template's data.
 type htmlPage struct {
-	Rep                           *Report
-	Text                          string
-	Owned, Moves, Latency, Asks   template.HTML
-	Failed                        int
-	Runners                       []legend
-	Steps, Classes                []legend
-	Planned, Crash, Width         string
+	Rep                         *Report
+	Text                        string
+	Owned, Moves, Latency, Asks template.HTML
+	Failed                      int
+	Runners                     []legend
+	Steps, Classes              []legend
+	Planned, Crash, Width       string
 }
 
 type legend struct{ Name, Color string }
