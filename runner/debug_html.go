@@ -27,6 +27,7 @@ var (
 		"lag":       fmtLag,
 		"phasePill": phasePill,
 		"trim":      trim,
+		"headline":  headline,
 		"css":       func(s string) template.CSS { return template.CSS(s) }, // runnerColor's output only
 	}).ParseFS(debugUI, "debugui/page.html"))
 )
@@ -82,8 +83,9 @@ func cellSize(n int) int {
 
 // shardGrid renders the shard map compactly: one empty <i> per shard whose
 // classes say its owner (c<index>, u unowned, x unknown lease), an
-// in-flight handoff (h, plus r when ready) and a lock not where the
-// assignment wants it (m). About 20 bytes per shard before compression.
+// in-flight handoff (h, plus r when ready), a lock not where the
+// assignment wants it (m), and an owner that is unreachable or detached
+// (d: its lock holds until its lease expires, but nobody serves the shard). About 20 bytes per shard before compression.
 func shardGrid(st *DebugState) (template.CSS, template.HTML, template.JS) {
 	var css strings.Builder
 	for i, r := range st.Runners {
@@ -107,6 +109,10 @@ func shardGrid(st *DebugState) (template.CSS, template.HTML, template.JS) {
 		moving[int(m.Shard)] = true
 		meta.Moves[int(m.Shard)] = m.To
 	}
+	down := make([]bool, len(st.Runners)) // owner unreachable or detached
+	for i, r := range st.Runners {
+		down[i] = r.StateError != "" || (r.State != nil && r.State.Detached != nil)
+	}
 	var b strings.Builder
 	b.Grow(len(st.Shards.Owner) * 20)
 	for s, o := range st.Shards.Owner {
@@ -119,6 +125,9 @@ func shardGrid(st *DebugState) (template.CSS, template.HTML, template.JS) {
 		default:
 			b.WriteByte('c')
 			b.WriteString(strconv.Itoa(o))
+			if down[o] {
+				b.WriteString(" d")
+			}
 		}
 		if h, ok := handoff[s]; ok {
 			b.WriteString(" h")
@@ -201,6 +210,12 @@ func phasePill(s DebugSelf) template.HTML {
 		class += " warn"
 	}
 	return template.HTML(fmt.Sprintf(`<span class="%s">%s</span>`, class, template.HTMLEscapeString(s.Phase)))
+}
+
+// headline is the part of an error before its first colon ("unreachable").
+func headline(s string) string {
+	h, _, _ := strings.Cut(s, ":")
+	return trim(h, 60)
 }
 
 func trim(s string, n int) string {

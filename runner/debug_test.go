@@ -370,6 +370,23 @@ func TestDebugPageHTML(t *testing.T) {
 	if ct := resp2.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Accept: application/json gave %q", ct)
 	}
+	// A peer whose page does not answer: its row says so, its shards are
+	// marked (d) in the map.
+	nodes[2].srv.Close()
+	st = getState(t, url+"?format=json")
+	if r := st.Runners[2]; r.State != nil || !strings.HasPrefix(r.StateError, "unreachable") {
+		t.Errorf("runner c with its page down: state %v, error %q; want unreachable", r.State, r.StateError)
+	}
+	for s, class := range gridCells(t, parse(t, get(t, url))) {
+		want := fmt.Sprintf("c%d", st.Shards.Owner[s])
+		if st.Shards.Owner[s] == 2 {
+			want += " d"
+		}
+		if class != want {
+			t.Errorf("with c unreachable, cell %d has class %q, want %q", s, class, want)
+		}
+	}
+
 	// Read-only.
 	resp3, err := http.Post(url, "text/plain", strings.NewReader("x"))
 	if err != nil {

@@ -69,6 +69,18 @@ func Chromium(t testing.TB) *Browser {
 	return &Browser{path: path, t: t}
 }
 
+// TryChromium returns a headless browser, or nil (logging why) when no
+// Chromium is installed: for tests whose browser checks are only a part.
+func TryChromium(t testing.TB) *Browser {
+	t.Helper()
+	path, err := ChromiumPath()
+	if err != nil {
+		t.Logf("skipping the browser checks: %v", err)
+		return nil
+	}
+	return &Browser{path: path, t: t}
+}
+
 // Load opens url, lets the page run for budget of virtual time (Chromium
 // fast-forwards timers and waits for pending fetches, so a page that
 // refreshes itself every 2 s refreshes twice in a 5 s budget without

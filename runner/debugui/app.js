@@ -55,6 +55,7 @@
     var i = Array.prototype.indexOf.call(g.children, cell), m = meta();
     var c = cell.classList[0] || "", lines = ["shard " + i];
     lines.push("owner: " + (c === "u" ? "none (unowned)" : c === "x" ? "a lease of no registered runner" : (m.runners[+c.slice(1)] || "?")));
+    if (cell.classList.contains("d")) lines.push("the owner does not answer or is detached");
     if (m.moves && m.moves[i] !== undefined) lines.push("assigned to: " + m.moves[i]);
     if (m.handoffs && m.handoffs[i]) lines.push("handoff: " + m.handoffs[i]);
     tip.textContent = lines.join("\n");
