@@ -211,8 +211,9 @@ const debugEvents = 100
 // store. A request copies the runner's view under its mutex (O(shards))
 // and counts resident entities shard by shard (O(entities)); the page is
 // server-rendered (no external assets) and refreshes itself by fetching
-// its own body again. Query parameters: format=json, epochs=1 (per-shard
-// epochs in the JSON), peers=0 (do not fetch the peers' states).
+// its own body again. Query parameters: format=json, pretty=1 (indented
+// JSON), epochs=1 (per-shard epochs in the JSON), peers=0 (do not fetch
+// the peers' states).
 func (r *Runner) DebugHandler(cfg DebugConfig) http.Handler {
 	return &debugHandler{r: r, cfg: cfg.withDefaults()}
 }
@@ -237,7 +238,9 @@ func (h *debugHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if q.Get("format") == "json" || (q.Get("format") == "" && q.Get("part") == "" && acceptsJSON(req)) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(out)
-		enc.SetIndent("", " ")
+		if q.Get("pretty") == "1" {
+			enc.SetIndent("", "  ")
+		}
 		_ = enc.Encode(st)
 		return
 	}

@@ -89,7 +89,7 @@ func cellSize(n int) int {
 func shardGrid(st *DebugState) (template.CSS, template.HTML, template.JS) {
 	var css strings.Builder
 	for i, r := range st.Runners {
-		fmt.Fprintf(&css, "#grid i.c%d{background:%s}#grid[data-focus=\"%d\"] i.c%d{opacity:1}", i, r.Color, i, i)
+		fmt.Fprintf(&css, "#grid i.c%d{background-color:%s}#grid[data-focus=\"%d\"] i.c%d{opacity:1}", i, r.Color, i, i)
 	}
 	handoff := make(map[int]DebugHandoff, len(st.Handoffs))
 	meta := struct {

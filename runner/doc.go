@@ -156,6 +156,18 @@
 // after ErrMaybeDelivered, a timeout or a handler error the handler may have
 // run. A ClientOnly runner routes without hosting anything.
 //
+// # Debug page
+//
+// DebugHandler returns an http.Handler, mounted by the program like
+// net/http/pprof, that shows the runner and the cluster as it sees it: the
+// registered runners (with each one's own state — attached or detached and
+// why, lease deadline lag, entities, message rates — when DebugConfig.PeerURL
+// names their pages), the shard map by owner with handoffs in flight,
+// moving and unowned shards, entities and message counters per kind, and
+// the latest events. The same data is served as JSON (DebugState). It
+// reads the runner through short copies under its mutex and never changes
+// anything.
+//
 // # Concurrency
 //
 // A Runner is safe for concurrent use. Run starts its goroutines (lease
