@@ -137,11 +137,19 @@ func TestDebugStateJSON(t *testing.T) {
 			"owned", "started", "state", "url", "weight"}},
 		{"shards", doc["shards"], []string{"count", "epoch", "moves", "owned", "owner", "unknown_owner", "unowned"}},
 		{"kind", doc["kinds"].([]any)[0], []string{"active", "kind", "mailbox_rejections", "messages"}},
-		{"event", firstOfType(doc["events"], "ShardAcquired"), []string{"epoch", "shard", "time", "type"}},
 	} {
 		want := slices.Sorted(slices.Values(c.want))
 		if got := keysOf(t, c.v); !slices.Equal(got, want) {
 			t.Errorf("%s keys = %v, want %v", c.name, got, want)
+		}
+	}
+
+	// Events: time and type always; shard, epoch and detail when they apply.
+	for _, ev := range doc["events"].([]any) {
+		keys := keysOf(t, ev)
+		if !slices.Contains(keys, "time") || !slices.Contains(keys, "type") ||
+			slices.ContainsFunc(keys, func(k string) bool { return !slices.Contains([]string{"time", "type", "shard", "epoch", "detail"}, k) }) {
+			t.Errorf("event keys %v, want time, type and some of shard, epoch, detail", keys)
 		}
 	}
 
@@ -222,16 +230,6 @@ func TestDebugStateJSON(t *testing.T) {
 	if st := getState(t, nodes[0].srv.URL+"/?format=json"); st.Shards.Epoch != nil {
 		t.Error("epochs listed without ?epochs=1")
 	}
-}
-
-// firstOfType returns the first event of the given type in a JSON list.
-func firstOfType(events any, typ string) any {
-	for _, ev := range events.([]any) {
-		if ev.(map[string]any)["type"] == typ {
-			return ev
-		}
-	}
-	return nil
 }
 
 // parse parses an HTML document or fragment.
@@ -497,4 +495,24 @@ func TestDebugLargeShardMap(t *testing.T) {
 		t.Errorf("JSON is %d KB, want <= 200 KB", len(js)>>10)
 	}
 	t.Logf("%d shards: page %d KB (%d KB gzipped), JSON %d KB", n, len(page)>>10, zipped.Len()>>10, len(js)>>10)
+}
+
+// TestDebugBeforeRun: a runner that has not started shows as such, with
+// every shard unowned.
+func TestDebugBeforeRun(t *testing.T) {
+	r, err := runner.New(memory.New(), runner.Config{ID: "idle", NumShards: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w := httptest.NewRecorder()
+	r.DebugHandler(runner.DebugConfig{}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+	var st runner.DebugState
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Self.Phase != "new" || st.Self.Attached || !st.Self.Started.IsZero() || len(st.Runners) != 0 ||
+		st.Shards.Unowned != 8 || len(st.Events) != 0 {
+		t.Errorf("state before Run = %+v", st)
+	}
 }
