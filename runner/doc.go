@@ -68,6 +68,12 @@
 //     moves the lock in one transaction. Waiting senders are then told the
 //     new owner and retry there. Shutdown hands every shard off this way
 //     first (bounded by its context), then releases the rest plainly.
+//   - Operator drains. While a drain request for its ID exists
+//     (storage.KeyspaceDrains, written by cmd/shardhostctl drain), the
+//     runner publishes its record with Draining set, weight kept; every
+//     runner assigns a draining runner no shard, so its shards leave by
+//     handoff. The request has no lease: a restarted, re-registered or
+//     re-attached runner is drained again until the request is deleted.
 //   - Fast reaction. Lock deletions of assigned shards wake the acquirer
 //     through the watch at once; shards held by a dead incarnation are
 //     retried every AcquireRetryInterval within AcquireRetryWindow.

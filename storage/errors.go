@@ -39,9 +39,6 @@ var (
 	ErrClosed = errors.New("storage: closed")
 	// ErrPermissionDenied: the store refused the client's credentials.
 	ErrPermissionDenied = errors.New("storage: permission denied")
-	// ErrConflict: a conditional write found the record changed (or gone)
-	// since the revision it was read at; nothing was written.
-	ErrConflict = errors.New("storage: record changed since it was read")
 )
 
 // FencedError reports a checkpoint write rejected because Epoch is not the

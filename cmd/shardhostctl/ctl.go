@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -49,9 +50,10 @@ commands:
   status                 runners, shard counts, unowned shards, handoffs in flight
   shards                 owner and epoch of every shard; filters:
                            -owner RUNNER  -unowned  -handoffs  -range A-B
-  drain RUNNER [-wait]   move RUNNER's shards to the other runners (graceful handoffs);
-                         -wait: until it owns none (at most -wait-timeout)
-  undrain RUNNER         let RUNNER take shards again
+  drain RUNNER [-wait]   request that RUNNER take no shard (kept in etcd, also across its
+                         restarts): its shards move to the others by handoff;
+                         -wait: until it owns none (at most -wait-timeout); -reason TEXT
+  undrain RUNNER         withdraw the request: RUNNER takes shards again
   where KIND ID          the shard of entity ID and its owner
 
 flags (before or after the command):
@@ -248,14 +250,16 @@ type state struct {
 	byLease  map[storage.LeaseID]storage.Runner
 	locks    map[sharding.ShardID]storage.Lock
 	handoffs map[sharding.ShardID]storage.Handoff
+	drains   map[string]storage.DrainRequest // by runner ID (a corrupt value still requests)
 }
 
 // read lists the namespace. It fails when the namespace holds nothing, or
 // holds shards beyond -shards.
 func (c *cluster) read(ctx context.Context) (*state, error) {
-	st := &state{byLease: map[storage.LeaseID]storage.Runner{}, locks: map[sharding.ShardID]storage.Lock{}, handoffs: map[sharding.ShardID]storage.Handoff{}}
-	var snaps [3]storage.Snapshot
-	for i, ks := range []storage.Keyspace{storage.KeyspaceRunners, storage.KeyspaceShards, storage.KeyspaceHandoffs} {
+	st := &state{byLease: map[storage.LeaseID]storage.Runner{}, locks: map[sharding.ShardID]storage.Lock{},
+		handoffs: map[sharding.ShardID]storage.Handoff{}, drains: map[string]storage.DrainRequest{}}
+	var snaps [4]storage.Snapshot
+	for i, ks := range []storage.Keyspace{storage.KeyspaceRunners, storage.KeyspaceShards, storage.KeyspaceHandoffs, storage.KeyspaceDrains} {
 		cctx, cancel := c.ctx(ctx)
 		snap, err := c.store.List(cctx, ks)
 		cancel()
@@ -265,7 +269,7 @@ func (c *cluster) read(ctx context.Context) (*state, error) {
 		snaps[i] = snap
 		st.rev = max(st.rev, snap.Revision)
 	}
-	if len(snaps[0].KVs)+len(snaps[1].KVs)+len(snaps[2].KVs) == 0 {
+	if len(snaps[0].KVs)+len(snaps[1].KVs)+len(snaps[2].KVs)+len(snaps[3].KVs) == 0 {
 		hint := ""
 		cctx, cancel := c.ctx(ctx)
 		if found, err := etcd.Namespaces(cctx, c.cli, 100000); err == nil && len(found) > 0 {
@@ -301,6 +305,11 @@ func (c *cluster) read(ctx context.Context) (*state, error) {
 			st.handoffs[h.Shard] = h
 		}
 	}
+	for _, kv := range snaps[3].KVs {
+		if id, req, _ := storage.DecodeDrain(kv); id != "" {
+			st.drains[id] = req
+		}
+	}
 	return st, nil
 }
 
@@ -332,13 +341,17 @@ func (st *state) runnerIDs() string {
 	return strings.Join(ids, ", ")
 }
 
-// runnerState says how a runner takes part in the assignment.
-func runnerState(r storage.Runner) string {
+// runnerState says how a runner takes part in the assignment: active,
+// draining (an operator's request it published), drain requested (not
+// published yet), shutting down (drains itself with weight 0), weight 0.
+func runnerState(r storage.Runner, requested bool) string {
 	switch {
 	case r.Draining && r.Weight == 0:
 		return "shutting down"
 	case r.Draining:
 		return "draining"
+	case requested:
+		return "drain requested"
 	case r.Weight == 0:
 		return "weight 0"
 	default:
@@ -359,10 +372,11 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 // StatusRunner is one runner in `status -json`.
 type StatusRunner struct {
 	ID          string    `json:"id"`
-	State       string    `json:"state"` // active, draining, shutting down, weight 0
+	State       string    `json:"state"` // active, draining, drain requested, shutting down, weight 0
 	Weight      int       `json:"weight"`
-	Draining    bool      `json:"draining"`
-	Shards      int       `json:"shards"` // locks under its lease
+	Draining    bool      `json:"draining"`        // its record says so
+	DrainReq    bool      `json:"drain_requested"` // drains/{ID} exists
+	Shards      int       `json:"shards"`          // locks under its lease
 	Address     string    `json:"address,omitempty"`
 	Lease       string    `json:"lease"`
 	LeaseTTL    float64   `json:"lease_ttl_s"` // left on the server; -1 if expired
@@ -382,6 +396,7 @@ type Status struct {
 	Unowned    int            `json:"unowned"`
 	Unknown    int            `json:"unknown_owner"` // locks under a lease of no registered runner
 	Handoffs   int            `json:"handoffs"`
+	Drains     []string       `json:"drain_requests"`   // runners with a drain request, registered or not
 	HandoffsBy map[string]int `json:"handoffs_by_pair"` // "from -> to"
 }
 
@@ -403,7 +418,8 @@ func cmdStatus(ctx context.Context, c *cluster, _ any, _ []string, stdout, _ io.
 	}
 	out.Unowned = c.o.shards - len(st.locks)
 	for _, r := range st.runners {
-		sr := StatusRunner{ID: r.ID, State: runnerState(r), Weight: r.Weight, Draining: r.Draining, Shards: perLease[r.Lease],
+		_, req := st.drains[r.ID]
+		sr := StatusRunner{ID: r.ID, State: runnerState(r, req), Weight: r.Weight, Draining: r.Draining, DrainReq: req, Shards: perLease[r.Lease],
 			Address: r.Address, Lease: fmt.Sprintf("%x", r.Lease), Incarnation: r.Incarnation, Started: r.Started, LeaseTTL: -1}
 		cctx, cancel := c.ctx(ctx)
 		if ttl, err := c.store.LeaseTimeToLive(cctx, r.Lease); err == nil {
@@ -412,6 +428,7 @@ func cmdStatus(ctx context.Context, c *cluster, _ any, _ []string, stdout, _ io.
 		cancel()
 		out.Runners = append(out.Runners, sr)
 	}
+	out.Drains = slices.Sorted(maps.Keys(st.drains))
 	for _, h := range st.handoffs {
 		out.Handoffs++
 		out.HandoffsBy[h.From+" -> "+h.To]++
@@ -438,19 +455,20 @@ func cmdStatus(ctx context.Context, c *cluster, _ any, _ []string, stdout, _ io.
 	for _, k := range out.Corrupt {
 		fmt.Fprintf(stdout, "corrupt runner record: %s\n", k)
 	}
+	for _, id := range out.Drains {
+		if _, ok := st.runner(id); !ok {
+			req := st.drains[id]
+			fmt.Fprintf(stdout, "drain requested for %s (not registered; it will start drained), by %s at %s\n",
+				id, orDash(req.By), req.Requested.Format(time.RFC3339))
+		}
+	}
 	fmt.Fprintf(stdout, "\nshards: %d of %d owned, %d unowned", out.Owned, out.NumShards, out.Unowned)
 	if out.Unknown > 0 {
 		fmt.Fprintf(stdout, ", %d under a lease of no registered runner (a crashed incarnation's, until it expires)", out.Unknown)
 	}
 	fmt.Fprintln(stdout)
 	fmt.Fprintf(stdout, "handoffs in flight: %d", out.Handoffs)
-	pairs := slices.Sorted(func(yield func(string) bool) {
-		for p := range out.HandoffsBy {
-			if !yield(p) {
-				return
-			}
-		}
-	})
+	pairs := slices.Sorted(maps.Keys(out.HandoffsBy))
 	for i, p := range pairs {
 		sep := ", "
 		if i == 0 {
@@ -577,80 +595,74 @@ type drainOpts struct {
 	wait        bool
 	waitTimeout time.Duration
 	force       bool
+	reason      string
 }
 
 func drainFlags(fs *flag.FlagSet) any {
 	f := &drainOpts{}
-	fs.BoolVar(&f.wait, "wait", false, "wait until the runner owns no shard")
+	fs.BoolVar(&f.wait, "wait", false, "wait until the runner publishes the drain and owns no shard")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 2*time.Minute, "bound on -wait")
 	fs.BoolVar(&f.force, "force", false, "drain even the last runner that can take shards")
+	fs.StringVar(&f.reason, "reason", "", "free text stored with the request")
 	return f
 }
 
-// setDraining compare-and-swaps the runner's record with Draining = on
-// (retrying on a concurrent change) and returns the record written; ok is
-// false when it already was so.
-func setDraining(ctx context.Context, c *cluster, id string, on, force bool) (storage.Runner, bool, error) {
-	for range 5 {
-		st, err := c.read(ctx)
-		if err != nil {
-			return storage.Runner{}, false, err
-		}
-		r, ok := st.runner(id)
-		if !ok {
-			return storage.Runner{}, false, fmt.Errorf("no runner %q is registered (runners: %s)", id, st.runnerIDs())
-		}
-		switch {
-		case r.Draining == on:
-			return r, false, nil
-		case !on && r.Weight == 0:
-			return r, false, fmt.Errorf("runner %q is shutting down by itself (draining with weight 0): not an operator drain", id)
-		case on && !force && !slices.ContainsFunc(st.runners, func(o storage.Runner) bool { return o.ID != id && o.Weight > 0 && !o.Draining }):
-			return r, false, fmt.Errorf("runner %q is the last runner that can take shards: its shards would have nowhere to go (-force to drain anyway)", id)
-		}
-		rec := r.RunnerRecord
-		rec.Draining = on
-		cctx, cancel := c.ctx(ctx)
-		rev, err := c.store.UpdateRunner(cctx, rec, r.ModRevision)
-		cancel()
-		if errors.Is(err, storage.ErrConflict) {
-			continue // the runner rewrote its record meanwhile: decide again
-		}
-		if err != nil {
-			return r, false, err
-		}
-		r.RunnerRecord, r.ModRevision = rec, rev
-		return r, true, nil
+// requester names who asks: user@host.
+func requester() string {
+	user := os.Getenv("USER")
+	if user == "" {
+		user = "?"
 	}
-	return storage.Runner{}, false, fmt.Errorf("runner %q: its record kept changing; try again", id)
+	host, _ := os.Hostname()
+	return user + "@" + host
 }
 
 // DrainResult is `drain -json` and `undrain -json`.
 type DrainResult struct {
-	Runner   string  `json:"runner"`
-	Draining bool    `json:"draining"`
-	Changed  bool    `json:"changed"`
-	Revision int64   `json:"revision"`
-	Shards   *int    `json:"shards,omitempty"` // with -wait: shards it owns at the end
-	Waited   float64 `json:"waited_s,omitempty"`
+	Runner     string  `json:"runner"`
+	Requested  bool    `json:"requested"`  // a drain request exists now
+	Changed    bool    `json:"changed"`    // this command created or deleted it
+	Registered bool    `json:"registered"` // the runner is registered
+	Shards     *int    `json:"shards,omitempty"`
+	Waited     float64 `json:"waited_s,omitempty"`
 }
 
 func cmdDrain(ctx context.Context, c *cluster, flags any, args []string, stdout, stderr io.Writer) error {
 	f := flags.(*drainOpts)
 	id := args[0]
-	r, changed, err := setDraining(ctx, c, id, true, f.force)
+	if err := storage.ValidateRunnerID(id); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	st, err := c.read(ctx)
 	if err != nil {
 		return err
 	}
-	res := DrainResult{Runner: id, Draining: true, Changed: changed, Revision: int64(r.ModRevision)}
-	if !c.o.json {
-		if changed {
-			fmt.Fprintf(stdout, "runner %s marked draining (revision %d): its shards move to the other runners by handoff\n", id, r.ModRevision)
-		} else {
-			fmt.Fprintf(stdout, "runner %s is already draining\n", id)
+	r, registered := st.runner(id)
+	_, already := st.drains[id]
+	if !already && registered && !f.force &&
+		!slices.ContainsFunc(st.runners, func(o storage.Runner) bool { return o.ID != id && o.Weight > 0 && !o.Draining }) {
+		return fmt.Errorf("runner %q is the last runner that can take shards: its shards would have nowhere to go (-force to drain anyway)", id)
+	}
+	res := DrainResult{Runner: id, Requested: true, Changed: !already, Registered: registered}
+	if !already {
+		cctx, cancel := c.ctx(ctx)
+		_, err := c.store.RequestDrain(cctx, id, storage.DrainRequest{Requested: time.Now().UTC(), By: requester(), Reason: f.reason})
+		cancel()
+		if err != nil {
+			return err
 		}
 	}
-	if f.wait {
+	if !c.o.json {
+		switch {
+		case already:
+			fmt.Fprintf(stdout, "runner %s: drain already requested\n", id)
+		case registered:
+			fmt.Fprintf(stdout, "runner %s: drain requested; it publishes its record draining and its shards move to the other runners by handoff\n", id)
+		default:
+			fmt.Fprintf(stdout, "runner %s: drain requested; it is not registered now and will start drained (runners: %s)\n", id, st.runnerIDs())
+		}
+	}
+	if f.wait && registered {
 		start := time.Now()
 		n, err := waitDrained(ctx, c, r, f.waitTimeout, stderr)
 		res.Shards, res.Waited = &n, time.Since(start).Seconds()
@@ -658,7 +670,7 @@ func cmdDrain(ctx context.Context, c *cluster, flags any, args []string, stdout,
 			return err
 		}
 		if !c.o.json {
-			fmt.Fprintf(stdout, "runner %s owns no shard (%.1fs)\n", id, res.Waited)
+			fmt.Fprintf(stdout, "runner %s is draining and owns no shard (%.1fs)\n", id, res.Waited)
 		}
 	}
 	if c.o.json {
@@ -667,7 +679,8 @@ func cmdDrain(ctx context.Context, c *cluster, flags any, args []string, stdout,
 	return nil
 }
 
-// waitDrained polls until no lock is under r's lease, at most limit.
+// waitDrained polls until r's record says draining and no lock is under
+// its lease, at most limit.
 func waitDrained(ctx context.Context, c *cluster, r storage.Runner, limit time.Duration, progress io.Writer) (int, error) {
 	deadline := time.Now().Add(limit)
 	last := -1
@@ -676,26 +689,27 @@ func waitDrained(ctx context.Context, c *cluster, r storage.Runner, limit time.D
 		if err != nil {
 			return last, err
 		}
-		cur, ok := st.runner(r.ID)
-		if !ok || cur.Incarnation != r.Incarnation || !cur.Draining {
-			return last, fmt.Errorf("runner %q re-registered or left while draining (record now: registered %v, incarnation %q, draining %v)",
-				r.ID, ok, cur.Incarnation, cur.Draining)
+		if _, ok := st.drains[r.ID]; !ok {
+			return last, fmt.Errorf("the drain request of %q was withdrawn meanwhile", r.ID)
 		}
+		cur, ok := st.runner(r.ID)
 		n := 0
-		for _, l := range st.locks {
-			if l.Lease == r.Lease {
-				n++
+		if ok {
+			for _, l := range st.locks {
+				if l.Lease == cur.Lease {
+					n++
+				}
 			}
 		}
 		if n != last {
 			fmt.Fprintf(progress, "shardhostctl: %s owns %d shards\n", r.ID, n)
 			last = n
 		}
-		if n == 0 {
-			return 0, nil
+		if !ok || (cur.Draining && n == 0) {
+			return n, nil // drained, or gone (it will start drained)
 		}
 		if time.Now().After(deadline) {
-			return n, fmt.Errorf("runner %q still owns %d shards after %v", r.ID, n, limit)
+			return n, fmt.Errorf("runner %q still owns %d shards after %v (record draining: %v)", r.ID, n, limit, cur.Draining)
 		}
 		select {
 		case <-ctx.Done():
@@ -707,17 +721,33 @@ func waitDrained(ctx context.Context, c *cluster, r storage.Runner, limit time.D
 
 func cmdUndrain(ctx context.Context, c *cluster, _ any, args []string, stdout, _ io.Writer) error {
 	id := args[0]
-	r, changed, err := setDraining(ctx, c, id, false, false)
+	if err := storage.ValidateRunnerID(id); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	cctx, cancel := c.ctx(ctx)
+	existed, err := c.store.CancelDrain(cctx, id)
+	cancel()
 	if err != nil {
 		return err
 	}
-	if c.o.json {
-		return printJSON(stdout, DrainResult{Runner: id, Changed: changed, Revision: int64(r.ModRevision)})
+	st, err := c.read(ctx)
+	registered := false
+	shuttingDown := false
+	if err == nil {
+		r, ok := st.runner(id)
+		registered, shuttingDown = ok, ok && r.Draining && r.Weight == 0
 	}
-	if changed {
-		fmt.Fprintf(stdout, "runner %s no longer draining (revision %d): it takes shards again\n", id, r.ModRevision)
-	} else {
-		fmt.Fprintf(stdout, "runner %s is not draining\n", id)
+	if c.o.json {
+		return printJSON(stdout, DrainResult{Runner: id, Changed: existed, Registered: registered})
+	}
+	switch {
+	case !existed:
+		fmt.Fprintf(stdout, "runner %s had no drain request\n", id)
+	default:
+		fmt.Fprintf(stdout, "runner %s: drain request withdrawn; it takes shards again\n", id)
+	}
+	if shuttingDown {
+		fmt.Fprintf(stdout, "note: runner %s is shutting down by itself (weight 0, draining)\n", id)
 	}
 	return nil
 }

@@ -134,8 +134,8 @@ func settled(nodes []*node, shards int) bool {
 // TestAgainstRealCluster: status, shards and where agree with what two
 // runners on a real etcd own; drain moves a runner's shards away by
 // handoff (no shard lost, every move a cutover) and undrain brings them
-// back; the guard rails refuse draining the last runner and undraining a
-// runner that is not drained.
+// back, also across a restart of the drained runner; the guard rail
+// refuses draining the last runner.
 func TestAgainstRealCluster(t *testing.T) {
 	const shards = 32
 	srv := testenv.StartEtcd(t)
@@ -194,7 +194,7 @@ func TestAgainstRealCluster(t *testing.T) {
 	// Drain r1: every shard moves to r2 by handoff, none is lost.
 	r1.events()
 	r2.events()
-	code, out, errOut := ctl(t, append(base, "drain", "r1", "-wait", "-wait-timeout", "30s")...)
+	code, out, errOut := ctl(t, append(base, "drain", "r1", "-wait", "-wait-timeout", "30s", "-reason", "test")...)
 	if code != exitOK || !strings.Contains(out, "owns no shard") {
 		t.Fatalf("drain r1 -wait: exit %d\n%s%s", code, out, errOut)
 	}
@@ -214,26 +214,39 @@ func TestAgainstRealCluster(t *testing.T) {
 		t.Errorf("%d cutovers r1 -> r2 reported by r2, want one per shard r1 owned (%d)", cutovers, len(owned))
 	}
 	ctlJSON(t, &st, append(base, "status")...)
-	if st.Runners[0].State != "draining" || st.Runners[0].Shards != 0 || st.Runners[0].Weight != 1 {
-		t.Errorf("status of r1 after drain = %+v, want draining with 0 shards, weight kept", st.Runners[0])
+	if st.Runners[0].State != "draining" || !st.Runners[0].DrainReq || st.Runners[0].Shards != 0 || st.Runners[0].Weight != 1 ||
+		!slices.Equal(st.Drains, []string{"r1"}) {
+		t.Errorf("status after drain = %+v, drains %v; want r1 draining with 0 shards, weight kept", st.Runners[0], st.Drains)
 	}
-	if code, out, _ := ctl(t, append(base, "drain", "r1")...); code != exitOK || !strings.Contains(out, "already draining") {
+	if code, out, _ := ctl(t, append(base, "drain", "r1")...); code != exitOK || !strings.Contains(out, "already requested") {
 		t.Errorf("second drain: exit %d, %q", code, out)
 	}
 	if code, _, errOut := ctl(t, append(base, "drain", "r2")...); code != exitFail || !strings.Contains(errOut, "last runner") {
 		t.Errorf("draining the last runner: exit %d, %q; want a refusal", code, errOut)
 	}
 
+	// The request outlives the process: r1 restarted registers drained.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	if err := r1.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	r1 = startRunner(t, ep, "ctl", "r1", shards)
+	nodes = []*node{r1, r2}
+	waitFor(t, 15*time.Second, "the restarted r1 drained", func() bool {
+		var s Status
+		ctlJSON(t, &s, append(base, "status")...)
+		return len(s.Runners) == 2 && s.Runners[0].Incarnation == r1.Incarnation() && s.Runners[0].State == "draining" &&
+			len(r1.Owned()) == 0 && len(r2.Owned()) == shards
+	})
+
 	// Undrain: r1 takes shards again.
-	if code, out, errOut := ctl(t, append(base, "undrain", "r1")...); code != exitOK || !strings.Contains(out, "no longer draining") {
+	if code, out, errOut := ctl(t, append(base, "undrain", "r1")...); code != exitOK || !strings.Contains(out, "withdrawn") {
 		t.Fatalf("undrain r1: exit %d\n%s%s", code, out, errOut)
 	}
 	waitFor(t, 15*time.Second, "r1 owning shards again", func() bool { return settled(nodes, shards) && len(r1.Owned()) > 0 })
-	if code, out, _ := ctl(t, append(base, "undrain", "r1")...); code != exitOK || !strings.Contains(out, "not draining") {
+	if code, out, _ := ctl(t, append(base, "undrain", "r1")...); code != exitOK || !strings.Contains(out, "had no drain request") {
 		t.Errorf("second undrain: exit %d, %q", code, out)
-	}
-	if code, _, errOut := ctl(t, append(base, "drain", "r9")...); code != exitFail || !strings.Contains(errOut, `no runner "r9"`) {
-		t.Errorf("drain of an unknown runner: exit %d, %q", code, errOut)
 	}
 	// A -shards smaller than the cluster's is caught.
 	if code, _, errOut := ctl(t, "-endpoints", ep, "-namespace", "ctl", "-shards", "8", "status"); code != exitUsage || !strings.Contains(errOut, "-shards") {
@@ -241,22 +254,37 @@ func TestAgainstRealCluster(t *testing.T) {
 	}
 }
 
-// TestUndrainRefusesShutdown: a runner that drains itself to shut down
-// (weight 0) is not an operator drain.
-func TestUndrainRefusesShutdown(t *testing.T) {
+// TestDrainUnregistered: a runner that is not registered can be drained
+// ahead (it will start drained); status lists the request; undrain
+// withdraws it once.
+func TestDrainUnregistered(t *testing.T) {
 	srv := testenv.StartEtcd(t)
 	cli := srv.Client(t)
-	s, _ := etcd.New(cli, "sd", etcd.Config{})
+	s, _ := etcd.New(cli, "ahead", etcd.Config{})
 	l, err := s.Grant(t.Context(), 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PutRunner(t.Context(), l.ID, storage.RunnerRecord{ID: "r1", Weight: 0, Draining: true, Incarnation: "i"}); err != nil {
+	if _, err := s.PutRunner(t.Context(), l.ID, storage.RunnerRecord{ID: "r1", Weight: 1, Incarnation: "i", Started: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errOut := ctl(t, "-endpoints", srv.Endpoint(), "-namespace", "sd", "undrain", "r1")
-	if code != exitFail || !strings.Contains(errOut, "shutting down by itself") {
-		t.Errorf("undrain of a shutting-down runner: exit %d, %q", code, errOut)
+	base := []string{"-endpoints", srv.Endpoint(), "-namespace", "ahead"}
+	code, out, errOut := ctl(t, append(base, "drain", "r9", "-wait")...)
+	if code != exitOK || !strings.Contains(out, "will start drained") {
+		t.Errorf("drain of an unregistered runner: exit %d, %q %q", code, out, errOut)
+	}
+	code, out, _ = ctl(t, append(base, "status")...)
+	if code != exitOK || !strings.Contains(out, "drain requested for r9 (not registered") {
+		t.Errorf("status with a request for r9 (exit %d):\n%s", code, out)
+	}
+	if code, out, _ := ctl(t, append(base, "undrain", "r9")...); code != exitOK || !strings.Contains(out, "withdrawn") {
+		t.Errorf("undrain r9: exit %d, %q", code, out)
+	}
+	if code, out, _ := ctl(t, append(base, "undrain", "r9")...); code != exitOK || !strings.Contains(out, "had no drain request") {
+		t.Errorf("second undrain r9: exit %d, %q", code, out)
+	}
+	if code, _, _ := ctl(t, append(base, "drain", "a/b")...); code != exitUsage {
+		t.Errorf("drain of an invalid ID: exit %d, want %d", code, exitUsage)
 	}
 }
 

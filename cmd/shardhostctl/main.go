@@ -4,8 +4,8 @@
 //	shardhostctl [flags] status                 runners, shard counts, unowned shards, handoffs
 //	shardhostctl [flags] shards [-owner R] [-unowned] [-handoffs] [-range A-B]
 //	                                            owner and epoch of each shard
-//	shardhostctl [flags] drain RUNNER [-wait]   move RUNNER's shards away (graceful handoffs)
-//	shardhostctl [flags] undrain RUNNER         let RUNNER take shards again
+//	shardhostctl [flags] drain RUNNER [-wait]   RUNNER takes no shard: they move away by handoff
+//	shardhostctl [flags] undrain RUNNER         withdraw the request: RUNNER takes shards again
 //	shardhostctl [flags] where KIND ID          the shard and owner of an entity
 //
 // Flags (before or after the command):
@@ -19,17 +19,20 @@
 //
 // # Drain
 //
-// drain marks the runner's record in etcd as draining (Draining: true, its
-// weight kept), compare-and-swapped on the record's revision and under the
-// record's own lease. Every runner computes the assignment with a draining
-// runner at weight 0, so its shards move to the others by handoff (the new
-// owner warms, the old one drains in-flight messages and transfers the
-// lock): the graceful path, with no failed request. undrain clears the
-// mark. The mark lives in the record, so it lasts until undrain or until
-// the runner writes a new record: a restart (new incarnation), a lost lease
-// or a re-attach after a detach register it afresh, undrained. A runner
-// with weight 0 that is draining is shutting down by itself: undrain
-// refuses it.
+// drain writes a drain request, drains/{RUNNER} in the namespace, a key
+// without a lease. The runner with that ID follows its own request: while
+// the key exists it publishes its record with Draining set (its weight
+// kept), every runner assigns a draining runner no shard, and its shards
+// move to the others by handoff (the new owner warms, the old one drains
+// in-flight messages and transfers the lock): the graceful path of a
+// planned move. undrain deletes the key and the runner takes shards again.
+// The request is kept apart from the runner record on purpose: the record
+// belongs to the runner (it rewrites foreign changes to it) and dies with
+// its lease, while the request outlives the runner's processes, so a
+// drained runner that restarts, loses its lease or re-attaches after a
+// detach registers drained again; a runner can also be drained before it
+// starts. drain refuses to drain the last runner that can take shards
+// unless -force.
 //
 // Exit status: 0 on success, 1 when etcd cannot be reached or the request
 // fails, 2 on a usage error.

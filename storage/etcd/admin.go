@@ -15,31 +15,35 @@ import (
 // Operator calls: not part of storage.Store, used by tools such as
 // cmd/shardhostctl that inspect and steer a cluster from outside.
 
-// UpdateRunner rewrites the record of runner rec.ID if it is still the one
-// read at revision at (its ModRevision), keeping the key's lease, so the
-// record still disappears with its runner. When the record changed or is
-// gone it writes nothing and returns storage.ErrConflict: the caller reads
-// again and decides again, so an operator's edit never overwrites a newer
-// write of the runner (a re-registration or its own shutdown drain).
-func (s *Store) UpdateRunner(ctx context.Context, rec storage.RunnerRecord, at storage.Revision) (storage.Revision, error) {
-	val, err := storage.EncodeRunner(rec)
+// RequestDrain writes drains/{id} (storage.KeyspaceDrains), without a
+// lease: runner id, whenever it runs, takes no shard until CancelDrain.
+// An existing request is overwritten.
+func (s *Store) RequestDrain(ctx context.Context, id string, req storage.DrainRequest) (storage.Revision, error) {
+	val, err := storage.EncodeDrain(id, req)
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	key := s.key(storage.KeyspaceRunners, rec.ID)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", int64(at))).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithIgnoreLease())).
-		Commit()
+	resp, err := s.cli.Put(ctx, s.prefix+storage.DrainKey(id), string(val))
 	if err != nil {
-		return 0, fmt.Errorf("update runner %q: %w", rec.ID, translate(err))
-	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("update runner %q at revision %d: %w", rec.ID, at, storage.ErrConflict)
+		return 0, fmt.Errorf("request drain of %q: %w", id, translate(err))
 	}
 	return storage.Revision(resp.Header.Revision), nil
+}
+
+// CancelDrain deletes drains/{id} and reports whether a request existed.
+func (s *Store) CancelDrain(ctx context.Context, id string) (bool, error) {
+	if err := storage.ValidateRunnerID(id); err != nil {
+		return false, err
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Delete(ctx, s.prefix+storage.DrainKey(id))
+	if err != nil {
+		return false, fmt.Errorf("cancel drain of %q: %w", id, translate(err))
+	}
+	return resp.Deleted > 0, nil
 }
 
 // LeaseTimeToLive returns how long the lease has left on the server
@@ -70,7 +74,7 @@ func (s *Store) Revision(ctx context.Context) (storage.Revision, error) {
 }
 
 // Namespaces returns the namespaces that hold shardhost keys (runners/,
-// shards/ or handoffs/) in the etcd cluster behind cli, sorted, looking at
+// shards/, handoffs/ or drains/) in the etcd cluster behind cli, sorted, looking at
 // no more than limit keys (0: no limit).
 func Namespaces(ctx context.Context, cli *clientv3.Client, limit int64) ([]string, error) {
 	ctx, cancel := storage.WithOpTimeout(ctx, DefaultOpTimeout)
@@ -87,7 +91,7 @@ func Namespaces(ctx context.Context, cli *clientv3.Client, limit int64) ([]strin
 		}
 		ks, _, _ := strings.Cut(rest, "/")
 		switch storage.Keyspace(ks) {
-		case storage.KeyspaceRunners, storage.KeyspaceShards, storage.KeyspaceHandoffs:
+		case storage.KeyspaceRunners, storage.KeyspaceShards, storage.KeyspaceHandoffs, storage.KeyspaceDrains:
 			seen[ns] = true
 		}
 	}

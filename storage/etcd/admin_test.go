@@ -11,9 +11,9 @@ import (
 	"github.com/shardhost/shardhost/storage/etcd"
 )
 
-// TestOperatorCalls: UpdateRunner writes only over the record read (and
-// keeps its lease), LeaseTimeToLive follows the lease, Namespaces finds
-// the namespaces holding shardhost keys.
+// TestOperatorCalls: RequestDrain and CancelDrain write and delete
+// lease-less drain requests, LeaseTimeToLive follows the lease, Namespaces
+// finds the namespaces holding shardhost keys (a drain request counts).
 func TestOperatorCalls(t *testing.T) {
 	srv := testenv.StartEtcd(t)
 	cli := srv.Client(t)
@@ -36,26 +36,29 @@ func TestOperatorCalls(t *testing.T) {
 	}
 	read := snap.KVs[0]
 
-	drained := rec
-	drained.Draining = true
-	rev, err := s.UpdateRunner(ctx, drained, read.ModRevision)
+	// Drain requests: lease-less keys, listed like the other keyspaces.
+	if _, err := s.RequestDrain(ctx, "r1", storage.DrainRequest{Requested: time.Unix(2, 0).UTC(), By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	drains, err := s.List(ctx, storage.KeyspaceDrains)
+	if err != nil || len(drains.KVs) != 1 || drains.KVs[0].Lease != storage.NoLease {
+		t.Fatalf("drains after RequestDrain = %+v, %v; want one lease-less key", drains.KVs, err)
+	}
+	if id, req, err := storage.DecodeDrain(drains.KVs[0]); err != nil || id != "r1" || req.By != "test" {
+		t.Errorf("drain request = %q %+v %v", id, req, err)
+	}
+	if _, err := s.RequestDrain(ctx, "a/b", storage.DrainRequest{}); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Errorf("RequestDrain of a bad ID: %v", err)
+	}
+	if ok, err := s.CancelDrain(ctx, "r1"); !ok || err != nil {
+		t.Errorf("CancelDrain = %v, %v; want true", ok, err)
+	}
+	if ok, err := s.CancelDrain(ctx, "r1"); ok || err != nil {
+		t.Errorf("second CancelDrain = %v, %v; want false", ok, err)
+	}
+	got, err := storage.DecodeRunner(read)
 	if err != nil {
-		t.Fatalf("UpdateRunner at the read revision: %v", err)
-	}
-	snap, _ = s.List(ctx, storage.KeyspaceRunners)
-	got, err := storage.DecodeRunner(snap.KVs[0])
-	if err != nil || !got.Draining || got.Weight != 2 || got.Lease != l.ID || got.ModRevision != rev {
-		t.Errorf("after UpdateRunner: %+v (%v), want draining, weight 2, lease %x, revision %d", got, err, l.ID, rev)
-	}
-	// A stale revision writes nothing.
-	if _, err := s.UpdateRunner(ctx, rec, read.ModRevision); !errors.Is(err, storage.ErrConflict) {
-		t.Errorf("UpdateRunner at a stale revision: %v, want ErrConflict", err)
-	}
-	if _, err := s.UpdateRunner(ctx, storage.RunnerRecord{ID: "nobody", Incarnation: "x"}, 1); !errors.Is(err, storage.ErrConflict) {
-		t.Errorf("UpdateRunner of a missing record: %v, want ErrConflict", err)
-	}
-	if snap, _ := s.List(ctx, storage.KeyspaceRunners); len(snap.KVs) != 1 || snap.KVs[0].ModRevision != rev {
-		t.Errorf("a refused update wrote: %+v", snap.KVs)
+		t.Fatal(err)
 	}
 
 	if ttl, err := s.LeaseTimeToLive(ctx, l.ID); err != nil || ttl <= 0 || ttl > 30*time.Second {
@@ -72,14 +75,13 @@ func TestOperatorCalls(t *testing.T) {
 	}
 
 	other, _ := etcd.New(cli, "other", etcd.Config{})
-	l2, _ := other.Grant(ctx, 30*time.Second)
-	if _, err := other.PutHandoff(ctx, l2.ID, 3, storage.HandoffRecord{From: "a", To: "b", Phase: storage.HandoffWarming}); err != nil {
+	if _, err := other.RequestDrain(ctx, "x", storage.DrainRequest{Requested: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cli.Put(ctx, "/unrelated/key", "x"); err != nil {
 		t.Fatal(err)
 	}
 	if ns, err := etcd.Namespaces(ctx, cli, 0); err != nil || !slices.Equal(ns, []string{"other"}) {
-		t.Errorf("Namespaces = %v, %v; want [other] (ops is empty after the revoke; /unrelated holds no shardhost key)", ns, err)
+		t.Errorf("Namespaces = %v, %v; want [other] (ops is empty after the revoke and the cancel; /unrelated holds no shardhost key)", ns, err)
 	}
 }
