@@ -177,7 +177,10 @@ type DebugHandoff struct {
 	Shard sharding.ShardID `json:"shard"`
 	From  string           `json:"from"`
 	To    string           `json:"to"`
-	Phase string           `json:"phase"` // warming or ready
+	// Phase is warming or ready; empty for a record between two other
+	// runners, which the serving runner does not decode (From and To then
+	// come from the lock's and the record's leases).
+	Phase string `json:"phase,omitempty"`
 }
 
 // DebugKind is one entity kind registered on the serving runner.
@@ -388,7 +391,14 @@ func (h *debugHandler) state(ctx context.Context, epochs, peers bool) *DebugStat
 	st.Self = self
 	st.Handoffs = make([]DebugHandoff, 0, len(v.handoffs))
 	for _, ho := range v.handoffs {
-		st.Handoffs = append(st.Handoffs, DebugHandoff{Shard: ho.Shard, From: ho.From, To: ho.To, Phase: string(ho.Phase)})
+		dh := DebugHandoff{Shard: ho.Shard, From: ho.From, To: ho.To, Phase: string(ho.Phase)}
+		if dh.To == "" { // a record between two other runners: not decoded, known by its lease
+			dh.To = v.byLease[ho.Lease]
+			if int(ho.Shard) < n && sh.Owner[ho.Shard] >= 0 {
+				dh.From = st.Runners[sh.Owner[ho.Shard]].ID
+			}
+		}
+		st.Handoffs = append(st.Handoffs, dh)
 	}
 	for _, ev := range r.recentEvents(debugEvents) {
 		st.Events = append(st.Events, debugEvent(ev))

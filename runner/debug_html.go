@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -102,7 +103,7 @@ func shardGrid(st *DebugState) (template.CSS, template.HTML, template.JS) {
 	}
 	for _, h := range st.Handoffs {
 		handoff[int(h.Shard)] = h
-		meta.Handoffs[int(h.Shard)] = fmt.Sprintf("%s %s -> %s", h.Phase, h.From, h.To)
+		meta.Handoffs[int(h.Shard)] = fmt.Sprintf("%s %s -> %s", cmp.Or(h.Phase, "in flight"), h.From, h.To)
 	}
 	moving := make(map[int]bool, len(st.Shards.Moves))
 	for _, m := range st.Shards.Moves {

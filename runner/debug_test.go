@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -514,5 +515,52 @@ func TestDebugBeforeRun(t *testing.T) {
 	if st.Self.Phase != "new" || st.Self.Attached || !st.Self.Started.IsZero() || len(st.Runners) != 0 ||
 		st.Shards.Unowned != 8 || len(st.Events) != 0 {
 		t.Errorf("state before Run = %+v", st)
+	}
+}
+
+// TestDebugForeignHandoff: a handoff record between two other runners
+// (which a runner does not decode) is listed with its source from the
+// lock and its target from the record's lease, and its cell is marked.
+func TestDebugForeignHandoff(t *testing.T) {
+	const n = 16
+	nodes, _ := debugCluster(t, n, "a", "b")
+	c := nodes[0].store.Cluster()
+	// A third registration, of weight 0 (no shard is assigned to it), and
+	// its warming handoff record for one of b's shards.
+	l, err := c.NewStore("c").Grant(t.Context(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recVal, err := storage.EncodeRunner(storage.RunnerRecord{ID: "c", Weight: 0, Incarnation: "ci", Started: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(storage.Key(storage.KeyspaceRunners, "c"), recVal, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	var shard sharding.ShardID
+	for s := range nodes[1].Owned() {
+		shard = s
+		break
+	}
+	hoVal, err := storage.EncodeHandoff(storage.HandoffRecord{From: "b", To: "c", Phase: storage.HandoffWarming, ToIncarnation: "ci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(storage.HandoffKey(shard), hoVal, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	url := nodes[0].srv.URL + "/"
+	var st runner.DebugState
+	waitFor(t, 5*time.Second, "a's view of the handoff record", func() bool {
+		st = getState(t, url+"?format=json&peers=0")
+		return len(st.Handoffs) == 1
+	})
+	if h := st.Handoffs[0]; h.Shard != shard || h.From != "b" || h.To != "c" || h.Phase != "" {
+		t.Errorf("handoff in a's page = %+v, want shard %d b -> c, phase unknown to a", h, shard)
+	}
+	cells := gridCells(t, parse(t, get(t, url+"?peers=0")))
+	if want := fmt.Sprintf("c%d h", st.Shards.Owner[shard]); cells[shard] != want {
+		t.Errorf("cell of shard %d = %q, want %q", shard, cells[shard], want)
 	}
 }

@@ -85,7 +85,7 @@ func (r *Runner) view() clusterView {
 		phase: r.phase, lease: r.lease, address: r.address, started: r.started,
 		stopping: r.stopping, drainMode: r.drainMode, membersSeen: r.membersSeen,
 		members:    make([]storage.Runner, 0, len(r.members)),
-		locks:      make([]storage.Lock, 0, len(r.locks)),
+		locks:      make([]storage.Lock, 0, len(r.owned)*2),
 		byLease:    make(map[storage.LeaseID]string, len(r.byLease)),
 		handoffs:   make([]storage.Handoff, 0, len(r.handoffs)),
 		assignment: slices.Clone(r.assignment),
@@ -98,8 +98,10 @@ func (r *Runner) view() clusterView {
 	for _, m := range r.members {
 		v.members = append(v.members, m)
 	}
-	for _, l := range r.locks {
-		v.locks = append(v.locks, l)
+	for id := range r.locks {
+		if l, held := r.locks.get(sharding.ShardID(id)); held {
+			v.locks = append(v.locks, l)
+		}
 	}
 	for id, m := range r.byLease {
 		v.byLease[id] = m.ID
@@ -111,7 +113,6 @@ func (r *Runner) view() clusterView {
 		v.owned[id] = s.epoch
 	}
 	slices.SortFunc(v.members, func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
-	slices.SortFunc(v.locks, func(a, b storage.Lock) int { return int(a.Shard) - int(b.Shard) })
 	slices.SortFunc(v.handoffs, func(a, b storage.Handoff) int { return int(a.Shard) - int(b.Shard) })
 	return v
 }
