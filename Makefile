@@ -5,14 +5,19 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup test vet fmt-check bench demo demo-partitions clean-bin
+.PHONY: setup browser test vet fmt-check bench demo demo-partitions demo-cluster screenshots clean-bin
 
-## setup: download Go modules and build the pinned etcd + toxiproxy binaries into ./bin
-setup: $(BIN)/etcd $(BIN)/etcdctl $(BIN)/toxiproxy-server $(BIN)/toxiproxy-cli
+## setup: download Go modules, build the pinned etcd + toxiproxy binaries into ./bin, and install
+## Debian's chromium for the browser checks when apt-get can (best effort, ~30 s once; never fails)
+setup: $(BIN)/etcd $(BIN)/etcdctl $(BIN)/toxiproxy-server $(BIN)/toxiproxy-cli browser
 	$(GO) mod download
 	@if [ -f examples/go.mod ]; then cd examples && $(GO) mod download; fi
 	@$(BIN)/etcd --version | head -1
 	@$(BIN)/toxiproxy-server --version 2>&1 | head -1
+
+## browser: install Chromium for the browser checks if missing (SHARDHOST_NO_BROWSER=1 skips)
+browser:
+	@scripts/install-chromium.sh
 
 # etcd's and toxiproxy's main packages are all named "server": always give -o.
 $(BIN)/etcd: $(TOOLS_DEPS)
@@ -37,6 +42,20 @@ bench:
 ## demo: run the counter demo (embedded etcd, 3 runners + a gateway, graceful stop and crash; ~15 s)
 demo:
 	cd examples && $(GO) run ./counter
+
+## demo-cluster: a real multi-process cluster: ./bin/etcd, 3 runner processes and a gateway, each with a
+## debug page (http://127.0.0.1:8081/debug/shardhost/ ...); Ctrl-C stops it (see examples/README.md)
+demo-cluster: $(BIN)/etcd $(BIN)/etcdctl
+	examples/cluster/run.sh
+
+## screenshots: regenerate the pictures in docs/ (needs chromium: make browser)
+screenshots:
+	cd examples && SHARDHOST_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run '^TestClusterProcesses$$' ./cluster
+	SHARDHOST_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run '^TestDebugPageInBrowser$$' ./runner
+	$(GO) run ./bench/churn -duration 20s -seed 3 -html docs/churn-report.html > /dev/null
+	chromium --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
+		--disable-sync --no-first-run --hide-scrollbars --user-data-dir="$$(mktemp -d)" --window-size=1200,1500 \
+		--screenshot=$(CURDIR)/docs/churn-report.png file://$(CURDIR)/docs/churn-report.html 2>/dev/null
 
 ## demo-partitions: run the warming demo (log partitions as shards; scale-up 2 -> 3 with and without handoff; ~15 s)
 demo-partitions:

@@ -68,6 +68,12 @@
 //     moves the lock in one transaction. Waiting senders are then told the
 //     new owner and retry there. Shutdown hands every shard off this way
 //     first (bounded by its context), then releases the rest plainly.
+//   - Operator drains. While a drain request for its ID exists
+//     (storage.KeyspaceDrains, written by cmd/shardhostctl drain), the
+//     runner publishes its record with Draining set, weight kept; every
+//     runner assigns a draining runner no shard, so its shards leave by
+//     handoff. The request has no lease: a restarted, re-registered or
+//     re-attached runner is drained again until the request is deleted.
 //   - Fast reaction. Lock deletions of assigned shards wake the acquirer
 //     through the watch at once; shards held by a dead incarnation are
 //     retried every AcquireRetryInterval within AcquireRetryWindow.
@@ -155,6 +161,18 @@
 // ErrNotSent, and no owner yet. Delivery is therefore at most once per call:
 // after ErrMaybeDelivered, a timeout or a handler error the handler may have
 // run. A ClientOnly runner routes without hosting anything.
+//
+// # Debug page
+//
+// DebugHandler returns an http.Handler, mounted by the program like
+// net/http/pprof, that shows the runner and the cluster as it sees it: the
+// registered runners (with each one's own state — attached or detached and
+// why, lease deadline lag, entities, message rates — when DebugConfig.PeerURL
+// names their pages), the shard map by owner with handoffs in flight,
+// moving and unowned shards, entities and message counters per kind, and
+// the latest events. The same data is served as JSON (DebugState). It
+// reads the runner through short copies under its mutex and never changes
+// anything.
 //
 // # Concurrency
 //

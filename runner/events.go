@@ -142,8 +142,9 @@ func (s *Subscription) forward() {
 }
 
 type hub struct {
-	mu   sync.Mutex
-	subs map[*Subscription]struct{}
+	mu     sync.Mutex
+	subs   map[*Subscription]struct{}
+	recent eventRing // the last events, for the debug handler
 }
 
 func (h *hub) subscribe() *Subscription {
@@ -167,6 +168,7 @@ func (h *hub) remove(s *Subscription) {
 func (h *hub) publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.recent.add(ev)
 	for s := range h.subs {
 		s.push(ev)
 	}

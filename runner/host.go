@@ -48,8 +48,9 @@ var clockBase = time.Now()
 
 // kindRT is a kind registered on this runner.
 type kindRT struct {
-	desc entity.Descriptor
-	opts entity.Options
+	desc  entity.Descriptor
+	opts  entity.Options
+	stats kindStats // read by the debug handler
 }
 
 type entityKey struct{ kind, id string }
@@ -356,6 +357,7 @@ func (e *resident) push(msg message) error {
 	}
 	if len(e.queue) >= e.kind.opts.Mailbox {
 		e.mu.Unlock()
+		e.kind.stats.rejected.add(e.host.id)
 		e.host.r.met.mailboxRejections.Add(context.Background(), 1, e.host.r.met.attrs)
 		return fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.kind, e.key.id, e.kind.opts.Mailbox)
 	}
@@ -451,6 +453,7 @@ func (e *resident) process(m *message) {
 		}
 	}
 	e.processed++
+	e.kind.stats.handled.add(sh.id)
 	var start time.Time
 	sample := e.processed%64 == 1
 	if sample {

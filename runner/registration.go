@@ -73,6 +73,7 @@ func (r *Runner) recordFor(ttl time.Duration, draining bool) storage.RunnerRecor
 	rec := storage.RunnerRecord{
 		ID: r.cfg.ID, Address: r.Address(), Weight: r.cfg.Weight,
 		Incarnation: r.incarnation, Started: r.started, LeaseTTL: ttl,
+		Draining: r.opDrain.requested.Load(), // an operator's request (drain.go)
 	}
 	if draining {
 		rec.Weight, rec.Draining = 0, true

@@ -92,6 +92,7 @@ type Runner struct {
 	closeOnce sync.Once
 
 	recordKick chan struct{} // 1-buffered: the own record changed (guardRecord)
+	opDrain    drainState    // the operator's drain request (drain.go)
 	regKick    chan struct{} // 1-buffered: the own record changed (a waiting registration)
 	running    atomic.Bool   // Run was called and has not returned
 
@@ -189,6 +190,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		kick:            make(chan struct{}, 1),
 		rebalance:       make(chan struct{}, 1),
 		recordKick:      make(chan struct{}, 1),
+		opDrain:         drainState{kick: make(chan struct{}, 1)},
 		regKick:         make(chan struct{}, 1),
 		badKeys:         make(map[string]struct{}),
 		stopReq:         make(chan struct{}),
@@ -414,6 +416,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.watchdog(ctx) })
 		wg.Go(func() { r.janitor(ctx) })
 		wg.Go(func() { r.guardRecord(ctx) })
+		wg.Go(func() { r.followDrain(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
 	}
 

@@ -252,7 +252,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		return nil, context.Cause(ctx)
 	}
 	h.rec.quiet(300*time.Millisecond, 5*time.Second)
-	return h.analyze(churnStart, end, l.began, asks, samples), nil
+	rep := h.analyze(churnStart, end, l.began, asks, samples)
+	rep.timeline = h.timeline(churnStart, end, l.began, asks)
+	return rep, nil
 }
 
 // startNodes starts n hosting runners concurrently.

@@ -4,6 +4,7 @@
 //
 //	go run ./bench/churn                 # starts ./bin/etcd (make setup)
 //	go run ./bench/churn -etcd host:port # an existing etcd, fresh namespace
+//	go run ./bench/churn -html report.html # also the report as HTML with SVG charts
 //
 // Every -every a step happens: add a runner or, with even odds, stop a
 // random one, alternately by graceful Shutdown and by crash (Close; only
@@ -38,6 +39,7 @@ func main() { os.Exit(churn()) }
 func churn() int {
 	var p Params
 	var asJSON bool
+	var htmlPath string
 	flag.IntVar(&p.Runners, "runners", 4, "hosting runners at the start (the count wanders between 2 and runners+2)")
 	flag.IntVar(&p.Shards, "shards", 256, "NumShards")
 	flag.DurationVar(&p.TTL, "ttl", 5*time.Second, "runners' LeaseTTL (a crash's shards are re-owned after about this)")
@@ -53,6 +55,7 @@ func churn() int {
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	flag.StringVar(&htmlPath, "html", "", "also write the report as a self-contained HTML `file` with SVG charts")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -90,8 +93,28 @@ func churn() int {
 	} else {
 		rep.print(os.Stdout)
 	}
+	if htmlPath != "" {
+		if err := writeHTMLFile(rep, htmlPath); err != nil {
+			fmt.Fprintln(os.Stderr, "churn:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "churn: HTML report written to %s\n", htmlPath)
+	}
 	if len(rep.Problems) > 0 {
 		return 1
 	}
 	return 0
+}
+
+// writeHTMLFile writes the HTML report to path.
+func writeHTMLFile(rep *Report, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := rep.writeHTML(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,27 +17,45 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestChurn runs three churn steps (a shutdown, an add and a crash) with
-// small numbers on the ./bin/etcd it starts: about 10 s; Duration only
-// bounds a very slow machine.
-func TestChurn(t *testing.T) {
+// shared is the one churn run the tests below look at (about 10 s).
+var shared struct {
+	once sync.Once
+	rep  *Report
+	log  bytes.Buffer
+	err  error
+}
+
+// churnRun runs three churn steps (a shutdown, an add and a crash) with
+// small numbers on the ./bin/etcd it starts, once per test binary;
+// Duration only bounds a very slow machine.
+func churnRun(t *testing.T) *Report {
+	t.Helper()
 	if _, err := etcdBinary(); err != nil {
 		t.Fatalf("churn harness needs ./bin/etcd: %v", err)
 	}
-	p := Params{
-		Runners: 3, Shards: 32, TTL: 2 * time.Second, Callers: 4, Entities: 200,
-		Duration: 90 * time.Second, Steps: 3, Every: 1500 * time.Millisecond, Crash: true,
-		Seed: 6, // first steps: shutdown, add, crash
+	shared.once.Do(func() {
+		p := Params{
+			Runners: 3, Shards: 32, TTL: 2 * time.Second, Callers: 4, Entities: 200,
+			Duration: 90 * time.Second, Steps: 3, Every: 1500 * time.Millisecond, Crash: true,
+			Seed: 6, // first steps: shutdown, add, crash
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		shared.rep, shared.err = run(ctx, p, &shared.log)
+	})
+	if shared.err != nil {
+		t.Fatalf("%v\n%s", shared.err, shared.log.String())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rep, err := run(ctx, p, t.Output())
-	if err != nil {
-		t.Fatal(err)
-	}
+	return shared.rep
+}
+
+// TestChurn checks the run: no double ownership, every step kind, asks
+// succeeded.
+func TestChurn(t *testing.T) {
+	rep := churnRun(t)
 	var b strings.Builder
 	rep.print(&b)
-	t.Log("\n" + b.String())
+	t.Log("\n" + shared.log.String() + b.String())
 	if rep.DoubleOwnership != 0 {
 		t.Errorf("%d double-ownership violations, want 0", rep.DoubleOwnership)
 	}

@@ -111,6 +111,8 @@ type Report struct {
 	DoubleOwnership int             `json:"double_ownership"`
 	LostNotCrash    int             `json:"shards_lost_outside_crashes"`
 	Problems        []string        `json:"problems"`
+
+	timeline *timeline // the series writeHTML draws
 }
 
 // ParamsReport is Params as reported.
@@ -174,7 +176,15 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	evs := h.rec.all()
 	rep.DoubleOwnership = len(ownership.Overlaps(evs))
 	inRun := func(t time.Time) bool { return !t.Before(churnStart) && !t.After(end) }
-	planned, crash, lost := cutovers(evs, h.crashes, inRun)
+	wins, lost := cutovers(evs, h.crashes, inRun)
+	var planned, crash []time.Duration
+	for _, w := range wins {
+		if w.crash {
+			crash = append(crash, w.end.Sub(w.start))
+		} else {
+			planned = append(planned, w.end.Sub(w.start))
+		}
+	}
 	rep.Cutover["planned"], rep.Cutover["crash"] = distOf(planned), distOf(crash)
 	rep.LostNotCrash = lost
 	for _, ph := range []string{runner.PhaseWarming, runner.PhaseReady, runner.PhaseDrained, runner.PhaseCutover, runner.PhaseAborted} {
@@ -254,7 +264,7 @@ func (h *harness) askReport(loadBegan, end time.Time, asks []askRec, samples map
 // ShardAcquired of the shard) and crash takeovers (the crash instant to the
 // next ShardAcquired of a shard the crashed runner lost when it was
 // closed). lost counts the ShardLost events that were not a crash.
-func cutovers(evs []runner.Event, crashes map[string]time.Time, inRun func(time.Time) bool) (planned, crash []time.Duration, lost int) {
+func cutovers(evs []runner.Event, crashes map[string]time.Time, inRun func(time.Time) bool) (wins []cutoverWin, lost int) {
 	type gone struct {
 		at     time.Time
 		runner string
@@ -280,14 +290,19 @@ func cutovers(evs []runner.Event, crashes map[string]time.Time, inRun func(time.
 			if !ok || g.runner == e.Runner || !inRun(g.at) || !inRun(e.Time) {
 				continue
 			}
-			if g.crash {
-				crash = append(crash, e.Time.Sub(g.at))
-			} else {
-				planned = append(planned, e.Time.Sub(g.at))
-			}
+			wins = append(wins, cutoverWin{shard: e.Shard, from: g.runner, to: e.Runner, start: g.at, end: e.Time, crash: g.crash})
 		}
 	}
-	return planned, crash, lost
+	return wins, lost
+}
+
+// cutoverWin is one ownership change: the shard left from at start (its
+// release, or the crash instant) and to acquired it at end.
+type cutoverWin struct {
+	shard      sharding.ShardID
+	from, to   string
+	start, end time.Time
+	crash      bool
 }
 
 // print writes the report as tables.

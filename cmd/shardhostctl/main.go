@@ -1,0 +1,52 @@
+// Command shardhostctl inspects and steers a shardhost cluster by reading
+// and writing its keys in etcd directly, so it works when no runner is up.
+//
+//	shardhostctl [flags] status                 runners, shard counts, unowned shards, handoffs
+//	shardhostctl [flags] shards [-owner R] [-unowned] [-handoffs] [-range A-B]
+//	                                            owner and epoch of each shard
+//	shardhostctl [flags] drain RUNNER [-wait]   RUNNER takes no shard: they move away by handoff
+//	shardhostctl [flags] undrain RUNNER         withdraw the request: RUNNER takes shards again
+//	shardhostctl [flags] where KIND ID          the shard and owner of an entity
+//
+// Flags (before or after the command):
+//
+//	-endpoints host:port[,host:port]  etcd ($SHARDHOST_ETCD, default 127.0.0.1:2379)
+//	-namespace NAME                   the cluster's namespace ($SHARDHOST_NAMESPACE; when
+//	                                  empty and etcd holds exactly one, that one)
+//	-shards N                         NumShards of the cluster ($SHARDHOST_SHARDS, default 1024)
+//	-timeout D                        bound on each etcd call (default 5s)
+//	-json                             print JSON instead of tables
+//
+// # Drain
+//
+// drain writes a drain request, drains/{RUNNER} in the namespace, a key
+// without a lease. The runner with that ID follows its own request: while
+// the key exists it publishes its record with Draining set (its weight
+// kept), every runner assigns a draining runner no shard, and its shards
+// move to the others by handoff (the new owner warms, the old one drains
+// in-flight messages and transfers the lock): the graceful path of a
+// planned move. undrain deletes the key and the runner takes shards again.
+// The request is kept apart from the runner record on purpose: the record
+// belongs to the runner (it rewrites foreign changes to it) and dies with
+// its lease, while the request outlives the runner's processes, so a
+// drained runner that restarts, loses its lease or re-attaches after a
+// detach registers drained again; a runner can also be drained before it
+// starts. drain refuses to drain the last runner that can take shards
+// unless -force.
+//
+// Exit status: 0 on success, 1 when etcd cannot be reached or the request
+// fails, 2 on a usage error.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,306 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/shardhost/shardhost/internal/testenv"
+	"github.com/shardhost/shardhost/runner"
+)
+
+// proc is one process of the cluster under test.
+type proc struct {
+	name string
+	args []string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// start starts bin with args as a child that dies with the test binary,
+// logging to dir/name.log.
+func start(t *testing.T, dir, bin, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, args: args, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM) // graceful: a runner hands off first
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("--- %s log:\n%s", name, tail(string(b), 3000))
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to exit.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// goBuild builds pkg into dir/name (without -race: the processes are the
+// example, not the code under the race detector).
+func goBuild(t *testing.T, dir, name, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// state fetches a process's debug state.
+func state(url string) (runner.DebugState, error) {
+	var st runner.DebugState
+	resp, err := http.Get(url + "?format=json")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st, err
+}
+
+// waitState polls url's debug state until cond holds (at most d).
+func waitState(t *testing.T, url string, d time.Duration, what string, cond func(runner.DebugState) bool) runner.DebugState {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		st, err := state(url)
+		if err == nil && cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s (last state: %v, %+v)", d, what, err, summary(st))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func summary(st runner.DebugState) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "shards owned %d unowned %d moves %d; runners:", st.Shards.Owned, st.Shards.Unowned, len(st.Shards.Moves))
+	for _, r := range st.Runners {
+		phase := "?"
+		if r.State != nil {
+			phase = r.State.Phase
+		}
+		fmt.Fprintf(&b, " %s(%s, %d owned, %s)", r.ID, phase, r.Owned, r.StateError)
+	}
+	return b.String()
+}
+
+// healthy: the runners ids, all attached as their peers report, own every
+// shard where the assignment wants it.
+func healthy(ids ...string) func(runner.DebugState) bool {
+	return func(st runner.DebugState) bool {
+		if len(st.Runners) != len(ids) || st.Shards.Owned != st.Shards.Count || len(st.Shards.Moves) != 0 || len(st.Handoffs) != 0 {
+			return false
+		}
+		for i, r := range st.Runners {
+			if r.ID != ids[i] || r.State == nil || !r.State.Attached || r.Owned == 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func screenshot(t *testing.T, name string) string {
+	if dir := os.Getenv("SHARDHOST_SCREENSHOTS"); dir != "" {
+		return filepath.Join(dir, name)
+	}
+	return filepath.Join(t.TempDir(), name)
+}
+
+// checkDOM loads url in the browser and checks the rendered page: the
+// script refreshed it, the runner rows are ids, and the grid has one cell
+// per shard with no unowned one.
+func checkDOM(t *testing.T, b *testenv.Browser, url string, shards int, ids ...string) {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(b.Load(url, 5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	cells, unowned, updated := 0, 0, -1
+	for n := range doc.Descendants() {
+		if n.Type != html.ElementNode {
+			continue
+		}
+		switch {
+		case n.Data == "body":
+			updated, _ = strconv.Atoi(attrOf(n, "data-updated"))
+		case n.Data == "tr" && attrOf(n, "class") == "runner":
+			rows = append(rows, attrOf(n, "data-id"))
+		case n.Data == "i" && n.Parent != nil && attrOf(n.Parent, "id") == "grid":
+			cells++
+			if strings.HasPrefix(attrOf(n, "class"), "u") {
+				unowned++
+			}
+		}
+	}
+	if updated < 1 {
+		t.Errorf("%s: the page's script never refreshed it (data-updated %d)", url, updated)
+	}
+	if !slices.Equal(rows, ids) {
+		t.Errorf("%s: runner rows %v, want %v", url, rows, ids)
+	}
+	if cells != shards || unowned != 0 {
+		t.Errorf("%s: %d grid cells (%d unowned), want %d, all owned", url, cells, unowned, shards)
+	}
+}
+
+func attrOf(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+// TestClusterProcesses runs the example as the README does: etcd, three
+// runner processes and a gateway; every dashboard shows the three runners
+// attached and the shard map complete (in headless Chromium when
+// installed); after kill -9 of runner-2 its dashboard row turns
+// unreachable, its shards move to the others within the lease TTL, and
+// shardhostctl status agrees; restarted, runner-2 takes shards again.
+func TestClusterProcesses(t *testing.T) {
+	const shards = 1024
+	etcd := testenv.StartEtcd(t)
+	dir := t.TempDir()
+	bin := goBuild(t, dir, "cluster", ".")
+	ctlBin := goBuild(t, dir, "shardhostctl", "github.com/shardhost/shardhost/cmd/shardhostctl")
+	browser := testenv.TryChromium(t)
+
+	ids := []string{"runner-1", "runner-2", "runner-3"}
+	debug := map[string]string{}
+	var peers []string
+	for _, id := range append([]string{"gateway"}, ids...) {
+		debug[id] = "http://" + testenv.FreeAddr(t) + DebugPath
+		if id != "gateway" {
+			peers = append(peers, id+"="+debug[id])
+		}
+	}
+	common := []string{"-etcd", etcd.Endpoint(), "-namespace", "demo", "-shards", strconv.Itoa(shards), "-ttl", "6s",
+		"-peers", strings.Join(peers, ",")}
+	addr := func(id string) string { return strings.TrimSuffix(strings.TrimPrefix(debug[id], "http://"), DebugPath) }
+	procs := map[string]*proc{}
+	for _, id := range ids {
+		procs[id] = start(t, dir, bin, id, append([]string{"-role", "runner", "-id", id, "-debug", addr(id)}, common...)...)
+	}
+	gw := start(t, dir, bin, "gateway", append([]string{"-role", "gateway", "-debug", addr("gateway"), "-rate", "300", "-report", "500ms"}, common...)...)
+
+	waitState(t, debug["gateway"], 60*time.Second, "3 attached runners owning every shard, seen by the gateway", healthy(ids...))
+	st := waitState(t, debug["runner-1"], 20*time.Second, "traffic handled on every runner", func(st runner.DebugState) bool {
+		for _, r := range st.Runners {
+			if r.State == nil || r.State.Messages == 0 {
+				return false
+			}
+		}
+		return healthy(ids...)(st)
+	})
+	if len(st.Kinds) != 1 || st.Kinds[0].Kind != "counter" || st.Kinds[0].Active == 0 {
+		t.Errorf("runner-1 kinds = %+v, want active counters", st.Kinds)
+	}
+	if browser != nil {
+		checkDOM(t, browser, debug["runner-1"], shards, ids...)
+		checkDOM(t, browser, debug["gateway"], shards, ids...)
+		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard.png"), 1280, 1000, 3*time.Second)
+	}
+
+	// kill -9 runner-2: its record stays until its lease expires, and its
+	// page does not answer.
+	procs["runner-2"].kill(t)
+	st, err := state(debug["runner-1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(st.Runners, func(r runner.DebugRunner) bool { return r.ID == "runner-2" }); i < 0 ||
+		!strings.HasPrefix(st.Runners[i].StateError, "unreachable") {
+		t.Errorf("right after kill -9 (lease TTL 6 s): runner-2 in runner-1's view = %+v, want its row, unreachable", summary(st))
+	}
+	if browser != nil {
+		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard-kill.png"), 1280, 1000, 3*time.Second)
+	}
+	survivors := []string{"runner-1", "runner-3"}
+	waitState(t, debug["runner-1"], 30*time.Second, "runner-1 and runner-3 owning every shard", healthy(survivors...))
+	waitState(t, debug["gateway"], 10*time.Second, "the gateway seeing the same", healthy(survivors...))
+	out, err := exec.Command(ctlBin, "-endpoints", etcd.Endpoint(), "-namespace", "demo", "-shards", strconv.Itoa(shards), "status", "-json").Output()
+	if err != nil {
+		t.Fatalf("shardhostctl status: %v", err)
+	}
+	var status struct {
+		Runners []struct{ ID string }
+		Owned   int
+		Unowned int
+	}
+	if err := json.Unmarshal(out, &status); err != nil {
+		t.Fatalf("shardhostctl status -json: %v\n%s", err, out)
+	}
+	if len(status.Runners) != 2 || status.Runners[0].ID != "runner-1" || status.Runners[1].ID != "runner-3" || status.Owned != shards || status.Unowned != 0 {
+		t.Errorf("shardhostctl status after the kill = %+v, want runner-1 and runner-3 owning all %d shards", status, shards)
+	}
+	if browser != nil {
+		checkDOM(t, browser, debug["runner-1"], shards, survivors...)
+		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard-after-kill.png"), 1280, 1000, 3*time.Second)
+	}
+
+	// Start runner-2 again: it takes its share back by handoff.
+	procs["runner-2"] = start(t, dir, bin, "runner-2b", procs["runner-2"].args...)
+	waitState(t, debug["runner-1"], 30*time.Second, "three runners again", healthy(ids...))
+
+	// The gateway kept serving and reports its traffic.
+	b, _ := os.ReadFile(gw.log)
+	if !bytes.Contains(b, []byte("asks ok")) || !bytes.Contains(b, []byte("served by runner-1")) {
+		t.Errorf("gateway log has no traffic lines:\n%s", tail(string(b), 2000))
+	}
+}

@@ -1,0 +1,566 @@
+package runner_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"golang.org/x/net/html"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+// debugNode is a runner serving its debug handler on a loopback server.
+type debugNode struct {
+	*started
+	srv *httptest.Server
+	rec *recorder // its events
+}
+
+// debugCluster starts runners with the given IDs on one in-memory cluster
+// (numShards shards, the who kind registered), each serving its debug
+// handler with PeerURL naming the others' servers, and waits until they
+// own an exact partition.
+func debugCluster(t *testing.T, numShards int, ids ...string) ([]*debugNode, *entity.MethodRef[who, whoReq, whoResp]) {
+	t.Helper()
+	c := memory.NewCluster()
+	t.Cleanup(c.Close)
+	_, kind, do := newWho()
+	urls := map[string]string{} // filled before the first request
+	var nodes []*debugNode
+	var rs []*started
+	for _, id := range ids {
+		rec := &recorder{}
+		r := start(t, c, rec, runner.Config{ID: id, NumShards: numShards, ListenAddr: "127.0.0.1:0"})
+		if err := r.Register(kind); err != nil {
+			t.Fatal(err)
+		}
+		srv := newServer(t, r.DebugHandler(runner.DebugConfig{PeerURL: func(id string) string { return urls[id] }}))
+		urls[id] = srv.URL + "/"
+		nodes = append(nodes, &debugNode{started: r, srv: srv, rec: rec})
+		rs = append(rs, r)
+	}
+	waitFor(t, 10*time.Second, "an exact partition", func() bool { ok, _ := partitionOK(rs, numShards); return ok })
+	return nodes, do
+}
+
+// newServer serves h on a loopback port until the test ends.
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return b
+}
+
+func getState(t *testing.T, url string) runner.DebugState {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(get(t, url)))
+	dec.DisallowUnknownFields() // the document is exactly DebugState
+	var st runner.DebugState
+	if err := dec.Decode(&st); err != nil {
+		t.Fatalf("decode %s: %v", url, err)
+	}
+	return st
+}
+
+// keysOf returns the sorted keys of a JSON object.
+func keysOf(t *testing.T, v any) []string {
+	t.Helper()
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("%v is not a JSON object", v)
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+// TestDebugStateJSON: the JSON of a settled 3-runner cluster has the
+// documented fields, matches what the runners own (owner and epoch of
+// every shard), carries every runner's own state fetched from its peers,
+// and counts exactly the messages each runner handled.
+func TestDebugStateJSON(t *testing.T) {
+	const n = 64
+	nodes, do := debugCluster(t, n, "a", "b", "c")
+	served := map[string]int{}
+	for i := range 200 {
+		resp, err := do.Ask(t.Context(), nodes[0], fmt.Sprintf("e%d", i), whoReq{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served[resp.Runner]++
+	}
+
+	raw := get(t, nodes[0].srv.URL+"/?format=json&epochs=1")
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	// The schema: renaming or dropping a field is a breaking change.
+	for _, c := range []struct {
+		name string
+		v    any
+		want []string
+	}{
+		{"document", doc, []string{"events", "handoffs", "kinds", "runners", "schema", "self", "shards", "time"}},
+		{"self", doc["self"], []string{"address", "assigned", "attached", "detach_margin_ms", "entities", "inbound_handoffs",
+			"incarnation", "id", "keepalive_failure_streak", "lease", "lease_deadline_lag_ms", "lease_ttl_ms", "mailbox_rejections",
+			"messages", "num_shards", "owned", "pending", "phase", "releasing", "started", "strategy", "weight"}},
+		{"runner", doc["runners"].([]any)[1], []string{"address", "assigned", "color", "draining", "id", "incarnation", "lease",
+			"owned", "started", "state", "url", "weight"}},
+		{"shards", doc["shards"], []string{"count", "epoch", "moves", "owned", "owner", "unknown_owner", "unowned"}},
+		{"kind", doc["kinds"].([]any)[0], []string{"active", "kind", "mailbox_rejections", "messages"}},
+	} {
+		want := slices.Sorted(slices.Values(c.want))
+		if got := keysOf(t, c.v); !slices.Equal(got, want) {
+			t.Errorf("%s keys = %v, want %v", c.name, got, want)
+		}
+	}
+
+	// Events: time and type always; shard, epoch and detail when they apply.
+	for _, ev := range doc["events"].([]any) {
+		keys := keysOf(t, ev)
+		if !slices.Contains(keys, "time") || !slices.Contains(keys, "type") ||
+			slices.ContainsFunc(keys, func(k string) bool { return !slices.Contains([]string{"time", "type", "shard", "epoch", "detail"}, k) }) {
+			t.Errorf("event keys %v, want time, type and some of shard, epoch, detail", keys)
+		}
+	}
+
+	st := getState(t, nodes[0].srv.URL+"/?format=json&epochs=1")
+	if st.Schema != runner.DebugSchema {
+		t.Errorf("schema %q, want %q", st.Schema, runner.DebugSchema)
+	}
+	if st.Self.ID != "a" || !st.Self.Attached || st.Self.Phase != "attached" || st.Self.NumShards != n {
+		t.Errorf("self = %+v, want a, attached, %d shards", st.Self, n)
+	}
+	if lag := st.Self.LeaseDeadlineLagMS; lag == nil || *lag <= 0 || *lag > st.Self.LeaseTTLMS {
+		t.Errorf("lease deadline lag %v, want in (0, TTL %v]", lag, st.Self.LeaseTTLMS)
+	}
+	var ids []string
+	for i, r := range st.Runners {
+		ids = append(ids, r.ID)
+		node := nodes[i]
+		if r.State == nil || r.StateError != "" {
+			t.Errorf("runner %s: no state (%q)", r.ID, r.StateError)
+			continue
+		}
+		if r.State.ID != r.ID || r.State.Incarnation != node.Incarnation() || !r.State.Attached {
+			t.Errorf("runner %s state = %+v, want its own, attached", r.ID, *r.State)
+		}
+		if r.Self != (r.ID == "a") || r.URL != node.srv.URL+"/" {
+			t.Errorf("runner %s: self %v, url %q", r.ID, r.Self, r.URL)
+		}
+		if got := r.State.Messages; got != uint64(served[r.ID]) {
+			t.Errorf("runner %s reports %d messages handled, but served %d asks", r.ID, got, served[r.ID])
+		}
+		owned := node.Owned()
+		if r.Owned != len(owned) || r.Assigned != len(owned) {
+			t.Errorf("runner %s: owned %d, assigned %d in the page; owns %d", r.ID, r.Owned, r.Assigned, len(owned))
+		}
+		for s, e := range owned {
+			if st.Shards.Owner[s] != i || st.Shards.Epoch[s] != int64(e) {
+				t.Errorf("shard %d: owner %d epoch %d in the page; owned by %s (%d) at %d", s, st.Shards.Owner[s], st.Shards.Epoch[s], r.ID, i, e)
+			}
+		}
+	}
+	if !slices.Equal(ids, []string{"a", "b", "c"}) {
+		t.Errorf("runners %v, want a b c", ids)
+	}
+	if sh := st.Shards; sh.Count != n || len(sh.Owner) != n || sh.Owned != n || sh.Unowned != 0 || sh.UnknownOwner != 0 || len(sh.Moves) != 0 {
+		t.Errorf("shards = count %d, %d owners, owned %d, unowned %d, unknown %d, moves %v; want all %d owned",
+			sh.Count, len(sh.Owner), sh.Owned, sh.Unowned, sh.UnknownOwner, sh.Moves, n)
+	}
+	if len(st.Kinds) != 1 || st.Kinds[0].Kind != "who" || st.Kinds[0].Messages != uint64(served["a"]) ||
+		st.Kinds[0].Active != served["a"] || st.Self.Entities != served["a"] {
+		t.Errorf("kinds = %+v, entities %d; want who with %d messages and %d active", st.Kinds, st.Self.Entities, served["a"], served["a"])
+	}
+	// The latest events, newest first: those the runner published (the
+	// subscription delivers them asynchronously: wait until it caught up).
+	var mismatch string
+	matches := func() bool {
+		evs := getState(t, nodes[0].srv.URL+"/?format=json&peers=0").Events
+		all := nodes[0].rec.all()
+		mismatch = ""
+		if len(evs) != min(len(all), 100) {
+			mismatch = fmt.Sprintf("%d events in the page, want the last %d of %d", len(evs), min(len(all), 100), len(all))
+			return false
+		}
+		for i, ev := range evs {
+			want := all[len(all)-1-i]
+			if ev.Type != strings.TrimPrefix(fmt.Sprintf("%T", want), "runner.") || !ev.Time.Equal(want.Base().Time) {
+				mismatch = fmt.Sprintf("event %d = %+v, want %T at %v", i, ev, want, want.Base().Time)
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Second); !matches(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("events: %s", mismatch)
+		}
+	}
+	// Without ?epochs=1 the map stays compact.
+	if st := getState(t, nodes[0].srv.URL+"/?format=json"); st.Shards.Epoch != nil {
+		t.Error("epochs listed without ?epochs=1")
+	}
+}
+
+// parse parses an HTML document or fragment.
+func parse(t *testing.T, b []byte) *html.Node {
+	t.Helper()
+	doc, err := html.Parse(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func attr(n *html.Node, key string) string {
+	for _, a := range n.Attr {
+		if a.Key == key {
+			return a.Val
+		}
+	}
+	return ""
+}
+
+// find returns the elements below n for which match holds, in document order.
+func find(n *html.Node, match func(*html.Node) bool) []*html.Node {
+	var out []*html.Node
+	for c := range n.Descendants() {
+		if c.Type == html.ElementNode && match(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func byID(n *html.Node, id string) *html.Node {
+	if m := find(n, func(c *html.Node) bool { return attr(c, "id") == id }); len(m) > 0 {
+		return m[0]
+	}
+	return nil
+}
+
+// gridCells returns the class of every cell of the shard grid.
+func gridCells(t *testing.T, doc *html.Node) []string {
+	t.Helper()
+	grid := byID(doc, "grid")
+	if grid == nil {
+		t.Fatal("no #grid element")
+	}
+	var cells []string
+	for c := range grid.ChildNodes() {
+		if c.Type == html.ElementNode && c.Data == "i" {
+			cells = append(cells, attr(c, "class"))
+		}
+	}
+	return cells
+}
+
+func runnerRows(doc *html.Node) []string {
+	var ids []string
+	for _, tr := range find(doc, func(c *html.Node) bool { return c.Data == "tr" && attr(c, "class") == "runner" }) {
+		ids = append(ids, attr(tr, "data-id"))
+	}
+	return ids
+}
+
+// TestDebugPageHTML: the page lists the runners and has one grid cell per
+// shard coloured by its owner, loads nothing from elsewhere, serves its
+// body alone for the refresh, compresses, and refuses writes.
+func TestDebugPageHTML(t *testing.T) {
+	const n = 64
+	nodes, _ := debugCluster(t, n, "a", "b", "c")
+	url := nodes[1].srv.URL + "/"
+	page := get(t, url)
+	doc := parse(t, page)
+	if got := runnerRows(doc); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("runner rows %v, want a b c", got)
+	}
+	st := getState(t, url+"?format=json")
+	cells := gridCells(t, doc)
+	if len(cells) != n {
+		t.Fatalf("%d grid cells, want %d", len(cells), n)
+	}
+	for s, class := range cells {
+		if want := fmt.Sprintf("c%d", st.Shards.Owner[s]); class != want {
+			t.Errorf("cell %d has class %q, want %q (owner %s)", s, class, want, st.Runners[st.Shards.Owner[s]].ID)
+		}
+	}
+	if title := find(doc, func(c *html.Node) bool { return c.Data == "title" }); len(title) != 1 || !strings.Contains(title[0].FirstChild.Data, "b") {
+		t.Errorf("title %v, want one naming runner b", title)
+	}
+	// Self-contained: no external script, style sheet, image or frame.
+	for _, el := range find(doc, func(c *html.Node) bool {
+		return (c.Data == "script" && attr(c, "src") != "") || c.Data == "link" || c.Data == "img" || c.Data == "iframe"
+	}) {
+		t.Errorf("the page loads an external asset: <%s %v>", el.Data, el.Attr)
+	}
+	for _, s := range find(doc, func(c *html.Node) bool { return c.Data == "script" && attr(c, "type") == "" }) {
+		if s.FirstChild == nil || !strings.Contains(s.FirstChild.Data, "refresh") {
+			t.Error("inline script without the refresh logic")
+		}
+	}
+	// The refresh fetches the body alone.
+	body := get(t, url+"?part=body")
+	if bytes.Contains(body, []byte("<html")) || bytes.Contains(body, []byte("<script>")) {
+		t.Error("?part=body returned a whole page")
+	}
+	if cells := gridCells(t, parse(t, body)); len(cells) != n {
+		t.Errorf("?part=body has %d cells, want %d", len(cells), n)
+	}
+
+	// gzip when asked for.
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("Content-Encoding %q, want gzip", resp.Header.Get("Content-Encoding"))
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(zr)
+	if err != nil || !bytes.Contains(unzipped, []byte(`id="grid"`)) {
+		t.Errorf("gzip body: %v, grid present %v", err, bytes.Contains(unzipped, []byte(`id="grid"`)))
+	}
+	// JSON by Accept header.
+	req, _ = http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "application/json")
+	resp2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if ct := resp2.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Accept: application/json gave %q", ct)
+	}
+	// A peer whose page does not answer: its row says so, its shards are
+	// marked (d) in the map.
+	nodes[2].srv.Close()
+	st = getState(t, url+"?format=json")
+	if r := st.Runners[2]; r.State != nil || !strings.HasPrefix(r.StateError, "unreachable") {
+		t.Errorf("runner c with its page down: state %v, error %q; want unreachable", r.State, r.StateError)
+	}
+	for s, class := range gridCells(t, parse(t, get(t, url))) {
+		want := fmt.Sprintf("c%d", st.Shards.Owner[s])
+		if st.Shards.Owner[s] == 2 {
+			want += " d"
+		}
+		if class != want {
+			t.Errorf("with c unreachable, cell %d has class %q, want %q", s, class, want)
+		}
+	}
+
+	// Read-only.
+	resp3, err := http.Post(url, "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp3.Body.Close()
+	if resp3.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST: %s, want 405", resp3.Status)
+	}
+}
+
+// TestDebugUnownedShards: a gateway's page shows the shards nobody owns
+// and a lock held under a lease of no registered runner, each as such.
+func TestDebugUnownedShards(t *testing.T) {
+	const n = 16
+	c := memory.NewCluster()
+	t.Cleanup(c.Close)
+	gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: n, ClientOnly: true})
+	// A stray lock: a lease that no runner record names.
+	l, err := c.NewStore("stray").Grant(t.Context(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val, _ := storage.EncodeOwner(storage.Owner{RunnerID: "ghost", Incarnation: "x"})
+	if _, err := c.Put(storage.LockKey(3), val, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	h := gw.DebugHandler(runner.DebugConfig{})
+	var st runner.DebugState
+	waitFor(t, 5*time.Second, "the gateway's view of the stray lock", func() bool {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+		st = runner.DebugState{}
+		return json.Unmarshal(rec.Body.Bytes(), &st) == nil && st.Shards.UnknownOwner == 1
+	})
+	if !st.Self.ClientOnly || st.Self.Lease != "" || st.Self.LeaseDeadlineLagMS != nil || len(st.Runners) != 0 {
+		t.Errorf("gateway self = %+v, runners %v; want client-only without lease, no runner", st.Self, st.Runners)
+	}
+	if st.Shards.Unowned != n-1 || st.Shards.Owner[3] != runner.DebugUnknownOwner || st.Shards.Owner[0] != runner.DebugUnowned {
+		t.Errorf("shards = %+v, want %d unowned and shard 3 under an unknown lease", st.Shards, n-1)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	cells := gridCells(t, parse(t, rec.Body.Bytes()))
+	want := slices.Repeat([]string{"u"}, n)
+	want[3] = "x"
+	if !slices.Equal(cells, want) {
+		t.Errorf("cells %v, want %v", cells, want)
+	}
+}
+
+// TestDebugDetached: a detached runner reports it, with the reason, in
+// the JSON and the page.
+func TestDebugDetached(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, r, rec := startOwningAll(t, detachCfg("a"))
+		h := r.DebugHandler(runner.DebugConfig{})
+		r.store.Partition(true)
+		d := waitDetached(t, rec, 20*time.Second)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+		var st runner.DebugState
+		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Self.Attached || st.Self.Phase != "detached" || st.Self.Detached == nil ||
+			st.Self.Detached.Reason != d.Reason.String() || st.Self.Owned != 0 {
+			t.Errorf("self = %+v (detached %+v), want detached for %q, owning nothing", st.Self, st.Self.Detached, d.Reason)
+		}
+		if len(st.Events) == 0 || st.Events[0].Type != "Detached" {
+			t.Errorf("latest event %+v, want Detached first", st.Events)
+		}
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		doc := parse(t, w.Body.Bytes())
+		self := byID(doc, "self")
+		pills := find(self, func(c *html.Node) bool { return attr(c, "class") == "pill bad" })
+		if len(pills) != 1 || pills[0].FirstChild.Data != "detached" {
+			t.Errorf("no red 'detached' pill in #self")
+		}
+		r.store.Partition(false)
+	})
+}
+
+// TestDebugLargeShardMap: at 16 384 shards the page still has one cell
+// per shard, and stays small: compact cells, compressed on the wire.
+func TestDebugLargeShardMap(t *testing.T) {
+	const n = 16384
+	_, r, _ := startOwningAll(t, runner.Config{ID: "a", NumShards: n})
+	srv := newServer(t, r.DebugHandler(runner.DebugConfig{}))
+	page := get(t, srv.URL)
+	cells := gridCells(t, parse(t, page))
+	if len(cells) != n || slices.ContainsFunc(cells, func(c string) bool { return c != "c0" }) {
+		t.Fatalf("%d cells, want %d all of owner c0", len(cells), n)
+	}
+	if len(page) > 600<<10 {
+		t.Errorf("page of %d shards is %d KB, want <= 600 KB", n, len(page)>>10)
+	}
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	_, _ = zw.Write(page)
+	_ = zw.Close()
+	if zipped.Len() > 64<<10 {
+		t.Errorf("page compresses to %d KB, want <= 64 KB", zipped.Len()>>10)
+	}
+	js := get(t, srv.URL+"?format=json")
+	if len(js) > 200<<10 {
+		t.Errorf("JSON is %d KB, want <= 200 KB", len(js)>>10)
+	}
+	t.Logf("%d shards: page %d KB (%d KB gzipped), JSON %d KB", n, len(page)>>10, zipped.Len()>>10, len(js)>>10)
+}
+
+// TestDebugBeforeRun: a runner that has not started shows as such, with
+// every shard unowned.
+func TestDebugBeforeRun(t *testing.T) {
+	r, err := runner.New(memory.New(), runner.Config{ID: "idle", NumShards: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w := httptest.NewRecorder()
+	r.DebugHandler(runner.DebugConfig{}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+	var st runner.DebugState
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Self.Phase != "new" || st.Self.Attached || !st.Self.Started.IsZero() || len(st.Runners) != 0 ||
+		st.Shards.Unowned != 8 || len(st.Events) != 0 {
+		t.Errorf("state before Run = %+v", st)
+	}
+}
+
+// TestDebugForeignHandoff: a handoff record between two other runners
+// (which a runner does not decode) is listed with its source from the
+// lock and its target from the record's lease, and its cell is marked.
+func TestDebugForeignHandoff(t *testing.T) {
+	const n = 16
+	nodes, _ := debugCluster(t, n, "a", "b")
+	c := nodes[0].store.Cluster()
+	// A third registration, of weight 0 (no shard is assigned to it), and
+	// its warming handoff record for one of b's shards.
+	l, err := c.NewStore("c").Grant(t.Context(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recVal, err := storage.EncodeRunner(storage.RunnerRecord{ID: "c", Weight: 0, Incarnation: "ci", Started: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(storage.Key(storage.KeyspaceRunners, "c"), recVal, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	var shard sharding.ShardID
+	for s := range nodes[1].Owned() {
+		shard = s
+		break
+	}
+	hoVal, err := storage.EncodeHandoff(storage.HandoffRecord{From: "b", To: "c", Phase: storage.HandoffWarming, ToIncarnation: "ci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(storage.HandoffKey(shard), hoVal, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	url := nodes[0].srv.URL + "/"
+	var st runner.DebugState
+	waitFor(t, 5*time.Second, "a's view of the handoff record", func() bool {
+		st = getState(t, url+"?format=json&peers=0")
+		return len(st.Handoffs) == 1
+	})
+	if h := st.Handoffs[0]; h.Shard != shard || h.From != "b" || h.To != "c" || h.Phase != "" {
+		t.Errorf("handoff in a's page = %+v, want shard %d b -> c, phase unknown to a", h, shard)
+	}
+	cells := gridCells(t, parse(t, get(t, url+"?peers=0")))
+	if want := fmt.Sprintf("c%d h", st.Shards.Owner[shard]); cells[shard] != want {
+		t.Errorf("cell of shard %d = %q, want %q", shard, cells[shard], want)
+	}
+}
