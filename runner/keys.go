@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -65,6 +66,11 @@ func (r *Runner) decodeLockLocked(kv storage.KeyValue) (storage.Lock, bool) {
 		// sees every lock, so decoding them all would cost the cluster
 		// runners x shards decodes per reassignment).
 		return storage.Lock{Shard: id, Lease: kv.Lease, Epoch: storage.Epoch(kv.ModRevision)}, true
+	}
+	if kv.Lease == r.lease && bytes.Equal(kv.Value, r.ownerValue) {
+		// Our own lock as we write it (every acquisition shows up here).
+		r.goodKeyLocked(storage.KeyspaceShards, kv.Key)
+		return storage.Lock{Shard: id, Owner: r.owner(), Lease: kv.Lease, Epoch: storage.Epoch(kv.ModRevision)}, true
 	}
 	l, err := storage.DecodeLock(kv)
 	if err != nil {

@@ -67,6 +67,7 @@ type Runner struct {
 	machine     *detachment.Machine
 	policy      detachment.Policy
 	incarnation string
+	ownerValue  []byte // the lock value this runner writes (storage.EncodeOwner)
 	started     time.Time
 	hub         hub
 
@@ -215,6 +216,9 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		locks:           make(lockView, cfg.NumShards),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
+	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	r.tripAt.Store(math.MaxInt64)
 	routes := make(chan struct{})
 	r.routeCh.Store(&routes)
