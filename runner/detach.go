@@ -330,8 +330,11 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 			r.installLocked(a.Shard, a.Epoch)
 		}
 	}
-	r.recomputeLocked()
-	signal(r.kick)
+	// The assignment is recomputed by the control loop once the view is
+	// quiet (its own registration is a membership change too): a runner
+	// that starts with others acts on the membership they end up with, not
+	// on whichever part of it registered first.
+	r.viewChanging = true
 	signal(r.rebalance)
 	return nil
 }
