@@ -30,7 +30,7 @@ import (
 // move — no acquisition, handoff or release — until it has recomputed the
 // assignment, and it recomputes once its view has been quiet for
 // RebalanceDebounce (at most 10 x RebalanceDebounce after the first
-// change not acted on), so it never hands shards towards a runner while
+// change not acted on, 50 x for a runner that owns nothing yet), so it never hands shards towards a runner while
 // its own view of the assignment is still changing, and a record rewritten
 // twice in a row (a repair) moves nothing. An isolated departure — a
 // runner left after a quiet period: its lease ended, its shards are free —
@@ -74,7 +74,8 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			timer.Reset(r.cfg.AcquireRetryInterval)
 			continue
 		case <-r.rebalance:
-			if storm.change(time.Now(), r.cfg.RebalanceDebounce, r.departure()) {
+			departure, owns := r.viewChange()
+			if storm.change(time.Now(), r.cfg.RebalanceDebounce, departure, owns) {
 				debounce.Stop()
 				r.recompute()
 			} else {
@@ -106,14 +107,21 @@ type stormGate struct {
 
 // change records a change at now; it reports whether to recompute now:
 // an isolated departure at once, anything else when the debounce fires,
-// unless changes have been coming for 10 debounces.
-func (g *stormGate) change(now time.Time, debounce time.Duration, departure bool) bool {
+// unless changes have been coming for 10 debounces (a runner that owns
+// shards must shed them to newcomers even in a long storm) or, for a
+// runner that owns nothing yet, 50 (it has nothing to hand over: taking
+// shards on a view that is still growing would only start handoffs).
+func (g *stormGate) change(now time.Time, debounce time.Duration, departure, owns bool) bool {
 	quiet := g.last.IsZero() || now.Sub(g.last) >= debounce
 	g.last = now
 	if g.since.IsZero() {
 		g.since = now
 	}
-	if (quiet && departure) || now.Sub(g.since) >= 10*debounce {
+	limit := 50 * debounce
+	if owns {
+		limit = 10 * debounce
+	}
+	if (quiet && departure) || now.Sub(g.since) >= limit {
 		g.since = time.Time{}
 		return true
 	}
@@ -123,14 +131,14 @@ func (g *stormGate) change(now time.Time, debounce time.Duration, departure bool
 // settled records that the debounce fired.
 func (g *stormGate) settled() { g.since = time.Time{} }
 
-// departure reports (and forgets) whether a member left the view while
-// this runner has an assignment to act on.
-func (r *Runner) departure() bool {
+// viewChange reports (and forgets) whether a member left the view while
+// this runner has an assignment to act on, and whether it owns shards.
+func (r *Runner) viewChange() (departure, owns bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.departed && r.assignedWithSelf
+	departure = r.departed && r.assignedWithSelf
 	r.departed = false
-	return d
+	return departure, len(r.owned) > 0
 }
 
 // resync is the safety net: every pending acquisition gets a fresh retry

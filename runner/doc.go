@@ -127,7 +127,8 @@
 // Membership storms: after a membership change a runner starts no new move
 // (acquisition, takeover, release) until it has recomputed the assignment
 // on a view that has been quiet for RebalanceDebounce (at most 10 x
-// RebalanceDebounce after the first change not acted on), so it never hands
+// RebalanceDebounce after the first change not acted on, or 50 x for a
+// runner that owns nothing yet and so has nothing to hand over), so it never hands
 // shards towards a runner while its own view is still changing; runners
 // starting together therefore take their final shards directly. An
 // isolated departure (a runner's lease ended after a quiet period) is acted

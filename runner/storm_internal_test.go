@@ -1,0 +1,46 @@
+package runner
+
+import (
+	"testing"
+	"time"
+)
+
+// TestStormGateActsOnQuietViews: membership changes are acted on when the
+// view has been quiet for the debounce (the loop's timer), an isolated
+// departure at once, and in a storm at most every 10 debounces by a runner
+// that owns shards, every 50 by one that owns none.
+func TestStormGateActsOnQuietViews(t *testing.T) {
+	const d = 100 * time.Millisecond
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+	var g stormGate
+	if g.change(at(0), d, true, true) != true {
+		t.Error("an isolated departure after a quiet period waits")
+	}
+	if g.change(at(50), d, true, true) {
+		t.Error("a departure 50ms after another change is acted on at once")
+	}
+	g.settled()
+	if g.change(at(1000), d, false, true) {
+		t.Error("a join is acted on at once, before the debounce")
+	}
+	g.settled()
+
+	// A storm: a change every 20ms.
+	for _, tc := range []struct {
+		owns  bool
+		first int // ms of the first recompute the gate asks for
+	}{{true, 1000}, {false, 5000}} {
+		var g stormGate
+		first := -1
+		for ms := 0; ms <= 6000 && first < 0; ms += 20 {
+			if g.change(at(ms), d, false, tc.owns) {
+				first = ms
+			}
+		}
+		if first != tc.first {
+			t.Errorf("owns %v: storm acted on after %dms, want %dms", tc.owns, first, tc.first)
+		}
+	}
+}
