@@ -44,7 +44,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 		}
 		live := r.rebuildByLeaseLocked()
 		r.mu.Unlock()
-		r.transport.forget(live)
+		r.net.Forget(live)
 		if u.Reset {
 			r.storageResult("list runners", nil)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/transport"
 )
 
 // Defaults of Config.
@@ -72,6 +73,14 @@ type Config struct {
 	TLS *tls.Config
 	// PeerTLS configures connections to other runners (nil: plaintext).
 	PeerTLS *tls.Config
+	// Transport carries messages between runners. Default: gRPC
+	// (transport.NewGRPC) serving on ListenAddr with TLS, reaching peers
+	// with PeerTLS, bounded by MaxMessageSize, RequestTimeout,
+	// ConnectTimeout and MaxConnections. Set another implementation, e.g.
+	// a transport.InmemNetwork's, to run runners without sockets (tests,
+	// the deterministic simulation); those fields are then ignored, and
+	// Address defaults to the address the transport listens at.
+	Transport transport.Transport
 	// MaxMessageSize bounds an encoded request or response. Default 4 MiB.
 	MaxMessageSize int
 	// RequestTimeout bounds a remote call whose context has no deadline.

@@ -414,7 +414,7 @@ func (r *Runner) shutdown(ctx context.Context) {
 const shutdownLinger = 300 * time.Millisecond
 
 func (r *Runner) linger() {
-	if r.transport.srv == nil {
+	if !r.served {
 		return
 	}
 	t := time.NewTimer(shutdownLinger)

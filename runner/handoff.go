@@ -243,7 +243,7 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 	if in.from.Address == "" || r.cfg.HotSetLimit <= 0 {
 		return
 	}
-	hot, err := r.transport.hot(ctx, in.from.Address, id, r.cfg.HotSetLimit)
+	hot, err := r.net.Hot(ctx, in.from.Address, uint32(id), r.cfg.HotSetLimit)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("cannot list the hot entities to warm", "shard", id, "from", in.from.ID, "err", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/transport"
 )
 
 // Send delivers a call to its entity, wherever its shard is owned. It
@@ -194,15 +195,18 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 
 // remote delivers to the owner over the transport.
 func (r *Runner) remote(ctx context.Context, owner storage.Runner, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, payload []byte) (any, error, bool) {
-	req := &deliverRequest{
+	req := &transport.DeliverRequest{
 		Kind: k.desc.Name(), Method: h.Name(), Entity: c.Entity, Payload: payload,
 		OneWay: h.OneWay(), Shard: uint32(id), Sender: r.cfg.ID, Codec: k.opts.Codec.Name(),
 	}
-	resp, err, sent := r.transport.call(ctx, owner.ID, owner.Address, req)
+	resp, sent, err := r.net.Call(ctx, owner.Address, req)
 	if err != nil {
+		if sent {
+			err = fmt.Errorf("to %s: %w", owner.ID, err)
+		}
 		return nil, err, sent
 	}
-	if resp.Epoch != 0 && resp.Code != codeStaleResult {
+	if resp.Epoch != 0 && resp.Code != transport.CodeStaleResult {
 		// A result (value, handler error or panic): withheld if it may
 		// come from a former owner that lost the shard while it ran.
 		if err := r.checkEpoch(id, owner, storage.Epoch(resp.Epoch)); err != nil {

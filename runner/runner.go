@@ -16,6 +16,7 @@ import (
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/transport"
 )
 
 // phase is the lifecycle phase of a Runner.
@@ -76,8 +77,10 @@ type Runner struct {
 	hosts     []atomic.Pointer[shardHost]        // by shard; nil when not hosted
 	epochs    []atomic.Int64                     // by shard: the newest epoch seen (checkEpoch)
 	residents residents
-	waiters   sync.Pool  // of *waiter
-	transport *transport // serves only with ListenAddr
+	waiters   sync.Pool                                                                   // of *waiter
+	net       transport.Transport                                                         // runner-to-runner delivery (Config.Transport, or gRPC)
+	served    bool                                                                        // the transport listens (set by Run before any goroutine)
+	onServe   atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
 	waiting   atomic.Int64
 	routeCh   atomic.Pointer[chan struct{}] // closed at every routing change
 	evictKick chan struct{}                 // 1-buffered: the resident cap is exceeded
@@ -225,7 +228,18 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
 	r.epochs = make([]atomic.Int64, cfg.NumShards)
 	r.residents.r = r
-	r.transport = newTransport(r)
+	r.net = cfg.Transport
+	if r.net == nil {
+		listen := cfg.ListenAddr
+		if cfg.ClientOnly {
+			listen = "" // routes only: serves nothing
+		}
+		r.net = transport.NewGRPC(transport.GRPCConfig{
+			ListenAddr: listen, TLS: cfg.TLS, PeerTLS: cfg.PeerTLS, MaxMessageSize: cfg.MaxMessageSize,
+			RequestTimeout: cfg.RequestTimeout, ConnectTimeout: cfg.ConnectTimeout, MaxConnections: cfg.MaxConnections,
+			Logger: r.log,
+		})
+	}
 	r.address = cfg.Address
 	r.waiters.New = newWaiter
 	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
@@ -380,28 +394,25 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.routesChanged() // waiting sends see it and return ErrClosed
 	}()
 
-	if r.cfg.ListenAddr != "" {
-		if err := r.transport.listen(); err != nil {
-			r.transport.stop(0)
-			r.mu.Lock()
-			r.phase = phaseStopped
-			r.mu.Unlock()
-			return err
-		}
+	addr, err := r.net.Listen(receiver{r})
+	if err != nil {
+		r.net.Close(0)
 		r.mu.Lock()
-		if r.address == "" {
-			r.address = r.transport.lis.Addr().String()
-		}
+		r.phase = phaseStopped
 		r.mu.Unlock()
+		return fmt.Errorf("runner: %w", err)
 	}
+	r.served = addr != ""
+	r.mu.Lock()
+	if r.address == "" {
+		r.address = addr
+	}
+	r.mu.Unlock()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if r.transport.srv != nil {
-		wg.Go(r.transport.serve)
-	}
 	wg.Go(func() { r.followRunners(ctx) })
 	wg.Go(func() { r.followLocks(ctx) })
 	loopDone := make(chan struct{})
@@ -426,7 +437,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
 		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)
-	var err error
+	err = nil
 	grace := time.Duration(0)
 	select {
 	case <-ctx.Done():
@@ -449,9 +460,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		grace = r.cfg.DrainTimeout
 	}
 	cancel(ErrShutdown)
-	// End the serve goroutine before wg.Wait: gracefully after Shutdown
-	// (drained), abruptly after Close or an ended context (like a crash).
-	r.transport.stop(grace)
+	// Stop serving before wg.Wait: gracefully after Shutdown (drained),
+	// abruptly after Close or an ended context (like a crash).
+	r.net.Close(grace)
 	r.mu.Lock()
 	r.phase = phaseStopped
 	r.mu.Unlock()

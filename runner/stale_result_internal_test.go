@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/transport"
 )
 
 // TestSenderWithholdsResultOlderThanSeenEpoch: the owner's own check passed
@@ -129,13 +130,13 @@ type askOutcome struct {
 // askHeld asks entity id through c; owner's transport holds the answer
 // (computed, not written) until release is closed, after closing served.
 func askHeld(ctx context.Context, owner, c *Runner, id string, served, release chan struct{}) <-chan askOutcome {
-	hold := func(req *deliverRequest, resp *deliverResponse) {
-		if req.Entity == id && resp.Code == codeOK {
+	hold := func(req *transport.DeliverRequest, resp *transport.DeliverResponse) {
+		if req.Entity == id && resp.Code == transport.CodeOK {
 			close(served)
 			<-release
 		}
 	}
-	owner.transport.onServe.Store(&hold)
+	owner.onServe.Store(&hold)
 	late := make(chan askOutcome, 1)
 	go func() {
 		resp, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "first"})

@@ -15,6 +15,7 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
+	"github.com/shardhost/shardhost/transport"
 )
 
 type echo struct{}
@@ -169,7 +170,7 @@ type serveLog struct {
 	got []string // "sender code"
 }
 
-func (l *serveLog) hook(req *deliverRequest, resp *deliverResponse) {
+func (l *serveLog) hook(req *transport.DeliverRequest, resp *transport.DeliverResponse) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.got = append(l.got, req.Sender+" "+resp.Code.String())
@@ -191,8 +192,8 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 	tc.waitSettled() // the watches are quiet: nothing will fix the view below
 	var la, lb serveLog
 	ha, hb := la.hook, lb.hook
-	a.transport.onServe.Store(&ha)
-	b.transport.onServe.Store(&hb)
+	a.onServe.Store(&ha)
+	b.onServe.Store(&hb)
 
 	var id string
 	for i := 0; ; i++ {
@@ -232,9 +233,9 @@ func TestTypedErrorsSurviveTheWire(t *testing.T) {
 	defer cancel()
 	addr := a.Address()
 	shardOf := func(id string) uint32 { return uint32(sharding.ShardOf(id, 16)) }
-	raw := func(req *deliverRequest) error {
+	raw := func(req *transport.DeliverRequest) error {
 		t.Helper()
-		resp, err, _ := c.transport.call(ctx, "a", addr, req)
+		resp, _, err := c.net.Call(ctx, addr, req)
 		if err != nil {
 			return err
 		}
@@ -248,11 +249,11 @@ func TestTypedErrorsSurviveTheWire(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"unknown kind", raw(&deliverRequest{Kind: "nope", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: good}), entity.ErrUnknownKind},
-		{"unknown method", raw(&deliverRequest{Kind: "echo", Method: "nope", Entity: "k", Shard: shardOf("k"), Payload: good}), entity.ErrUnknownMethod},
-		{"undecodable payload", raw(&deliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: []byte("{not json")}), entity.ErrBadRequest},
-		{"shard count mismatch", raw(&deliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k") + 1, Payload: good}), entity.ErrBadRequest},
-		{"over the receiver's limit", raw(&deliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: make([]byte, 64<<10)}), ErrMessageTooLarge},
+		{"unknown kind", raw(&transport.DeliverRequest{Kind: "nope", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: good}), entity.ErrUnknownKind},
+		{"unknown method", raw(&transport.DeliverRequest{Kind: "echo", Method: "nope", Entity: "k", Shard: shardOf("k"), Payload: good}), entity.ErrUnknownMethod},
+		{"undecodable payload", raw(&transport.DeliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: []byte("{not json")}), entity.ErrBadRequest},
+		{"shard count mismatch", raw(&transport.DeliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k") + 1, Payload: good}), entity.ErrBadRequest},
+		{"over the receiver's limit", raw(&transport.DeliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: shardOf("k"), Payload: make([]byte, 64<<10)}), ErrMessageTooLarge},
 	}
 	for _, ch := range checks {
 		if !errors.Is(ch.err, ch.want) {
@@ -277,32 +278,5 @@ func TestTypedErrorsSurviveTheWire(t *testing.T) {
 	// The runner keeps serving.
 	if got, err := echoMethod.Ask(ctx, c, "k", echoReq{Text: "still here"}); err != nil || got.Text != "still here" {
 		t.Fatalf("after bad input: %+v, %v", got, err)
-	}
-}
-
-func TestWireRoundTrip(t *testing.T) {
-	req := &deliverRequest{Kind: "k", Method: "m", Entity: "e/1", Payload: []byte{0, 1, 2}, OneWay: true, Shard: 77, Sender: "s", Codec: "json"}
-	var got deliverRequest
-	if err := got.unmarshal(req.marshal()); err != nil || got.Kind != "k" || got.Entity != "e/1" || !got.OneWay || got.Shard != 77 || string(got.Payload) != "\x00\x01\x02" || got.Codec != "json" || got.Sender != "s" {
-		t.Fatalf("request round trip = %+v, %v", got, err)
-	}
-	resp := &deliverResponse{Payload: []byte("p"), Code: codeNotOwner, Message: "m", OwnerHint: "h", Shard: 3, Cause: causeShutdown, Epoch: 1 << 33}
-	var gr deliverResponse
-	if err := gr.unmarshal(resp.marshal()); err != nil || gr.Code != codeNotOwner || gr.OwnerHint != "h" || gr.Cause != causeShutdown || string(gr.Payload) != "p" || gr.Epoch != 1<<33 {
-		t.Fatalf("response round trip = %+v, %v", gr, err)
-	}
-	f := &frame{ID: 1 << 40, Req: req, Resp: resp, TimeoutMs: 1500, GoAway: true}
-	var gf frame
-	if err := gf.unmarshal(f.marshal()); err != nil || gf.ID != 1<<40 || gf.TimeoutMs != 1500 || !gf.GoAway ||
-		gf.Req == nil || gf.Req.Entity != "e/1" || gf.Resp == nil || gf.Resp.OwnerHint != "h" {
-		t.Fatalf("frame round trip = %+v, %v", gf, err)
-	}
-	hot := &hotResponse{Entities: []entityRef{{Kind: "k", ID: "a"}, {Kind: "k2", ID: "b"}}}
-	var gh hotResponse
-	if err := gh.unmarshal(hot.marshal()); err != nil || len(gh.Entities) != 2 || gh.Entities[1].ID != "b" {
-		t.Fatalf("hot round trip = %+v, %v", gh, err)
-	}
-	if err := gr.unmarshal([]byte{0xff, 0xff}); !errors.Is(err, errWire) {
-		t.Fatalf("unmarshal(garbage) = %v, want errWire", err)
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package transport
 
 import (
 	"context"
@@ -26,7 +26,7 @@ var streamDesc = grpc.StreamDesc{StreamName: "Stream", ServerStreams: true, Clie
 // goroutine, until the client closes its side. When the transport stops
 // gracefully it sends a goaway frame and keeps answering what arrives
 // until the client, having received every answer, closes its side.
-func (t *transport) serveStream(ss grpc.ServerStream) error {
+func (t *GRPC) serveStream(ss grpc.ServerStream) error {
 	var (
 		sendMu sync.Mutex
 		wg     sync.WaitGroup
@@ -65,7 +65,7 @@ func (t *transport) serveStream(ss grpc.ServerStream) error {
 				ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
 				defer cancel()
 			}
-			resp, written := t.serveDeliver(ctx, f.Req)
+			resp, written := t.h.Deliver(ctx, f.Req)
 			send(&frame{ID: f.ID, Resp: resp})
 			written()
 		})
@@ -75,7 +75,7 @@ func (t *transport) serveStream(ss grpc.ServerStream) error {
 // --- client side ---
 
 type muxResult struct {
-	resp *deliverResponse
+	resp *DeliverResponse
 	err  error
 	sent bool
 }
@@ -161,7 +161,7 @@ func (ms *muxStream) fail(err error) {
 
 // call sends req and waits for its answer. sent is false when the
 // request certainly did not reach the server. Lock order: sendMu, then mu.
-func (ms *muxStream) call(ctx context.Context, req *deliverRequest) (*deliverResponse, error, bool) {
+func (ms *muxStream) call(ctx context.Context, req *DeliverRequest) (*DeliverResponse, error, bool) {
 	f := &frame{Req: req}
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d).Milliseconds()

@@ -1,4 +1,4 @@
-package runner
+package transport
 
 import (
 	"errors"
@@ -9,7 +9,9 @@ import (
 
 // The messages of transport.proto, encoded by hand with protowire.
 
-type deliverRequest struct {
+// DeliverRequest is one message for an entity, from the sending runner to
+// the owner of its shard.
+type DeliverRequest struct {
 	Kind, Method, Entity string
 	Payload              []byte
 	OneWay               bool
@@ -18,49 +20,54 @@ type deliverRequest struct {
 	Codec                string
 }
 
-type wireCode int32
+// Code is the outcome of a delivery (transport.proto's Code).
+type Code int32
 
+// The codes of transport.proto.
 const (
-	codeOK wireCode = iota
-	codeNotOwner
-	codeUndelivered
-	codeMailboxFull
-	codeUnknownKind
-	codeUnknownMethod
-	codeTooLarge
-	codeBadRequest
-	codeHandlerError
-	codeHandlerPanic
-	codeStaleResult
+	CodeOK Code = iota
+	CodeNotOwner
+	CodeUndelivered
+	CodeMailboxFull
+	CodeUnknownKind
+	CodeUnknownMethod
+	CodeTooLarge
+	CodeBadRequest
+	CodeHandlerError
+	CodeHandlerPanic
+	CodeStaleResult
 )
 
 var codeNames = [...]string{"OK", "NOT_OWNER", "UNDELIVERED", "MAILBOX_FULL", "UNKNOWN_KIND",
 	"UNKNOWN_METHOD", "TOO_LARGE", "BAD_REQUEST", "HANDLER_ERROR", "HANDLER_PANIC", "STALE_RESULT"}
 
 // String returns the code's name in transport.proto.
-func (c wireCode) String() string {
+func (c Code) String() string {
 	if c < 0 || int(c) >= len(codeNames) {
 		return fmt.Sprintf("CODE_%d", int32(c))
 	}
 	return codeNames[c]
 }
 
-type wireCause int32
+// Cause says why a message was not delivered (transport.proto's Cause).
+type Cause int32
 
+// The causes of transport.proto.
 const (
-	causeUnspecified wireCause = iota
-	causeDetached
-	causeShardMoved
-	causeShutdown
+	CauseUnspecified Cause = iota
+	CauseDetached
+	CauseShardMoved
+	CauseShutdown
 )
 
-type deliverResponse struct {
+// DeliverResponse is the owner's answer to a DeliverRequest.
+type DeliverResponse struct {
 	Payload   []byte
-	Code      wireCode
+	Code      Code
 	Message   string
 	OwnerHint string
 	Shard     uint32
-	Cause     wireCause
+	Cause     Cause
 	Epoch     uint64 // the epoch the handler ran under (results only)
 }
 
@@ -88,7 +95,8 @@ func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	return protowire.AppendVarint(b, v)
 }
 
-func (m *deliverRequest) marshal() []byte {
+// Marshal returns m's protobuf encoding.
+func (m *DeliverRequest) Marshal() []byte {
 	b := make([]byte, 0, 32+len(m.Kind)+len(m.Method)+len(m.Entity)+len(m.Payload)+len(m.Sender)+len(m.Codec))
 	b = appendString(b, 1, m.Kind)
 	b = appendString(b, 2, m.Method)
@@ -103,7 +111,8 @@ func (m *deliverRequest) marshal() []byte {
 	return b
 }
 
-func (m *deliverResponse) marshal() []byte {
+// Marshal returns m's protobuf encoding.
+func (m *DeliverResponse) Marshal() []byte {
 	b := make([]byte, 0, 24+len(m.Payload)+len(m.Message)+len(m.OwnerHint))
 	b = appendBytes(b, 1, m.Payload)
 	b = appendVarint(b, 2, uint64(m.Code))
@@ -115,7 +124,8 @@ func (m *deliverResponse) marshal() []byte {
 	return b
 }
 
-var errWire = errors.New("runner: malformed wire message")
+// ErrMalformed: bytes that are not a valid encoding of a wire message.
+var ErrMalformed = errors.New("transport: malformed wire message")
 
 // walk calls field for each field of a protobuf message; unknown fields
 // are skipped, as protobuf requires.
@@ -123,7 +133,7 @@ func walk(b []byte, field func(num protowire.Number, typ protowire.Type, v []byt
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return fmt.Errorf("%w: %w", errWire, protowire.ParseError(n))
+			return fmt.Errorf("%w: %w", ErrMalformed, protowire.ParseError(n))
 		}
 		b = b[n:]
 		var (
@@ -139,7 +149,7 @@ func walk(b []byte, field func(num protowire.Number, typ protowire.Type, v []byt
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if n < 0 {
-			return fmt.Errorf("%w: field %d: %w", errWire, num, protowire.ParseError(n))
+			return fmt.Errorf("%w: field %d: %w", ErrMalformed, num, protowire.ParseError(n))
 		}
 		b = b[n:]
 		if err := field(num, typ, v, x); err != nil {
@@ -149,8 +159,10 @@ func walk(b []byte, field func(num protowire.Number, typ protowire.Type, v []byt
 	return nil
 }
 
-func (m *deliverRequest) unmarshal(b []byte) error {
-	*m = deliverRequest{}
+// Unmarshal decodes b into m (unknown fields are skipped); errors match
+// ErrMalformed.
+func (m *DeliverRequest) Unmarshal(b []byte) error {
+	*m = DeliverRequest{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
@@ -174,14 +186,16 @@ func (m *deliverRequest) unmarshal(b []byte) error {
 	})
 }
 
-func (m *deliverResponse) unmarshal(b []byte) error {
-	*m = deliverResponse{}
+// Unmarshal decodes b into m (unknown fields are skipped); errors match
+// ErrMalformed.
+func (m *DeliverResponse) Unmarshal(b []byte) error {
+	*m = DeliverResponse{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			m.Payload = append([]byte(nil), v...)
 		case num == 2 && typ == protowire.VarintType:
-			m.Code = wireCode(x)
+			m.Code = Code(x)
 		case num == 3 && typ == protowire.BytesType:
 			m.Message = string(v)
 		case num == 4 && typ == protowire.BytesType:
@@ -189,7 +203,7 @@ func (m *deliverResponse) unmarshal(b []byte) error {
 		case num == 5 && typ == protowire.VarintType:
 			m.Shard = uint32(x)
 		case num == 6 && typ == protowire.VarintType:
-			m.Cause = wireCause(x)
+			m.Cause = Cause(x)
 		case num == 7 && typ == protowire.VarintType:
 			m.Epoch = x
 		}
@@ -200,19 +214,19 @@ func (m *deliverResponse) unmarshal(b []byte) error {
 // frame is a message of the multiplexed Stream.
 type frame struct {
 	ID        uint64
-	Req       *deliverRequest
-	Resp      *deliverResponse
+	Req       *DeliverRequest
+	Resp      *DeliverResponse
 	TimeoutMs uint32
 	GoAway    bool
 }
 
-func (m *frame) marshal() []byte {
+func (m *frame) Marshal() []byte {
 	var req, resp []byte
 	if m.Req != nil {
-		req = m.Req.marshal()
+		req = m.Req.Marshal()
 	}
 	if m.Resp != nil {
-		resp = m.Resp.marshal()
+		resp = m.Resp.Marshal()
 	}
 	b := make([]byte, 0, 32+len(req)+len(resp)) // one allocation, sized up front
 	b = appendVarint(b, 1, m.ID)
@@ -231,18 +245,18 @@ func (m *frame) marshal() []byte {
 	return b
 }
 
-func (m *frame) unmarshal(b []byte) error {
+func (m *frame) Unmarshal(b []byte) error {
 	*m = frame{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
 			m.ID = x
 		case num == 2 && typ == protowire.BytesType:
-			m.Req = new(deliverRequest)
-			return m.Req.unmarshal(v)
+			m.Req = new(DeliverRequest)
+			return m.Req.Unmarshal(v)
 		case num == 3 && typ == protowire.BytesType:
-			m.Resp = new(deliverResponse)
-			return m.Resp.unmarshal(v)
+			m.Resp = new(DeliverResponse)
+			return m.Resp.Unmarshal(v)
 		case num == 4 && typ == protowire.VarintType:
 			m.TimeoutMs = uint32(x)
 		case num == 5 && typ == protowire.VarintType:
@@ -256,18 +270,19 @@ type hotRequest struct {
 	Shard, Limit uint32
 }
 
-type entityRef struct{ Kind, ID string }
+// EntityRef names an entity (a Hot answer).
+type EntityRef struct{ Kind, ID string }
 
 type hotResponse struct {
-	Entities []entityRef
+	Entities []EntityRef
 }
 
-func (m *hotRequest) marshal() []byte {
+func (m *hotRequest) Marshal() []byte {
 	b := appendVarint(nil, 1, uint64(m.Shard))
 	return appendVarint(b, 2, uint64(m.Limit))
 }
 
-func (m *hotRequest) unmarshal(b []byte) error {
+func (m *hotRequest) Unmarshal(b []byte) error {
 	*m = hotRequest{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
 		switch {
@@ -280,7 +295,7 @@ func (m *hotRequest) unmarshal(b []byte) error {
 	})
 }
 
-func (m *hotResponse) marshal() []byte {
+func (m *hotResponse) Marshal() []byte {
 	var b []byte
 	for _, e := range m.Entities {
 		inner := appendString(appendString(nil, 1, e.Kind), 2, e.ID)
@@ -290,13 +305,13 @@ func (m *hotResponse) marshal() []byte {
 	return b
 }
 
-func (m *hotResponse) unmarshal(b []byte) error {
+func (m *hotResponse) Unmarshal(b []byte) error {
 	*m = hotResponse{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num != 1 || typ != protowire.BytesType {
 			return nil
 		}
-		var e entityRef
+		var e EntityRef
 		if err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 			switch {
 			case num == 1 && typ == protowire.BytesType:
@@ -320,34 +335,34 @@ func (wireCodec) Name() string { return "shardhost-v1" }
 
 func (wireCodec) Marshal(v any) ([]byte, error) {
 	switch m := v.(type) {
-	case *deliverRequest:
-		return m.marshal(), nil
-	case *deliverResponse:
-		return m.marshal(), nil
+	case *DeliverRequest:
+		return m.Marshal(), nil
+	case *DeliverResponse:
+		return m.Marshal(), nil
 	case *hotRequest:
-		return m.marshal(), nil
+		return m.Marshal(), nil
 	case *hotResponse:
-		return m.marshal(), nil
+		return m.Marshal(), nil
 	case *frame:
-		return m.marshal(), nil
+		return m.Marshal(), nil
 	default:
-		return nil, fmt.Errorf("%w: cannot marshal %T", errWire, v)
+		return nil, fmt.Errorf("%w: cannot marshal %T", ErrMalformed, v)
 	}
 }
 
 func (wireCodec) Unmarshal(b []byte, v any) error {
 	switch m := v.(type) {
-	case *deliverRequest:
-		return m.unmarshal(b)
-	case *deliverResponse:
-		return m.unmarshal(b)
+	case *DeliverRequest:
+		return m.Unmarshal(b)
+	case *DeliverResponse:
+		return m.Unmarshal(b)
 	case *hotRequest:
-		return m.unmarshal(b)
+		return m.Unmarshal(b)
 	case *hotResponse:
-		return m.unmarshal(b)
+		return m.Unmarshal(b)
 	case *frame:
-		return m.unmarshal(b)
+		return m.Unmarshal(b)
 	default:
-		return fmt.Errorf("%w: cannot unmarshal into %T", errWire, v)
+		return fmt.Errorf("%w: cannot unmarshal into %T", ErrMalformed, v)
 	}
 }

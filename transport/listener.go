@@ -1,4 +1,4 @@
-package runner
+package transport
 
 import (
 	"net"
