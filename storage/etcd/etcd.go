@@ -42,13 +42,22 @@ type Config struct {
 	// OpTimeout bounds each call whose context has no earlier deadline.
 	// Default DefaultOpTimeout.
 	OpTimeout time.Duration
+	// AttemptTimeout is how long KeepAliveOnce, Verify and Ping wait for
+	// an answer from one member before they also ask the next one (see
+	// Store). Default DefaultAttemptTimeout (300 ms): well above a healthy
+	// answer (about 1 ms on loopback, tens of ms on a loaded 2-core machine
+	// under the race detector) and small enough for several members to be
+	// asked within a renewal's window (TTL/3 at the runner's defaults).
+	AttemptTimeout time.Duration
 }
 
 // Store is a storage.Store on an etcd cluster.
 type Store struct {
-	cli       *clientv3.Client
-	prefix    string // "/{namespace}/"
-	opTimeout time.Duration
+	cli            *clientv3.Client
+	prefix         string // "/{namespace}/"
+	opTimeout      time.Duration
+	attemptTimeout time.Duration
+	members        *members
 }
 
 // New returns a store that keeps its keys under "/{namespace}/" in the etcd
@@ -61,13 +70,39 @@ func New(cli *clientv3.Client, namespace string, cfg Config) (*Store, error) {
 	if namespace == "" || strings.ContainsAny(namespace, "/\x00") {
 		return nil, fmt.Errorf("%w: namespace %q: want a non-empty name without '/'", storage.ErrInvalidArgument, namespace)
 	}
-	if cfg.OpTimeout < 0 {
-		return nil, fmt.Errorf("%w: negative OpTimeout", storage.ErrInvalidArgument)
+	if cfg.OpTimeout < 0 || cfg.AttemptTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative OpTimeout or AttemptTimeout", storage.ErrInvalidArgument)
 	}
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = DefaultOpTimeout
 	}
-	return &Store{cli: cli, prefix: "/" + namespace + "/", opTimeout: cfg.OpTimeout}, nil
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	return &Store{
+		cli: cli, prefix: "/" + namespace + "/", opTimeout: cfg.OpTimeout,
+		attemptTimeout: cfg.AttemptTimeout, members: &members{cli: cli},
+	}, nil
+}
+
+// Close closes the store's member connections (see Store). It does not
+// close the client, and it is not needed when the client is closed (that
+// closes them too). The store must not be used afterwards.
+func (s *Store) Close() error { return s.members.close() }
+
+// Stats counts the hedged calls of a Store (KeepAliveOnce, Verify
+// batches, Ping) since it was created.
+type Stats struct {
+	Calls    int64 // hedged calls
+	Attempts int64 // attempts of those calls, one member each
+	Hedged   int64 // calls that needed a second attempt
+	Failed   int64 // calls no member answered before their context ended
+}
+
+// Stats returns the counts of the store's hedged calls.
+func (s *Store) Stats() Stats {
+	st := &s.members.stats
+	return Stats{Calls: st.calls.Load(), Attempts: st.attempts.Load(), Hedged: st.hedged.Load(), Failed: st.failed.Load()}
 }
 
 // ClientConfig returns the etcd client settings shardhost recommends for
@@ -158,11 +193,13 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, er
 func (s *Store) KeepAliveOnce(ctx context.Context, id storage.LeaseID) (time.Duration, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(id))
+	ttl, err := hedged(ctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (int64, error) {
+		return keepAliveOnce(ctx, m, clientv3.LeaseID(id))
+	})
 	if err != nil {
 		return 0, fmt.Errorf("keep-alive lease %x: %w", id, translate(err))
 	}
-	return time.Duration(resp.TTL) * time.Second, nil
+	return time.Duration(ttl) * time.Second, nil
 }
 
 // Revoke implements storage.Leases.
@@ -335,7 +372,9 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 			gets[i] = clientv3.OpGet(key)
 		}
 		tctx, cancel := s.ctx(ctx)
-		resp, err := s.cli.Txn(tctx).If(cmps...).Else(gets...).Commit()
+		resp, err := hedged(tctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*clientv3.TxnResponse, error) {
+			return m.kv.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Else(gets...).Commit()
+		})
 		cancel()
 		if err != nil {
 			return translate(err)
@@ -556,11 +595,15 @@ func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name
 	return cp, err == nil, err
 }
 
-// Ping implements storage.Store with a linearizable read of one key.
+// Ping implements storage.Store with a linearizable read of one key,
+// hedged across the members like KeepAliveOnce.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	if _, err := s.cli.Get(ctx, s.prefix+"ping", clientv3.WithCountOnly()); err != nil {
+	_, err := hedged(ctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*clientv3.GetResponse, error) {
+		return m.kv.Get(clientv3.WithRequireLeader(ctx), s.prefix+"ping", clientv3.WithCountOnly())
+	})
+	if err != nil {
 		return fmt.Errorf("ping: %w", translate(err))
 	}
 	return nil
