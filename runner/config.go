@@ -19,7 +19,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultNumShards              = 1024
-	DefaultLeaseTTL               = 15 * time.Second
+	DefaultLeaseTTL               = 5 * time.Second
 	DefaultKeepAliveRetryInterval = 250 * time.Millisecond
 	DefaultAcquireRetryInterval   = 200 * time.Millisecond
 	DefaultAcquireRetryWindow     = 2 * time.Second
@@ -79,7 +79,16 @@ type Config struct {
 	// Strategy assigns shards to runners. Default sharding.Balanced().
 	Strategy sharding.Strategy
 
-	// LeaseTTL of the runner's lease. Default 15 s.
+	// LeaseTTL of the runner's lease. Default 5 s: a crashed runner's
+	// shards are re-owned about TTL - TTL/3 .. TTL + 0.5 s after the crash
+	// (BENCHMARKS.md). With the etcd store, whose renewals, verifications
+	// and probes are hedged across members, 5 s rides out one etcd member
+	// black-holed or slow and the etcd leader killed or frozen without a
+	// detach (runner's TestEtcdFault* tests). A renewal has TTL/3 (1.67 s)
+	// from its send to the detach instant; raise the TTL where the runner
+	// process itself can be descheduled that long (long GC pauses, CPU
+	// starvation) or where etcd elects a new leader more slowly than that
+	// (its --election-timeout well above 1 s).
 	LeaseTTL time.Duration
 	// LeaseRenewInterval between renewals. Default LeaseTTL/3; at most LeaseTTL/3.
 	LeaseRenewInterval time.Duration
