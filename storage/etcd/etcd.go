@@ -7,6 +7,25 @@
 // transaction of [storage.MaxShardsPerTxn] nested per-shard transactions, so
 // "held elsewhere" is decided per shard inside one atomic request.
 //
+// # Calls that keep a runner attached
+//
+// KeepAliveOnce, Verify and Ping do not go through the client's balancer,
+// which keeps sending about a third of the requests to a black-holed
+// member until gRPC keepalive drops its connection, about 12 s later (see
+// [ClientConfig]). The store dials one connection per endpoint of the
+// client instead (with the client's TLS, credentials, keepalive and dial
+// options) and hedges these calls across them: the first attempt goes
+// through the member that answered last; whenever no attempt has answered
+// for [Config.AttemptTimeout], or one failed for a reason that says nothing
+// about the request (timeout, no leader, connection lost), the next attempt
+// starts through the next member while the earlier ones keep running. The
+// first answer wins; "lease not found" and other definite errors are
+// answers too. All three are reads or renewals, safe to send more than
+// once; every attempt is sent after the call began, which is what
+// [storage.Leases.KeepAliveOnce] promises and what keeps the lease
+// deadline conservative (see package lease). The connections are closed by
+// [Store.Close] or when the client is closed.
+//
 // # Concurrency
 //
 // A Store is safe for concurrent use; the etcd client is shared without any
@@ -51,7 +70,8 @@ type Config struct {
 	AttemptTimeout time.Duration
 }
 
-// Store is a storage.Store on an etcd cluster.
+// Store is a storage.Store on an etcd cluster. Renewals, verifications and
+// pings are hedged across the members (see the package documentation).
 type Store struct {
 	cli            *clientv3.Client
 	prefix         string // "/{namespace}/"
@@ -62,7 +82,8 @@ type Store struct {
 
 // New returns a store that keeps its keys under "/{namespace}/" in the etcd
 // cluster behind cli. The caller keeps ownership of cli and closes it after
-// the store is no longer used.
+// the store is no longer used; closing cli also closes the store's own
+// member connections (dialed on first use, one per endpoint of cli).
 func New(cli *clientv3.Client, namespace string, cfg Config) (*Store, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: nil etcd client", storage.ErrInvalidArgument)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/sharding"
@@ -166,4 +168,59 @@ func TestCloseMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestClientConfigDropsBlackholedMember measures what etcd.ClientConfig's
+// documentation states: how long a client with those settings keeps
+// sending requests to a black-holed member (until gRPC keepalive drops the
+// connection), with a watch open as a runner always has. It is a
+// measurement of about 20 s, run with the long fault variants:
+//
+//	SHARDHOST_LONG_FAULTS=1 go test -count=1 -run TestClientConfigDropsBlackholedMember -v ./storage/etcd/
+func TestClientConfigDropsBlackholedMember(t *testing.T) {
+	if os.Getenv("SHARDHOST_LONG_FAULTS") == "" {
+		t.Skip("a 20 s measurement; set SHARDHOST_LONG_FAULTS=1")
+	}
+	pc := testenv.StartProxiedEtcdCluster(t, 3)
+	cfg := etcd.ClientConfig(pc.ProxiedEndpoints())
+	cfg.Logger = zap.NewNop()
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	wctx, wcancel := context.WithCancel(t.Context())
+	defer wcancel()
+	wch := cli.Watch(wctx, "/drop/", clientv3.WithPrefix())
+	go func() {
+		for range wch {
+		}
+	}()
+	get := func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		_, err := cli.Get(ctx, "/drop/k")
+		return err == nil
+	}
+	for !get() {
+	}
+	pc.Proxies()[0].Blackhole(t)
+	cut := time.Now()
+	var lastFail time.Time
+	fails := 0
+	for time.Since(cut) < 30*time.Second && (lastFail.IsZero() || time.Since(lastFail) < 5*time.Second) {
+		if !get() {
+			fails++
+			lastFail = time.Now()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if lastFail.IsZero() {
+		t.Fatal("no request went to the black-holed member (first endpoint)")
+	}
+	if time.Since(lastFail) < 5*time.Second {
+		t.Fatalf("the client still sent requests to the black-holed member 30 s after the cut")
+	}
+	t.Logf("MEASURED: the client sent requests to the black-holed member for %v after the cut (%d of them hung 500 ms); then none for 5 s",
+		lastFail.Sub(cut).Round(100*time.Millisecond), fails)
 }
