@@ -47,7 +47,7 @@ type members struct {
 	closed    bool
 	stop      func() bool // unregisters the close-with-the-client hook
 
-	stats struct{ calls, attempts, hedged, failed atomic.Int64 }
+	stats hedgeStats
 }
 
 // current returns the members for the client's current endpoints (dialing
@@ -150,12 +150,26 @@ type attempt[T any] struct {
 // ends first, the last transient error. Every attempt starts after hedged
 // was called and has ended when it returns.
 func hedged[T any](ctx context.Context, ms *members, attemptTimeout time.Duration, call func(context.Context, *member) (T, error)) (T, error) {
-	var zero T
 	list, first, err := ms.current()
 	if err != nil {
+		var zero T
 		return zero, err
 	}
-	ms.stats.calls.Add(1)
+	v, m, err := hedge(ctx, list, first, attemptTimeout, &ms.stats, call)
+	if m != nil {
+		ms.answered(m)
+	}
+	return v, err
+}
+
+// hedgeStats counts hedged calls.
+type hedgeStats struct{ calls, attempts, hedged, failed atomic.Int64 }
+
+// hedge is hedged on a given list of members, starting with list[first];
+// it also returns the member that answered successfully (nil otherwise).
+func hedge[T any](ctx context.Context, list []*member, first int, attemptTimeout time.Duration, stats *hedgeStats, call func(context.Context, *member) (T, error)) (T, *member, error) {
+	var zero T
+	stats.calls.Add(1)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait() // after cancel: attempts end promptly
@@ -168,9 +182,9 @@ func hedged[T any](ctx context.Context, ms *members, attemptTimeout time.Duratio
 		m := list[(first+started)%len(list)]
 		started++
 		running++
-		ms.stats.attempts.Add(1)
+		stats.attempts.Add(1)
 		if started == 2 {
-			ms.stats.hedged.Add(1)
+			stats.hedged.Add(1)
 		}
 		wg.Go(func() {
 			v, err := call(ctx, m)
@@ -187,11 +201,11 @@ func hedged[T any](ctx context.Context, ms *members, attemptTimeout time.Duratio
 		select {
 		case a := <-results:
 			running--
-			if a.err == nil || !transient(a.err) {
-				if a.err == nil {
-					ms.answered(a.m)
-				}
-				return a.v, a.err
+			if a.err == nil {
+				return a.v, a.m, nil
+			}
+			if !transient(a.err) {
+				return a.v, nil, a.err
 			}
 			last = fmt.Errorf("through %s: %w", a.m.endpoint, a.err)
 			if started < len(list) {
@@ -200,11 +214,11 @@ func hedged[T any](ctx context.Context, ms *members, attemptTimeout time.Duratio
 		case <-timer.C:
 			launch()
 		case <-ctx.Done():
-			ms.stats.failed.Add(1)
+			stats.failed.Add(1)
 			if last == nil {
 				last = ctx.Err()
 			}
-			return zero, fmt.Errorf("%d attempts through %d members, none answered: %w", started, len(list), last)
+			return zero, nil, fmt.Errorf("%d attempts through %d members, none answered: %w", started, len(list), last)
 		}
 	}
 }
