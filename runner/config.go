@@ -90,7 +90,13 @@ type Config struct {
 	// starvation) or where etcd elects a new leader more slowly than that
 	// (its --election-timeout well above 1 s).
 	LeaseTTL time.Duration
-	// LeaseRenewInterval between renewals. Default LeaseTTL/3; at most LeaseTTL/3.
+	// LeaseRenewInterval between renewals. Default LeaseTTL/6; at most
+	// LeaseTTL/3. A renewal has LeaseTTL - DetachMargin - LeaseRenewInterval
+	// (2.5 s at the defaults) from its send to the detach instant, to be
+	// acknowledged through any etcd member: at LeaseTTL/3 (1.67 s), a
+	// frozen etcd leader detached every runner in 1 of 20 freezes when
+	// etcd ran with its default election timeout (1 s), at LeaseTTL/6 in
+	// none of 20 (runner's TestEtcdFaultPauseLeader).
 	LeaseRenewInterval time.Duration
 	// KeepAliveRetryInterval between renewal attempts after a failure.
 	// Default 250 ms.
@@ -130,7 +136,7 @@ type Config struct {
 	// ResyncInterval of the safety-net full reconciliation. Default 1 min.
 	ResyncInterval time.Duration
 	// VerifyInterval between read-only verifications of owned locks.
-	// Default LeaseRenewInterval.
+	// Default LeaseTTL/3.
 	VerifyInterval time.Duration
 	// OpTimeout bounds each storage call (and never extends past the detach
 	// instant). Default 3 s.
@@ -215,7 +221,7 @@ func (c Config) withDefaults() Config {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.LeaseRenewInterval == 0 {
-		c.LeaseRenewInterval = c.LeaseTTL / 3
+		c.LeaseRenewInterval = c.LeaseTTL / 6
 	}
 	if c.KeepAliveRetryInterval == 0 {
 		c.KeepAliveRetryInterval = min(DefaultKeepAliveRetryInterval, c.LeaseRenewInterval/2)
@@ -248,7 +254,7 @@ func (c Config) withDefaults() Config {
 		c.ResyncInterval = DefaultResyncInterval
 	}
 	if c.VerifyInterval == 0 {
-		c.VerifyInterval = c.LeaseRenewInterval
+		c.VerifyInterval = c.LeaseTTL / 3
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = DefaultOpTimeout

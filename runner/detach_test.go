@@ -15,10 +15,10 @@ import (
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
-// TTL 15s and the defaults derived from it: renew every 5s, margin 5s,
-// recover window 5s (the arithmetic of these tests is written for them).
+// TTL 15s, renew every 5s, and the defaults derived from the TTL: margin
+// 5s, recover window 5s (the arithmetic of these tests is written for them).
 func detachCfg(id string) runner.Config {
-	return runner.Config{ID: id, NumShards: 8, LeaseTTL: 15 * time.Second}
+	return runner.Config{ID: id, NumShards: 8, LeaseTTL: 15 * time.Second, LeaseRenewInterval: 5 * time.Second}
 }
 
 // startOwningAll starts one runner on a fresh memory cluster, registers
