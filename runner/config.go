@@ -80,15 +80,21 @@ type Config struct {
 	Strategy sharding.Strategy
 
 	// LeaseTTL of the runner's lease. Default 5 s: a crashed runner's
-	// shards are re-owned about TTL - TTL/3 .. TTL + 0.5 s after the crash
-	// (BENCHMARKS.md). With the etcd store, whose renewals, verifications
-	// and probes are hedged across members, 5 s rides out one etcd member
-	// black-holed or slow and the etcd leader killed or frozen without a
-	// detach (runner's TestEtcdFault* tests). A renewal has TTL/3 (1.67 s)
-	// from its send to the detach instant; raise the TTL where the runner
-	// process itself can be descheduled that long (long GC pauses, CPU
-	// starvation) or where etcd elects a new leader more slowly than that
-	// (its --election-timeout well above 1 s).
+	// shards answer again about 5 s after the crash (median 5.0 s, max
+	// 5.5 s over 10 SIGKILLs; BENCHMARKS.md). With the etcd store, whose
+	// renewals, verifications and probes are hedged across members, it
+	// rode out, without a detach or a failed ask, one etcd member
+	// black-holed or 1 s slow for 60 s and the etcd leader killed or
+	// frozen (10 runs each; runner's TestEtcdFault* tests). Two limits:
+	// this process must not be descheduled for longer than a renewal's
+	// window (LeaseTTL - DetachMargin - LeaseRenewInterval, 2.5 s; raise
+	// the TTL where GC pauses or CPU starvation last that long); and an
+	// etcd leader frozen for longer than the TTL revokes, as it resumes,
+	// the leases the new leader kept alive (an etcd bug, v3.6.16: its
+	// leadership check trusts a raft loop that just ticked again). The
+	// runners then see their locks deleted and detach at once, safely; it
+	// followed 4 of 10 ten-second leader freezes. A TTL longer than the
+	// longest leader freeze avoids it.
 	LeaseTTL time.Duration
 	// LeaseRenewInterval between renewals. Default LeaseTTL/6; at most
 	// LeaseTTL/3. A renewal has LeaseTTL - DetachMargin - LeaseRenewInterval
@@ -96,7 +102,7 @@ type Config struct {
 	// acknowledged through any etcd member: at LeaseTTL/3 (1.67 s), a
 	// frozen etcd leader detached every runner in 1 of 20 freezes when
 	// etcd ran with its default election timeout (1 s), at LeaseTTL/6 in
-	// none of 20 (runner's TestEtcdFaultPauseLeader).
+	// none of 40 (runner's TestEtcdFaultPauseLeader).
 	LeaseRenewInterval time.Duration
 	// KeepAliveRetryInterval between renewal attempts after a failure.
 	// Default 250 ms.

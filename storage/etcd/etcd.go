@@ -10,7 +10,7 @@
 // # Calls that keep a runner attached
 //
 // KeepAliveOnce, Verify and Ping do not go through the client's balancer,
-// which keeps sending about a third of the requests to a black-holed
+// which keeps sending some of the requests to a black-holed
 // member until gRPC keepalive drops its connection, about 12 s later (see
 // [ClientConfig]). The store dials one connection per endpoint of the
 // client instead (with the client's TLS, credentials, keepalive and dial
@@ -63,10 +63,9 @@ type Config struct {
 	OpTimeout time.Duration
 	// AttemptTimeout is how long KeepAliveOnce, Verify and Ping wait for
 	// an answer from one member before they also ask the next one (see
-	// Store). Default DefaultAttemptTimeout (300 ms): well above a healthy
-	// answer (about 1 ms on loopback, tens of ms on a loaded 2-core machine
-	// under the race detector) and small enough for several members to be
-	// asked within a renewal's window (TTL/3 at the runner's defaults).
+	// Store). Default DefaultAttemptTimeout (300 ms): a renewal's window
+	// (2.5 s at the runner's defaults) holds 9 attempts, every member of a
+	// 3-member cluster three times.
 	AttemptTimeout time.Duration
 }
 
@@ -127,12 +126,34 @@ func (s *Store) Stats() Stats {
 }
 
 // ClientConfig returns the etcd client settings shardhost recommends for
-// endpoints: gRPC keepalive pings every 10 s with a 2 s timeout, so a
-// black-holed member is dropped from the client's connection pool well
-// within the default lease TTL (15 s) minus the detach margin, instead of
-// receiving requests until the TCP connection times out. Pings are sent
-// only while streams are open (a runner always has its watches open): etcd
-// answers pings on idle connections with GOAWAY "too_many_pings".
+// endpoints: a 5 s dial timeout and gRPC keepalive pings every 10 s (gRPC
+// never pings more often) with a 2 s timeout. Pings are sent only while
+// streams are open (a runner always has its watches open): etcd answers
+// pings on idle connections with GOAWAY "too_many_pings".
+//
+// Measured with these settings (3 members on loopback, one toxiproxy proxy
+// in front of each, etcd v3.6.16; TestClientConfigDropsBlackholedMember
+// and runner's TestEtcdFault* tests, BENCHMARKS.md):
+//
+//   - With one member black-holed, the client's balancer kept sending
+//     requests to it for 11.7-11.8 s (4 runs; of Gets with a 500 ms
+//     timeout, one every 50 ms, 18 hung each time) until keepalive dropped
+//     the connection; each of those requests hung until its own deadline,
+//     and watches on that connection stalled without an error. That is far
+//     longer than a renewal may take at the runner's defaults (2.5 s from
+//     its send to the detach instant), so a Store does not depend on it:
+//     renewals, verifications and pings go through a connection per
+//     member, hedged (see the package documentation). The remaining calls
+//     through the balancer (acquire, release, handoffs, listings) fail by
+//     their deadline and are retried; three consecutive failures of one
+//     kind detach a runner (runner.Config.StorageErrorThreshold).
+//   - With that, three runners at the default configuration stayed
+//     attached, and no ask failed, through one member black-holed for 60 s,
+//     1 s of latency on one member for 60 s, the leader killed, and the
+//     leader paused for 3 s and for 10 s (10 runs each). The one exception
+//     is etcd's: a leader paused for longer than the TTL revoked, as it
+//     resumed, the leases the new leader kept alive, after 4 of the 10
+//     ten-second pauses (see runner.Config.LeaseTTL).
 func ClientConfig(endpoints []string) clientv3.Config {
 	return clientv3.Config{
 		Endpoints:            endpoints,
