@@ -12,7 +12,7 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTTL           = 15 * time.Second
+	DefaultTTL           = 5 * time.Second
 	DefaultRetryInterval = 250 * time.Millisecond
 	maxCallTimeout       = 2 * time.Second
 )
@@ -22,7 +22,7 @@ var ErrInvalidConfig = errors.New("lease: invalid config")
 
 // Config holds the settings of a Keeper. Zero fields mean the defaults.
 type Config struct {
-	// TTL requested for the lease. Default 15 s.
+	// TTL requested for the lease. Default 5 s.
 	TTL time.Duration
 	// RenewInterval between successful renewals. Default TTL/3; at most TTL/3.
 	RenewInterval time.Duration
@@ -234,6 +234,8 @@ func (k *Keeper) renew(ctx context.Context) (next time.Duration, ok bool) {
 		return 0, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, k.cfg.CallTimeout)
+	// Every request the store sends for this call is sent after this
+	// instant (see the package documentation).
 	sent := time.Now()
 	ttl, err := k.leases.KeepAliveOnce(cctx, h.Lease)
 	cancel()

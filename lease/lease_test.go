@@ -212,7 +212,7 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := k.Config(); got.TTL != 15*time.Second || got.RenewInterval != 5*time.Second || got.RetryInterval != 250*time.Millisecond || got.CallTimeout != 2*time.Second {
+	if got := k.Config(); got.TTL != 5*time.Second || got.RenewInterval != 5*time.Second/3 || got.RetryInterval != 250*time.Millisecond || got.CallTimeout != 5*time.Second/3 {
 		t.Errorf("defaults = %+v", got)
 	}
 }

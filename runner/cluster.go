@@ -45,8 +45,8 @@ func (r *Runner) followRunners(ctx context.Context) {
 		live := r.rebuildByLeaseLocked()
 		r.mu.Unlock()
 		r.net.Forget(live)
-		if u.Reset {
-			r.storageResult("list runners", nil)
+		if u.Reset { // a good listing ends the streak of failed watches and listings
+			r.storageResult("watch runners", nil)
 		}
 		r.routesChanged()
 		signal(r.rebalance)
@@ -97,8 +97,8 @@ func (r *Runner) followLocks(ctx context.Context) {
 		r.flushLostLocked()
 		r.mu.Unlock()
 		r.routesChanged()
-		if u.Reset {
-			r.storageResult("list locks", nil)
+		if u.Reset { // a good listing ends the streak of failed watches and listings
+			r.storageResult("watch locks", nil)
 		}
 	})
 }

@@ -21,7 +21,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultNumShards              = 1024
-	DefaultLeaseTTL               = 15 * time.Second
+	DefaultLeaseTTL               = 5 * time.Second
 	DefaultKeepAliveRetryInterval = 250 * time.Millisecond
 	DefaultAcquireRetryInterval   = 200 * time.Millisecond
 	DefaultAcquireRetryWindow     = 2 * time.Second
@@ -111,9 +111,30 @@ type Config struct {
 	// Strategy assigns shards to runners. Default sharding.Balanced().
 	Strategy sharding.Strategy
 
-	// LeaseTTL of the runner's lease. Default 15 s.
+	// LeaseTTL of the runner's lease. Default 5 s: a crashed runner's
+	// shards answer again about 5 s after the crash (median 5.0 s, max
+	// 5.5 s over 10 SIGKILLs; BENCHMARKS.md). With the etcd store, whose
+	// renewals, verifications and probes are hedged across members, it
+	// rode out, without a detach or a failed ask, one etcd member
+	// black-holed or 1 s slow for 60 s and the etcd leader killed or
+	// frozen (10 runs each; runner's TestEtcdFault* tests). Two limits:
+	// this process must not be descheduled for longer than a renewal's
+	// window (LeaseTTL - DetachMargin - LeaseRenewInterval, 2.5 s; raise
+	// the TTL where GC pauses or CPU starvation last that long); and an
+	// etcd leader frozen for longer than the TTL revokes, as it resumes,
+	// the leases the new leader kept alive (an etcd bug, v3.6.16: its
+	// leadership check trusts a raft loop that just ticked again). The
+	// runners then see their locks deleted and detach at once, safely; it
+	// followed 4 of 10 ten-second leader freezes. A TTL longer than the
+	// longest leader freeze avoids it.
 	LeaseTTL time.Duration
-	// LeaseRenewInterval between renewals. Default LeaseTTL/3; at most LeaseTTL/3.
+	// LeaseRenewInterval between renewals. Default LeaseTTL/6; at most
+	// LeaseTTL/3. A renewal has LeaseTTL - DetachMargin - LeaseRenewInterval
+	// (2.5 s at the defaults) from its send to the detach instant, to be
+	// acknowledged through any etcd member: at LeaseTTL/3 (1.67 s), a
+	// frozen etcd leader detached every runner in 1 of 20 freezes when
+	// etcd ran with its default election timeout (1 s), at LeaseTTL/6 in
+	// none of 40 (runner's TestEtcdFaultPauseLeader).
 	LeaseRenewInterval time.Duration
 	// KeepAliveRetryInterval between renewal attempts after a failure.
 	// Default 250 ms.
@@ -156,7 +177,7 @@ type Config struct {
 	// ResyncInterval of the safety-net full reconciliation. Default 1 min.
 	ResyncInterval time.Duration
 	// VerifyInterval between read-only verifications of owned locks.
-	// Default LeaseRenewInterval.
+	// Default LeaseTTL/3.
 	VerifyInterval time.Duration
 	// OpTimeout bounds each storage call (and never extends past the detach
 	// instant). Default 3 s.
@@ -241,7 +262,7 @@ func (c Config) withDefaults() Config {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.LeaseRenewInterval == 0 {
-		c.LeaseRenewInterval = c.LeaseTTL / 3
+		c.LeaseRenewInterval = c.LeaseTTL / 6
 	}
 	if c.KeepAliveRetryInterval == 0 {
 		c.KeepAliveRetryInterval = min(DefaultKeepAliveRetryInterval, c.LeaseRenewInterval/2)
@@ -274,7 +295,7 @@ func (c Config) withDefaults() Config {
 		c.ResyncInterval = DefaultResyncInterval
 	}
 	if c.VerifyInterval == 0 {
-		c.VerifyInterval = c.LeaseRenewInterval
+		c.VerifyInterval = c.LeaseTTL / 3
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = DefaultOpTimeout

@@ -15,9 +15,10 @@ import (
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
-// The defaults: TTL 15s, renew every 5s, margin 5s, recover window 5s.
+// TTL 15s, renew every 5s, and the defaults derived from the TTL: margin
+// 5s, recover window 5s (the arithmetic of these tests is written for them).
 func detachCfg(id string) runner.Config {
-	return runner.Config{ID: id, NumShards: 8}
+	return runner.Config{ID: id, NumShards: 8, LeaseTTL: 15 * time.Second, LeaseRenewInterval: 5 * time.Second}
 }
 
 // startOwningAll starts one runner on a fresh memory cluster, registers

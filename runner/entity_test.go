@@ -339,7 +339,8 @@ func TestResidentCapEvictsLRU(t *testing.T) {
 func TestDetachInterruptsEveryEntity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		k := newTestKind(false)
-		_, r, rec := startHosting(t, k, runner.Config{NumShards: 8})
+		// RecoverWindow (TTL/3 = 5 s) outlasts the sends below.
+		_, r, rec := startHosting(t, k, runner.Config{NumShards: 8, LeaseTTL: 15 * time.Second})
 		ctx := t.Context()
 		// Two handlers blocked, on entities of different shards, plus a
 		// queued ask behind one of them.

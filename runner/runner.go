@@ -173,7 +173,9 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		TTL:           cfg.LeaseTTL,
 		RenewInterval: cfg.LeaseRenewInterval,
 		RetryInterval: cfg.KeepAliveRetryInterval,
-		CallTimeout:   min(cfg.LeaseRenewInterval, cfg.OpTimeout),
+		// A renewal is of use until the detach instant: with the defaults
+		// its (hedged) call may take TTL - margin - interval.
+		CallTimeout: min(max(cfg.LeaseRenewInterval, cfg.LeaseTTL-cfg.DetachMargin-cfg.LeaseRenewInterval), cfg.OpTimeout),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

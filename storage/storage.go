@@ -46,8 +46,10 @@ type Leases interface {
 	// Grant creates a lease of at least ttl.
 	Grant(ctx context.Context, ttl time.Duration) (Lease, error)
 	// KeepAliveOnce renews the lease once and returns the granted TTL, which
-	// counts from (no earlier than) the moment the request was sent. A lease
-	// that no longer exists yields ErrLeaseNotFound.
+	// counts from no earlier than the moment KeepAliveOnce was called: an
+	// implementation may send the request several times (through different
+	// servers), but never before the call. A lease that no longer exists
+	// yields ErrLeaseNotFound.
 	KeepAliveOnce(ctx context.Context, id LeaseID) (time.Duration, error)
 	// Revoke deletes the lease and every key attached to it. Revoking a
 	// lease that does not exist yields ErrLeaseNotFound.

@@ -612,6 +612,35 @@ func (c *EtcdCluster) cleanup(t testing.TB) {
 	}
 	if t.Failed() {
 		t.Logf("testenv: etcd logs (test failed):\n%s", c.logTails())
+		c.keepLogs(t)
+	}
+}
+
+// KeepLogsEnv names a directory into which the whole logs of a failed
+// test's etcd members are copied (the temp dir holding them is removed when
+// the test ends), as {test name}-{member}.log.
+const KeepLogsEnv = "SHARDHOST_KEEP_LOGS"
+
+func (c *EtcdCluster) keepLogs(t testing.TB) {
+	dir := os.Getenv(KeepLogsEnv)
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("testenv: %s: %v", KeepLogsEnv, err)
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	for _, m := range c.members {
+		b, err := os.ReadFile(m.logPath)
+		if err == nil {
+			dst := filepath.Join(dir, name+"-"+m.name+".log")
+			err = os.WriteFile(dst, b, 0o644)
+			t.Logf("testenv: etcd %s log kept in %s", m.name, dst)
+		}
+		if err != nil {
+			t.Logf("testenv: keep etcd %s log: %v", m.name, err)
+		}
 	}
 }
 

@@ -181,3 +181,17 @@ func logContains(path, substr string) bool {
 	b, err := os.ReadFile(path)
 	return err == nil && strings.Contains(string(b), substr)
 }
+
+// ChildSysProcAttr returns the process attributes the helpers start their
+// children with: on Linux a parent-death signal (SIGKILL), so a child does
+// not outlive a test binary that dies without its cleanups; nil elsewhere.
+// For packages that start processes of their own (internal/runnerproc).
+func ChildSysProcAttr() *syscall.SysProcAttr { return sysProcAttr() }
+
+// WaitStopped waits, at most timeout, until every thread of process pid is
+// stopped (after SIGSTOP) or, if stopped is false, none is (after SIGCONT):
+// kill(2) returns before the signal has taken effect. Where the process
+// state cannot be read (not Linux) it waits briefly instead.
+func WaitStopped(pid int, stopped bool, timeout time.Duration) error {
+	return waitStopped(pid, stopped, timeout)
+}

@@ -7,6 +7,25 @@
 // transaction of [storage.MaxShardsPerTxn] nested per-shard transactions, so
 // "held elsewhere" is decided per shard inside one atomic request.
 //
+// # Calls that keep a runner attached
+//
+// KeepAliveOnce, Verify and Ping do not go through the client's balancer,
+// which keeps sending some of the requests to a black-holed
+// member until gRPC keepalive drops its connection, about 12 s later (see
+// [ClientConfig]). The store dials one connection per endpoint of the
+// client instead (with the client's TLS, credentials, keepalive and dial
+// options) and hedges these calls across them: the first attempt goes
+// through the member that answered last; whenever no attempt has answered
+// for [Config.AttemptTimeout], or one failed for a reason that says nothing
+// about the request (timeout, no leader, connection lost), the next attempt
+// starts through the next member while the earlier ones keep running. The
+// first answer wins; "lease not found" and other definite errors are
+// answers too. All three are reads or renewals, safe to send more than
+// once; every attempt is sent after the call began, which is what
+// [storage.Leases.KeepAliveOnce] promises and what keeps the lease
+// deadline conservative (see package lease). The connections are closed by
+// [Store.Close] or when the client is closed.
+//
 // # Concurrency
 //
 // A Store is safe for concurrent use; the etcd client is shared without any
@@ -42,18 +61,28 @@ type Config struct {
 	// OpTimeout bounds each call whose context has no earlier deadline.
 	// Default DefaultOpTimeout.
 	OpTimeout time.Duration
+	// AttemptTimeout is how long KeepAliveOnce, Verify and Ping wait for
+	// an answer from one member before they also ask the next one (see
+	// Store). Default DefaultAttemptTimeout (300 ms): a renewal's window
+	// (2.5 s at the runner's defaults) holds 9 attempts, every member of a
+	// 3-member cluster three times.
+	AttemptTimeout time.Duration
 }
 
-// Store is a storage.Store on an etcd cluster.
+// Store is a storage.Store on an etcd cluster. Renewals, verifications and
+// pings are hedged across the members (see the package documentation).
 type Store struct {
-	cli       *clientv3.Client
-	prefix    string // "/{namespace}/"
-	opTimeout time.Duration
+	cli            *clientv3.Client
+	prefix         string // "/{namespace}/"
+	opTimeout      time.Duration
+	attemptTimeout time.Duration
+	members        *members
 }
 
 // New returns a store that keeps its keys under "/{namespace}/" in the etcd
 // cluster behind cli. The caller keeps ownership of cli and closes it after
-// the store is no longer used.
+// the store is no longer used; closing cli also closes the store's own
+// member connections (dialed on first use, one per endpoint of cli).
 func New(cli *clientv3.Client, namespace string, cfg Config) (*Store, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: nil etcd client", storage.ErrInvalidArgument)
@@ -61,22 +90,70 @@ func New(cli *clientv3.Client, namespace string, cfg Config) (*Store, error) {
 	if namespace == "" || strings.ContainsAny(namespace, "/\x00") {
 		return nil, fmt.Errorf("%w: namespace %q: want a non-empty name without '/'", storage.ErrInvalidArgument, namespace)
 	}
-	if cfg.OpTimeout < 0 {
-		return nil, fmt.Errorf("%w: negative OpTimeout", storage.ErrInvalidArgument)
+	if cfg.OpTimeout < 0 || cfg.AttemptTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative OpTimeout or AttemptTimeout", storage.ErrInvalidArgument)
 	}
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = DefaultOpTimeout
 	}
-	return &Store{cli: cli, prefix: "/" + namespace + "/", opTimeout: cfg.OpTimeout}, nil
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	return &Store{
+		cli: cli, prefix: "/" + namespace + "/", opTimeout: cfg.OpTimeout,
+		attemptTimeout: cfg.AttemptTimeout, members: &members{cli: cli},
+	}, nil
+}
+
+// Close closes the store's member connections (see Store). It does not
+// close the client, and it is not needed when the client is closed (that
+// closes them too). The store must not be used afterwards.
+func (s *Store) Close() error { return s.members.close() }
+
+// Stats counts the hedged calls of a Store (KeepAliveOnce, Verify
+// batches, Ping) since it was created.
+type Stats struct {
+	Calls    int64 // hedged calls
+	Attempts int64 // attempts of those calls, one member each
+	Hedged   int64 // calls that needed a second attempt
+	Failed   int64 // calls no member answered before their context ended
+}
+
+// Stats returns the counts of the store's hedged calls.
+func (s *Store) Stats() Stats {
+	st := &s.members.stats
+	return Stats{Calls: st.calls.Load(), Attempts: st.attempts.Load(), Hedged: st.hedged.Load(), Failed: st.failed.Load()}
 }
 
 // ClientConfig returns the etcd client settings shardhost recommends for
-// endpoints: gRPC keepalive pings every 10 s with a 2 s timeout, so a
-// black-holed member is dropped from the client's connection pool well
-// within the default lease TTL (15 s) minus the detach margin, instead of
-// receiving requests until the TCP connection times out. Pings are sent
-// only while streams are open (a runner always has its watches open): etcd
-// answers pings on idle connections with GOAWAY "too_many_pings".
+// endpoints: a 5 s dial timeout and gRPC keepalive pings every 10 s (gRPC
+// never pings more often) with a 2 s timeout. Pings are sent only while
+// streams are open (a runner always has its watches open): etcd answers
+// pings on idle connections with GOAWAY "too_many_pings".
+//
+// Measured with these settings (3 members on loopback, one toxiproxy proxy
+// in front of each, etcd v3.6.16; TestClientConfigDropsBlackholedMember
+// and runner's TestEtcdFault* tests, BENCHMARKS.md):
+//
+//   - With one member black-holed, the client's balancer kept sending
+//     requests to it for 11.7-11.8 s (4 runs; of Gets with a 500 ms
+//     timeout, one every 50 ms, 18 hung each time) until keepalive dropped
+//     the connection; each of those requests hung until its own deadline,
+//     and watches on that connection stalled without an error. That is far
+//     longer than a renewal may take at the runner's defaults (2.5 s from
+//     its send to the detach instant), so a Store does not depend on it:
+//     renewals, verifications and pings go through a connection per
+//     member, hedged (see the package documentation). The remaining calls
+//     through the balancer (acquire, release, handoffs, listings) fail by
+//     their deadline and are retried; three consecutive failures of one
+//     kind detach a runner (runner.Config.StorageErrorThreshold).
+//   - With that, three runners at the default configuration stayed
+//     attached, and no ask failed, through one member black-holed for 60 s,
+//     1 s of latency on one member for 60 s, the leader killed, and the
+//     leader paused for 3 s and for 10 s (10 runs each). The one exception
+//     is etcd's: a leader paused for longer than the TTL revoked, as it
+//     resumed, the leases the new leader kept alive, after 4 of the 10
+//     ten-second pauses (see runner.Config.LeaseTTL).
 func ClientConfig(endpoints []string) clientv3.Config {
 	return clientv3.Config{
 		Endpoints:            endpoints,
@@ -158,11 +235,13 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (storage.Lease, er
 func (s *Store) KeepAliveOnce(ctx context.Context, id storage.LeaseID) (time.Duration, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(id))
+	ttl, err := hedged(ctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (int64, error) {
+		return keepAliveOnce(ctx, m, clientv3.LeaseID(id))
+	})
 	if err != nil {
 		return 0, fmt.Errorf("keep-alive lease %x: %w", id, translate(err))
 	}
-	return time.Duration(resp.TTL) * time.Second, nil
+	return time.Duration(ttl) * time.Second, nil
 }
 
 // Revoke implements storage.Leases.
@@ -402,7 +481,9 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 			gets[i] = clientv3.OpGet(key)
 		}
 		tctx, cancel := s.ctx(ctx)
-		resp, err := s.cli.Txn(tctx).If(cmps...).Else(gets...).Commit()
+		resp, err := hedged(tctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*clientv3.TxnResponse, error) {
+			return m.kv.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Else(gets...).Commit()
+		})
 		cancel()
 		if err != nil {
 			return translate(err)
@@ -682,11 +763,15 @@ func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name
 	return cp, err == nil, err
 }
 
-// Ping implements storage.Store with a linearizable read of one key.
+// Ping implements storage.Store with a linearizable read of one key,
+// hedged across the members like KeepAliveOnce.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	if _, err := s.cli.Get(ctx, s.prefix+"ping", clientv3.WithCountOnly()); err != nil {
+	_, err := hedged(ctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*clientv3.GetResponse, error) {
+		return m.kv.Get(clientv3.WithRequireLeader(ctx), s.prefix+"ping", clientv3.WithCountOnly())
+	})
+	if err != nil {
 		return fmt.Errorf("ping: %w", translate(err))
 	}
 	return nil
