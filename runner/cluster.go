@@ -332,8 +332,11 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 	}
 	r.assignErr = nil
 	old, self := r.assignment, r.selfLocked()
-	if old == nil || self != r.assignedSelf {
-		r.markAllLocked() // every shard's wanting may have changed
+	if old == nil || self != r.assignedSelf || r.attachedSince {
+		// Every shard's wanting may have changed, or this attachment has
+		// not decided them yet (a detach forgot everything).
+		r.markAllLocked()
+		r.attachedSince = false
 	} else {
 		r.markReassignedLocked(old, a)
 	}

@@ -46,6 +46,15 @@ func (r *Runner) watchdog(ctx context.Context) {
 					wait, backoff = backoff, min(2*backoff, 5*time.Second)
 				}
 			} else {
+				r.mu.Lock()
+				still := r.phase == phaseStarting
+				r.mu.Unlock()
+				if still {
+					// Shutdown began before the runner registered: it
+					// never will; nothing is left to watch.
+					<-ctx.Done()
+					return
+				}
 				backoff = r.cfg.ProbeInterval
 				continue
 			}
@@ -335,6 +344,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	// that starts with others acts on the membership they end up with, not
 	// on whichever part of it registered first.
 	r.viewChanging = true
+	r.attachedSince = true
 	signal(r.rebalance)
 	return nil
 }

@@ -41,6 +41,10 @@ type ShardReleased struct {
 	EventBase
 	Shard sharding.ShardID
 	Epoch storage.Epoch
+	// Interrupted counts the entities still busy when the drain ended
+	// (DrainTimeout, a handler ignoring its context): they got no Release
+	// hook, so whatever they did since their last checkpoint is lost.
+	Interrupted int
 }
 
 // ShardLost: the runner stopped owning Shard without a planned release:

@@ -133,6 +133,8 @@ type shardHost struct {
 
 	running  atomic.Int64 // entities with a goroutine
 	replying atomic.Int64 // admitted remote asks whose answer is not written yet
+	// interrupted: entities busy when the last drain ended (no Release).
+	interrupted atomic.Int64
 	draining atomic.Bool
 	// actx is the attachment the shard was installed in; lockWaits is set
 	// when a plain release ends the hosting but keeps the lock until the
@@ -717,6 +719,7 @@ func (sh *shardHost) drain(ctx context.Context, reason error) {
 	if timedOut {
 		sh.r.log.Warn("drain timed out; busy entities are interrupted without Release", "shard", sh.id, "busy", busy)
 	}
+	sh.interrupted.Store(int64(busy))
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	for _, e := range es {

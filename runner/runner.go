@@ -143,6 +143,7 @@ type Runner struct {
 	// this incarnation (later changes are debounced; the first is not).
 	assignedWithSelf bool
 	assignedSelf     selfState       // this runner's own state when the assignment was installed
+	attachedSince    bool            // attached since the last assignment install: the next one decides every shard
 	membersSeen      bool            // the membership view has been listed at least once
 	storageErrs      map[string]int  // consecutive failed calls, by operation
 	stopping         bool            // Shutdown started: no more attaching or acquiring

@@ -1,0 +1,654 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/memory"
+	"github.com/shardhost/shardhost/transport"
+)
+
+// The deterministic cluster simulation: whole clusters of runners on the
+// in-memory store and transport, inside testing/synctest (virtual time, no
+// socket), under seeded random schedules of faults, with the invariants of
+// the fault suite checked on every run:
+//
+//   - a handler's result is never acknowledged if, while it ran, a newer
+//     owner of its shard (a later epoch) ran handlers of the shard (a
+//     frozen or cut-off owner's late result);
+//   - handlers that respect their context never run on two runners for one
+//     shard at once;
+//   - every ownership of a shard has its own epoch, and a runner's epochs
+//     of a shard increase;
+//   - a counter never goes backwards between two acknowledged increments
+//     unless an unplanned loss (crash, lost lease, lost lock) came between
+//     (planned moves checkpoint on release and restore on activation);
+//   - after the last fault heals, the cluster converges: every shard owned
+//     exactly once by its assignee, within 2 x TTL + HandoffWait.
+//
+// The schedule (what fault, when, for how long, and every ask's timing)
+// is a pure function of the seed and is printed with a failure: -sim.seed
+// replays it. Virtual time makes the run reproducible in time; the order in
+// which goroutines interleave within one instant is the Go scheduler's and
+// is not controlled, so a replay reruns the same schedule, not necessarily
+// the same interleaving.
+var (
+	simSeeds = flag.Int("sim.seeds", 200, "simulation seeds to run (make test runs 1000 without -race)")
+	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed")
+	simFirst = flag.Uint64("sim.first", 1, "first seed")
+	simLog   = flag.Bool("sim.log", false, "print each run's schedule and the runners' logs")
+)
+
+func TestSimulation(t *testing.T) {
+	seeds := []uint64{}
+	if *simSeed != 0 {
+		seeds = append(seeds, *simSeed)
+	} else {
+		for i := range uint64(*simSeeds) {
+			seeds = append(seeds, *simFirst+i)
+		}
+	}
+	var total simStats
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			var st simStats
+			synctest.Test(t, func(t *testing.T) { st = simulate(t, seed) })
+			total.add(st)
+		})
+	}
+	t.Logf("%d seeds: %s", len(seeds), total)
+}
+
+// simStats counts what the runs did.
+type simStats struct {
+	faults           map[string]int
+	asksOK, asksFail int
+	withheld         int // results withheld (StaleResultError)
+	stubborn         int // handlers that ignored their context
+}
+
+func (s *simStats) add(o simStats) {
+	if s.faults == nil {
+		s.faults = map[string]int{}
+	}
+	for k, v := range o.faults {
+		s.faults[k] += v
+	}
+	s.asksOK += o.asksOK
+	s.asksFail += o.asksFail
+	s.withheld += o.withheld
+	s.stubborn += o.stubborn
+}
+
+func (s simStats) String() string {
+	var kinds []string
+	for k := range s.faults {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k, s.faults[k]))
+	}
+	return fmt.Sprintf("faults [%s]; asks %d ok, %d failed; %d results withheld, %d stubborn handlers",
+		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn)
+}
+
+// Simulation parameters.
+const (
+	simShards   = 8
+	simEntities = 24
+	simTTL      = 3 * time.Second
+	simDuration = 20 * time.Second // faults happen in [0, simDuration)
+)
+
+// simCounter is the simulated entity: an increment counter whose handler
+// takes a little virtual time, checkpoints on release and restores on
+// activation; a stubborn call ignores its context while it sleeps.
+type simCounter struct {
+	id    string
+	n     int64
+	epoch int64
+	w     *simWorld
+}
+
+type simReq struct {
+	Sleep    time.Duration
+	Stubborn bool
+}
+
+type simResp struct {
+	N      int64
+	Exec   int64 // the execution, for the acknowledgement check
+	Runner string
+	Epoch  int64
+}
+
+func (c *simCounter) Activate(ctx context.Context, info entity.ActivateInfo) error {
+	c.epoch = info.Epoch
+	data, ok, err := info.Restore(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	_, err = fmt.Sscan(string(data), &c.n)
+	return err
+}
+
+func (c *simCounter) Release(ctx context.Context, info entity.ReleaseInfo) error {
+	err := info.Checkpoint(ctx, []byte(fmt.Sprint(c.n)))
+	if err != nil { // the next owner restores an older value: state lost
+		c.w.mu.Lock()
+		c.w.lost = append(c.w.lost, time.Now())
+		c.w.mu.Unlock()
+	}
+	return err
+}
+
+func (c *simCounter) Inc(ctx context.Context, r simReq) (simResp, error) {
+	info, _ := runner.ShardInfoFrom(ctx)
+	exec := c.w.begin(info, r.Stubborn)
+	defer c.w.end(exec)
+	if r.Stubborn {
+		time.Sleep(r.Sleep)
+	} else {
+		select {
+		case <-time.After(r.Sleep):
+		case <-ctx.Done():
+			return simResp{}, context.Cause(ctx)
+		}
+	}
+	c.n++
+	return simResp{N: c.n, Exec: exec, Runner: info.Runner, Epoch: int64(info.Epoch)}, nil
+}
+
+// simWorld records every handler execution across the runners.
+type simWorld struct {
+	mu         sync.Mutex
+	next       int64
+	active     map[sharding.ShardID]map[int64]simExec // running executions by shard
+	overlapped map[int64]bool                         // executions another runner's handler overlapped
+	started    map[int64]time.Time                    // when each execution started
+	lost       []time.Time                            // release checkpoints that failed
+	violations []string
+}
+
+type simExec struct {
+	runner   string
+	stubborn bool
+	epoch    storage.Epoch
+}
+
+func (w *simWorld) begin(info runner.ShardInfo, stubborn bool) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next++
+	id := w.next
+	w.started[id] = time.Now()
+	for other, e := range w.active[info.Shard] {
+		if e.runner == info.Runner {
+			continue
+		}
+		// The execution under the older epoch belongs to an owner that
+		// lost the shard while it ran: its result must be withheld.
+		if e.epoch < info.Epoch {
+			w.overlapped[other] = true
+		} else {
+			w.overlapped[id] = true
+		}
+		if !e.stubborn && !stubborn {
+			w.violations = append(w.violations, fmt.Sprintf("shard %d: handlers respecting their context ran on %s (epoch %d) and %s (epoch %d) at once",
+				info.Shard, e.runner, e.epoch, info.Runner, info.Epoch))
+		}
+	}
+	if w.active[info.Shard] == nil {
+		w.active[info.Shard] = map[int64]simExec{}
+	}
+	w.active[info.Shard][id] = simExec{runner: info.Runner, stubborn: stubborn, epoch: info.Epoch}
+	return id
+}
+
+func (w *simWorld) end(id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range w.active {
+		delete(m, id)
+	}
+}
+
+func (w *simWorld) running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, m := range w.active {
+		n += len(m)
+	}
+	return n
+}
+
+func (w *simWorld) violate(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.violations = append(w.violations, fmt.Sprintf(format, args...))
+}
+
+// simNode is one runner incarnation of the simulation.
+type simNode struct {
+	id    string
+	r     *runner.Runner
+	store *memory.Store
+	sub   *runner.Subscription
+	done  chan struct{}
+	dead  bool // crashed or shut down; a later incarnation may take the ID
+}
+
+// simRun is one seeded run.
+type simRun struct {
+	t       *testing.T
+	seed    uint64
+	rng     *rand.Rand
+	c       *memory.Cluster
+	net     *transport.InmemNetwork
+	w       *simWorld
+	kind    *entity.Kind[simCounter]
+	inc     *entity.MethodRef[simCounter, simReq, simResp]
+	log     *slog.Logger
+	nodesMu sync.Mutex
+	nodes   []*simNode
+	ids     int
+	sched   []string // the schedule, for the failure message
+	stats   simStats
+
+	evMu sync.Mutex
+	evs  []runner.Event
+	wg   sync.WaitGroup
+}
+
+func simulate(t *testing.T, seed uint64) simStats {
+	s := &simRun{
+		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15+1)),
+		c: memory.NewCluster(), net: transport.NewInmemNetwork(),
+		w:     &simWorld{active: map[sharding.ShardID]map[int64]simExec{}, overlapped: map[int64]bool{}, started: map[int64]time.Time{}},
+		stats: simStats{faults: map[string]int{}},
+		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if *simLog {
+		s.log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	s.kind = entity.NewKind("counter", func(id string) *simCounter { return &simCounter{id: id, w: s.w} })
+	s.inc = entity.Method(s.kind, "inc", (*simCounter).Inc)
+	defer s.c.Close()
+	gw := s.startNode("gw", true)
+	for range 3 {
+		s.startNode("", false)
+	}
+	load := s.drive(gw)
+	s.schedule()
+	close(load.stop)
+	load.wg.Wait()
+	s.heal()
+	s.converge()
+	for _, n := range s.nodes {
+		if !n.dead {
+			n.r.Close()
+			<-n.done
+		}
+		n.sub.Close()
+	}
+	s.wg.Wait()
+	// Handlers that ignore their context outlive their runner (nothing can
+	// stop them): the bubble ends after the last one.
+	for s.w.running() > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.check(load)
+	return s.stats
+}
+
+func (s *simRun) note(format string, args ...any) {
+	line := fmt.Sprintf("%6.2fs ", time.Since(simStart).Seconds()) + fmt.Sprintf(format, args...)
+	s.sched = append(s.sched, line)
+	if *simLog {
+		s.t.Log(line)
+	}
+}
+
+// simStart is the bubble's start: synctest starts every bubble at
+// midnight UTC 2000-01-01.
+var simStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (s *simRun) startNode(id string, gateway bool) *simNode {
+	s.nodesMu.Lock()
+	if id == "" {
+		s.ids++
+		id = fmt.Sprintf("r%d", s.ids)
+	}
+	s.nodesMu.Unlock()
+	cfg := runner.Config{
+		ID: id, NumShards: simShards, LeaseTTL: simTTL, Logger: s.log.With("node", id),
+		Transport: s.net.Transport(id + ":7100"), HandoffWait: 3 * time.Second, WarmTimeout: time.Second,
+		DrainTimeout: time.Second, ClientOnly: gateway,
+	}
+	st := s.c.NewStore(id)
+	r, err := runner.New(st, cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := r.Register(s.kind); err != nil {
+		s.t.Fatal(err)
+	}
+	n := &simNode{id: id, r: r, store: st, sub: r.Subscribe(), done: make(chan struct{})}
+	s.wg.Go(func() {
+		for ev := range n.sub.Events() {
+			s.evMu.Lock()
+			s.evs = append(s.evs, ev)
+			s.evMu.Unlock()
+		}
+	})
+	go func() { defer close(n.done); _ = r.Run(context.Background()) }()
+	for r.Status().Phase == "new" {
+		time.Sleep(time.Millisecond)
+	}
+	s.nodesMu.Lock()
+	s.nodes = append(s.nodes, n)
+	s.nodesMu.Unlock()
+	return n
+}
+
+// live returns the hosting nodes that run.
+func (s *simRun) live() []*simNode {
+	s.nodesMu.Lock()
+	defer s.nodesMu.Unlock()
+	var out []*simNode
+	for _, n := range s.nodes {
+		if !n.dead && !n.r.Config().ClientOnly {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// simLoad is the gateway's traffic: one ask at a time per caller.
+type simLoad struct {
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	acks   map[string][]simAck // by entity, in ack order
+	failed int
+}
+
+type simAck struct {
+	n      int64
+	exec   int64
+	at     time.Time
+	runner string
+	epoch  int64
+}
+
+func (s *simRun) drive(gw *simNode) *simLoad {
+	l := &simLoad{stop: make(chan struct{}), acks: map[string][]simAck{}}
+	for caller := range 4 {
+		// Each caller's timing and requests come from its own seeded
+		// stream, so they do not depend on the others' progress.
+		rng := rand.New(rand.NewPCG(s.seed, uint64(caller)+100))
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.stop:
+					return
+				case <-time.After(time.Duration(5+rng.IntN(40)) * time.Millisecond):
+				}
+				id := fmt.Sprintf("e%d", rng.IntN(simEntities))
+				req := simReq{Sleep: time.Duration(rng.IntN(30)) * time.Millisecond}
+				if rng.IntN(40) == 0 {
+					req = simReq{Sleep: time.Duration(1+rng.IntN(6)) * time.Second, Stubborn: true}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, err := s.inc.Ask(ctx, gw.r, id, req)
+				cancel()
+				l.mu.Lock()
+				if req.Stubborn {
+					s.stats.stubborn++
+				}
+				var stale *runner.StaleResultError
+				switch {
+				case err == nil:
+					l.acks[id] = append(l.acks[id], simAck{n: resp.N, exec: resp.Exec, at: time.Now(), runner: resp.Runner, epoch: resp.Epoch})
+				case errors.As(err, &stale):
+					s.stats.withheld++
+					l.failed++
+				default:
+					l.failed++
+				}
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+// The faults of the schedule.
+var simFaults = []string{"crash", "shutdown", "store-partition", "keepalive-fail", "expire-lease",
+	"net-isolate", "lose-answers", "join", "store-delay"}
+
+// schedule runs the seeded faults over simDuration, then waits for the
+// last to heal.
+func (s *simRun) schedule() {
+	end := simStart.Add(simDuration)
+	var healers sync.WaitGroup
+	defer healers.Wait()
+	for {
+		time.Sleep(time.Duration(500+s.rng.IntN(2500)) * time.Millisecond)
+		if time.Now().After(end) {
+			return
+		}
+		fault := simFaults[s.rng.IntN(len(simFaults))]
+		live := s.live()
+		if len(live) == 0 {
+			fault = "join"
+		}
+		var n *simNode
+		if len(live) > 0 {
+			n = live[s.rng.IntN(len(live))]
+		}
+		d := time.Duration(500+s.rng.IntN(int(2*simTTL/time.Millisecond))) * time.Millisecond
+		s.stats.faults[fault]++
+		switch fault {
+		case "crash", "shutdown":
+			if len(live) <= 1 {
+				s.stats.faults[fault]--
+				continue
+			}
+			s.note("%s %s, back after %v", fault, n.id, d)
+			if fault == "crash" {
+				n.r.Close()
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = n.r.Shutdown(ctx)
+				cancel()
+			}
+			<-n.done
+			s.nodesMu.Lock()
+			n.dead = true
+			s.nodesMu.Unlock()
+			id := n.id
+			healers.Go(func() { time.Sleep(d); s.startNode(id, false) })
+		case "store-partition":
+			s.note("store partition of %s for %v", n.id, d)
+			n.store.Partition(true)
+			healers.Go(func() { time.Sleep(d); n.store.Partition(false) })
+		case "keepalive-fail":
+			s.note("keep-alives of %s fail for %v", n.id, d)
+			n.store.FailKeepAlive(true)
+			healers.Go(func() { time.Sleep(d); n.store.FailKeepAlive(false) })
+		case "store-delay":
+			s.note("store calls of %s delayed 400ms for %v", n.id, d)
+			for _, op := range []memory.Op{memory.OpAcquire, memory.OpVerify, memory.OpTransfer, memory.OpHandoff, memory.OpKeepAlive} {
+				n.store.Delay(op, 400*time.Millisecond)
+			}
+			healers.Go(func() {
+				time.Sleep(d)
+				for _, op := range []memory.Op{memory.OpAcquire, memory.OpVerify, memory.OpTransfer, memory.OpHandoff, memory.OpKeepAlive} {
+					n.store.Delay(op, 0)
+				}
+			})
+		case "expire-lease":
+			// The runner cannot renew for longer than its TTL: it detaches
+			// at its deadline - margin, then the store expires its lease.
+			// (An expiry before the runner's deadline, as etcd's early
+			// revocation after a leader freeze, is outside the model: no
+			// runner can stop a handler it cannot know is late.)
+			d := simTTL + time.Duration(s.rng.IntN(2000))*time.Millisecond
+			s.note("keep-alives of %s fail for %v: its lease expires", n.id, d)
+			n.store.FailKeepAlive(true)
+			healers.Go(func() { time.Sleep(d); n.store.FailKeepAlive(false) })
+		case "net-isolate":
+			s.note("%s isolated from its peers for %v", n.id, d)
+			addr := n.id + ":7100"
+			s.net.Isolate(addr, true)
+			healers.Go(func() { time.Sleep(d); s.net.Isolate(addr, false) })
+		case "lose-answers":
+			s.note("answers of %s lost for %v", n.id, d)
+			addr := n.id + ":7100"
+			s.net.LoseAnswers(addr, true)
+			healers.Go(func() { time.Sleep(d); s.net.LoseAnswers(addr, false) })
+		case "join":
+			if len(live) >= 5 {
+				s.stats.faults[fault]--
+				continue
+			}
+			s.note("a runner joins")
+			s.startNode("", false)
+		}
+	}
+}
+
+// heal ends every fault (the schedule's healers have run).
+func (s *simRun) heal() { s.note("all faults healed") }
+
+// converge waits for every shard to be owned exactly once by its assignee.
+func (s *simRun) converge() {
+	limit := 2*simTTL + 3*time.Second + time.Second // 2 x TTL + HandoffWait + recompute slack
+	deadline := time.Now().Add(limit)
+	for {
+		ok, why := simPartitionOK(s.live())
+		if ok {
+			s.note("converged")
+			return
+		}
+		if time.Now().After(deadline) {
+			s.w.violate("no convergence %v after the last fault healed: %s", limit, why)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func simPartitionOK(ns []*simNode) (bool, string) {
+	if len(ns) == 0 {
+		return false, "no runner"
+	}
+	a := ns[0].r.Assignment()
+	owner := make([]string, simShards)
+	for _, n := range ns {
+		if !slices.Equal(n.r.Assignment(), a) {
+			return false, "runners disagree on the assignment"
+		}
+		for id := range n.r.Owned() {
+			if owner[id] != "" {
+				return false, fmt.Sprintf("shard %d owned by %s and %s", id, owner[id], n.id)
+			}
+			owner[id] = n.id
+		}
+	}
+	for id := range simShards {
+		if len(a) != simShards || owner[id] != a[id] {
+			return false, fmt.Sprintf("shard %d owned by %q, assigned to %q", id, owner[id], a[id])
+		}
+	}
+	return true, ""
+}
+
+// check applies the invariants to what the run recorded.
+func (s *simRun) check(l *simLoad) {
+	// Acknowledged results of executions another runner overlapped.
+	for id, acks := range l.acks {
+		for _, a := range acks {
+			if s.w.overlapped[a.exec] {
+				s.w.violate("entity %s: acknowledged value %d of a handler that ran while a newer owner of its shard ran handlers", id, a.n)
+			}
+		}
+	}
+	// Epochs: one ownership per epoch; increasing per runner and shard.
+	type key struct {
+		shard sharding.ShardID
+		epoch storage.Epoch
+	}
+	seen := map[key]string{}
+	last := map[string]storage.Epoch{}
+	unplanned := []time.Time{}
+	for _, ev := range s.evs {
+		switch e := ev.(type) {
+		case runner.ShardAcquired:
+			k := key{e.Shard, e.Epoch}
+			if r, dup := seen[k]; dup && r != e.Runner {
+				s.w.violate("shard %d acquired at epoch %d by %s and %s", e.Shard, e.Epoch, r, e.Runner)
+			}
+			seen[k] = e.Runner
+			rk := fmt.Sprintf("%s/%d", e.Runner, e.Shard)
+			if e.Epoch < last[rk] {
+				s.w.violate("%s acquired shard %d at epoch %d after epoch %d", e.Runner, e.Shard, e.Epoch, last[rk])
+			}
+			last[rk] = e.Epoch
+		case runner.ShardLost, runner.Detached:
+			unplanned = append(unplanned, e.Base().Time)
+		case runner.ShardReleased:
+			if e.Interrupted > 0 { // busy entities released without checkpoint
+				unplanned = append(unplanned, e.Time)
+			}
+		}
+	}
+	unplanned = append(unplanned, s.w.lost...) // checkpoints that failed on release
+	// Counters go backwards only across an unplanned loss. An entity runs
+	// one handler at a time, so its executions are ordered by their ids
+	// (acknowledgements may arrive in another order).
+	for id, acks := range l.acks {
+		slices.SortFunc(acks, func(a, b simAck) int { return int(a.exec - b.exec) })
+		for i := 1; i < len(acks); i++ {
+			prev, cur := acks[i-1], acks[i]
+			if cur.n > prev.n {
+				continue
+			}
+			from, to := s.w.started[prev.exec], s.w.started[cur.exec]
+			lossBetween := slices.ContainsFunc(unplanned, func(t time.Time) bool {
+				return !t.Before(from) && !t.After(to)
+			})
+			if !lossBetween {
+				s.w.violate("entity %s: acknowledged %d (%s epoch %d, ran at %v) after %d (%s epoch %d, ran at %v) with no unplanned loss between",
+					id, cur.n, cur.runner, cur.epoch, to.Sub(simStart), prev.n, prev.runner, prev.epoch, from.Sub(simStart))
+			}
+		}
+	}
+	s.stats.asksFail = l.failed
+	for _, acks := range l.acks {
+		s.stats.asksOK += len(acks)
+	}
+	if len(s.w.violations) > 0 {
+		s.t.Errorf("seed %d (replay: go test -run 'TestSimulation' -sim.seed=%d -sim.log ./runner/): %d violations:\n  %s\nschedule:\n  %s",
+			s.seed, s.seed, len(s.w.violations), strings.Join(s.w.violations[:min(len(s.w.violations), 10)], "\n  "), strings.Join(s.sched, "\n  "))
+	}
+}
