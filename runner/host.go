@@ -135,7 +135,7 @@ type shardHost struct {
 	replying atomic.Int64 // admitted remote asks whose answer is not written yet
 	// interrupted: entities busy when the last drain ended (no Release).
 	interrupted atomic.Int64
-	draining atomic.Bool
+	draining    atomic.Bool
 	// actx is the attachment the shard was installed in; lockWaits is set
 	// when a plain release ends the hosting but keeps the lock until the
 	// handlers still running return (while actx lives).
