@@ -30,10 +30,25 @@
 //     ActivateRestart) and never takes the runner down.
 //   - Delivery is at most once per call. Errors that guarantee
 //     non-delivery (not the owner, detached, mailbox full) are safe to
-//     retry; after any other error the handler may have run.
+//     retry; after any other error the handler may have run. A method
+//     defined with [Idempotent] is retried by the sender after "may have
+//     run" errors too (at least once, until its context ends).
 //   - Requests and responses are encoded with the kind's Codec (JSON by
 //     default) only when they cross a process boundary; locally they are
 //     passed as values, so handlers must not mutate a request they keep.
+//
+// # The codec contract
+//
+// A request or response must come out of the kind's codec as it went in:
+// the same call is passed as a value while the entity is local and encoded
+// once it lives on another runner, so a type that loses data (with JSON: an
+// unexported field, a channel, a function) would work in tests on one
+// runner and arrive zeroed, or fail, in a cluster. [Method] and [Signal]
+// check their types against the codec when they are defined and panic with
+// ErrInvalidKind, naming the offending field, when they do not survive it
+// (see [JSON] for its rules; tag a field `json:"-"` to state that it stays
+// local). Codecs that implement [TypeChecker] inspect the type; any other
+// codec must round-trip a zero value.
 //
 // # Concurrency
 //
