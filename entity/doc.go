@@ -22,9 +22,11 @@
 //     runner's resident cap is reached).
 //   - One message at a time: handlers and lifecycle hooks of one entity
 //     never run concurrently, so entity state needs no locking.
-//   - The handler's context is the shard's: it is cancelled when the shard
-//     leaves the runner, and context.Cause tells why (the runner's
-//     ErrDetached, ErrShardMoved or ErrShutdown).
+//   - The handler's context is the shard's, bounded by the asker's
+//     deadline: it is cancelled when the shard leaves the runner or the
+//     asker's deadline passes, whichever comes first, and context.Cause
+//     tells why (the runner's ErrDetached, ErrShardMoved, ErrShutdown or
+//     ErrCallerDeadline). Lifecycle hooks get the shard's context only.
 //   - A panic in a handler fails that message with a *PanicError, discards
 //     the instance (the next message gets a fresh one, activated with
 //     ActivateRestart) and never takes the runner down.

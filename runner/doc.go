@@ -135,9 +135,12 @@
 // its first message, runs one message at a time on a goroutine that exists
 // only while its mailbox is non-empty, and is passivated after its kind's
 // IdleAfter or when MaxResidentEntities is exceeded (least recently used
-// first). Handler contexts are the shard's context: cancelled with
+// first). A handler's context is the shard's context — cancelled with
 // ErrDetached, ErrShardMoved or ErrShutdown when the shard leaves, and
-// carrying ShardInfo. A panic fails its message with an *entity.PanicError
+// carrying ShardInfo — bounded by the asker's deadline, if it has one, with
+// cause ErrCallerDeadline (a remote asker's deadline travels with its
+// request; signals carry none): whichever ends first cancels the handler,
+// with its own cause. A panic fails its message with an *entity.PanicError
 // and restarts the instance.
 //
 // # Routing and delivery

@@ -9,8 +9,9 @@ import (
 )
 
 // Sentinel errors. The cause errors (ErrDetached, ErrShardMoved,
-// ErrPassivated, ErrShutdown) are what context.Cause returns for the context
-// of a shard or entity handler that was interrupted.
+// ErrPassivated, ErrShutdown, ErrCallerDeadline) are what context.Cause
+// returns for the context of a shard or entity handler that was
+// interrupted.
 var (
 	// ErrDetached: the runner detached from the cluster (lease deadline,
 	// storage failure, lost lock) and stopped every entity.
@@ -21,6 +22,9 @@ var (
 	ErrPassivated = errors.New("runner: entity passivated")
 	// ErrShutdown: the runner is shutting down.
 	ErrShutdown = errors.New("runner: shut down")
+	// ErrCallerDeadline: the asker's deadline passed while its handler ran
+	// (the cause of the handler's context; the asker has given up).
+	ErrCallerDeadline = errors.New("runner: the caller's deadline passed")
 	// ErrClosed: the runner is not running: Run was not called yet, or
 	// returned (Shutdown, Close, its context ended). Send fails with it at
 	// once.

@@ -528,7 +528,11 @@ func (e *resident) invoke(m *message) (v any, err error) {
 			sh.r.log.Error("entity handler panicked; instance discarded", "kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
 		}
 	}()
-	return m.h.Invoke(e.inst, e.host.ctx, m.req)
+	ctx, cancel := e.host.handlerContext(m)
+	if cancel != nil {
+		defer cancel()
+	}
+	return m.h.Invoke(e.inst, ctx, m.req)
 }
 
 // activate creates the instance and calls its Activate hook.
