@@ -157,7 +157,11 @@
 // handler: *NotOwnerError (following its owner hint), *UndeliveredError,
 // ErrNotSent, and no owner yet. Delivery is therefore at most once per call:
 // after ErrMaybeDelivered, a timeout or a handler error the handler may have
-// run. A ClientOnly runner routes without hosting anything.
+// run. Methods defined with entity.Idempotent are the exception: after
+// ErrMaybeDelivered (a *StaleResultError included) Send sends them again,
+// with backoff, until an attempt succeeds or fails otherwise or the
+// caller's context ends — reads and other repeatable calls survive an
+// owner's crash or a cut connection without a loop in the caller. A ClientOnly runner routes without hosting anything.
 //
 // # Concurrency
 //

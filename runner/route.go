@@ -34,8 +34,21 @@ import (
 // ctx ends, returning ctx's cause joined with the last such error.
 // Delivery is at most once per call: any other error (a handler error, a
 // timeout or a connection lost after sending: ErrMaybeDelivered) is
-// returned as is, and the handler may have run.
+// returned as is, and the handler may have run — except for methods
+// defined with entity.Idempotent, which are sent again after
+// ErrMaybeDelivered (a *StaleResultError included) until they succeed,
+// fail otherwise, or ctx ends (see sendIdempotent).
 func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
+	v, err := r.sendOnce(ctx, c)
+	if err != nil && c.Handler != nil && c.Handler.Idempotent() && errors.Is(err, ErrMaybeDelivered) {
+		return r.sendIdempotent(ctx, c, err)
+	}
+	return v, err
+}
+
+// sendOnce is one Send: admission, routing and the retries that keep
+// delivery at most once.
+func (r *Runner) sendOnce(ctx context.Context, c entity.Call) (any, error) {
 	if err := r.admit(ctx, c); err != nil {
 		return nil, err
 	}
