@@ -148,29 +148,60 @@
 // Send admits a call only if its context has not ended (else it fails at
 // once with the context's error, context.Canceled or
 // context.DeadlineExceeded, and no handler runs it, here or remotely) and
-// the runner is running (else ErrClosed at once: before Run is called, and
-// after it returned). An ask whose context ends while it waits in a
-// mailbox is not run either. Send routes by the actual lock owner (this runner's watch of the locks):
+// the runner is running: a call made before Run is called waits for Run
+// (bounded by its context, and by RequestTimeout when the context has no
+// deadline), so `go r.Run(ctx)` followed at once by an Ask works; after
+// Shutdown, Close or Run's return it fails at once with ErrClosed (joined
+// with the error Run failed with, if any). An ask whose context ends while
+// it waits in a mailbox is not run either. Send routes by the actual lock
+// owner (this runner's watch of the locks):
 // local when owned here, otherwise one hop over gRPC to the owner, which
 // never forwards. Retries (jittered exponential backoff, woken by routing
 // changes) happen only for failures that guarantee the message reached no
 // handler: *NotOwnerError (following its owner hint), *UndeliveredError,
-// ErrNotSent, and no owner yet. Delivery is therefore at most once per call:
+// ErrNotSent, and ErrNoOwner, whose message says why no owner is known
+// (the cluster not listed yet, with the last store failure; no runner
+// registered; the shard unowned for as long as the send waited, and who
+// it is assigned to). An owner without a transport address cannot be
+// reached from another runner: ErrNoTransport, at once. Delivery is
+// therefore at most once per call:
 // after ErrMaybeDelivered, a timeout or a handler error the handler may have
 // run. Methods defined with entity.Idempotent are the exception: after
 // ErrMaybeDelivered (a *StaleResultError included) Send sends them again,
 // with backoff, until an attempt succeeds or fails otherwise or the
 // caller's context ends — reads and other repeatable calls survive an
-// owner's crash or a cut connection without a loop in the caller. A ClientOnly runner routes without hosting anything.
+// owner's crash or a cut connection without a loop in the caller. A
+// ClientOnly runner routes without hosting anything.
+//
+// # Starting
+//
+//   - The cluster record. Every runner of a cluster must agree on
+//     NumShards, and hosting runners on the Strategy. The first runner to
+//     start publishes them in the cluster record ({namespace}/cluster,
+//     written once, conditionally); every later one compares its own
+//     before it registers (hosting) or routes (client-only), and Run fails
+//     with a *ClusterMismatchError naming both values — and so do sends —
+//     instead of asks waiting for owners that never come.
+//   - A store that cannot be reached at start delays the start; the first
+//     failure is logged at WARN with the store's endpoints and the error,
+//     then one WARN a minute. Ready is closed once the runner is up
+//     (hosting: registered; client-only: the runners listed);
+//     Config.StartTimeout, if set, ends Run with ErrStartTimeout and the
+//     last failure when it is not up in time.
+//   - A hosting runner serves its shards to other runners only over its
+//     transport (Config.ListenAddr, Address). Without one it is meant for a
+//     cluster that lives in one process (tests, a single process): Run
+//     fails with ErrNoTransport, giving its shards up, as soon as the
+//     cluster holds a runner of another process, and senders routing to
+//     such an owner get ErrNoTransport naming it.
 //
 // # Concurrency
 //
 // A Runner is safe for concurrent use. Run starts its goroutines (lease
 // keeper, membership, lock and handoff watches, control loop, watchdog,
-// janitor, record guard, transport server) and waits for all of them
-// before returning. Start Run before sending: `go r.Run(ctx)` returns before
-// Run has started, and sends fail with ErrClosed until it has (wait for the
-// Registered event, or send from code that runs later).
+// janitor, record guard, transport server, start-up checks) and waits for
+// all of them before returning. Sends may start before Run (they wait for
+// it; see Routing and delivery); Ready tells when the runner is up.
 //
 // The transport server bounds what a connection costs: 5 s to complete the
 // TLS and HTTP/2 handshake, 5 min without calls, a ping after 30 s of

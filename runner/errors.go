@@ -36,7 +36,45 @@ var (
 	// ErrDuplicateRunnerID: another live process registered this runner's
 	// ID (Config.ID); Run returns it after giving the ID up.
 	ErrDuplicateRunnerID = errors.New("runner: another live process uses this runner ID")
+	// ErrClusterMismatch: the runner's configuration disagrees with the
+	// cluster record (see *ClusterMismatchError); Run returns it.
+	ErrClusterMismatch = errors.New("runner: configuration differs from the cluster's")
+	// ErrNoTransport: a shard's owner serves no transport (a hosting runner
+	// without ListenAddr/Address), so its entities cannot be reached from
+	// another runner; Run of such a runner returns it as soon as the
+	// cluster holds a runner of another process.
+	ErrNoTransport = errors.New("runner: no transport address")
+	// ErrStartTimeout: Run was not ready within Config.StartTimeout.
+	ErrStartTimeout = errors.New("runner: not ready within StartTimeout")
+	// ErrNoOwner: no owner of the shard is known (yet); the error says why
+	// (the cluster not listed, no runner registered, the shard unowned for
+	// how long). Send retries it until its context ends.
+	ErrNoOwner = errors.New("runner: no owner known")
 )
+
+// ClusterMismatchError reports a setting of this runner that differs from
+// the one the cluster record holds (Config.NumShards, Config.Strategy).
+// Every runner of a cluster must agree on them: Run fails with it at start
+// (and so do sends, which would otherwise wait for owners that never come).
+type ClusterMismatchError struct {
+	Setting   string // "NumShards" or "Strategy"
+	Cluster   string // the cluster's value
+	Runner    string // this runner's value
+	WrittenBy string // the runner that published the cluster's value ("" if unknown)
+}
+
+func (e *ClusterMismatchError) Error() string {
+	by := ""
+	if e.WrittenBy != "" {
+		by = fmt.Sprintf(" (published by runner %q)", e.WrittenBy)
+	}
+	return fmt.Sprintf("runner: %s mismatch: the cluster uses %s%s, this runner is configured with %s; "+
+		"every runner of a cluster must agree (to change it, stop every runner and delete the cluster record)",
+		e.Setting, e.Cluster, by, e.Runner)
+}
+
+// Is makes errors.Is(err, ErrClusterMismatch) true.
+func (e *ClusterMismatchError) Is(target error) bool { return target == ErrClusterMismatch }
 
 // NotOwnerError reports that this runner does not own Shard at its current
 // epoch. It is retryable: the message was not delivered. OwnerHint names the

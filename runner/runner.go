@@ -150,6 +150,7 @@ type Runner struct {
 	badKeys          map[string]struct{} // damaged keys already logged (keys.go)
 	badKeysFull      bool
 	lostLocks        []lostLock // dropped shards not logged yet
+	st               startState // starting up (start.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -213,6 +214,8 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		locks:           make(lockView, cfg.NumShards),
 	}
 	r.kinds.Store(&map[string]*kindRT{})
+	r.st.init()
+	localIncarnations.Store(r.incarnation, struct{}{})
 	r.tripAt.Store(math.MaxInt64)
 	routes := make(chan struct{})
 	r.routeCh.Store(&routes)
@@ -366,6 +369,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.phase = phaseStarting
 	r.started = time.Now()
 	r.running.Store(true)
+	close(r.st.runCalled) // sends waiting for Run proceed
 	r.mu.Unlock()
 	defer close(r.done)
 	defer r.met.close()
@@ -416,6 +420,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.guardRecord(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
 	}
+	wg.Go(func() { r.startup(ctx) })
 
 	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
 		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)
