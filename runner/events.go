@@ -142,8 +142,9 @@ func (s *Subscription) forward() {
 }
 
 type hub struct {
-	mu   sync.Mutex
-	subs map[*Subscription]struct{}
+	mu      sync.Mutex
+	subs    map[*Subscription]struct{}
+	observe func(Event) // if set, sees every event first (under mu; must not block)
 }
 
 func (h *hub) subscribe() *Subscription {
@@ -167,6 +168,9 @@ func (h *hub) remove(s *Subscription) {
 func (h *hub) publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.observe != nil {
+		h.observe(ev)
+	}
 	for s := range h.subs {
 		s.push(ev)
 	}

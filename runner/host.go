@@ -475,7 +475,7 @@ func (e *resident) process(m *message) {
 	if m.reply != nil {
 		m.reply.ch <- result{v: v, err: err, epoch: sh.epoch}
 	} else if err != nil {
-		sh.r.log.Debug("signal handler failed", "kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "err", err)
+		sh.r.signalFailed(e.key.kind, m.h.Name(), sh.id, err) // WARN, rate-limited
 	}
 }
 

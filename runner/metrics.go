@@ -41,6 +41,7 @@ type metrics struct {
 	handoffs          metric.Int64Counter
 	cutoverBuffered   metric.Int64Counter
 	cutoverRejected   metric.Int64Counter
+	signalFailures    metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
@@ -95,6 +96,8 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	out.cutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithDescription("sends held while their shard cut over"))
 	add(err)
 	out.cutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
+	add(err)
+	out.signalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithDescription("signal handlers that returned an error, by kind and method"))
 	add(err)
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))

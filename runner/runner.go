@@ -149,8 +149,10 @@ type Runner struct {
 	reg              registration        // the own record (registration.go)
 	badKeys          map[string]struct{} // damaged keys already logged (keys.go)
 	badKeysFull      bool
-	lostLocks        []lostLock // dropped shards not logged yet
-	st               startState // starting up (start.go)
+	lostLocks        []lostLock   // dropped shards not logged yet
+	st               startState   // starting up (start.go)
+	ownLog           ownershipLog // ownership changes of a round (ownershiplog.go)
+	sigLog           signalLog    // failed signals, rate-limited (ownershiplog.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -215,6 +217,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	}
 	r.kinds.Store(&map[string]*kindRT{})
 	r.st.init()
+	r.hub.observe = r.noteEvent
 	localIncarnations.Store(r.incarnation, struct{}{})
 	r.tripAt.Store(math.MaxInt64)
 	routes := make(chan struct{})
