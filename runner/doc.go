@@ -195,6 +195,60 @@
 //     cluster holds a runner of another process, and senders routing to
 //     such an owner get ErrNoTransport naming it.
 //
+// # Logs
+//
+// Logs go to Config.Logger with runner=<ID> on every line. A healthy
+// runner is quiet: starting, serving, handing shards off and a graceful
+// Shutdown log nothing at WARN (the lease a Shutdown revokes is not a lost
+// lease, and no Detached event is published for it). INFO: lifecycle, and
+// one "shard ownership changed" line per control round in which shards
+// moved, with the counts acquired, by_handoff, released, handed_off, lost
+// and owned. WARN: degraded (store failures at start — the first with the
+// store's endpoints, then once a minute —, keep-alive failure streaks,
+// detaches, locks lost, damaged records, a signal handler's error: at most
+// one line per kind and signal every 10 s, with the count not logged).
+// ERROR: an operator must act (a configuration that differs from the
+// cluster's, a duplicate runner ID, a hosting runner without transport
+// among other processes, not ready within StartTimeout, handlers that
+// ignore their cancelled context).
+//
+// # Metrics
+//
+// A runner creates its instruments once, in New, from Config.MeterProvider
+// (default otel.GetMeterProvider()) under the instrumentation scope
+// "github.com/shardhost/shardhost". Every data point carries the attribute
+// runner (Config.ID); the attributes below come on top; none carries an
+// entity ID. Units follow OpenTelemetry: s for seconds, {curly} for counted
+// things (a Prometheus exporter names them sharding_shards_owned,
+// sharding_acquire_latency_seconds, sharding_detaches_total, ...).
+//
+//	name                                     kind              unit       attributes    meaning
+//	sharding.detached                        gauge             {runner}   -             1 while the runner is detached (owns nothing, probes the store), else 0; summed over runners: how many are detached
+//	sharding.detaches                        counter           {detach}   reason        detach transitions; reason: lease deadline reached, keep-alive failure streak, storage error, lease lost, owned lock lost, manual
+//	sharding.lease_deadline_lag              gauge (observed)  s          -             lease deadline minus now; the runner detaches when it falls to DetachMargin
+//	sharding.lease_keepalive_failures        counter           {renewal}  -             failed lease renewals
+//	sharding.lease_keepalive_failure_streak  gauge             {renewal}  -             consecutive failed lease renewals (0 when healthy)
+//	sharding.storage_errors                  counter           {call}     -             failed list, acquire, verify, release and watch calls (StorageErrorThreshold in a row of one kind detaches)
+//	sharding.shards_owned                    gauge             {shard}    -             shards owned by the runner
+//	sharding.acquire_latency                 histogram         s          -             duration of one batched acquire call (up to 64 shards)
+//	sharding.acquire_retry_attempts          counter           {attempt}  -             acquire attempts on shards held by a dead incarnation, after the first
+//	sharding.acquire_retry_window_exhausted  counter           {shard}    -             shards whose AcquireRetryWindow ran out (retried on the lock's deletion or the resync)
+//	sharding.locks_lost                      counter           {shard}    -             owned locks deleted, rewritten or taken behind the runner's back (each costs its shard only)
+//	sharding.handoffs                        counter           {handoff}  reason        handoffs by outcome; reason: completed, aborted
+//	sharding.handoff_duration                histogram         s          phase         handoff duration by phase: warm and total (new owner), drain and cutover (old owner)
+//	sharding.cutover_buffered                counter           {message}  -             sends held while their shard cut over to its new owner
+//	sharding.cutover_rejected                counter           {message}  -             sends refused (retryable NotOwner) because CutoverWaiters were already waiting
+//	sharding.entities_active                 gauge (observed)  {entity}   -             resident entities
+//	sharding.entity_activations              counter           {entity}   -             entity instances created
+//	sharding.entity_passivations             counter           {entity}   -             entities passivated (idle after IdleAfter, or evicted)
+//	sharding.entity_evictions                counter           {entity}   -             entities passivated because MaxResidentEntities was exceeded
+//	sharding.mailbox_rejections              counter           {message}  -             messages refused by a full mailbox (entity.ErrMailboxFull)
+//	sharding.handler_duration                histogram         s          -             handler run time, sampled 1 in 64 messages per entity
+//	sharding.handler_panics                  counter           {message}  -             handler panics (message failed with *entity.PanicError, instance discarded)
+//	sharding.signal_failures                 counter           {message}  kind, method  signal handlers that returned an error (also logged at WARN, rate-limited)
+//	sharding.messages_dropped                counter           {message}  reason        messages dropped; reason: shard_left (a signal whose shard left before it ran), stale_result (a result withheld: its handler finished after the shard left, or its reply came from an epoch older than one already seen)
+//	sharding.messages_retried                counter           {attempt}  -             send attempts retried (not delivered: not owner, moving, unreachable, no owner yet; idempotent calls after ErrMaybeDelivered)
+//
 // # Concurrency
 //
 // A Runner is safe for concurrent use. Run starts its goroutines (lease
