@@ -82,6 +82,10 @@ type ActivateInfo struct {
 	// handlers (it fails with the storage's ErrFenced once the shard's
 	// ownership moved on). Nil when the runtime has no store.
 	Checkpoint func(ctx context.Context, data []byte) error
+	// DeleteCheckpoint deletes the entity's checkpoint, fenced by Epoch
+	// like Checkpoint, as ReleaseInfo.DeleteCheckpoint. Nil when the
+	// runtime has no store.
+	DeleteCheckpoint func(ctx context.Context) error
 }
 
 // ReleaseInfo is passed to Releaser.Release.
@@ -96,6 +100,12 @@ type ReleaseInfo struct {
 	// (with an error matching the storage's ErrFenced) if the shard's
 	// ownership moved on. Nil when the runtime has no store.
 	Checkpoint func(ctx context.Context, data []byte) error
+	// DeleteCheckpoint deletes the entity's checkpoint, fenced by Epoch
+	// like Checkpoint (deleting none is no error). Checkpoints have no
+	// expiry: an entity whose state ended (a cart checked out, a session
+	// closed) deletes its checkpoint here instead of writing one, or it
+	// stays in the store for good. Nil when the runtime has no store.
+	DeleteCheckpoint func(ctx context.Context) error
 }
 
 // Warmer is implemented by entities that can prepare on a new owner before

@@ -556,6 +556,7 @@ func (e *resident) activate() error {
 			return a.Activate(sh.ctx, entity.ActivateInfo{
 				Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
 				Restore: sh.r.restoreFunc(sh.id, e.key), Checkpoint: sh.checkpointFunc(e.key),
+				DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
 			})
 		}()
 		if err != nil {
@@ -662,6 +663,7 @@ func (sh *shardHost) release(ctx context.Context, e *resident, reason error) {
 		}()
 		return rel.Release(ctx, entity.ReleaseInfo{
 			Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Checkpoint: sh.checkpointFunc(e.key),
+			DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
 		})
 	}()
 	if err != nil {
