@@ -60,8 +60,10 @@ type Config struct {
 	// ErrDuplicateRunnerID). See the package documentation.
 	ID string
 	// ListenAddr is where the runner serves its transport (gRPC), e.g.
-	// ":7100" or "127.0.0.1:0". Empty: no server (client-only runners and
-	// single-runner setups). When Address is empty it defaults to the
+	// ":7100" or "127.0.0.1:0". Empty (and Address empty): no server —
+	// for client-only runners, and for hosting runners of a cluster that
+	// lives in one process (tests); see ClientOnly for what happens when
+	// another process joins. When Address is empty it defaults to the
 	// listener's address.
 	ListenAddr string
 	// Address is the host:port other runners use to reach this one
