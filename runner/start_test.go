@@ -178,23 +178,23 @@ func TestReadyOnceUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
-		var rec recorder
-		a := start(t, c, &rec, runner.Config{ID: "a", NumShards: 8})
-		gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: 8, ClientOnly: true})
-		for _, r := range []*started{a, gw} {
+		ready := func(r *started) {
+			t.Helper()
 			select {
 			case <-r.Ready():
 			case <-time.After(time.Minute):
 				t.Fatalf("%s: Ready not closed", r.ID())
 			}
 		}
-		registered := false
-		for _, ev := range rec.all() {
-			_, ok := ev.(runner.Registered)
-			registered = registered || ok
+		a := start(t, c, nil, runner.Config{ID: "a", NumShards: 8})
+		ready(a)
+		if st := a.Status(); st.Phase != "attached" || st.Lease == 0 {
+			t.Errorf("hosting runner Ready in %+v, want registered (attached, with a lease)", st)
 		}
-		if !registered {
-			t.Fatal("Ready closed before the Registered event")
+		gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: 8, ClientOnly: true})
+		ready(gw)
+		if st := gw.Status(); st.Members != 1 {
+			t.Errorf("client-only runner Ready in %+v, want the runners listed (1 member)", st)
 		}
 	})
 }
