@@ -29,7 +29,7 @@ import (
 //     or Close fail at once; see waitRun).
 //   - A hosting runner without a transport address fails Run with
 //     ErrNoTransport once the cluster holds a runner of another process
-//     (guardTransport).
+//     for a second (guardTransport).
 
 // startWarnEvery is how often a start that keeps failing is logged at WARN.
 const startWarnEvery = time.Minute
@@ -298,33 +298,60 @@ func (r *Runner) writeCluster(ctx context.Context, rec storage.ClusterRecord, re
 	return nil
 }
 
+// foreignMemberGrace is how long a runner of another process must stay in
+// the membership before a hosting runner without a transport gives up: a
+// record damaged for a moment (and repaired by its owner) is no such
+// runner.
+const foreignMemberGrace = time.Second
+
 // guardTransport ends Run with ErrNoTransport when this hosting runner,
 // which serves no transport, shares its cluster with a runner of another
-// process: that runner could not reach the shards owned here.
+// process (for foreignMemberGrace): that runner could not reach the shards
+// owned here.
 func (r *Runner) guardTransport(ctx context.Context) {
 	seen := ^uint64(0)
+	var suspect *storage.Runner // a foreign member seen, waiting for the grace to pass
+	grace := time.NewTimer(time.Hour)
+	grace.Stop()
+	defer grace.Stop()
 	for {
 		changed := r.routeWatch()
-		var foreign *storage.Runner
 		r.mu.Lock()
-		if r.membersVersion != seen {
-			seen = r.membersVersion
-			foreign = r.foreignMemberLocked()
-		}
+		version := r.membersVersion
+		foreign := r.foreignMemberLocked()
 		r.mu.Unlock()
-		if foreign != nil {
-			err := fmt.Errorf("%w: runner %q of another process (incarnation %s, address %q) is in the cluster, "+
-				"and this hosting runner serves no transport, so it could not reach the shards owned here: "+
-				"set Config.ListenAddr (and Address), or ClientOnly", ErrNoTransport, foreign.ID, foreign.Incarnation, foreign.Address)
-			r.log.Error("hosting without a transport in a cluster of several processes; stopping", "err", err)
-			r.failRun(err)
-			return
+		if version != seen {
+			seen = version
+			switch {
+			case foreign == nil:
+				suspect = nil
+				grace.Stop()
+			case suspect == nil || suspect.Incarnation != foreign.Incarnation:
+				suspect = foreign
+				grace.Reset(foreignMemberGrace)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
+			continue
+		case <-grace.C:
 		}
+		r.mu.Lock()
+		foreign = r.foreignMemberLocked()
+		r.mu.Unlock()
+		if foreign == nil || suspect == nil || foreign.Incarnation != suspect.Incarnation {
+			suspect = nil
+			seen = ^uint64(0) // decide again on the current view
+			continue
+		}
+		err := fmt.Errorf("%w: runner %q of another process (incarnation %s, address %q) is in the cluster, "+
+			"and this hosting runner serves no transport, so it could not reach the shards owned here: "+
+			"set Config.ListenAddr (and Address), or ClientOnly", ErrNoTransport, foreign.ID, foreign.Incarnation, foreign.Address)
+		r.log.Error("hosting without a transport in a cluster of several processes; stopping", "err", err)
+		r.failRun(err)
+		return
 	}
 }
 
