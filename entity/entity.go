@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -81,6 +82,10 @@ type ActivateInfo struct {
 	// handlers (it fails with the storage's ErrFenced once the shard's
 	// ownership moved on). Nil when the runtime has no store.
 	Checkpoint func(ctx context.Context, data []byte) error
+	// DeleteCheckpoint deletes the entity's checkpoint, fenced by Epoch
+	// like Checkpoint, as ReleaseInfo.DeleteCheckpoint. Nil when the
+	// runtime has no store.
+	DeleteCheckpoint func(ctx context.Context) error
 }
 
 // ReleaseInfo is passed to Releaser.Release.
@@ -95,6 +100,12 @@ type ReleaseInfo struct {
 	// (with an error matching the storage's ErrFenced) if the shard's
 	// ownership moved on. Nil when the runtime has no store.
 	Checkpoint func(ctx context.Context, data []byte) error
+	// DeleteCheckpoint deletes the entity's checkpoint, fenced by Epoch
+	// like Checkpoint (deleting none is no error). Checkpoints have no
+	// expiry: an entity whose state ended (a cart checked out, a session
+	// closed) deletes its checkpoint here instead of writing one, or it
+	// stays in the store for good. Nil when the runtime has no store.
+	DeleteCheckpoint func(ctx context.Context) error
 }
 
 // Warmer is implemented by entities that can prepare on a new owner before
@@ -163,12 +174,13 @@ type Descriptor interface {
 
 // Handler is one registered method or signal of a kind, type-erased.
 type Handler struct {
-	kind   string
-	name   string
-	oneWay bool
-	invoke func(inst any, ctx context.Context, req any) (any, error)
-	decReq func(c Codec, b []byte) (any, error)
-	decRsp func(c Codec, b []byte) (any, error)
+	kind       string
+	name       string
+	oneWay     bool
+	idempotent bool
+	invoke     func(inst any, ctx context.Context, req any) (any, error)
+	decReq     func(c Codec, b []byte) (any, error)
+	decRsp     func(c Codec, b []byte) (any, error)
 }
 
 // Name returns the method's name.
@@ -179,6 +191,10 @@ func (h *Handler) Kind() string { return h.kind }
 
 // OneWay reports whether the method is a signal (no response).
 func (h *Handler) OneWay() bool { return h.oneWay }
+
+// Idempotent reports whether the method was defined with the Idempotent
+// option: the runtime may deliver it more than once.
+func (h *Handler) Idempotent() bool { return h.idempotent }
 
 // Invoke calls the method on inst (an instance made by the kind's New).
 func (h *Handler) Invoke(inst any, ctx context.Context, req any) (any, error) {
@@ -273,14 +289,41 @@ type MethodRef[E, Req, Resp any] struct {
 	h    *Handler
 }
 
+// MethodOption configures a method or signal.
+type MethodOption func(*methodOptions)
+
+type methodOptions struct {
+	idempotent bool
+}
+
+// Idempotent declares that running the method more than once for one call
+// has the effect of running it once (a read, a put of a value, a command
+// carrying its own deduplication key). The sender then retries a call that
+// failed with an error meaning "the handler may have run, the result is
+// unknown" (the runner's ErrMaybeDelivered, including a withheld stale
+// result) until it succeeds or its context ends, instead of returning that
+// error. Other errors, handler errors among them, are returned as they are.
+func Idempotent() MethodOption { return func(o *methodOptions) { o.idempotent = true } }
+
 // Method registers fn, usually a method expression such as (*Counter).Inc,
 // as the request/response method name of kind k.
-func Method[E, Req, Resp any](k *Kind[E], name string, fn func(*E, context.Context, Req) (Resp, error)) *MethodRef[E, Req, Resp] {
+//
+// Req and Resp must survive the kind's codec (see Codec): Method panics
+// with ErrInvalidKind, naming the field, when they do not (an unexported
+// field, a channel, ...), since such a call would work while the entity is
+// local and arrive zeroed, or fail, once it lives on another runner.
+func Method[E, Req, Resp any](k *Kind[E], name string, fn func(*E, context.Context, Req) (Resp, error), opts ...MethodOption) *MethodRef[E, Req, Resp] {
 	if fn == nil {
 		panic(fmt.Errorf("%w: kind %q: nil method %q", ErrInvalidKind, k.name, name))
 	}
+	checkTypes[Req](k, name, "request")
+	checkTypes[Resp](k, name, "response")
+	var o methodOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	h := &Handler{
-		kind: k.name, name: name,
+		kind: k.name, name: name, idempotent: o.idempotent,
 		invoke: func(inst any, ctx context.Context, req any) (any, error) {
 			return fn(inst.(*E), ctx, req.(Req))
 		},
@@ -291,13 +334,23 @@ func Method[E, Req, Resp any](k *Kind[E], name string, fn func(*E, context.Conte
 	return &MethodRef[E, Req, Resp]{kind: k, h: h}
 }
 
+// checkTypes panics unless T survives k's codec.
+func checkTypes[T any, E any](k *Kind[E], method, what string) {
+	if err := checkCodec[T](k.opts.Codec); err != nil {
+		panic(fmt.Errorf("%w: kind %q: method %q: %s type %s does not survive codec %q: %w",
+			ErrInvalidKind, k.name, method, what, reflect.TypeFor[T](), k.opts.Codec.Name(), err))
+	}
+}
+
 // Name returns the method's name.
 func (m *MethodRef[E, Req, Resp]) Name() string { return m.h.name }
 
 // Ask sends req to the entity id and waits for its response. Delivery is
 // at most once: if Ask returns an error that does not guarantee the message
 // was not delivered (a handler error, a timeout after sending), the handler
-// may have run.
+// may have run. For a method defined with Idempotent, the sender retries
+// after "may have run" errors until ctx ends, so the handler may run more
+// than once.
 func (m *MethodRef[E, Req, Resp]) Ask(ctx context.Context, s Sender, id string, req Req) (Resp, error) {
 	v, err := s.Send(ctx, Call{Kind: m.kind, Handler: m.h, Entity: id, Req: req})
 	if err != nil {
@@ -319,13 +372,21 @@ type SignalRef[E, Req any] struct {
 }
 
 // Signal registers fn as the fire-and-forget method name of kind k. Its
-// error is logged by the runtime, not returned to the sender.
-func Signal[E, Req any](k *Kind[E], name string, fn func(*E, context.Context, Req) error) *SignalRef[E, Req] {
+// error is logged by the runtime (WARN, rate-limited per kind and signal),
+// not returned to the sender. Req must survive the kind's codec, as for
+// Method (Signal panics with ErrInvalidKind otherwise). With Idempotent, a
+// Tell that failed with the runner's ErrMaybeDelivered is sent again.
+func Signal[E, Req any](k *Kind[E], name string, fn func(*E, context.Context, Req) error, opts ...MethodOption) *SignalRef[E, Req] {
 	if fn == nil {
 		panic(fmt.Errorf("%w: kind %q: nil signal %q", ErrInvalidKind, k.name, name))
 	}
+	checkTypes[Req](k, name, "request")
+	var o methodOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	h := &Handler{
-		kind: k.name, name: name, oneWay: true,
+		kind: k.name, name: name, oneWay: true, idempotent: o.idempotent,
 		invoke: func(inst any, ctx context.Context, req any) (any, error) {
 			return nil, fn(inst.(*E), ctx, req.(Req))
 		},

@@ -9,20 +9,17 @@ import (
 
 // admit is the first check of every Send, before any routing: a call whose
 // context already ended is never delivered (no handler runs it, local or
-// remote), and a runner that is not running refuses at once instead of
-// waiting for an owner it will never learn.
+// remote); a call made before Run is called waits for it (waitRun); and a
+// runner that has stopped refuses at once instead of waiting for an owner
+// it will never learn.
 func (r *Runner) admit(ctx context.Context, c entity.Call) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("runner: %s not sent: the context ended before admission: %w", callName(c), ctxErr(ctx))
 	}
 	if !r.running.Load() {
-		r.mu.Lock()
-		why := "Run has not been called"
-		if r.runStarted {
-			why = "Run has returned"
+		if err := r.waitRun(ctx); err != nil { // start.go
+			return fmt.Errorf("%w; %s not sent", err, callName(c))
 		}
-		r.mu.Unlock()
-		return fmt.Errorf("%w: runner %s: %s; %s not sent", ErrClosed, r.cfg.ID, why, callName(c))
 	}
 	return nil
 }

@@ -139,9 +139,10 @@ func TestEndedContextNeverSentRemotely(t *testing.T) {
 	}
 }
 
-// Ask and Tell on a runner that is not running — Run never called, or
-// returned — fail at once with ErrClosed, also a send that was waiting for
-// an owner when Run returned.
+// Ask and Tell on a runner that is not running — stopped before Run, or
+// Run returned — fail at once with ErrClosed, also a send that was waiting
+// for an owner when Run returned. (A send before Run waits for it:
+// TestAskRightAfterGoRun.)
 func TestSendOnRunnerNotRunningFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := memory.NewCluster()
@@ -169,8 +170,6 @@ func TestSendOnRunnerNotRunningFailsAtOnce(t *testing.T) {
 				t.Fatalf("a send %s waited for its context", when)
 			}
 		}
-		check("before Run")
-
 		store.Partition(true) // no owner will be known: sends wait
 		done := make(chan error, 1)
 		go func() { done <- r.Run(context.Background()) }()

@@ -61,8 +61,10 @@ type Config struct {
 	// ErrDuplicateRunnerID). See the package documentation.
 	ID string
 	// ListenAddr is where the runner serves its transport (gRPC), e.g.
-	// ":7100" or "127.0.0.1:0". Empty: no server (client-only runners and
-	// single-runner setups). When Address is empty it defaults to the
+	// ":7100" or "127.0.0.1:0". Empty (and Address empty): no server —
+	// for client-only runners, and for hosting runners of a cluster that
+	// lives in one process (tests); see ClientOnly for what happens when
+	// another process joins. When Address is empty it defaults to the
 	// listener's address.
 	ListenAddr string
 	// Address is the host:port other runners use to reach this one
@@ -105,11 +107,29 @@ type Config struct {
 	Weight int
 	// ClientOnly: the runner routes Ask and Tell but hosts nothing: it takes
 	// no lease, does not register and never owns shards (gateways, routers).
+	//
+	// A hosting runner (not ClientOnly) without ListenAddr and Address
+	// serves no transport: no other runner can reach its shards. It is
+	// meant for a cluster living in one process (tests, a single process);
+	// Run fails with ErrNoTransport as soon as the cluster holds a runner of
+	// another process.
 	ClientOnly bool
-	// NumShards in the cluster. Default 1024.
+	// NumShards in the cluster. Default 1024. Every runner of a cluster,
+	// client-only ones included, must use the same value: the first runner
+	// publishes it in the cluster record ({namespace}/cluster) and Run fails
+	// with a *ClusterMismatchError on a runner configured otherwise.
 	NumShards int
 	// Strategy assigns shards to runners. Default sharding.Balanced().
+	// Every hosting runner of a cluster must use the same one (by name, as
+	// published in the cluster record; a *ClusterMismatchError otherwise).
 	Strategy sharding.Strategy
+	// StartTimeout bounds how long Run waits to be ready (see Ready): to
+	// reach the store, check the cluster record and register (hosting) or
+	// list the cluster (client-only). When it passes, Run stops and returns
+	// an error matching ErrStartTimeout with the last failure. Default 0:
+	// wait as long as it takes (failures are logged at WARN, the first at
+	// once and then every minute).
+	StartTimeout time.Duration
 
 	// LeaseTTL of the runner's lease. Default 5 s: a crashed runner's
 	// shards answer again about 5 s after the crash (median 5.0 s, max
@@ -385,6 +405,9 @@ type namedValue[T any] struct {
 // derived from them (a negative LeaseTTL must be reported as LeaseTTL, not
 // as the renew interval computed from it).
 func (c Config) checkSet() error {
+	if c.StartTimeout < 0 { // 0 is valid (forever): not among durations()
+		return fmt.Errorf("%w: StartTimeout must not be negative, got %v", ErrInvalidConfig, c.StartTimeout)
+	}
 	for _, d := range c.durations() {
 		if d.value < 0 {
 			return fmt.Errorf("%w: %s must not be negative, got %v", ErrInvalidConfig, d.name, d.value)

@@ -396,6 +396,7 @@ func (r *Runner) shutdown(ctx context.Context) {
 	}
 	r.mu.Lock()
 	r.dropOwnedLocked(ErrShutdown)
+	r.phase = phaseStopped // the revocation below is ours: no lost lease, no detach
 	r.mu.Unlock()
 	rbase := ctx
 	if sctx := r.shutdownContext(); sctx != nil {

@@ -217,6 +217,7 @@ type roundState struct {
 // round decides every dirty shard and starts what was decided. It returns
 // when the next per-shard timer is due.
 func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
+	defer r.logOwnershipChanges() // one INFO line per round (ownershiplog.go)
 	r.mu.Lock()
 	if r.phase != phaseAttached || r.stopping {
 		r.mu.Unlock()

@@ -42,7 +42,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 				case idWait > 0:
 					wait = idWait
 				default:
-					r.log.Warn("registration failed; retrying", "err", err, "in", backoff)
+					r.startFailed("register", err, backoff) // WARN now and every minute
 					wait, backoff = backoff, min(2*backoff, 5*time.Second)
 				}
 			} else {
@@ -263,6 +263,9 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	if stopping {
 		return nil // Shutdown revoked the lease: never register again
 	}
+	if err := r.verifyCluster(ctx); err != nil { // start.go: once per Run
+		return err
+	}
 	if h.Lease == storage.NoLease || h.Lost {
 		if _, err := r.keeper.Grant(ctx); err != nil {
 			return err
@@ -317,6 +320,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 		return errors.New("detached again during re-attach")
 	}
 	r.phase = phaseAttached
+	r.setReady() // start.go: the first registration
 	r.attachRev = regRev
 	r.reg.rev = max(r.reg.rev, regRev)
 	r.setTrip(h)

@@ -142,9 +142,12 @@
 // its first message, runs one message at a time on a goroutine that exists
 // only while its mailbox is non-empty, and is passivated after its kind's
 // IdleAfter or when MaxResidentEntities is exceeded (least recently used
-// first). Handler contexts are the shard's context: cancelled with
+// first). A handler's context is the shard's context — cancelled with
 // ErrDetached, ErrShardMoved or ErrShutdown when the shard leaves, and
-// carrying ShardInfo. A panic fails its message with an *entity.PanicError
+// carrying ShardInfo — bounded by the asker's deadline, if it has one, with
+// cause ErrCallerDeadline (a remote asker's deadline travels with its
+// request; signals carry none): whichever ends first cancels the handler,
+// with its own cause. A panic fails its message with an *entity.PanicError
 // and restarts the instance.
 //
 // # Routing and delivery
@@ -152,16 +155,106 @@
 // Send admits a call only if its context has not ended (else it fails at
 // once with the context's error, context.Canceled or
 // context.DeadlineExceeded, and no handler runs it, here or remotely) and
-// the runner is running (else ErrClosed at once: before Run is called, and
-// after it returned). An ask whose context ends while it waits in a
-// mailbox is not run either. Send routes by the actual lock owner (this runner's watch of the locks):
+// the runner is running: a call made before Run is called waits for Run
+// (bounded by its context, and by RequestTimeout when the context has no
+// deadline), so `go r.Run(ctx)` followed at once by an Ask works; after
+// Shutdown, Close or Run's return it fails at once with ErrClosed (joined
+// with the error Run failed with, if any). An ask whose context ends while
+// it waits in a mailbox is not run either. Send routes by the actual lock
+// owner (this runner's watch of the locks):
 // local when owned here, otherwise one hop over gRPC to the owner, which
 // never forwards. Retries (jittered exponential backoff, woken by routing
 // changes) happen only for failures that guarantee the message reached no
 // handler: *NotOwnerError (following its owner hint), *UndeliveredError,
-// ErrNotSent, and no owner yet. Delivery is therefore at most once per call:
+// ErrNotSent, and ErrNoOwner, whose message says why no owner is known
+// (the cluster not listed yet, with the last store failure; no runner
+// registered; the shard unowned for as long as the send waited, and who
+// it is assigned to). An owner without a transport address cannot be
+// reached from another runner: ErrNoTransport, at once. Delivery is
+// therefore at most once per call:
 // after ErrMaybeDelivered, a timeout or a handler error the handler may have
-// run. A ClientOnly runner routes without hosting anything.
+// run. Methods defined with entity.Idempotent are the exception: after
+// ErrMaybeDelivered (a *StaleResultError included) Send sends them again,
+// with backoff, until an attempt succeeds or fails otherwise or the
+// caller's context ends — reads and other repeatable calls survive an
+// owner's crash or a cut connection without a loop in the caller. A
+// ClientOnly runner routes without hosting anything.
+//
+// # Starting
+//
+//   - The cluster record. Every runner of a cluster must agree on
+//     NumShards, and hosting runners on the Strategy. The first runner to
+//     start publishes them in the cluster record ({namespace}/cluster,
+//     written once, conditionally); every later one compares its own
+//     before it registers (hosting) or routes (client-only), and Run fails
+//     with a *ClusterMismatchError naming both values — and so do sends —
+//     instead of asks waiting for owners that never come.
+//   - A store that cannot be reached at start delays the start; the first
+//     failure is logged at WARN with the store's endpoints and the error,
+//     then one WARN a minute. Ready is closed once the runner is up
+//     (hosting: registered; client-only: the runners listed);
+//     Config.StartTimeout, if set, ends Run with ErrStartTimeout and the
+//     last failure when it is not up in time.
+//   - A hosting runner serves its shards to other runners only over its
+//     transport (Config.ListenAddr, Address). Without one it is meant for a
+//     cluster that lives in one process (tests, a single process): Run
+//     fails with ErrNoTransport, giving its shards up, as soon as the
+//     cluster holds a runner of another process, and senders routing to
+//     such an owner get ErrNoTransport naming it.
+//
+// # Logs
+//
+// Logs go to Config.Logger with runner=<ID> on every line. A healthy
+// runner is quiet: starting, serving, handing shards off and a graceful
+// Shutdown log nothing at WARN (the lease a Shutdown revokes is not a lost
+// lease, and no Detached event is published for it). INFO: lifecycle, and
+// one "shard ownership changed" line per control round in which shards
+// moved, with the counts acquired, by_handoff, released, handed_off, lost
+// and owned. WARN: degraded (store failures at start — the first with the
+// store's endpoints, then once a minute —, keep-alive failure streaks,
+// detaches, locks lost, damaged records, a signal handler's error: at most
+// one line per kind and signal every 10 s, with the count not logged).
+// ERROR: an operator must act (a configuration that differs from the
+// cluster's, a duplicate runner ID, a hosting runner without transport
+// among other processes, not ready within StartTimeout, handlers that
+// ignore their cancelled context).
+//
+// # Metrics
+//
+// A runner creates its instruments once, in New, from Config.MeterProvider
+// (default otel.GetMeterProvider()) under the instrumentation scope
+// "github.com/shardhost/shardhost". Every data point carries the attribute
+// runner (Config.ID); the attributes below come on top; none carries an
+// entity ID. Units follow OpenTelemetry: s for seconds, {curly} for counted
+// things (a Prometheus exporter names them sharding_shards_owned,
+// sharding_acquire_latency_seconds, sharding_detaches_total, ...).
+//
+//	name                                     kind              unit       attributes    meaning
+//	sharding.detached                        gauge             {runner}   -             1 while the runner is detached (owns nothing, probes the store), else 0; summed over runners: how many are detached
+//	sharding.detaches                        counter           {detach}   reason        detach transitions; reason: lease deadline reached, keep-alive failure streak, storage error, lease lost, owned lock lost, manual
+//	sharding.lease_deadline_lag              gauge (observed)  s          -             lease deadline minus now; the runner detaches when it falls to DetachMargin
+//	sharding.lease_keepalive_failures        counter           {renewal}  -             failed lease renewals
+//	sharding.lease_keepalive_failure_streak  gauge             {renewal}  -             consecutive failed lease renewals (0 when healthy)
+//	sharding.storage_errors                  counter           {call}     -             failed list, acquire, verify, release and watch calls (StorageErrorThreshold in a row of one kind detaches)
+//	sharding.shards_owned                    gauge             {shard}    -             shards owned by the runner
+//	sharding.acquire_latency                 histogram         s          -             duration of one batched acquire call (up to 64 shards)
+//	sharding.acquire_retry_attempts          counter           {attempt}  -             acquire attempts on shards held by a dead incarnation, after the first
+//	sharding.acquire_retry_window_exhausted  counter           {shard}    -             shards whose AcquireRetryWindow ran out (retried on the lock's deletion or the resync)
+//	sharding.locks_lost                      counter           {shard}    -             owned locks deleted, rewritten or taken behind the runner's back (each costs its shard only)
+//	sharding.handoffs                        counter           {handoff}  reason        handoffs by outcome; reason: completed, aborted
+//	sharding.handoff_duration                histogram         s          phase         handoff duration by phase: warm and total (new owner), drain and cutover (old owner)
+//	sharding.cutover_buffered                counter           {message}  -             sends held while their shard cut over to its new owner
+//	sharding.cutover_rejected                counter           {message}  -             sends refused (retryable NotOwner) because CutoverWaiters were already waiting
+//	sharding.entities_active                 gauge (observed)  {entity}   -             resident entities
+//	sharding.entity_activations              counter           {entity}   -             entity instances created
+//	sharding.entity_passivations             counter           {entity}   -             entities passivated (idle after IdleAfter, or evicted)
+//	sharding.entity_evictions                counter           {entity}   -             entities passivated because MaxResidentEntities was exceeded
+//	sharding.mailbox_rejections              counter           {message}  -             messages refused by a full mailbox (entity.ErrMailboxFull)
+//	sharding.handler_duration                histogram         s          -             handler run time, sampled 1 in 64 messages per entity
+//	sharding.handler_panics                  counter           {message}  -             handler panics (message failed with *entity.PanicError, instance discarded)
+//	sharding.signal_failures                 counter           {message}  kind, method  signal handlers that returned an error (also logged at WARN, rate-limited)
+//	sharding.messages_dropped                counter           {message}  reason        messages dropped; reason: shard_left (a signal whose shard left before it ran), stale_result (a result withheld: its handler finished after the shard left, or its reply came from an epoch older than one already seen)
+//	sharding.messages_retried                counter           {attempt}  -             send attempts retried (not delivered: not owner, moving, unreachable, no owner yet; idempotent calls after ErrMaybeDelivered)
 //
 // # Debug page
 //
@@ -179,10 +272,9 @@
 //
 // A Runner is safe for concurrent use. Run starts its goroutines (lease
 // keeper, membership, lock and handoff watches, control loop, watchdog,
-// janitor, record guard, transport server) and waits for all of them
-// before returning. Start Run before sending: `go r.Run(ctx)` returns before
-// Run has started, and sends fail with ErrClosed until it has (wait for the
-// Registered event, or send from code that runs later).
+// janitor, record guard, transport server, start-up checks) and waits for
+// all of them before returning. Sends may start before Run (they wait for
+// it; see Routing and delivery); Ready tells when the runner is up.
 //
 // The transport server bounds what a connection costs: 5 s to complete the
 // TLS and HTTP/2 handshake, 5 min without calls, a ping after 30 s of

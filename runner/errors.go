@@ -9,8 +9,9 @@ import (
 )
 
 // Sentinel errors. The cause errors (ErrDetached, ErrShardMoved,
-// ErrPassivated, ErrShutdown) are what context.Cause returns for the context
-// of a shard or entity handler that was interrupted.
+// ErrPassivated, ErrShutdown, ErrCallerDeadline) are what context.Cause
+// returns for the context of a shard or entity handler that was
+// interrupted.
 var (
 	// ErrDetached: the runner detached from the cluster (lease deadline,
 	// storage failure, lost lock) and stopped every entity.
@@ -21,6 +22,9 @@ var (
 	ErrPassivated = errors.New("runner: entity passivated")
 	// ErrShutdown: the runner is shutting down.
 	ErrShutdown = errors.New("runner: shut down")
+	// ErrCallerDeadline: the asker's deadline passed while its handler ran
+	// (the cause of the handler's context; the asker has given up).
+	ErrCallerDeadline = errors.New("runner: the caller's deadline passed")
 	// ErrClosed: the runner is not running: Run was not called yet, or
 	// returned (Shutdown, Close, its context ended). Send fails with it at
 	// once.
@@ -32,7 +36,45 @@ var (
 	// ErrDuplicateRunnerID: another live process registered this runner's
 	// ID (Config.ID); Run returns it after giving the ID up.
 	ErrDuplicateRunnerID = errors.New("runner: another live process uses this runner ID")
+	// ErrClusterMismatch: the runner's configuration disagrees with the
+	// cluster record (see *ClusterMismatchError); Run returns it.
+	ErrClusterMismatch = errors.New("runner: configuration differs from the cluster's")
+	// ErrNoTransport: a shard's owner serves no transport (a hosting runner
+	// without ListenAddr/Address), so its entities cannot be reached from
+	// another runner; Run of such a runner returns it as soon as the
+	// cluster holds a runner of another process.
+	ErrNoTransport = errors.New("runner: no transport address")
+	// ErrStartTimeout: Run was not ready within Config.StartTimeout.
+	ErrStartTimeout = errors.New("runner: not ready within StartTimeout")
+	// ErrNoOwner: no owner of the shard is known (yet); the error says why
+	// (the cluster not listed, no runner registered, the shard unowned for
+	// how long). Send retries it until its context ends.
+	ErrNoOwner = errors.New("runner: no owner known")
 )
+
+// ClusterMismatchError reports a setting of this runner that differs from
+// the one the cluster record holds (Config.NumShards, Config.Strategy).
+// Every runner of a cluster must agree on them: Run fails with it at start
+// (and so do sends, which would otherwise wait for owners that never come).
+type ClusterMismatchError struct {
+	Setting   string // "NumShards" or "Strategy"
+	Cluster   string // the cluster's value
+	Runner    string // this runner's value
+	WrittenBy string // the runner that published the cluster's value ("" if unknown)
+}
+
+func (e *ClusterMismatchError) Error() string {
+	by := ""
+	if e.WrittenBy != "" {
+		by = fmt.Sprintf(" (published by runner %q)", e.WrittenBy)
+	}
+	return fmt.Sprintf("runner: %s mismatch: the cluster uses %s%s, this runner is configured with %s; "+
+		"every runner of a cluster must agree (to change it, stop every runner and delete the cluster record)",
+		e.Setting, e.Cluster, by, e.Runner)
+}
+
+// Is makes errors.Is(err, ErrClusterMismatch) true.
+func (e *ClusterMismatchError) Is(target error) bool { return target == ErrClusterMismatch }
 
 // NotOwnerError reports that this runner does not own Shard at its current
 // epoch. It is retryable: the message was not delivered. OwnerHint names the

@@ -146,9 +146,10 @@ func (s *Subscription) forward() {
 }
 
 type hub struct {
-	mu     sync.Mutex
-	subs   map[*Subscription]struct{}
-	recent eventRing // the last events, for the debug handler
+	mu      sync.Mutex
+	subs    map[*Subscription]struct{}
+	recent  eventRing   // the last events, for the debug handler
+	observe func(Event) // if set, sees every event first (under mu; must not block)
 }
 
 func (h *hub) subscribe() *Subscription {
@@ -173,6 +174,9 @@ func (h *hub) publish(ev Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.recent.add(ev)
+	if h.observe != nil {
+		h.observe(ev)
+	}
 	for s := range h.subs {
 		s.push(ev)
 	}

@@ -41,27 +41,14 @@ func Example() {
 	if err := r.Register(CounterKind); err != nil {
 		panic(err)
 	}
-	sub := r.Subscribe()
-	go r.Run(context.Background())
+	go r.Run(context.Background()) // sends made before Run has started wait for it
 	defer r.Shutdown(context.Background())
-	// Ask and Tell fail with ErrClosed until Run has started: wait for the
-	// registration.
-	for ev := range sub.Events() {
-		if _, ok := ev.(runner.Registered); ok {
-			break
-		}
-	}
-	sub.Close()
+	<-r.Ready() // registered (not needed before sending; shards are acquired next)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var n int64
-	for { // until the runner owns the counter's shard
-		if n, err = Inc.Ask(ctx, r, "counter-42", IncReq{By: 1}); err == nil || !retryable(err) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Retried inside Ask until the runner owns the counter's shard.
+	n, err := Inc.Ask(ctx, r, "counter-42", IncReq{By: 1})
 	fmt.Println(n, err)
 	n, _ = Inc.Ask(ctx, r, "counter-42", IncReq{By: 41})
 	fmt.Println(n)
@@ -72,11 +59,6 @@ func Example() {
 	// 1 <nil>
 	// 42
 	// 1
-}
-
-func retryable(err error) bool {
-	var no *runner.NotOwnerError
-	return errors.As(err, &no) || errors.Is(err, runner.ErrDetached)
 }
 
 // Errors a sender may retry and errors it must not.

@@ -480,7 +480,7 @@ func (e *resident) process(m *message) {
 	if m.reply != nil {
 		m.reply.ch <- result{v: v, err: err, epoch: sh.epoch}
 	} else if err != nil {
-		sh.r.log.Debug("signal handler failed", "kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "err", err)
+		sh.r.signalFailed(e.key.kind, m.h.Name(), sh.id, err) // WARN, rate-limited
 	}
 }
 
@@ -533,7 +533,11 @@ func (e *resident) invoke(m *message) (v any, err error) {
 			sh.r.log.Error("entity handler panicked; instance discarded", "kind", e.key.kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
 		}
 	}()
-	return m.h.Invoke(e.inst, e.host.ctx, m.req)
+	ctx, cancel := e.host.handlerContext(m)
+	if cancel != nil {
+		defer cancel()
+	}
+	return m.h.Invoke(e.inst, ctx, m.req)
 }
 
 // activate creates the instance and calls its Activate hook.
@@ -557,6 +561,7 @@ func (e *resident) activate() error {
 			return a.Activate(sh.ctx, entity.ActivateInfo{
 				Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
 				Restore: sh.r.restoreFunc(sh.id, e.key), Checkpoint: sh.checkpointFunc(e.key),
+				DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
 			})
 		}()
 		if err != nil {
@@ -663,6 +668,7 @@ func (sh *shardHost) release(ctx context.Context, e *resident, reason error) {
 		}()
 		return rel.Release(ctx, entity.ReleaseInfo{
 			Entity: e.key.id, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Checkpoint: sh.checkpointFunc(e.key),
+			DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
 		})
 	}()
 	if err != nil {

@@ -13,7 +13,10 @@ import (
 const meterName = "github.com/shardhost/shardhost"
 
 // metrics holds the instruments of one runner, created once in New. All
-// carry the attribute runner=<ID>; none carries entity IDs.
+// carry the attribute runner=<ID>; none carries entity IDs. Every
+// instrument is listed, with its kind, unit, attributes and meaning, in the
+// package documentation (# Metrics) and the README: TestMetricsDocumented
+// keeps both in step with this file.
 type metrics struct {
 	attrs metric.MeasurementOption
 
@@ -41,6 +44,7 @@ type metrics struct {
 	handoffs          metric.Int64Counter
 	cutoverBuffered   metric.Int64Counter
 	cutoverRejected   metric.Int64Counter
+	signalFailures    metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
@@ -49,57 +53,59 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
-	out.detached, err = m.Int64Gauge("sharding.detached", metric.WithDescription("1 while the runner is detached, else 0"))
+	out.detached, err = m.Int64Gauge("sharding.detached", metric.WithUnit("{runner}"), metric.WithDescription("1 while the runner is detached, else 0"))
 	add(err)
-	out.keepAliveFailures, err = m.Int64Counter("sharding.lease_keepalive_failures", metric.WithDescription("failed lease renewals"))
+	out.keepAliveFailures, err = m.Int64Counter("sharding.lease_keepalive_failures", metric.WithUnit("{renewal}"), metric.WithDescription("failed lease renewals"))
 	add(err)
-	out.keepAliveStreak, err = m.Int64Gauge("sharding.lease_keepalive_failure_streak", metric.WithDescription("consecutive failed lease renewals"))
+	out.keepAliveStreak, err = m.Int64Gauge("sharding.lease_keepalive_failure_streak", metric.WithUnit("{renewal}"), metric.WithDescription("consecutive failed lease renewals"))
 	add(err)
-	out.acquireRetries, err = m.Int64Counter("sharding.acquire_retry_attempts", metric.WithDescription("acquire attempts on shards held elsewhere, after the first"))
+	out.acquireRetries, err = m.Int64Counter("sharding.acquire_retry_attempts", metric.WithUnit("{attempt}"), metric.WithDescription("acquire attempts on shards held elsewhere, after the first"))
 	add(err)
-	out.acquireExhausted, err = m.Int64Counter("sharding.acquire_retry_window_exhausted", metric.WithDescription("shards whose acquire retry window ran out"))
+	out.acquireExhausted, err = m.Int64Counter("sharding.acquire_retry_window_exhausted", metric.WithUnit("{shard}"), metric.WithDescription("shards whose acquire retry window ran out"))
 	add(err)
-	out.shardsOwned, err = m.Int64Gauge("sharding.shards_owned", metric.WithDescription("shards owned by the runner"))
+	out.shardsOwned, err = m.Int64Gauge("sharding.shards_owned", metric.WithUnit("{shard}"), metric.WithDescription("shards owned by the runner"))
 	add(err)
-	out.shardsLost, err = m.Int64Counter("sharding.locks_lost", metric.WithDescription("owned locks deleted, rewritten or taken behind the runner's back (each costs its shard only)"))
+	out.shardsLost, err = m.Int64Counter("sharding.locks_lost", metric.WithUnit("{shard}"), metric.WithDescription("owned locks deleted, rewritten or taken behind the runner's back (each costs its shard only)"))
 	add(err)
 	out.acquireLatency, err = m.Float64Histogram("sharding.acquire_latency", metric.WithUnit("s"), metric.WithDescription("duration of one batched acquire call"))
 	add(err)
-	out.storageErrors, err = m.Int64Counter("sharding.storage_errors", metric.WithDescription("failed list/acquire/verify/release calls"))
+	out.storageErrors, err = m.Int64Counter("sharding.storage_errors", metric.WithUnit("{call}"), metric.WithDescription("failed list/acquire/verify/release calls"))
 	add(err)
-	out.detaches, err = m.Int64Counter("sharding.detaches", metric.WithDescription("detach transitions, by reason"))
+	out.detaches, err = m.Int64Counter("sharding.detaches", metric.WithUnit("{detach}"), metric.WithDescription("detach transitions, by reason"))
 	add(err)
-	out.activations, err = m.Int64Counter("sharding.entity_activations", metric.WithDescription("entity instances created"))
+	out.activations, err = m.Int64Counter("sharding.entity_activations", metric.WithUnit("{entity}"), metric.WithDescription("entity instances created"))
 	add(err)
-	out.passivations, err = m.Int64Counter("sharding.entity_passivations", metric.WithDescription("entities passivated (idle or evicted)"))
+	out.passivations, err = m.Int64Counter("sharding.entity_passivations", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated (idle or evicted)"))
 	add(err)
-	out.evictions, err = m.Int64Counter("sharding.entity_evictions", metric.WithDescription("entities passivated by the resident cap"))
+	out.evictions, err = m.Int64Counter("sharding.entity_evictions", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated by the resident cap"))
 	add(err)
-	out.mailboxRejections, err = m.Int64Counter("sharding.mailbox_rejections", metric.WithDescription("messages refused by a full mailbox"))
+	out.mailboxRejections, err = m.Int64Counter("sharding.mailbox_rejections", metric.WithUnit("{message}"), metric.WithDescription("messages refused by a full mailbox"))
 	add(err)
 	out.handlerDuration, err = m.Float64Histogram("sharding.handler_duration", metric.WithUnit("s"),
 		metric.WithDescription("handler run time, sampled 1 in 64 messages per entity"))
 	add(err)
-	out.panics, err = m.Int64Counter("sharding.handler_panics", metric.WithDescription("handler panics (message failed, instance discarded)"))
+	out.panics, err = m.Int64Counter("sharding.handler_panics", metric.WithUnit("{message}"), metric.WithDescription("handler panics (message failed, instance discarded)"))
 	add(err)
-	out.dropped, err = m.Int64Counter("sharding.messages_dropped",
+	out.dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithUnit("{message}"),
 		metric.WithDescription("messages dropped, by reason: shard_left (a signal whose shard left before it ran), stale_result (a handler finished after its shard left, or its reply came from an epoch older than one already seen: result withheld)"))
 	add(err)
-	out.sendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
+	out.sendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithUnit("{attempt}"), metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
 	add(err)
 	out.handoffPhase, err = m.Float64Histogram("sharding.handoff_duration", metric.WithUnit("s"),
 		metric.WithDescription("handoff duration by phase: warm (new owner), drain and cutover (old owner), total (new owner)"))
 	add(err)
-	out.handoffs, err = m.Int64Counter("sharding.handoffs", metric.WithDescription("handoffs by outcome: completed, aborted"))
+	out.handoffs, err = m.Int64Counter("sharding.handoffs", metric.WithUnit("{handoff}"), metric.WithDescription("handoffs by outcome: completed, aborted"))
 	add(err)
-	out.cutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithDescription("sends held while their shard cut over"))
+	out.cutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithUnit("{message}"), metric.WithDescription("sends held while their shard cut over"))
 	add(err)
-	out.cutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
+	out.cutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithUnit("{message}"), metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
+	add(err)
+	out.signalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithUnit("{message}"), metric.WithDescription("signal handlers that returned an error, by kind and method"))
 	add(err)
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))
 	add(err)
-	activeGauge, err2 := m.Int64ObservableGauge("sharding.entities_active", metric.WithDescription("resident entities"))
+	activeGauge, err2 := m.Int64ObservableGauge("sharding.entities_active", metric.WithUnit("{entity}"), metric.WithDescription("resident entities"))
 	add(err2)
 	if err == nil && err2 == nil {
 		out.deadlineLagCB, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {

@@ -201,6 +201,10 @@ func (r *Runner) registrationWait(err error) (wait time.Duration, fatal bool) {
 	case errors.Is(err, ErrDuplicateRunnerID):
 		r.failRun(err)
 		return 0, true
+	case errors.Is(err, ErrClusterMismatch):
+		r.log.Error("configuration differs from the cluster's; stopping", "err", err)
+		r.failRun(err)
+		return 0, true
 	case errors.Is(err, errWaitingForID):
 		return r.cfg.ProbeInterval, false
 	}

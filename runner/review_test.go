@@ -86,7 +86,9 @@ type stubborn struct {
 	mu  *sync.Mutex
 }
 
-type waitReq struct{ Until <-chan struct{} }
+type waitReq struct {
+	Until <-chan struct{} `json:"-"` // local calls only
+}
 
 // Wait ignores its context: a misbehaving handler.
 func (s *stubborn) Wait(_ context.Context, r waitReq) (int, error) {

@@ -35,8 +35,21 @@ import (
 // ctx ends, returning ctx's cause joined with the last such error.
 // Delivery is at most once per call: any other error (a handler error, a
 // timeout or a connection lost after sending: ErrMaybeDelivered) is
-// returned as is, and the handler may have run.
+// returned as is, and the handler may have run — except for methods
+// defined with entity.Idempotent, which are sent again after
+// ErrMaybeDelivered (a *StaleResultError included) until they succeed,
+// fail otherwise, or ctx ends (see sendIdempotent).
 func (r *Runner) Send(ctx context.Context, c entity.Call) (any, error) {
+	v, err := r.sendOnce(ctx, c)
+	if err != nil && c.Handler != nil && c.Handler.Idempotent() && errors.Is(err, ErrMaybeDelivered) {
+		return r.sendIdempotent(ctx, c, err)
+	}
+	return v, err
+}
+
+// sendOnce is one Send: admission, routing and the retries that keep
+// delivery at most once.
+func (r *Runner) sendOnce(ctx context.Context, c entity.Call) (any, error) {
 	if err := r.admit(ctx, c); err != nil {
 		return nil, err
 	}
@@ -86,10 +99,8 @@ func retryable(err error) bool {
 		no *NotOwnerError
 		ud *UndeliveredError
 	)
-	return errors.As(err, &no) || errors.As(err, &ud) || errors.Is(err, ErrNotSent) || errors.Is(err, errNoRoute)
+	return errors.As(err, &no) || errors.As(err, &ud) || errors.Is(err, ErrNotSent) || errors.Is(err, ErrNoOwner)
 }
-
-var errNoRoute = errors.New("runner: no owner known yet")
 
 func newBackoff() *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff()
@@ -110,6 +121,7 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 		payload []byte
 		timer   *time.Timer
 		hint    string // owner named by the last NotOwner answer
+		start   = time.Now()
 	)
 	defer func() {
 		if timer != nil {
@@ -138,10 +150,11 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			hint = ""
 			switch {
 			case !ok:
-				err = r.noRoute(id)
+				err = r.noRoute(id, time.Since(start))
 			case owner.Address == "":
 				// The owner serves no transport: final, not retried.
-				err, sent = &NotOwnerError{Shard: id, OwnerHint: owner.ID}, true
+				err, sent = fmt.Errorf("%w: shard %d is owned by runner %q, which serves no transport (its Config has neither ListenAddr nor Address), "+
+					"so no other runner can reach its entities", ErrNoTransport, id, owner.ID), true
 			default:
 				if payload == nil {
 					if payload, err = k.opts.Codec.Marshal(c.Req); err != nil {
@@ -157,7 +170,7 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			}
 			return v, err
 		}
-		if last == nil || !errors.Is(err, errNoRoute) {
+		if last == nil || !errors.Is(err, ErrNoOwner) || errors.Is(last, ErrNoOwner) {
 			last = err // keep the most informative reason for the caller
 		}
 		var no *NotOwnerError
@@ -186,7 +199,7 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			return nil, fmt.Errorf("runner: %s %q not delivered: %w (last attempt: %w)", k.desc.Name(), c.Entity, ctxErr(ctx), last)
 		case <-changed:
 			if !r.running.Load() {
-				return nil, fmt.Errorf("%w: runner %s stopped; %s %q not delivered (last attempt: %w)", ErrClosed, r.cfg.ID, k.desc.Name(), c.Entity, last)
+				return nil, fmt.Errorf("%w; %s %q not delivered (last attempt: %w)", r.closedErr(), k.desc.Name(), c.Entity, last)
 			}
 		case <-timer.C:
 		}
@@ -297,9 +310,9 @@ func (r *Runner) member(id string) (storage.Runner, bool) {
 	return m, ok
 }
 
-// noRoute explains a shard with no route: detached, ours in transition, or
-// no owner yet.
-func (r *Runner) noRoute(id sharding.ShardID) error {
+// noRoute explains a shard with no route after waited: detached, ours in
+// transition, or no owner known — and then why (noOwnerReason).
+func (r *Runner) noRoute(id sharding.ShardID, waited time.Duration) error {
 	r.mu.Lock()
 	detached := r.phase == phaseDetached
 	_, ours := r.owned[id]
@@ -312,7 +325,7 @@ func (r *Runner) noRoute(id sharding.ShardID) error {
 	case ours || mine:
 		return &UndeliveredError{Shard: id, Cause: ErrShardMoved}
 	default:
-		return fmt.Errorf("%w: shard %d", errNoRoute, id)
+		return fmt.Errorf("%w: shard %d: %s", ErrNoOwner, id, r.noOwnerReason(id, waited))
 	}
 }
 

@@ -155,7 +155,10 @@ type Runner struct {
 	reg              registration        // the own record (registration.go)
 	badKeys          map[string]struct{} // damaged keys already logged (keys.go)
 	badKeysFull      bool
-	lostLocks        []lostLock // dropped shards not logged yet
+	lostLocks        []lostLock   // dropped shards not logged yet
+	st               startState   // starting up (start.go)
+	ownLog           ownershipLog // ownership changes of a round (ownershiplog.go)
+	sigLog           signalLog    // failed signals, rate-limited (ownershiplog.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -225,6 +228,9 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	r.st.init()
+	r.hub.observe = r.noteEvent
+	localIncarnations.Store(r.incarnation, struct{}{})
 	r.tripAt.Store(math.MaxInt64)
 	routes := make(chan struct{})
 	r.routeCh.Store(&routes)
@@ -389,6 +395,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.phase = phaseStarting
 	r.started = time.Now()
 	r.running.Store(true)
+	close(r.st.runCalled) // sends waiting for Run proceed
 	r.mu.Unlock()
 	defer close(r.done)
 	defer r.met.close()
@@ -437,6 +444,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.followDrain(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
 	}
+	wg.Go(func() { r.startup(ctx) })
 
 	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
 		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)

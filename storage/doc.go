@@ -33,9 +33,14 @@
 //   - Verify is read-only: steady-state verification performs no writes.
 //   - Transfer moves a lock the caller owns to another lease in one
 //     transaction that also deletes the shard's handoff record.
-//   - Checkpoints are fenced: a write succeeds only if the writer's epoch is
-//     the lock's current epoch, checked in the same transaction; otherwise it
-//     fails with a [*FencedError] and writes nothing.
+//   - Checkpoints are fenced: a write or a delete succeeds only if the
+//     writer's epoch is the lock's current epoch, checked in the same
+//     transaction; otherwise it fails with a [*FencedError] and changes
+//     nothing.
+//   - The cluster record ({namespace}/cluster, no lease) holds the settings
+//     every runner must share ([ClusterRecord]). It is created only if
+//     absent and changed only at the revision the writer read
+//     ([Clusters.WriteCluster]), so concurrent first starts agree on one.
 //   - Bad requests (a shard listed twice, [NoLease], an epoch that is not
 //     positive, an empty owner, ...) fail with [ErrInvalidArgument] before
 //     anything is sent: they could otherwise match absent keys, whose lease

@@ -31,6 +31,9 @@ var (
 	// ErrRunnerConflict: a runner record is held by another lease (or is not
 	// at the expected revision) and was left alone.
 	ErrRunnerConflict = errors.New("storage: runner record held by another lease")
+	// ErrClusterConflict: the cluster record is not at the expected
+	// revision (see Clusters.WriteCluster) and was left alone.
+	ErrClusterConflict = errors.New("storage: cluster record changed")
 	// ErrCorrupt: a stored key or value cannot be decoded.
 	ErrCorrupt = errors.New("storage: corrupt record")
 	// ErrInvalidArgument: the request itself is malformed.
@@ -77,6 +80,9 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
+	if e.Keyspace == "" { // a key of no keyspace (ClusterKey)
+		return fmt.Sprintf("storage: corrupt record %s: %v", e.Key, e.Err)
+	}
 	return fmt.Sprintf("storage: corrupt record %s/%s: %v", e.Keyspace, e.Key, e.Err)
 }
 

@@ -256,6 +256,10 @@ type Checkpoints interface {
 	// ReadCheckpoint returns the last checkpoint of (shard, name); ok is
 	// false when none was ever written.
 	ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (cp Checkpoint, ok bool, err error)
+	// DeleteCheckpoint deletes the checkpoint (shard, name), if there is
+	// one, if epoch is the current epoch of the shard's lock, in the same
+	// transaction; otherwise it deletes nothing and returns a *FencedError.
+	DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch Epoch) error
 }
 
 // Key is the key of name in keyspace ks relative to the namespace:
@@ -385,6 +389,7 @@ type Store interface {
 	Locks
 	Handoffs
 	Checkpoints
+	Clusters
 	Lister
 	// Ping performs a linearizable read: it succeeds only if the store can
 	// currently serve consistent requests to this client.

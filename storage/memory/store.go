@@ -35,6 +35,7 @@ const (
 	OpTransfer   Op = "transfer"
 	OpHandoff    Op = "handoff"
 	OpCheckpoint Op = "checkpoint"
+	OpCluster    Op = "cluster" // ReadCluster and WriteCluster
 	OpList       Op = "list"
 	OpWatch      Op = "watch"
 	OpPing       Op = "ping"

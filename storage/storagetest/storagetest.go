@@ -64,6 +64,8 @@ func Run(t *testing.T, h Harness) {
 		{"FencedCheckpoint", testCheckpoints},
 		{"CorruptValues", testCorrupt},
 		{"CorruptCheckpoints", testCorruptCheckpoints},
+		{"FencedCheckpointDelete", testDeleteCheckpoint},
+		{"ClusterRecordWrittenOnce", testClusterRecord},
 		{"RunnerRecordIsClaimedNotStolen", testRunnerClaims},
 		{"LeaselessLockIsTakenOver", testLeaselessLock},
 		{"InvalidArguments", testInvalid},

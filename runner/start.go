@@ -1,0 +1,447 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Starting up: what Run does before the runner is ready, and what a user
+// sees meanwhile.
+//
+//   - The cluster record. Before registering (hosting) or routing
+//     (client-only), a runner checks its NumShards and Strategy against
+//     the cluster record, publishing it if there is none (see
+//     checkCluster). A mismatch ends Run with a *ClusterMismatchError.
+//   - Store failures at start are retried with backoff; the first is
+//     logged at WARN with the store's endpoints and the error, then one
+//     WARN a minute (startFailed). Config.StartTimeout, if set, ends Run
+//     with ErrStartTimeout when the runner is not ready in time.
+//   - Ready is closed once a hosting runner registered for the first time,
+//     or a client-only runner listed the runners.
+//   - A send made before Run is called waits for Run (sends after Shutdown
+//     or Close fail at once; see waitRun).
+//   - A hosting runner without a transport address fails Run with
+//     ErrNoTransport once the cluster holds a runner of another process
+//     for a second (guardTransport).
+
+// startWarnEvery is how often a start that keeps failing is logged at WARN.
+const startWarnEvery = time.Minute
+
+// localIncarnations holds the incarnations of the runners made in this
+// process (by New): runners of one process may do without a transport.
+var localIncarnations sync.Map // incarnation -> struct{}
+
+// startState is what the runner knows of its start. Its own mutex: it is
+// read on the send path (noRoute) and written by store calls.
+type startState struct {
+	runCalled chan struct{} // closed when Run is called
+	ready     chan struct{} // closed once ready
+	readyOnce sync.Once
+
+	mu        sync.Mutex
+	clusterOK bool      // the cluster record agrees with this runner
+	failures  int       // failed store calls since the start (or the last success)
+	firstFail time.Time // of the current streak
+	lastWarn  time.Time
+	lastErr   error // the last failure, until ready
+}
+
+func (s *startState) init() {
+	s.runCalled = make(chan struct{})
+	s.ready = make(chan struct{})
+}
+
+// Ready returns a channel that is closed once the runner is up: a hosting
+// runner once it has checked the cluster record and registered (its first
+// registration; it acquires its shards after that), a client-only runner
+// once it has checked the cluster record and listed the runners. It is not
+// closed if Run fails first (ErrStartTimeout, *ClusterMismatchError,
+// ErrDuplicateRunnerID, ...): wait for it together with Run's return.
+//
+//	errc := make(chan error, 1)
+//	go func() { errc <- r.Run(ctx) }()
+//	select {
+//	case <-r.Ready():
+//	case err := <-errc:
+//		log.Fatal(err)
+//	}
+func (r *Runner) Ready() <-chan struct{} { return r.st.ready }
+
+// setReady closes Ready (once) and logs a recovery from start failures.
+func (r *Runner) setReady() {
+	r.st.readyOnce.Do(func() {
+		r.st.mu.Lock()
+		n, since := r.st.failures, time.Since(r.st.firstFail)
+		r.st.failures, r.st.lastErr = 0, nil
+		r.st.mu.Unlock()
+		if n > 0 {
+			r.log.Info("store reachable; runner ready", "failed_attempts", n, "after", since.Round(time.Millisecond))
+		}
+		close(r.st.ready)
+	})
+}
+
+// isReady reports whether Ready is closed.
+func (r *Runner) isReady() bool {
+	select {
+	case <-r.st.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// endpoints names the store's endpoints for logs ("" when it has none to
+// name, as the in-memory store).
+func (r *Runner) endpoints() string {
+	if e, ok := r.store.(interface{ Endpoints() []string }); ok {
+		return strings.Join(e.Endpoints(), ",")
+	}
+	return ""
+}
+
+// startFailed records a failed store call of the start (op) and logs it:
+// the first of a streak at WARN with the endpoints and the error, then at
+// most one WARN per startWarnEvery, the rest at DEBUG.
+func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
+	now := time.Now()
+	r.st.mu.Lock()
+	r.st.failures++
+	r.st.lastErr = err
+	first := r.st.failures == 1
+	if first {
+		r.st.firstFail = now
+	}
+	warn := first || now.Sub(r.st.lastWarn) >= startWarnEvery
+	if warn {
+		r.st.lastWarn = now
+	}
+	n, since := r.st.failures, now.Sub(r.st.firstFail)
+	r.st.mu.Unlock()
+	attrs := []any{"op", op, "err", err, "retry_in", retryIn}
+	if eps := r.endpoints(); eps != "" {
+		attrs = append(attrs, "endpoints", eps)
+	}
+	switch {
+	case first:
+		r.log.Warn("cannot start: store call failed; retrying", attrs...)
+	case warn:
+		r.log.Warn("still cannot start: store calls keep failing; retrying",
+			append(attrs, "failed_attempts", n, "for", since.Round(time.Second))...)
+	default:
+		r.log.Debug("start: store call failed; retrying", append(attrs, "failed_attempts", n)...)
+	}
+}
+
+// startErr returns the last start failure while the runner is not ready.
+func (r *Runner) startErr() error {
+	r.st.mu.Lock()
+	defer r.st.mu.Unlock()
+	return r.st.lastErr
+}
+
+// startup runs, as one of Run's goroutines, what a start needs besides the
+// watchdog's registration: the StartTimeout, the client-only runner's
+// cluster check and readiness, and the transport guard.
+func (r *Runner) startup(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if r.cfg.StartTimeout > 0 {
+		wg.Go(func() { r.startTimeout(ctx) })
+	}
+	if r.cfg.ClientOnly {
+		wg.Go(func() { r.startClient(ctx) })
+	} else if r.Address() == "" {
+		wg.Go(func() { r.guardTransport(ctx) })
+	}
+}
+
+// startTimeout ends Run with ErrStartTimeout unless the runner is ready
+// within Config.StartTimeout.
+func (r *Runner) startTimeout(ctx context.Context) {
+	t := time.NewTimer(r.cfg.StartTimeout)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-r.st.ready:
+	case <-t.C:
+		err := fmt.Errorf("%w (%v)", ErrStartTimeout, r.cfg.StartTimeout)
+		if last := r.startErr(); last != nil {
+			err = fmt.Errorf("%w: last failure: %w", err, last)
+		}
+		attrs := []any{"err", err}
+		if eps := r.endpoints(); eps != "" {
+			attrs = append(attrs, "endpoints", eps)
+		}
+		r.log.Error("not ready within StartTimeout; stopping", attrs...)
+		r.failRun(err)
+	}
+}
+
+// startClient checks the cluster record for a client-only runner
+// (retrying store failures) and marks it ready once the runners are
+// listed.
+func (r *Runner) startClient(ctx context.Context) {
+	backoff := r.cfg.ProbeInterval
+	t := time.NewTimer(0)
+	defer t.Stop()
+	<-t.C
+	for {
+		err := r.verifyCluster(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrClusterMismatch) {
+			r.log.Error("configuration differs from the cluster's; stopping", "err", err)
+			r.failRun(err)
+			return
+		}
+		r.startFailed("check the cluster record", err, backoff)
+		t.Reset(backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	for {
+		changed := r.routeWatch()
+		r.mu.Lock()
+		listed := r.membersSeen
+		r.mu.Unlock()
+		if listed {
+			r.setReady()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// verifyCluster checks the cluster record once per Run (see checkCluster).
+func (r *Runner) verifyCluster(ctx context.Context) error {
+	r.st.mu.Lock()
+	ok := r.st.clusterOK
+	r.st.mu.Unlock()
+	if ok {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	if err := r.checkCluster(cctx); err != nil {
+		return err
+	}
+	r.st.mu.Lock()
+	r.st.clusterOK = true
+	r.st.mu.Unlock()
+	return nil
+}
+
+// checkCluster compares this runner's NumShards and (hosting runners)
+// Strategy with the cluster record. It publishes the record when there is
+// none, adds the strategy when a client-only runner published it without
+// one, and replaces a record that does not decode (WARN); all writes are
+// conditional on the revision read. It returns a *ClusterMismatchError on
+// a disagreement, or the store's error.
+func (r *Runner) checkCluster(ctx context.Context) error {
+	want := storage.ClusterRecord{NumShards: r.cfg.NumShards, WrittenBy: r.cfg.ID}
+	if !r.cfg.ClientOnly {
+		want.Strategy = r.cfg.Strategy.Name()
+	}
+	for range 3 { // the record may change under us; each write is conditional
+		info, ok, err := r.store.ReadCluster(ctx)
+		var corrupt *storage.CorruptError
+		switch {
+		case errors.As(err, &corrupt) && ok:
+			r.log.Warn("replacing a damaged cluster record", "key", storage.ClusterKey, "err", err)
+			err = r.writeCluster(ctx, want, info.ModRevision)
+		case err != nil:
+			return fmt.Errorf("read the cluster record: %w", err)
+		case !ok:
+			if err = r.writeCluster(ctx, want, 0); err == nil {
+				r.log.Info("published the cluster record", "key", storage.ClusterKey, "shards", want.NumShards, "strategy", want.Strategy)
+			}
+		case info.NumShards != want.NumShards:
+			return &ClusterMismatchError{Setting: "NumShards", Cluster: fmt.Sprint(info.NumShards), Runner: fmt.Sprint(want.NumShards), WrittenBy: info.WrittenBy}
+		case want.Strategy == "" || info.Strategy == want.Strategy:
+			return nil
+		case info.Strategy != "":
+			return &ClusterMismatchError{Setting: "Strategy", Cluster: fmt.Sprintf("%q", info.Strategy), Runner: fmt.Sprintf("%q", want.Strategy), WrittenBy: info.WrittenBy}
+		default: // published by a client-only runner: add the strategy
+			err = r.writeCluster(ctx, want, info.ModRevision)
+		}
+		if !errors.Is(err, storage.ErrClusterConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("the cluster record %s keeps changing", storage.ClusterKey)
+}
+
+func (r *Runner) writeCluster(ctx context.Context, rec storage.ClusterRecord, rev storage.Revision) error {
+	if _, err := r.store.WriteCluster(ctx, rec, rev); err != nil {
+		return fmt.Errorf("write the cluster record: %w", err)
+	}
+	return nil
+}
+
+// foreignMemberGrace is how long a runner of another process must stay in
+// the membership before a hosting runner without a transport gives up: a
+// record damaged for a moment (and repaired by its owner) is no such
+// runner.
+const foreignMemberGrace = time.Second
+
+// guardTransport ends Run with ErrNoTransport when this hosting runner,
+// which serves no transport, shares its cluster with a runner of another
+// process (for foreignMemberGrace): that runner could not reach the shards
+// owned here.
+func (r *Runner) guardTransport(ctx context.Context) {
+	seen := ^uint64(0)
+	var suspect *storage.Runner // a foreign member seen, waiting for the grace to pass
+	grace := time.NewTimer(time.Hour)
+	grace.Stop()
+	defer grace.Stop()
+	for {
+		changed := r.routeWatch()
+		r.mu.Lock()
+		version := r.membersVersion
+		foreign := r.foreignMemberLocked()
+		r.mu.Unlock()
+		if version != seen {
+			seen = version
+			switch {
+			case foreign == nil:
+				suspect = nil
+				grace.Stop()
+			case suspect == nil || suspect.Incarnation != foreign.Incarnation:
+				suspect = foreign
+				grace.Reset(foreignMemberGrace)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			continue
+		case <-grace.C:
+		}
+		r.mu.Lock()
+		foreign = r.foreignMemberLocked()
+		r.mu.Unlock()
+		if foreign == nil || suspect == nil || foreign.Incarnation != suspect.Incarnation {
+			suspect = nil
+			seen = ^uint64(0) // decide again on the current view
+			continue
+		}
+		err := fmt.Errorf("%w: runner %q of another process (incarnation %s, address %q) is in the cluster, "+
+			"and this hosting runner serves no transport, so it could not reach the shards owned here: "+
+			"set Config.ListenAddr (and Address), or ClientOnly", ErrNoTransport, foreign.ID, foreign.Incarnation, foreign.Address)
+		r.log.Error("hosting without a transport in a cluster of several processes; stopping", "err", err)
+		r.failRun(err)
+		return
+	}
+}
+
+// foreignMemberLocked returns a member made by another process (not this
+// runner's ID: a predecessor of this runner is waited for at
+// registration), or nil.
+func (r *Runner) foreignMemberLocked() *storage.Runner {
+	for _, m := range r.members {
+		if m.ID == r.cfg.ID {
+			continue
+		}
+		if _, local := localIncarnations.Load(m.Incarnation); !local {
+			return &m
+		}
+	}
+	return nil
+}
+
+// waitRun is admission for a runner that is not running: a send made
+// before Run is called waits for it (bounded by ctx and, when ctx has no
+// deadline, RequestTimeout); after Shutdown, Close or Run's return it
+// fails at once with ErrClosed.
+func (r *Runner) waitRun(ctx context.Context) error {
+	r.mu.Lock()
+	called, stopped := r.runStarted, r.phase == phaseStopped
+	r.mu.Unlock()
+	if !called && !stopped {
+		t := time.NewTimer(r.cfg.RequestTimeout)
+		defer t.Stop()
+		select {
+		case <-r.st.runCalled:
+		case <-r.stopReq:
+		case <-r.closeReq:
+		case <-ctx.Done():
+			return fmt.Errorf("runner %s: waiting for Run to be called: %w", r.cfg.ID, ctxErr(ctx))
+		case <-t.C:
+			return fmt.Errorf("%w: runner %s: Run was not called within %v (RequestTimeout)", ErrClosed, r.cfg.ID, r.cfg.RequestTimeout)
+		}
+		if r.running.Load() {
+			return nil
+		}
+	}
+	return r.closedErr()
+}
+
+// closedErr is the error of a send to a runner that is not running.
+func (r *Runner) closedErr() error {
+	r.mu.Lock()
+	why := "Shutdown or Close was called before Run"
+	if r.runStarted {
+		why = "Run has returned"
+	}
+	r.mu.Unlock()
+	if err := r.fatalErr(); err != nil {
+		return fmt.Errorf("%w: runner %s stopped: %w", ErrClosed, r.cfg.ID, err)
+	}
+	return fmt.Errorf("%w: runner %s: %s", ErrClosed, r.cfg.ID, why)
+}
+
+// noOwnerReason says why no owner of shard id is known, for ErrNoOwner:
+// this runner has not listed the cluster (with the last store failure),
+// no runner is registered, or the shard has been without a known owner
+// for as long as the send waited (with who holds its lock, if anyone).
+func (r *Runner) noOwnerReason(id sharding.ShardID, waited time.Duration) string {
+	r.mu.Lock()
+	listed, members, phase := r.membersSeen, len(r.members), r.phase
+	l, held := r.locks.get(id)
+	_, holderKnown := r.byLease[l.Lease]
+	assigned := ""
+	if int(id) < len(r.assignment) {
+		assigned = r.assignment[id]
+	}
+	r.mu.Unlock()
+	failure := ""
+	if err := r.startErr(); err != nil {
+		failure = fmt.Sprintf(" (last store failure: %v)", err)
+	}
+	w := waited.Round(time.Millisecond)
+	switch {
+	case !listed:
+		return "this runner has not listed the cluster's runners yet" + failure
+	case members == 0 && phase == phaseStarting:
+		return "no runner is registered in the cluster, and this one has not registered yet" + failure
+	case members == 0:
+		return "no runner is registered in the cluster"
+	case held && !holderKnown:
+		return fmt.Sprintf("its lock is held under lease %x, of no registered runner (a runner that is gone; its lease expires), for the %v this send waited", l.Lease, w)
+	case assigned != "":
+		return fmt.Sprintf("unowned for the %v this send waited (%d runners registered; assigned to %q, which has not acquired it)", w, members, assigned)
+	default:
+		return fmt.Sprintf("unowned for the %v this send waited (%d runners registered, none holds its lock)", w, members)
+	}
+}

@@ -1,0 +1,81 @@
+package memory
+
+import (
+	"context"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// DeleteCheckpoint implements storage.Checkpoints.
+func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch) error {
+	if err := storage.CheckEpoch(shard, epoch); err != nil {
+		return err
+	}
+	c, err := s.enter(ctx, OpCheckpoint)
+	if err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	e, ok := c.kvs[shardKey(shard)]
+	if !ok || storage.Epoch(e.mod) != epoch {
+		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
+		if ok {
+			fe.Current = storage.Epoch(e.mod)
+		}
+		return fe
+	}
+	tx := c.begin()
+	tx.del(storage.CheckpointKey(shard, name))
+	tx.commit()
+	return nil
+}
+
+// clusterKV is the stored cluster record (keyValue names keys within a
+// keyspace; this key has none).
+func clusterKV(e *kv) storage.KeyValue {
+	out := e.keyValue(storage.ClusterKey)
+	out.Key = storage.ClusterKey
+	return out
+}
+
+// ReadCluster implements storage.Clusters.
+func (s *Store) ReadCluster(ctx context.Context) (storage.ClusterInfo, bool, error) {
+	c, err := s.enter(ctx, OpCluster)
+	if err != nil {
+		return storage.ClusterInfo{}, false, err
+	}
+	defer c.mu.Unlock()
+	e, ok := c.kvs[storage.ClusterKey]
+	if !ok {
+		return storage.ClusterInfo{}, false, nil
+	}
+	info, err := storage.DecodeCluster(clusterKV(e))
+	return info, true, err
+}
+
+// WriteCluster implements storage.Clusters.
+func (s *Store) WriteCluster(ctx context.Context, rec storage.ClusterRecord, rev storage.Revision) (storage.Revision, error) {
+	val, err := storage.EncodeCluster(rec)
+	if err != nil {
+		return 0, err
+	}
+	if rev < 0 {
+		return 0, storage.CheckRevision(rev)
+	}
+	c, err := s.enter(ctx, OpCluster)
+	if err != nil {
+		return 0, err
+	}
+	defer c.mu.Unlock()
+	e, ok := c.kvs[storage.ClusterKey]
+	switch {
+	case ok && e.mod != rev:
+		return 0, &storage.ClusterConflictError{Exists: true, Existing: clusterKV(e)}
+	case !ok && rev != 0:
+		return 0, &storage.ClusterConflictError{}
+	}
+	tx := c.begin()
+	_ = tx.put(storage.ClusterKey, val, storage.NoLease)
+	return tx.commit(), nil
+}
