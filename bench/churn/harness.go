@@ -14,7 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/runnerproc"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/etcd"
 )
 
@@ -33,6 +35,7 @@ type Params struct {
 	Etcd     string        // host:port of an existing etcd; "" starts ./bin/etcd
 	Verbose  bool          // runners' info logs and the etcd client's warnings
 	Steady   time.Duration // after the cold start, measure the settled cluster this long (0: skip)
+	Procs    bool          // hosting runners in separate OS processes (crash = SIGKILL)
 }
 
 // Bounds on waiting.
@@ -69,7 +72,8 @@ var stepKinds = []string{stepAdd, stepShutdown, stepCrash}
 // recorded.
 type node struct {
 	id     string
-	r      *runner.Runner
+	r      *runner.Runner // nil for a runner in a child process (-procs)
+	proc   *procNode      // the child process (-procs), else nil
 	cli    *clientv3.Client
 	sub    *runner.Subscription
 	ran    chan struct{} // closed when Run returned
@@ -92,12 +96,16 @@ type recorder struct {
 func (rec *recorder) follow(sub *runner.Subscription) {
 	rec.wg.Go(func() {
 		for ev := range sub.Events() {
-			rec.mu.Lock()
-			rec.events = append(rec.events, ev)
-			rec.last = time.Now()
-			rec.mu.Unlock()
+			rec.add(ev)
 		}
 	})
+}
+
+func (rec *recorder) add(ev runner.Event) {
+	rec.mu.Lock()
+	rec.events = append(rec.events, ev)
+	rec.last = time.Now()
+	rec.mu.Unlock()
 }
 
 // quiet waits until no event arrived for d (at most limit).
@@ -299,6 +307,15 @@ func (h *harness) startNode(gateway bool) (*node, error) {
 // newNode creates and runs the runner id ("gateway": client-only). Safe
 // for concurrent use.
 func (h *harness) newNode(id string) (*node, error) {
+	if h.p.Procs && id != "gateway" {
+		pn, err := h.startProc(id)
+		if err != nil {
+			return nil, err
+		}
+		ran := make(chan struct{})
+		go func() { <-pn.p.Done(); close(ran) }()
+		return &node{id: id, proc: pn, ran: ran}, nil
+	}
 	cli, err := newEtcdClient(h.etcd.Endpoint, h.p.Verbose)
 	if err != nil {
 		return nil, err
@@ -316,7 +333,7 @@ func (h *harness) newNode(id string) (*node, error) {
 	}
 	r, err := runner.New(store, cfg)
 	if err == nil {
-		err = r.Register(counterKind)
+		err = r.Register(counterKind, runnerproc.Kind)
 	}
 	if err != nil {
 		cli.Close()
@@ -413,8 +430,7 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 		if kind == stepCrash {
 			s.start = time.Now()
 			h.crashes[n.id] = s.start
-			n.r.Close() // no release, no revoke: the lease expires after the TTL
-			n.closeClient()
+			n.crash(&h.rec, s.start) // no release, no revoke: the lease expires after the TTL
 			break
 		}
 		stopping, stopped = n, make(chan error, 1)
@@ -426,7 +442,7 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 	}
 	if stopping != nil {
 		if ctx.Err() != nil {
-			stopping.r.Close() // interrupted: do not wait for the handoffs
+			stopping.crash(&h.rec, time.Now()) // interrupted: do not wait for the handoffs
 		}
 		if err := <-stopped; err != nil && ctx.Err() == nil {
 			h.problem("shutdown of %s: %v", s.Runner, err)
@@ -440,10 +456,39 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 func (h *harness) stopNode(n *node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
+	if n.proc != nil {
+		err := n.proc.p.Stop(ctx) // SIGTERM: the child shuts down gracefully
+		n.proc.sync(&h.rec)
+		return err
+	}
 	err := n.r.Shutdown(ctx)
 	<-n.ran
 	n.closeClient()
 	return errors.Join(err, n.runErr)
+}
+
+// crash stops n abruptly at at: Close in process, SIGKILL for a child.
+func (n *node) crash(rec *recorder, at time.Time) {
+	if n.proc != nil {
+		_ = n.proc.p.Kill()
+		n.proc.crashed(rec, at)
+		return
+	}
+	n.r.Close()
+	n.closeClient()
+}
+
+// view returns the shards n owns and the digest of its assignment.
+func (n *node) view(rec *recorder) (map[sharding.ShardID]bool, uint64) {
+	if n.proc != nil {
+		n.proc.sync(rec)
+		return n.proc.status()
+	}
+	owned := map[sharding.ShardID]bool{}
+	for id := range n.r.Owned() {
+		owned[id] = true
+	}
+	return owned, n.r.Status().AssignmentDigest
 }
 
 // stopAll ends the run: the live runners shut down gracefully, together
@@ -452,7 +497,7 @@ func (h *harness) stopAll(abrupt bool) {
 	var wg sync.WaitGroup
 	for _, n := range h.live {
 		if abrupt {
-			wg.Go(n.r.Close)
+			wg.Go(func() { n.crash(&h.rec, time.Now()) })
 			continue
 		}
 		wg.Go(func() {
@@ -469,6 +514,11 @@ func (h *harness) stopAll(abrupt bool) {
 // cleanup closes every runner, subscription and client (idempotent calls).
 func (h *harness) cleanup() {
 	for _, n := range h.nodes {
+		if n.proc != nil {
+			_ = n.proc.p.Kill()
+			<-n.ran
+			continue
+		}
 		n.r.Close()
 		n.sub.Close()
 		n.closeClient()
@@ -481,7 +531,7 @@ func (h *harness) cleanup() {
 // live runners. It reports false on timeout or when ctx ends.
 func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
-	for !settled(h.live, h.p.Shards) {
+	for !h.settled() {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -494,16 +544,29 @@ func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
 	return true
 }
 
-func settled(live []*node, numShards int) bool {
+// settled reports whether the live runners agree on the assignment (equal
+// digests; with -procs, the assignment the harness computes for them) and
+// own exactly its shards.
+func (h *harness) settled() bool {
+	live, numShards := h.live, h.p.Shards
+	views := make([]map[sharding.ShardID]bool, len(live))
 	var digest uint64
 	for i, n := range live {
-		d := n.r.Status().AssignmentDigest
+		owned, d := n.view(&h.rec)
 		if d == 0 || (i > 0 && d != digest) {
 			return false
 		}
-		digest = d
+		views[i], digest = owned, d
 	}
-	a := live[0].r.Assignment() // all agree: one copy is enough
+	var a sharding.Assignment
+	if h.p.Procs {
+		var err error
+		if a, err = expectedAssignment(live, numShards); err != nil || a.Digest() != digest {
+			return false
+		}
+	} else {
+		a = live[0].r.Assignment() // all agree: one copy is enough
+	}
 	if len(a) != numShards {
 		return false
 	}
@@ -513,11 +576,11 @@ func settled(live []*node, numShards int) bool {
 	}
 	owned := make([]bool, numShards)
 	total := 0
-	for _, n := range live {
+	for i, n := range live {
 		if counts[n.id] == 0 {
 			return false
 		}
-		for id := range n.r.Owned() {
+		for id := range views[i] {
 			if owned[id] || a[id] != n.id {
 				return false
 			}
@@ -533,18 +596,25 @@ func settled(live []*node, numShards int) bool {
 func (h *harness) ownership() string {
 	s := ""
 	byDigest := map[uint64][]string{}
+	owners := make(map[int][]string)
 	for _, n := range h.live {
-		st := n.r.Status()
-		s += fmt.Sprintf("%s %d, ", n.id, st.Owned)
-		byDigest[st.AssignmentDigest] = append(byDigest[st.AssignmentDigest], fmt.Sprintf("%s(%s)", n.id, st.Phase))
+		owned, digest := n.view(&h.rec)
+		s += fmt.Sprintf("%s %d, ", n.id, len(owned))
+		phase := "process"
+		if n.r != nil {
+			phase = n.r.Status().Phase
+		}
+		byDigest[digest] = append(byDigest[digest], fmt.Sprintf("%s(%s)", n.id, phase))
+		for id := range owned {
+			owners[int(id)] = append(owners[int(id)], n.id)
+		}
 	}
 	if len(h.live) > 0 {
-		a := h.live[0].r.Assignment()
-		owners := make(map[int][]string)
-		for _, n := range h.live {
-			for id := range n.r.Owned() {
-				owners[int(id)] = append(owners[int(id)], n.id)
-			}
+		var a sharding.Assignment
+		if h.p.Procs {
+			a, _ = expectedAssignment(h.live, h.p.Shards)
+		} else {
+			a = h.live[0].r.Assignment()
 		}
 		var unowned, misplaced []int
 		for id := range len(a) {
@@ -596,7 +666,13 @@ func (h *harness) startLoad() *load {
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 				t0 := time.Now()
-				_, err := incMethod.Ask(ctx, h.gw.r, fmt.Sprintf("counter-%d", i%h.p.Entities), incReq{})
+				id := fmt.Sprintf("counter-%d", i%h.p.Entities)
+				var err error
+				if h.p.Procs { // the children host runnerproc's kind
+					_, err = runnerproc.Echo.Ask(ctx, h.gw.r, id, runnerproc.EchoReq{})
+				} else {
+					_, err = incMethod.Ask(ctx, h.gw.r, id, incReq{})
+				}
 				rec := askRec{at: t0.Sub(l.began), dur: time.Since(t0)}
 				cancel()
 				if err != nil {

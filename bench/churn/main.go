@@ -30,9 +30,14 @@ import (
 	"runtime/pprof"
 	"syscall"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
 )
 
-func main() { os.Exit(churn()) }
+func main() {
+	runnerproc.Main() // in a child started by -procs: run its runner and exit
+	os.Exit(churn())
+}
 
 // churn runs the command and returns its exit code (deferred calls run
 // before the process exits).
@@ -52,6 +57,7 @@ func churn() int {
 	flag.Uint64Var(&p.Seed, "seed", 0, "seed choosing the runners to stop (0: from the clock)")
 	flag.StringVar(&p.Etcd, "etcd", "", "use the etcd at `host:port` (fresh namespace, deleted at the end) instead of starting ./bin/etcd")
 	flag.BoolVar(&p.Verbose, "v", false, "show the runners' info logs and the etcd client's warnings")
+	flag.BoolVar(&p.Procs, "procs", false, "run every hosting runner as a separate OS process (crashes are SIGKILL, shutdowns SIGTERM)")
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")

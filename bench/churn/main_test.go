@@ -12,10 +12,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/shardhost/shardhost/internal/runnerproc"
 	"github.com/shardhost/shardhost/runner"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	runnerproc.Main() // the children of a -procs run
+	goleak.VerifyTestMain(m)
+}
 
 // shared is the one churn run the tests below look at (about 10 s).
 var shared struct {

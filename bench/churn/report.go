@@ -127,6 +127,7 @@ type ParamsReport struct {
 	Steps    int     `json:"steps_limit,omitempty"`
 	Crash    bool    `json:"crash"`
 	Seed     uint64  `json:"seed"`
+	Procs    bool    `json:"procs,omitempty"`
 }
 
 // failed is the number of failed asks.
@@ -144,7 +145,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	rep := &Report{
 		Params: ParamsReport{
 			Runners: p.Runners, Shards: p.Shards, TTL: p.TTL.Seconds(), Callers: p.Callers, Entities: p.Entities,
-			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Steps: p.Steps, Crash: p.Crash, Seed: p.Seed,
+			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Steps: p.Steps, Crash: p.Crash, Seed: p.Seed, Procs: p.Procs,
 		},
 		Etcd:       h.etcd.Source,
 		Measured:   end.Sub(churnStart).Seconds(),
@@ -313,8 +314,12 @@ func (rep *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "etcd: %s\n", rep.Etcd)
 	fmt.Fprintf(w, "cold start: every shard owned %v after the first %d runners started\n", ms(rep.ColdStart, 1), p.Runners)
 	if st := rep.Steady; st != nil {
-		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (all runners in one process); etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f%% of a core\n",
-			st.Window, st.RunnerCPUPercent, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.EtcdCPUPercent)
+		where := "all runners and the gateway in one process"
+		if p.Procs {
+			where = "each runner its own process, plus the gateway's"
+		}
+		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (%s); etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f%% of a core\n",
+			st.Window, st.RunnerCPUPercent, where, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.EtcdCPUPercent)
 	}
 	fmt.Fprintln(w)
 

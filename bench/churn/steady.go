@@ -45,13 +45,13 @@ func (h *harness) measureSteady(ctx context.Context, window time.Duration, runne
 	if err != nil {
 		return rep, err
 	}
-	cpu0, etcd0 := processCPU(), h.etcdCPU()
+	cpu0, etcd0 := processCPU()+procsCPU(h.live), h.etcdCPU()
 	t0 := time.Now()
 	if !sleepUntil(ctx, t0.Add(window)) {
 		return rep, context.Cause(ctx)
 	}
 	el := time.Since(t0)
-	cpu1, etcd1 := processCPU(), h.etcdCPU()
+	cpu1, etcd1 := processCPU()+procsCPU(h.live), h.etcdCPU()
 	m1, err := etcdMetrics(ctx, h.etcd.Endpoint)
 	if err != nil {
 		return rep, err

@@ -115,7 +115,11 @@ func runChild(spec Spec) error {
 		wg.Wait()
 	}()
 	wg.Go(func() { forwardEvents(r, sub, out) })
-	wg.Go(func() { reportDeadlines(ctx, r, out) })
+	poll := spec.StatusPoll
+	if poll <= 0 {
+		poll = deadlinePoll
+	}
+	wg.Go(func() { reportStatus(ctx, r, out, poll) })
 	if spec.WatchDeletes {
 		wg.Go(func() { watchDeletes(ctx, cli, "/"+spec.Namespace+"/", out) })
 	}
@@ -178,12 +182,14 @@ func forwardEvents(r *runner.Runner, sub *runner.Subscription, out *emitter) {
 	}
 }
 
-// reportDeadlines prints each change of the lease deadline. A change is an
-// acknowledged renewal (or grant): the renewal was sent at Deadline - TTL.
-func reportDeadlines(ctx context.Context, r *runner.Runner, out *emitter) {
-	tick := time.NewTicker(deadlinePoll)
+// reportStatus prints each change of the lease deadline (an acknowledged
+// renewal or grant: the renewal was sent at Deadline - TTL) and of the
+// assignment, reading the status every poll.
+func reportStatus(ctx context.Context, r *runner.Runner, out *emitter, poll time.Duration) {
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	var last time.Time
+	var digest uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,6 +200,10 @@ func reportDeadlines(ctx context.Context, r *runner.Runner, out *emitter) {
 		if !st.Deadline.IsZero() && !st.Deadline.Equal(last) {
 			last = st.Deadline
 			out.emit(Event{Kind: KindDeadline, Lease: int64(st.Lease), Deadline: st.Deadline})
+		}
+		if st.AssignmentDigest != digest {
+			digest = st.AssignmentDigest
+			out.emit(Event{Kind: KindAssignment, Detail: fmt.Sprintf("%x", digest), Count: st.Owned})
 		}
 	}
 }

@@ -124,6 +124,17 @@ func (p *Proc) Events() []Event {
 	return slices.Clone(p.events)
 }
 
+// EventsSince returns the events received after the first n, and the count
+// received so far (the n of the next call).
+func (p *Proc) EventsSince(n int) ([]Event, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n >= len(p.events) {
+		return nil, len(p.events)
+	}
+	return slices.Clone(p.events[n:]), len(p.events)
+}
+
 // WaitFor waits until an event satisfying match has been received (also
 // one received before the call) and returns the first such event. It
 // fails when ctx ends or the child exits first.

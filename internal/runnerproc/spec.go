@@ -23,6 +23,9 @@ type Spec struct {
 	// LogLevel of the child's log on standard error: "debug", "info",
 	// "warn" (default) or "error".
 	LogLevel string `json:"logLevel,omitempty"`
+	// StatusPoll is how often the child reads its runner's status to report
+	// lease deadlines and assignment changes. Default 5 ms.
+	StatusPoll time.Duration `json:"statusPoll,omitempty"`
 }
 
 // Config is the part of runner.Config a child accepts. Zero fields mean
@@ -72,6 +75,7 @@ const (
 	KindDeadline     = "deadline"     // Deadline: the lease deadline after a renewal
 	KindWatchDelete  = "watch-delete" // Key (prefix: "runners/" or "shards/"), Revision, Count, Detail: the deleted runner IDs
 	KindShutdownDone = "shutdown"     // Detail: the Shutdown error, if any
+	KindAssignment   = "assignment"   // Detail: the assignment's digest (hex); Count: shards owned
 )
 
 // Event is one line of a child's output.
