@@ -267,6 +267,14 @@ func (k *Kind[E]) add(h *Handler) {
 	k.handlers[h.name] = h
 }
 
+// Warms reports whether the kind's instances implement Warmer (a runner
+// taking a shard over asks the old owner for its hot entities only if some
+// registered kind can warm them).
+func (k *Kind[E]) Warms() bool {
+	_, ok := any((*E)(nil)).(Warmer)
+	return ok
+}
+
 // Sender delivers calls to entities: a runner, locally or across the
 // cluster. entity never imports the runner; the runner implements Sender.
 type Sender interface {

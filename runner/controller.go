@@ -29,8 +29,9 @@ import (
 // Membership storms: after a membership change the runner starts no new
 // move — no acquisition, handoff or release — until it has recomputed the
 // assignment, and it recomputes once its view has been quiet for
-// RebalanceDebounce (at most 10 x RebalanceDebounce after the first
-// change not acted on, 50 x for a runner that owns nothing yet), so it never hands shards towards a runner while
+// RebalanceDebounce, 5 x for a runner that owns nothing yet (at most 10 x
+// RebalanceDebounce after the first change not acted on, 50 x for a runner
+// that owns nothing), so it never hands shards towards a runner while
 // its own view of the assignment is still changing, and a record rewritten
 // twice in a row (a repair) moves nothing. An isolated departure — a
 // runner left after a quiet period: its lease ended, its shards are free —
@@ -75,11 +76,11 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			continue
 		case <-r.rebalance:
 			departure, owns := r.viewChange()
-			if storm.change(time.Now(), r.cfg.RebalanceDebounce, departure, owns) {
+			if now, quiet := storm.change(time.Now(), r.cfg.RebalanceDebounce, departure, owns); now {
 				debounce.Stop()
 				r.recompute()
 			} else {
-				debounce.Reset(r.cfg.RebalanceDebounce)
+				debounce.Reset(quiet)
 			}
 		case <-debounce.C:
 			storm.settled()
@@ -97,35 +98,37 @@ func (r *Runner) controlLoop(ctx context.Context) {
 	}
 }
 
-// stormGate decides when a membership change is acted on: at once when it
-// is isolated (the view was quiet for the debounce), else when the view
-// has been quiet for the debounce or, in a long storm, after 10 debounces.
+// stormGate decides when a membership change is acted on: an isolated
+// departure at once, anything else once the view has been quiet (the
+// debounce; 5 debounces for a runner that owns nothing yet) or, in a long
+// storm, after 10 debounces (50 for a runner that owns nothing).
 type stormGate struct {
 	last  time.Time // the last change
 	since time.Time // the first change not acted on (zero: none)
 }
 
-// change records a change at now; it reports whether to recompute now:
-// an isolated departure at once, anything else when the debounce fires,
-// unless changes have been coming for 10 debounces (a runner that owns
-// shards must shed them to newcomers even in a long storm) or, for a
-// runner that owns nothing yet, 50 (it has nothing to hand over: taking
-// shards on a view that is still growing would only start handoffs).
-func (g *stormGate) change(now time.Time, debounce time.Duration, departure, owns bool) bool {
-	quiet := g.last.IsZero() || now.Sub(g.last) >= debounce
+// change records a change at now; it reports whether to recompute now,
+// else how long the view must stay quiet before the debounce fires. A
+// runner that owns shards must shed them to newcomers even in a long
+// storm (10 debounces); one that owns nothing yet waits longer for a quiet
+// view (5 debounces, at most 50): it has nothing to hand over, and taking
+// shards on a view that is still growing — runners starting together
+// register over a second or more — would only start handoffs.
+func (g *stormGate) change(now time.Time, debounce time.Duration, departure, owns bool) (recompute bool, quiet time.Duration) {
+	wasQuiet := g.last.IsZero() || now.Sub(g.last) >= debounce
 	g.last = now
 	if g.since.IsZero() {
 		g.since = now
 	}
-	limit := 50 * debounce
+	quiet, limit := 5*debounce, 50*debounce
 	if owns {
-		limit = 10 * debounce
+		quiet, limit = debounce, 10*debounce
 	}
-	if (quiet && departure) || now.Sub(g.since) >= limit {
+	if (wasQuiet && departure) || now.Sub(g.since) >= limit {
 		g.since = time.Time{}
-		return true
+		return true, 0
 	}
-	return false
+	return false, quiet
 }
 
 // settled records that the debounce fired.

@@ -126,9 +126,10 @@
 //
 // Membership storms: after a membership change a runner starts no new move
 // (acquisition, takeover, release) until it has recomputed the assignment
-// on a view that has been quiet for RebalanceDebounce (at most 10 x
-// RebalanceDebounce after the first change not acted on, or 50 x for a
-// runner that owns nothing yet and so has nothing to hand over), so it never hands
+// on a view that has been quiet for RebalanceDebounce — 5 x for a runner
+// that owns nothing yet, which has nothing to hand over — or, in a long
+// storm, 10 x RebalanceDebounce after the first change not acted on (50 x
+// for a runner that owns nothing), so it never hands
 // shards towards a runner while its own view is still changing; runners
 // starting together therefore take their final shards directly. An
 // isolated departure (a runner's lease ended after a quiet period) is acted

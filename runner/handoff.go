@@ -232,6 +232,16 @@ func (r *Runner) putInbound(gen uint64, leaseID storage.LeaseID, items []inbound
 	return ok
 }
 
+// canWarm reports whether a registered kind's instances can warm.
+func (r *Runner) canWarm() bool {
+	for _, k := range *r.kinds.Load() {
+		if k.warms {
+			return true
+		}
+	}
+	return false
+}
+
 // warm runs the shard-level WarmShard hook and the entity-level Warm hooks
 // of the entities the old owner reports as hot, bounded by ctx.
 func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
@@ -240,8 +250,8 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 			r.log.Warn("WarmShard hook failed", "shard", id, "from", in.from.ID, "err", err)
 		}
 	}
-	if in.from.Address == "" || r.cfg.HotSetLimit <= 0 {
-		return
+	if in.from.Address == "" || r.cfg.HotSetLimit <= 0 || !r.canWarm() {
+		return // nothing to ask for: no registered kind can warm
 	}
 	hot, err := r.net.Hot(ctx, in.from.Address, uint32(id), r.cfg.HotSetLimit)
 	if err != nil {

@@ -51,6 +51,14 @@ type kindRT struct {
 	desc  entity.Descriptor
 	opts  entity.Options
 	stats kindStats // read by the debug handler
+	warms bool      // its instances implement entity.Warmer (assumed when the kind cannot say)
+}
+
+// kindWarms reports whether d's instances can warm (a Descriptor that does
+// not say is assumed to).
+func kindWarms(d entity.Descriptor) bool {
+	w, ok := d.(interface{ Warms() bool })
+	return !ok || w.Warms()
 }
 
 type entityKey struct{ kind, id string }
@@ -76,7 +84,7 @@ func (r *Runner) Register(kinds ...entity.Descriptor) error {
 			}
 			continue
 		}
-		next[d.Name()] = &kindRT{desc: d, opts: d.Options()}
+		next[d.Name()] = &kindRT{desc: d, opts: d.Options(), warms: kindWarms(d)}
 	}
 	r.kinds.Store(&next)
 	return nil

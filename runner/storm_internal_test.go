@@ -6,24 +6,29 @@ import (
 )
 
 // TestStormGateActsOnQuietViews: membership changes are acted on when the
-// view has been quiet for the debounce (the loop's timer), an isolated
-// departure at once, and in a storm at most every 10 debounces by a runner
-// that owns shards, every 50 by one that owns none.
+// view has been quiet (the loop's timer: the debounce, 5 for a runner that
+// owns nothing), an isolated departure at once, and in a storm at most
+// every 10 debounces by a runner that owns shards, every 50 by one that
+// owns none.
 func TestStormGateActsOnQuietViews(t *testing.T) {
 	const d = 100 * time.Millisecond
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
 	var g stormGate
-	if g.change(at(0), d, true, true) != true {
+	if now, _ := g.change(at(0), d, true, true); !now {
 		t.Error("an isolated departure after a quiet period waits")
 	}
-	if g.change(at(50), d, true, true) {
+	if now, _ := g.change(at(50), d, true, true); now {
 		t.Error("a departure 50ms after another change is acted on at once")
 	}
 	g.settled()
-	if g.change(at(1000), d, false, true) {
-		t.Error("a join is acted on at once, before the debounce")
+	if now, quiet := g.change(at(1000), d, false, true); now || quiet != d {
+		t.Errorf("a join: now %v, quiet %v; want the debounce", now, quiet)
+	}
+	g.settled()
+	if now, quiet := g.change(at(2000), d, false, false); now || quiet != 5*d {
+		t.Errorf("a join seen by a runner that owns nothing: now %v, quiet %v; want 5 debounces", now, quiet)
 	}
 	g.settled()
 
@@ -35,7 +40,7 @@ func TestStormGateActsOnQuietViews(t *testing.T) {
 		var g stormGate
 		first := -1
 		for ms := 0; ms <= 6000 && first < 0; ms += 20 {
-			if g.change(at(ms), d, false, tc.owns) {
+			if now, _ := g.change(at(ms), d, false, tc.owns); now {
 				first = ms
 			}
 		}
