@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup browser test simulate vet fmt-check bench demo demo-partitions demo-cluster screenshots clean-bin
+.PHONY: setup browser test simulate faults vet fmt-check bench demo demo-partitions demo-cluster screenshots clean-bin
 
 ## setup: download Go modules, build the pinned etcd + toxiproxy binaries into ./bin, and install
 ## Debian's chromium for the browser checks when apt-get can (best effort, ~30 s once; never fails)
@@ -33,12 +33,18 @@ $(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
 test: vet
 	$(GO) test -race -shuffle=on -timeout 20m ./...
 	$(GO) test -count=1 -timeout 10m -run '^TestSimulation$$' ./runner/ -sim.seeds=1000 -sim.first=1001
+	$(GO) test -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$$' ./bench/faults/
 	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) build -o /dev/null ./... && $(GO) test -race -timeout 5m ./... ; fi
 
 ## simulate: the deterministic cluster simulation for SEEDS seeds (default 100000, about an hour on 2 cores)
 SEEDS ?= 100000
 simulate:
 	$(GO) test -count=1 -timeout 6h -run '^TestSimulation$$' -v ./runner/ -sim.seeds=$(SEEDS) | tail -3
+
+## faults: the randomized fault suite with real processes, RUNS runs (default 200, about 2 hours on 2 cores)
+RUNS ?= 200
+faults: $(BIN)/etcd $(BIN)/toxiproxy-server
+	$(GO) run ./bench/faults -runs $(RUNS)
 
 ## bench: acquisition benchmarks on a real etcd, then the churn harness (~30 s; needs `make setup`; numbers in BENCHMARKS.md)
 bench:

@@ -102,9 +102,17 @@ func runChild(spec Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Register(Kind); err != nil {
+	if err := r.Register(Kind, Counter); err != nil {
 		return err
 	}
+	var hist *historyFile
+	if spec.History != "" {
+		if hist, err = openHistory(spec.History, r.ID()); err != nil {
+			return err
+		}
+		defer hist.close()
+	}
+	counterChild.r, counterChild.hist, counterChild.every = r, hist, spec.CheckpointEvery
 	out := &emitter{id: r.ID()}
 	sub := r.Subscribe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,7 +122,7 @@ func runChild(spec Spec) error {
 		sub.Close()
 		wg.Wait()
 	}()
-	wg.Go(func() { forwardEvents(r, sub, out) })
+	wg.Go(func() { forwardEvents(r, sub, out, hist) })
 	poll := spec.StatusPoll
 	if poll <= 0 {
 		poll = deadlinePoll
@@ -151,8 +159,9 @@ func runChild(spec Spec) error {
 }
 
 // forwardEvents prints the runner's events until the subscription closes.
-func forwardEvents(r *runner.Runner, sub *runner.Subscription, out *emitter) {
+func forwardEvents(r *runner.Runner, sub *runner.Subscription, out *emitter, hist *historyFile) {
 	for ev := range sub.Events() {
+		recordEvent(hist, ev)
 		e := Event{Time: ev.Base().Time}
 		switch v := ev.(type) {
 		case runner.Registered:
@@ -251,4 +260,35 @@ func watchDeletes(ctx context.Context, cli *clientv3.Client, prefix string, out 
 			time.Sleep(50 * time.Millisecond) // the watch failed: watch again
 		}
 	}
+}
+
+// recordEvent appends the runner events the history keeps.
+func recordEvent(hist *historyFile, ev runner.Event) {
+	if hist == nil {
+		return
+	}
+	rec := Record{Mono: MonoOf(ev.Base().Time)}
+	switch v := ev.(type) {
+	case runner.Registered:
+		rec.Kind, rec.Lease = HistRegistered, int64(v.Lease)
+	case runner.Reattached:
+		rec.Kind, rec.Lease = HistReattached, int64(v.Lease)
+	case runner.Detached:
+		rec.Kind, rec.Detail = HistDetached, v.Reason.String()+": "+v.Detail
+		if !v.Deadline.IsZero() {
+			rec.Deadline = MonoOf(v.Deadline)
+		}
+	case runner.ShardAcquired:
+		rec.Kind, rec.Shard, rec.Epoch = HistAcquired, int(v.Shard), int64(v.Epoch)
+	case runner.ShardReleased:
+		rec.Kind, rec.Shard, rec.Epoch = HistReleased, int(v.Shard), int64(v.Epoch)
+	case runner.ShardLost:
+		rec.Kind, rec.Shard, rec.Epoch = HistLost, int(v.Shard), int64(v.Epoch)
+		if v.Cause != nil {
+			rec.Detail = v.Cause.Error()
+		}
+	default:
+		return
+	}
+	hist.append(rec)
 }

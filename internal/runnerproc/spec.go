@@ -26,6 +26,14 @@ type Spec struct {
 	// StatusPoll is how often the child reads its runner's status to report
 	// lease deadlines and assignment changes. Default 5 ms.
 	StatusPoll time.Duration `json:"statusPoll,omitempty"`
+	// History is a file the child appends its history to (Record lines:
+	// every Counter handler's start and end, checkpoint writes,
+	// activations, releases, and the runner's ownership, detach and
+	// registration events); "" records nothing.
+	History string `json:"history,omitempty"`
+	// CheckpointEvery: a Counter checkpoints (fenced) after this many
+	// increments, and in its Release hook; 0 only in Release.
+	CheckpointEvery int `json:"checkpointEvery,omitempty"`
 }
 
 // Config is the part of runner.Config a child accepts. Zero fields mean

@@ -228,28 +228,48 @@ func (e *Etcd) current() *process {
 // the member exits or does not get there within the start timeout.
 func (e *Etcd) Restart(t testing.TB) {
 	t.Helper()
-	if p := e.current(); p != nil {
-		if err := p.stop(stopGrace); err != nil {
-			t.Fatalf("testenv: restart etcd %s: %v", e.name, err)
-		}
-	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.startTimeout)
-	defer cancel()
-	if err := e.launch(); err != nil {
-		t.Fatalf("testenv: restart etcd %s: %v", e.name, err)
+	ready, err := e.restart(context.Background())
+	if err != nil {
+		t.Fatalf("%v", err)
 	}
-	if err := e.waitListening(ctx); err != nil {
-		t.Fatalf("testenv: restart etcd %s: %v\n%s log tail:\n%s", e.name, err, e.name, logTail(e.logPath))
-	}
-	if !e.cluster.quorumRunning() {
+	if !ready {
 		t.Logf("testenv: etcd %s restarted (listening, no quorum running) in %v", e.name, time.Since(start).Round(time.Millisecond))
 		return
 	}
-	if err := e.waitReady(ctx); err != nil {
-		t.Fatalf("testenv: restart etcd %s: %v\n%s log tail:\n%s", e.name, err, e.name, logTail(e.logPath))
-	}
 	t.Logf("testenv: etcd %s restarted and ready in %v", e.name, time.Since(start).Round(time.Millisecond))
+}
+
+// RestartContext is [Etcd.Restart] for programs that are not tests: it
+// returns an error instead of failing a test, and ctx bounds it too.
+func (e *Etcd) RestartContext(ctx context.Context) error {
+	_, err := e.restart(ctx)
+	return err
+}
+
+// restart does Restart's work and reports whether it waited for readiness
+// (a quorum was running).
+func (e *Etcd) restart(ctx context.Context) (ready bool, err error) {
+	if p := e.current(); p != nil {
+		if err := p.stop(stopGrace); err != nil {
+			return false, fmt.Errorf("testenv: restart etcd %s: %w", e.name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.startTimeout)
+	defer cancel()
+	if err := e.launch(); err != nil {
+		return false, fmt.Errorf("testenv: restart etcd %s: %w", e.name, err)
+	}
+	if err := e.waitListening(ctx); err != nil {
+		return false, fmt.Errorf("testenv: restart etcd %s: %w\n%s log tail:\n%s", e.name, err, e.name, logTail(e.logPath))
+	}
+	if !e.cluster.quorumRunning() {
+		return false, nil
+	}
+	if err := e.waitReady(ctx); err != nil {
+		return false, fmt.Errorf("testenv: restart etcd %s: %w\n%s log tail:\n%s", e.name, err, e.name, logTail(e.logPath))
+	}
+	return true, nil
 }
 
 // WaitReady waits until the member answers /readyz (it knows a leader and
@@ -451,6 +471,46 @@ func LaunchEtcd(ctx context.Context, dir string, opts ...EtcdOption) (*Etcd, err
 	return c.members[0], nil
 }
 
+// LaunchEtcdCluster starts an n-member cluster on loopback with its data
+// directories and logs in dir, and waits until every member is ready. It
+// is [StartEtcdCluster] for programs that are not tests: the caller stops
+// the cluster with [EtcdCluster.Close] and owns dir.
+func LaunchEtcdCluster(ctx context.Context, n int, dir string, opts ...EtcdOption) (*EtcdCluster, error) {
+	return launchCluster(ctx, n, dir, opts, nil)
+}
+
+// Close stops every member at once (SIGTERM, SIGKILL after 1 s) and waits
+// for them to exit: how the caller of [LaunchEtcdCluster] stops it. It does
+// not remove the data directories.
+func (c *EtcdCluster) Close() error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, m := range c.members {
+		p := m.current()
+		if p == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := p.stop(cleanupGrace); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("etcd %s: %w", m.name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("testenv: stop etcd: %w", err)
+	}
+	return nil
+}
+
+// LogTails returns the tail of every member's log, for error reports.
+func (c *EtcdCluster) LogTails() string { return c.logTails() }
+
 // launchCluster starts an n-member cluster with its data directories and
 // logs in base and waits until every member is ready. It reports retries
 // with logf (if not nil). On error, every member it started has been
@@ -587,28 +647,10 @@ func (c *EtcdCluster) killAll() {
 // cleanup does not wait for that.
 func (c *EtcdCluster) cleanup(t testing.TB) {
 	start := time.Now()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, m := range c.members {
-		p := m.current()
-		if p == nil {
-			continue
-		}
-		wg.Go(func() {
-			if err := p.stop(cleanupGrace); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("etcd %s: %w", m.name, err))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	err := c.Close()
 	t.Logf("testenv: etcd stopped in %v", time.Since(start).Round(time.Millisecond))
-	if err := errors.Join(errs...); err != nil {
-		t.Errorf("testenv: stop etcd: %v", err)
+	if err != nil {
+		t.Errorf("%v", err)
 	}
 	if t.Failed() {
 		t.Logf("testenv: etcd logs (test failed):\n%s", c.logTails())
@@ -689,16 +731,27 @@ func (c *EtcdCluster) WaitReady(t testing.TB) {
 // waiting (up to the start timeout) while there is none.
 func (c *EtcdCluster) Leader(t testing.TB) *Etcd {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), c.members[0].cfg.startTimeout)
+	m, err := c.LeaderContext(context.Background())
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return m
+}
+
+// LeaderContext is [EtcdCluster.Leader] for programs that are not tests:
+// it waits, bounded by ctx and the start timeout, and returns an error
+// when no member is the leader by then.
+func (c *EtcdCluster) LeaderContext(ctx context.Context) (*Etcd, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.members[0].cfg.startTimeout)
 	defer cancel()
 	for {
 		m, err := c.leader(ctx)
 		if m != nil {
-			return m
+			return m, nil
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("testenv: no etcd leader within %v: %v", c.members[0].cfg.startTimeout, err)
+			return nil, fmt.Errorf("testenv: no etcd leader: %w (last: %v)", ctx.Err(), err)
 		case <-time.After(pollEvery):
 		}
 	}

@@ -1,0 +1,530 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// checkInput is everything one run left behind.
+type checkInput struct {
+	p            params
+	history      []runnerproc.Record // every runner process's history, any order
+	asks         []ask               // the driver's calls
+	etcd         []kvEvent           // the namespace's history read back from etcd
+	deleteSeen   func(rev int64) int64
+	incarnations map[int]*incarnation // by PID
+}
+
+// stats are one run's figures.
+type stats struct {
+	Faults         map[string]int
+	AsksOK         int
+	AsksFailed     map[string]int    // by class
+	Examples       map[string]string // one error per class
+	Handlers       int            // handler executions recorded
+	Pauses         int            // SIGSTOPs of runner processes
+	PausesHit      int            // ... while a handler of that process was running
+	LateHandlers   int            // handlers that finished after their shard moved (paused mid-handler)
+	LateWithheld   int            // ... whose result the caller got as an error (never acknowledged)
+	LostPlanned    int64          // acknowledged increments missing after a planned move (must be 0)
+	LostCrash      int64          // acknowledged increments lost to a crash or detach (not checkpointed)
+	CrashMoves     int            // instance changes after a crash or detach
+	PlannedMoves   int            // instance changes after a release
+	FencedWrites   int            // checkpoint writes rejected by fencing
+	AcceptedWrites int            // checkpoint writes accepted (read back from etcd)
+	Expiries       int            // leases that expired on the server
+	DetachMargins  []time.Duration
+	Detaches       int
+	Ambiguous      int // handler starts a SIGSTOP may have separated from their admission
+}
+
+func (s *stats) failedTotal() int {
+	n := 0
+	for _, v := range s.AsksFailed {
+		n += v
+	}
+	return n
+}
+
+// execution is one handler run: start and end records of one instance.
+type execution struct {
+	pid        int
+	runner     string
+	shard      int
+	epoch      int64
+	entity     string
+	inst       int64
+	lease      int64
+	deadline   int64 // the runner's lease deadline at the start (Mono)
+	start, end int64 // end: the end record, the process's death, or +inf
+	ended      bool
+	value      int64
+	err        string
+}
+
+const never = int64(1<<63 - 1)
+
+// check runs every check over a run's records and returns the violations
+// found and the run's figures. The checks:
+//
+//  1. single writer: no two handler executions of one shard by different
+//     (process, epoch) overlap in time, except a handler its process was
+//     frozen in (SIGSTOP) — physics — whose result must then not have been
+//     acknowledged (check 5);
+//  2. the epochs of a shard's successive owners strictly increase;
+//  3. no checkpoint write accepted by etcd under an epoch that was not the
+//     shard lock's current one at that revision (read back from etcd);
+//  4. every acknowledged increment survives a planned move (0 lost), and
+//     after a crash or detach only what was not checkpointed is lost
+//     (counted), never a checkpointed value;
+//  5. no acknowledged result from a handler that finished after a newer
+//     epoch of its shard had started serving;
+//  6. no handler started after its runner's detach instant (lease deadline
+//     - margin) or after its lease expired on the server, and every detach
+//     instant precedes the server-side expiry of its lease.
+func check(in *checkInput) ([]string, stats) {
+	c := &checker{in: in, margin: in.p.TTL / 3}
+	c.st.AsksFailed, c.st.Examples = map[string]int{}, map[string]string{}
+	c.index()
+	c.singleWriter()
+	c.epochsIncrease()
+	c.fencedWrites()
+	c.increments()
+	c.lateReplies()
+	c.detachBeforeExpiry()
+	c.countAsks()
+	return c.violations, c.st
+}
+
+type checker struct {
+	in         *checkInput
+	margin     time.Duration
+	violations []string
+	st         stats
+
+	execs    []*execution                     // by start
+	byInst   map[[2]int64][]*execution        // (pid, inst) -> executions in order
+	acts     map[string][]runnerproc.Record   // entity -> activations by time
+	releases map[[2]int64]runnerproc.Record   // (pid, inst) -> release record
+	cps      map[[2]int64][]runnerproc.Record // (pid, inst) -> checkpoint records
+	perPID   map[int][]runnerproc.Record      // pid -> its records in time order
+	late     map[*execution]bool              // handlers that finished after their shard moved
+}
+
+func (c *checker) violate(format string, args ...any) {
+	if len(c.violations) < 50 {
+		c.violations = append(c.violations, fmt.Sprintf(format, args...))
+	} else if len(c.violations) == 50 {
+		c.violations = append(c.violations, "(more violations not listed)")
+	}
+}
+
+func (c *checker) deathOf(pid int) int64 {
+	if inc := c.in.incarnations[pid]; inc != nil && inc.killed != 0 {
+		return inc.killed
+	}
+	return never
+}
+
+func (c *checker) pausedWithin(pid int, from, to int64) bool {
+	inc := c.in.incarnations[pid]
+	if inc == nil {
+		return false
+	}
+	for _, p := range inc.pauses {
+		if p[0] < to && p[1] > from {
+			return true
+		}
+	}
+	return false
+}
+
+// index groups the records.
+func (c *checker) index() {
+	hist := slices.Clone(c.in.history)
+	sort.SliceStable(hist, func(i, j int) bool { return hist[i].Mono < hist[j].Mono })
+	c.byInst = map[[2]int64][]*execution{}
+	c.acts = map[string][]runnerproc.Record{}
+	c.releases = map[[2]int64]runnerproc.Record{}
+	c.cps = map[[2]int64][]runnerproc.Record{}
+	c.perPID = map[int][]runnerproc.Record{}
+	open := map[[2]int64]*execution{}
+	for _, r := range hist {
+		key := [2]int64{int64(r.PID), r.Inst}
+		c.perPID[r.PID] = append(c.perPID[r.PID], r)
+		switch r.Kind {
+		case runnerproc.HistStart:
+			x := &execution{pid: r.PID, runner: r.Runner, shard: r.Shard, epoch: r.Epoch, entity: r.Entity, inst: r.Inst,
+				lease: r.Lease, deadline: r.Deadline, start: r.Mono, end: c.deathOf(r.PID)}
+			if prev := open[key]; prev != nil {
+				c.violate("instance %d of %s on %s (pid %d) started a handler at %s while one started at %s had not ended",
+					r.Inst, r.Entity, r.Runner, r.PID, at(r.Mono), at(prev.start))
+			}
+			open[key] = x
+			c.execs = append(c.execs, x)
+			c.byInst[key] = append(c.byInst[key], x)
+		case runnerproc.HistEnd:
+			if x := open[key]; x != nil {
+				x.end, x.ended, x.value, x.err = r.Mono, true, r.Value, r.Err
+				delete(open, key)
+			}
+		case runnerproc.HistActivate:
+			c.acts[r.Entity] = append(c.acts[r.Entity], r)
+		case runnerproc.HistRelease:
+			c.releases[key] = r
+		case runnerproc.HistCheckpoint:
+			c.cps[key] = append(c.cps[key], r)
+		}
+	}
+	c.st.Handlers = len(c.execs)
+}
+
+// singleWriter is check 1.
+func (c *checker) singleWriter() {
+	byShard := map[int][]*execution{}
+	for _, x := range c.execs {
+		byShard[x.shard] = append(byShard[x.shard], x)
+	}
+	late := map[*execution]bool{}
+	for shard, xs := range byShard {
+		// xs is in start order. Compare each execution with the ones that
+		// started before it ended, by a sweep keeping the open ones.
+		var active []*execution
+		for _, x := range xs {
+			kept := active[:0]
+			for _, a := range active {
+				if a.end > x.start {
+					kept = append(kept, a)
+				}
+			}
+			active = kept
+			for _, a := range active {
+				if a.pid == x.pid && a.epoch == x.epoch {
+					continue // one owner: its entities run concurrently
+				}
+				older := a
+				if x.epoch < a.epoch {
+					older = x
+				}
+				if older.ended && c.pausedWithin(older.pid, older.start, older.end) {
+					late[older] = true
+					continue
+				}
+				c.violate("shard %d executed by two owners at once: %s (pid %d, epoch %d) %s..%s and %s (pid %d, epoch %d) %s..%s",
+					shard, a.runner, a.pid, a.epoch, at(a.start), atEnd(a.end), x.runner, x.pid, x.epoch, at(x.start), atEnd(x.end))
+			}
+			active = append(active, x)
+		}
+	}
+	c.late = late
+	c.st.LateHandlers = len(late)
+	// SIGSTOPs and how many caught a handler running.
+	for pid, inc := range c.in.incarnations {
+		for _, p := range inc.pauses {
+			c.st.Pauses++
+			for _, x := range c.execs {
+				if x.pid == pid && x.start < p[0] && x.end > p[0] {
+					c.st.PausesHit++
+					break
+				}
+			}
+		}
+	}
+}
+
+// epochsIncrease is check 2, over the runners' acquisitions.
+func (c *checker) epochsIncrease() {
+	type acq struct {
+		mono  int64
+		epoch int64
+		who   string
+	}
+	byShard := map[int][]acq{}
+	for _, r := range c.in.history {
+		if r.Kind == runnerproc.HistAcquired {
+			byShard[r.Shard] = append(byShard[r.Shard], acq{r.Mono, r.Epoch, fmt.Sprintf("%s (pid %d)", r.Runner, r.PID)})
+		}
+	}
+	for shard, as := range byShard {
+		sort.Slice(as, func(i, j int) bool { return as[i].mono < as[j].mono })
+		for i := 1; i < len(as); i++ {
+			if as[i].epoch < as[i-1].epoch || (as[i].epoch == as[i-1].epoch && as[i].who != as[i-1].who) {
+				c.violate("shard %d: %s acquired epoch %d at %s after %s had acquired epoch %d at %s",
+					shard, as[i].who, as[i].epoch, at(as[i].mono), as[i-1].who, as[i-1].epoch, at(as[i-1].mono))
+			}
+		}
+	}
+}
+
+// fencedWrites is check 3: replays etcd's history of locks and checkpoints.
+func (c *checker) fencedWrites() {
+	lockEpoch := map[string]int64{} // shard -> ModRevision of its lock (0: none)
+	for _, ev := range c.in.etcd {
+		ks, rest, _ := strings.Cut(ev.Key, "/")
+		switch ks {
+		case "shards":
+			if ev.Put {
+				lockEpoch[rest] = ev.Rev
+			} else {
+				delete(lockEpoch, rest)
+			}
+		case "checkpoints":
+			if !ev.Put {
+				continue
+			}
+			shardStr, name, _ := strings.Cut(rest, "/")
+			n, err := strconv.Atoi(shardStr)
+			if err != nil {
+				c.violate("checkpoint key %q: not a shard", ev.Key)
+				continue
+			}
+			cp, err := storage.DecodeCheckpoint(sharding.ShardID(n), name, ev.Value, storage.Revision(ev.Rev))
+			if err != nil {
+				c.violate("checkpoint %q at revision %d: %v", ev.Key, ev.Rev, err)
+				continue
+			}
+			c.st.AcceptedWrites++
+			if cur := lockEpoch[shardStr]; int64(cp.Epoch) != cur {
+				c.violate("stale write accepted: checkpoint %q at revision %d under epoch %d, the lock's epoch then was %d",
+					ev.Key, ev.Rev, cp.Epoch, cur)
+			}
+		}
+	}
+	for _, rs := range c.cps {
+		for _, r := range rs {
+			if !r.OK && strings.Contains(r.Err, "fenced") {
+				c.st.FencedWrites++
+			}
+		}
+	}
+}
+
+// increments is check 4: follows each counter from instance to instance.
+func (c *checker) increments() {
+	maxAcked := map[[2]int64]int64{}
+	ackedValues := map[[2]int64]map[int64]bool{}
+	for _, a := range c.in.asks {
+		if !a.OK {
+			continue
+		}
+		key := [2]int64{int64(a.Resp.PID), a.Resp.Inst}
+		maxAcked[key] = max(maxAcked[key], a.Resp.Value)
+		if a.Get {
+			continue
+		}
+		if ackedValues[key] == nil {
+			ackedValues[key] = map[int64]bool{}
+		}
+		if ackedValues[key][a.Resp.Value] {
+			c.violate("entity %s: two increments acknowledged with the same value %d by instance %d (pid %d)",
+				entityID(a.Entity), a.Resp.Value, a.Resp.Inst, a.Resp.PID)
+		}
+		ackedValues[key][a.Resp.Value] = true
+	}
+	for ent, acts := range c.acts {
+		for i := 0; i+1 < len(acts); i++ {
+			prev, next := acts[i], acts[i+1]
+			key := [2]int64{int64(prev.PID), prev.Inst}
+			acked, ok := maxAcked[key]
+			if !ok {
+				acked = prev.Value
+			}
+			lastCP := prev.Value
+			for _, r := range c.cps[key] {
+				if r.OK {
+					lastCP = max(lastCP, r.Value)
+				}
+			}
+			rel, released := c.releases[key]
+			switch {
+			case released && rel.OK:
+				c.st.PlannedMoves++
+				if next.Value < acked {
+					c.st.LostPlanned += acked - next.Value
+					c.violate("entity %s: %d acknowledged increments lost on a planned move (instance %d on %s acknowledged %d and released %d; next instance on %s restored %d)",
+						ent, acked-next.Value, prev.Inst, prev.Runner, acked, rel.Value, next.Runner, next.Value)
+				}
+			default:
+				c.st.CrashMoves++
+				if next.Value < lastCP {
+					c.violate("entity %s: checkpointed state lost (instance %d on %s checkpointed %d; next instance on %s restored %d)",
+						ent, prev.Inst, prev.Runner, lastCP, next.Runner, next.Value)
+				}
+				if acked > next.Value {
+					c.st.LostCrash += acked - next.Value
+				}
+			}
+		}
+	}
+}
+
+// lateReplies is check 5.
+func (c *checker) lateReplies() {
+	// The first start of each (entity, epoch) and of each shard epoch.
+	firstStart := map[string]map[int64]int64{} // entity -> epoch -> first start
+	for _, x := range c.execs {
+		m := firstStart[x.entity]
+		if m == nil {
+			m = map[int64]int64{}
+			firstStart[x.entity] = m
+		}
+		if s, ok := m[x.epoch]; !ok || x.start < s {
+			m[x.epoch] = x.start
+		}
+	}
+	acked := map[*execution]bool{}
+	for _, a := range c.in.asks {
+		if !a.OK {
+			continue
+		}
+		xs := c.byInst[[2]int64{int64(a.Resp.PID), a.Resp.Inst}]
+		var x *execution
+		for _, y := range xs { // the last execution that ended before the reply with this value
+			if y.ended && y.end <= a.Done && y.value == a.Resp.Value && y.err == "" {
+				x = y
+			}
+		}
+		if x == nil {
+			c.violate("entity %s: reply (value %d, pid %d, instance %d, epoch %d) matches no handler execution",
+				entityID(a.Entity), a.Resp.Value, a.Resp.PID, a.Resp.Inst, a.Resp.Epoch)
+			continue
+		}
+		acked[x] = true
+		for ep, s := range firstStart[x.entity] {
+			if ep > x.epoch && s < x.end {
+				c.violate("late reply acknowledged: entity %s, handler on %s (pid %d, epoch %d) ended at %s, after epoch %d had started serving it at %s; value %d",
+					x.entity, x.runner, x.pid, x.epoch, at(x.end), ep, at(s), x.value)
+			}
+		}
+	}
+	for x := range c.late {
+		if !acked[x] {
+			c.st.LateWithheld++
+		}
+	}
+}
+
+// detachBeforeExpiry is check 6.
+func (c *checker) detachBeforeExpiry() {
+	// Leases of each process (registered/re-attached) and the server-side
+	// end of each lease: the revision deleting a runner key under it.
+	holder := map[int64]int{} // lease -> pid
+	for pid, recs := range c.perPID {
+		for _, r := range recs {
+			if r.Kind == runnerproc.HistRegistered || r.Kind == runnerproc.HistReattached {
+				holder[r.Lease] = pid
+			}
+			if r.Kind == runnerproc.HistDetached {
+				c.st.Detaches++
+			}
+		}
+	}
+	ended := map[int64]int64{} // lease -> Mono when its deletion was seen
+	for _, ev := range c.in.etcd {
+		if ev.Put || ev.PrevLease == 0 || !strings.HasPrefix(ev.Key, "runners/") {
+			continue
+		}
+		if _, ok := ended[ev.PrevLease]; ok {
+			continue
+		}
+		if seen := c.in.deleteSeen(ev.Rev); seen != 0 {
+			ended[ev.PrevLease] = seen
+		}
+	}
+	for lease, endAt := range ended {
+		pid, ok := holder[lease]
+		if !ok {
+			continue
+		}
+		inc := c.in.incarnations[pid]
+		if inc == nil || (inc.killed != 0 && inc.killed < endAt) || (inc.termSent != 0 && inc.termSent < endAt) {
+			continue // a crash (expiry of a dead process's lease) or a revocation by Shutdown
+		}
+		c.st.Expiries++
+		// The process's detach for this lease: its first Detached record
+		// after the last time it attached under the lease before the
+		// expiry (a runner that detached and re-attached under the same
+		// lease earlier had a detach of its own then).
+		attached := -1
+		recs := c.perPID[pid]
+		for i, r := range recs {
+			if r.Mono >= endAt {
+				break
+			}
+			if (r.Kind == runnerproc.HistRegistered || r.Kind == runnerproc.HistReattached) && r.Lease == lease {
+				attached = i
+			}
+		}
+		var det *runnerproc.Record
+		for i := attached + 1; attached >= 0 && i < len(recs); i++ {
+			if recs[i].Kind == runnerproc.HistDetached {
+				det = &recs[i]
+				break
+			}
+		}
+		if det == nil {
+			c.violate("lease %x of %s (pid %d) expired on the server at %s and its runner never detached", lease, inc.id, pid, at(endAt))
+			continue
+		}
+		instant := det.Mono
+		if det.Deadline != 0 {
+			instant = min(instant, det.Deadline-int64(c.margin))
+		}
+		c.st.DetachMargins = append(c.st.DetachMargins, time.Duration(endAt-instant))
+		if instant >= endAt {
+			c.violate("%s (pid %d) detached at %s (deadline %s - margin), not before its lease %x expired on the server at %s",
+				inc.id, pid, at(instant), at(det.Deadline), lease, at(endAt))
+		}
+	}
+	for _, x := range c.execs {
+		frozen := c.pausedWithin(x.pid, x.start-int64(10*time.Millisecond), x.start)
+		if x.deadline != 0 && x.start >= x.deadline-int64(c.margin) {
+			if frozen {
+				c.st.Ambiguous++
+				continue
+			}
+			c.violate("handler of %s on %s (pid %d, epoch %d) started at %s, after the detach instant %s",
+				x.entity, x.runner, x.pid, x.epoch, at(x.start), at(x.deadline-int64(c.margin)))
+		}
+		if endAt, ok := ended[x.lease]; ok && x.start >= endAt {
+			if frozen {
+				c.st.Ambiguous++
+				continue
+			}
+			c.violate("handler of %s on %s (pid %d, epoch %d) started at %s, after its lease %x expired on the server at %s",
+				x.entity, x.runner, x.pid, x.epoch, at(x.start), x.lease, at(endAt))
+		}
+	}
+}
+
+func (c *checker) countAsks() {
+	for _, a := range c.in.asks {
+		if a.OK {
+			c.st.AsksOK++
+		} else {
+			c.st.AsksFailed[a.Class]++
+			if _, ok := c.st.Examples[a.Class]; !ok {
+				c.st.Examples[a.Class] = a.Err
+			}
+		}
+	}
+}
+
+// at formats a Mono instant as seconds (relative instants are easier to
+// read than raw nanoseconds; all come from the same clock).
+func at(mono int64) string { return fmt.Sprintf("%.3fs", float64(mono)/1e9) }
+
+func atEnd(mono int64) string {
+	if mono == never {
+		return "(never ended)"
+	}
+	return at(mono)
+}

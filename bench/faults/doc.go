@@ -1,0 +1,86 @@
+// Command faults proves shardhost's guarantees under randomized faults
+// with real processes, the way Jepsen and etcd's robustness suite do: a
+// seeded schedule of faults against a real cluster, then a checker over
+// the history every process recorded.
+//
+//	go run ./bench/faults                  # one run, seed from the clock
+//	go run ./bench/faults -runs 200        # the documented session (BENCHMARKS.md)
+//	go run ./bench/faults -seed 17 -v      # replay one run
+//	go run ./bench/faults -kinds pause -faults 6 -runs 20   # one kind of fault only
+//
+// # A run
+//
+// A 3-member etcd cluster from ./bin (make setup), a toxiproxy server with
+// one proxy per (runner, member) pair, Runners runner processes
+// (internal/runnerproc: this binary re-executed, one OS process per runner)
+// hosting counters, and a client-only gateway in this process whose callers
+// ask Inc (and now and then Get) of Entities counters over Shards shards.
+// Each Inc handler runs Work (5 ms), adds one, checkpoints the count
+// (fenced) every CheckpointEvery increments and in its Release hook.
+//
+// The run draws its schedule from its seed (printed; -seed replays it) and
+// injects the faults one after the other, each healed before the next:
+// SIGKILL of a runner then a restart with the same ID, SIGSTOP of a runner
+// longer than the TTL then SIGCONT, a toxiproxy timeout (black hole),
+// latency longer than the TTL or reset_peer on all of one runner's etcd
+// links, SIGKILL of the etcd leader then a restart, SIGSTOP of the etcd
+// leader for 1-3 s, a graceful Shutdown (SIGTERM) then a restart, and a
+// scale-up. After the last fault it waits for the cluster to converge,
+// stops the load, reads every counter, stops the runners and reads etcd's
+// whole history of the namespace back.
+//
+// # The history and the checks
+//
+// Every runner process appends to a file of its own (one write(2) per
+// record, so it survives SIGKILL; written before a handler returns) the
+// start and end of every handler with its shard, entity, instance, epoch,
+// lease and lease deadline, every checkpoint write and its result, every
+// activation with the count it restored, every release, and its ownership,
+// registration and detach events. Times are CLOCK_MONOTONIC, one clock for
+// all processes on Linux. The driver records every ask and its answer
+// (value, epoch, process, instance) or error. The checker (check.go) then
+// demands:
+//
+//  1. single writer: no two handler executions of a shard by different
+//     (process, epoch) overlap in time — except a handler its process was
+//     frozen in (SIGSTOP), which finishes after it resumes (physics); such
+//     a late handler's result must not be acknowledged (5);
+//  2. the epochs of a shard's successive owners strictly increase;
+//  3. no checkpoint accepted by etcd under an epoch that was not the shard
+//     lock's at that revision (read back from etcd's history, not from
+//     what the runners say);
+//  4. every acknowledged increment is in the state the next instance of
+//     its counter restores after a planned move (0 lost); after a crash or
+//     detach only what was not yet checkpointed is lost (counted), never a
+//     checkpointed value; no two increments of one instance acknowledged
+//     with the same value;
+//  5. no acknowledged result from a handler that ended after a newer epoch
+//     of its shard had started serving the counter; every reply matches a
+//     handler execution;
+//  6. no handler started after its runner's detach instant (lease deadline
+//     - margin) or after its lease expired on the server (seen by an
+//     observer's watch), and every runner alive when its lease expired had
+//     detached before — its detach instant, deadline - margin, precedes the
+//     expiry;
+//  7. the cluster re-converges (every shard locked by a live runner, no
+//     handoff pending, all runners attached and agreeing on the
+//     assignment, one counter of every shard answering) within 2 x TTL
+//     after the last fault was healed, and every counter answers the final
+//     read (no hang, no stuck shard); a restarted runner registers.
+//
+// A violation makes the run fail; its files (histories, runner logs, etcd
+// and toxiproxy logs) are kept and their directory printed. The summary
+// counts faults by kind, SIGSTOPs that caught a handler running and late
+// handlers withheld, asks by outcome and error class, increments lost,
+// fenced and accepted writes, detach margins and convergence times; the
+// command exits 1 on any violation or on a run that could not be carried
+// out.
+//
+// A handler whose start falls right after its process resumed from a
+// SIGSTOP is not judged by check 6 (the stop may have fallen between the
+// runner's admission check and the handler's first record); the summary
+// counts them.
+//
+// `make test` runs three fixed seeds that between them inject every kind
+// of fault (TestRandomizedFaultsKeepEveryGuarantee), without -race.
+package main

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage/etcd"
+)
+
+// ask is one call the driver made and what came of it.
+type ask struct {
+	Entity int
+	Get    bool  // a read (Get), else an increment (Inc)
+	Sent   int64 // Mono
+	Done   int64 // Mono
+	OK     bool
+	Resp   runnerproc.CountResp // when OK
+	Class  string               // when not OK: the error's class
+	Err    string
+}
+
+// Error classes of failed asks.
+const (
+	classMaybe    = "maybe-delivered" // ErrMaybeDelivered (the handler may have run)
+	classStale    = "stale-result"    // *StaleResultError (a result withheld: ran under a lost shard)
+	classDeadline = "deadline"        // the ask's context ended first
+	classNoOwner  = "no-owner"        // ErrNoOwner
+	classNotOwner = "not-owner"       // *NotOwnerError
+	classOther    = "other"
+)
+
+func classify(err error) string {
+	var stale *runner.StaleResultError
+	var notOwner *runner.NotOwnerError
+	switch {
+	case errors.As(err, &stale):
+		return classStale
+	case errors.Is(err, runner.ErrMaybeDelivered):
+		return classMaybe
+	case errors.Is(err, context.DeadlineExceeded):
+		return classDeadline
+	case errors.Is(err, runner.ErrNoOwner):
+		return classNoOwner
+	case errors.As(err, &notOwner):
+		return classNotOwner
+	default:
+		return classOther
+	}
+}
+
+// driver is the client-only gateway in this process and its callers.
+type driver struct {
+	p   params
+	gw  *runner.Runner
+	run chan error
+
+	mu   sync.Mutex
+	asks []ask
+}
+
+func entityID(i int) string { return fmt.Sprintf("c%d", i) }
+
+func startDriver(e *env) (*driver, error) {
+	store, err := etcd.New(e.cli, namespace, etcd.Config{})
+	if err != nil {
+		return nil, err
+	}
+	gw, err := runner.New(store, runner.Config{
+		ID: "gateway", ClientOnly: true, NumShards: e.p.Shards, LeaseTTL: e.p.TTL,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := gw.Register(runnerproc.Kind, runnerproc.Counter); err != nil {
+		return nil, err
+	}
+	d := &driver{p: e.p, gw: gw, run: make(chan error, 1)}
+	go func() { d.run <- gw.Run(context.Background()) }()
+	return d, nil
+}
+
+func (d *driver) record(a ask) {
+	d.mu.Lock()
+	d.asks = append(d.asks, a)
+	d.mu.Unlock()
+}
+
+// call sends one Inc or Get to entity i and records it.
+func (d *driver) call(ctx context.Context, i int, get bool, timeout time.Duration) ask {
+	a := ask{Entity: i, Get: get, Sent: runnerproc.Mono()}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	var err error
+	if get {
+		a.Resp, err = runnerproc.Get.Ask(cctx, d.gw, entityID(i), runnerproc.GetReq{})
+	} else {
+		a.Resp, err = runnerproc.Inc.Ask(cctx, d.gw, entityID(i), runnerproc.IncReq{Work: d.p.Work})
+	}
+	cancel()
+	a.Done = runnerproc.Mono()
+	if err != nil {
+		a.Class, a.Err = classify(err), err.Error()
+	} else {
+		a.OK = true
+	}
+	d.record(a)
+	return a
+}
+
+// load runs the callers until ctx ends.
+func (d *driver) load(ctx context.Context, seed uint64) {
+	var wg sync.WaitGroup
+	for c := range d.p.Callers {
+		rng := rand.New(rand.NewPCG(seed, uint64(c)))
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				a := d.call(ctx, rng.IntN(d.p.Entities), rng.IntN(10) == 0, d.p.AskTimeout)
+				if !a.OK && ctx.Err() == nil {
+					time.Sleep(20 * time.Millisecond) // do not spin on an outage
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// probe asks one entity of every shard (Get) once; it returns the shards
+// whose probe failed.
+func (d *driver) probe(ctx context.Context, timeout time.Duration) []int {
+	ents := probeEntities(d.p.Shards, d.p.Entities)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []int
+	)
+	sem := make(chan struct{}, 16)
+	for shard, i := range ents {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if a := d.call(ctx, i, true, timeout); !a.OK {
+				mu.Lock()
+				failed = append(failed, shard)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// probeEntities returns, per shard, one entity of the load that lives in
+// it (-1 when none does: that shard is not probed).
+func probeEntities(shards, entities int) map[int]int {
+	out := map[int]int{}
+	for i := range entities {
+		s := int(sharding.ShardOf(entityID(i), shards))
+		if _, ok := out[s]; !ok {
+			out[s] = i
+		}
+	}
+	return out
+}
+
+// readAll asks every entity for its count (the final state), retrying
+// each until it answers or ctx ends; it returns the entities that never
+// answered.
+func (d *driver) readAll(ctx context.Context) []int {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []int
+	)
+	sem := make(chan struct{}, 32)
+	for i := range d.p.Entities {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for ctx.Err() == nil {
+				if a := d.call(ctx, i, true, d.p.AskTimeout); a.OK {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			mu.Lock()
+			failed = append(failed, i)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+func (d *driver) stop() error {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := d.gw.Shutdown(sctx)
+	d.gw.Close()
+	return errors.Join(err, <-d.run)
+}
+
+func (d *driver) all() []ask {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]ask(nil), d.asks...)
+}

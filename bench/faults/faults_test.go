@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/testenv"
+)
+
+// shortSeeds are the runs `make test` does: between them every fault kind
+// (3: scale-up, blackhole, kill, pause; 7: reset, graceful, leader-pause,
+// kill; 2: leader-kill, blackhole, kill, latency).
+var shortSeeds = []uint64{3, 7, 2}
+
+// TestRandomizedFaultsKeepEveryGuarantee runs the fault suite's short
+// mode: real runner processes, a 3-member etcd behind toxiproxy, seeded
+// fault schedules, and the history checker. Any violation fails the test
+// with the run's files kept. It runs in `make test` without the race
+// detector (under it, the runner processes are race builds too and the
+// 2-core machine is too slow for TTL 5 s to mean anything).
+func TestRandomizedFaultsKeepEveryGuarantee(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("the fault suite runs without -race and -short (make test runs it)")
+	}
+	if _, err := testenv.BinaryPath("etcd"); err != nil {
+		t.Fatalf("needs ./bin from make setup: %v", err)
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"-runs", "1", "-faults", "4"}
+	sum := 0
+	for _, seed := range shortSeeds {
+		out.Reset()
+		errOut.Reset()
+		start := time.Now()
+		code := run(append(args, "-seed", strconv.FormatUint(seed, 10)), &out, &errOut)
+		t.Logf("seed %d (%v):\n%s%s", seed, time.Since(start).Round(time.Second), errOut.String(), out.String())
+		if code != 0 {
+			t.Errorf("seed %d: exit code %d", seed, code)
+		}
+		if !strings.Contains(out.String(), "violations: 0") {
+			t.Errorf("seed %d: the summary does not report 0 violations", seed)
+		}
+		sum++
+	}
+	if sum != len(shortSeeds) {
+		t.Fatalf("ran %d of %d seeds", sum, len(shortSeeds))
+	}
+}
+
+func TestScheduleReplaysFromItsSeed(t *testing.T) {
+	p := defaultParams()
+	for seed := uint64(1); seed < 50; seed++ {
+		a, b := scheduleString(schedule(seed, 6, p)), scheduleString(schedule(seed, 6, p))
+		if a != b {
+			t.Fatalf("schedule(%d) = %q then %q", seed, a, b)
+		}
+	}
+	seen := map[string]bool{}
+	for _, seed := range shortSeeds {
+		for _, f := range schedule(seed, 4, p) {
+			seen[f.Kind] = true
+		}
+	}
+	for _, k := range faultKinds {
+		if !seen[k] {
+			t.Errorf("the short mode's seeds %v never inject %s", shortSeeds, k)
+		}
+	}
+	for _, f := range schedule(5, 200, p) {
+		if f.Kind == faultPause && f.Hold <= p.TTL {
+			t.Errorf("%v: a runner pause must outlast the TTL (%v)", f, p.TTL)
+		}
+		if f.Kind == faultLeaderPause && f.Hold >= p.TTL {
+			t.Errorf("%v: a leader pause must stay below the TTL (%v)", f, p.TTL)
+		}
+	}
+}

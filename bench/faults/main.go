@@ -1,0 +1,89 @@
+// Command faults runs shardhost under randomized faults with real
+// processes and checks the history they leave: see doc.go.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
+)
+
+func main() {
+	runnerproc.Main() // a runner child: runs and exits
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	p := defaultParams()
+	fs := flag.NewFlagSet("faults", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runs := fs.Int("runs", 1, "randomized runs")
+	seed := fs.Uint64("seed", 0, "seed of the first run (run i uses seed+i); 0: from the clock")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+strings.Join(faultKinds, ",")+")")
+	verbose := fs.Bool("v", false, "print each fault as it is injected")
+	fs.IntVar(&p.Faults, "faults", p.Faults, "faults per run")
+	fs.IntVar(&p.Runners, "runners", p.Runners, "runner processes at the start")
+	fs.IntVar(&p.Shards, "shards", p.Shards, "NumShards")
+	fs.IntVar(&p.Entities, "entities", p.Entities, "counters the driver addresses")
+	fs.IntVar(&p.Callers, "callers", p.Callers, "concurrent asks")
+	fs.IntVar(&p.CheckpointEvery, "checkpoint-every", p.CheckpointEvery, "a counter checkpoints every this many increments (and on release)")
+	fs.DurationVar(&p.TTL, "ttl", p.TTL, "runners' LeaseTTL")
+	fs.DurationVar(&p.Work, "work", p.Work, "how long each increment's handler runs")
+	fs.DurationVar(&p.AskTimeout, "ask-timeout", p.AskTimeout, "each ask's deadline")
+	fs.StringVar(&p.Dir, "dir", "", "where runs keep their files (default: the temp dir)")
+	fs.BoolVar(&p.Keep, "keep", false, "keep every run's files (a failed run's are always kept)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *kinds != "" {
+		for k := range strings.SplitSeq(*kinds, ",") {
+			if !slices.Contains(faultKinds, k) {
+				fmt.Fprintf(stderr, "faults: unknown fault kind %q (known: %s)\n", k, strings.Join(faultKinds, ","))
+				return 2
+			}
+			p.Kinds = append(p.Kinds, k)
+		}
+	}
+	if *runs < 1 || p.Faults < 1 || p.Runners < 2 || p.Shards < 1 || p.Entities < 1 || p.Callers < 1 || p.TTL < time.Second {
+		fmt.Fprintln(stderr, "faults: -runs, -faults, -shards, -entities, -callers must be positive, -runners at least 2, -ttl at least 1s")
+		return 2
+	}
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano() % 1e6)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf := func(format string, args ...any) {
+		if *verbose {
+			fmt.Fprintf(stderr, format+"\n", args...)
+		}
+	}
+	sum := newSummary(p)
+	for i := range *runs {
+		s := *seed + uint64(i)
+		fmt.Fprintf(stderr, "run %d/%d seed %d: %s\n", i+1, *runs, s, scheduleString(schedule(s, p.Faults, p)))
+		res := runOnce(ctx, s, p, logf)
+		sum.add(res)
+		fmt.Fprintln(stderr, "  "+res.line())
+		for _, v := range res.Violations {
+			fmt.Fprintln(stderr, "  VIOLATION: "+v)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	sum.print(stdout)
+	if sum.failed() {
+		return 1
+	}
+	return 0
+}

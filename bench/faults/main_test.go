@@ -1,0 +1,14 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
+)
+
+func TestMain(m *testing.M) {
+	runnerproc.Main() // a runner child: runs and exits
+	goleak.VerifyTestMain(m)
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// line is a run's one-line outcome.
+func (r *result) line() string {
+	st := r.Stats
+	var b strings.Builder
+	switch {
+	case r.Err != nil:
+		fmt.Fprintf(&b, "ERROR (%v): %v", r.Took.Round(time.Second), r.Err)
+	case len(r.Violations) > 0:
+		fmt.Fprintf(&b, "FAIL %d violations (%v)", len(r.Violations), r.Took.Round(time.Second))
+	default:
+		fmt.Fprintf(&b, "ok (%v)", r.Took.Round(time.Second))
+	}
+	if r.Err == nil {
+		fmt.Fprintf(&b, ": asks %d ok / %d failed, handlers %d, pauses %d (hit a handler %d, late handlers %d, withheld %d), lost planned %d / crash %d, fenced %d, detaches %d, converged %v",
+			st.AsksOK, st.failedTotal(), st.Handlers, st.Pauses, st.PausesHit, st.LateHandlers, st.LateWithheld,
+			st.LostPlanned, st.LostCrash, st.FencedWrites, st.Detaches, r.Converge.Round(time.Millisecond))
+	}
+	if r.Dir != "" {
+		fmt.Fprintf(&b, "; files in %s", r.Dir)
+	}
+	return b.String()
+}
+
+// summary adds up a session's runs.
+type summary struct {
+	p          params
+	runs       int
+	errs       []string
+	violations []string
+	faults     map[string]int
+	st         stats
+	converge   []time.Duration
+	took       time.Duration
+	seeds      []uint64
+}
+
+func newSummary(p params) *summary {
+	return &summary{p: p, faults: map[string]int{}, st: stats{AsksFailed: map[string]int{}, Examples: map[string]string{}}}
+}
+
+func (s *summary) add(r *result) {
+	s.runs++
+	s.took += r.Took
+	s.seeds = append(s.seeds, r.Seed)
+	if r.Err != nil {
+		s.errs = append(s.errs, fmt.Sprintf("seed %d: %v", r.Seed, r.Err))
+	}
+	for _, v := range r.Violations {
+		s.violations = append(s.violations, fmt.Sprintf("seed %d: %s", r.Seed, v))
+	}
+	st := r.Stats
+	for k, v := range st.Faults {
+		s.faults[k] += v
+	}
+	s.st.AsksOK += st.AsksOK
+	for k, v := range st.AsksFailed {
+		s.st.AsksFailed[k] += v
+	}
+	for k, v := range st.Examples {
+		if _, ok := s.st.Examples[k]; !ok {
+			s.st.Examples[k] = v
+		}
+	}
+	s.st.Handlers += st.Handlers
+	s.st.Pauses += st.Pauses
+	s.st.PausesHit += st.PausesHit
+	s.st.LateHandlers += st.LateHandlers
+	s.st.LateWithheld += st.LateWithheld
+	s.st.LostPlanned += st.LostPlanned
+	s.st.LostCrash += st.LostCrash
+	s.st.PlannedMoves += st.PlannedMoves
+	s.st.CrashMoves += st.CrashMoves
+	s.st.FencedWrites += st.FencedWrites
+	s.st.AcceptedWrites += st.AcceptedWrites
+	s.st.Expiries += st.Expiries
+	s.st.Detaches += st.Detaches
+	s.st.Ambiguous += st.Ambiguous
+	s.st.DetachMargins = append(s.st.DetachMargins, st.DetachMargins...)
+	if r.Converge >= 0 {
+		s.converge = append(s.converge, r.Converge)
+	}
+}
+
+func (s *summary) failed() bool { return len(s.errs) > 0 || len(s.violations) > 0 }
+
+func dist(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	q := func(f float64) time.Duration { return ds[int(f*float64(len(ds)-1))] }
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("min %v / p50 %v / max %v (%d)", r(ds[0]), r(q(0.5)), r(ds[len(ds)-1]), len(ds))
+}
+
+func (s *summary) print(w io.Writer) {
+	p := s.p
+	fmt.Fprintf(w, "\nfaults: %d runs (seeds %d..%d), %d runner processes at start, %d shards, %d counters, %d callers, TTL %v, %v handlers, checkpoint every %d; %v in all\n",
+		s.runs, s.seeds[0], s.seeds[len(s.seeds)-1], p.Runners, p.Shards, p.Entities, p.Callers, p.TTL, p.Work, p.CheckpointEvery, s.took.Round(time.Second))
+	var kinds []string
+	total := 0
+	for _, k := range faultKinds {
+		if n := s.faults[k]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+			total += n
+		}
+	}
+	fmt.Fprintf(w, "faults injected: %d (%s)\n", total, strings.Join(kinds, ", "))
+	st := s.st
+	fmt.Fprintf(w, "runner SIGSTOPs: %d, %d while a handler ran; handlers that finished after their shard moved: %d, results withheld %d, acknowledged %d\n",
+		st.Pauses, st.PausesHit, st.LateHandlers, st.LateWithheld, st.LateHandlers-st.LateWithheld)
+	var classes []string
+	for _, k := range []string{classMaybe, classStale, classDeadline, classNoOwner, classNotOwner, classOther} {
+		classes = append(classes, fmt.Sprintf("%s %d", k, st.AsksFailed[k]))
+	}
+	fmt.Fprintf(w, "asks: %d ok, %d failed (%s); %d handler executions recorded\n", st.AsksOK, st.failedTotal(), strings.Join(classes, ", "), st.Handlers)
+	for _, k := range []string{classMaybe, classStale, classDeadline, classNoOwner, classNotOwner, classOther} {
+		if e, ok := st.Examples[k]; ok {
+			fmt.Fprintf(w, "  e.g. %s: %s\n", k, e)
+		}
+	}
+	fmt.Fprintf(w, "acknowledged increments lost: %d in %d planned moves, %d in %d moves after a crash or detach (not yet checkpointed)\n",
+		st.LostPlanned, st.PlannedMoves, st.LostCrash, st.CrashMoves)
+	fmt.Fprintf(w, "checkpoint writes: %d accepted by etcd (each under the lock's epoch at its revision), %d rejected by fencing\n", st.AcceptedWrites, st.FencedWrites)
+	fmt.Fprintf(w, "detaches: %d; leases expired on the server while their runner lived: %d; expiry - detach instant: %s\n", st.Detaches, st.Expiries, dist(st.DetachMargins))
+	if st.Ambiguous > 0 {
+		fmt.Fprintf(w, "handler starts a SIGSTOP may have separated from their admission (not judged): %d\n", st.Ambiguous)
+	}
+	fmt.Fprintf(w, "converged after the last fault: %s (limit 2 x TTL = %v)\n", dist(s.converge), 2*p.TTL)
+	fmt.Fprintf(w, "violations: %d\n", len(s.violations))
+	for _, v := range s.violations {
+		fmt.Fprintln(w, "  "+v)
+	}
+	if len(s.errs) > 0 {
+		fmt.Fprintf(w, "runs that could not be carried out: %d\n", len(s.errs))
+		for _, e := range s.errs {
+			fmt.Fprintln(w, "  "+e)
+		}
+	}
+	if !s.failed() {
+		fmt.Fprintln(w, "OK")
+	}
+}
