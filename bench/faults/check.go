@@ -29,18 +29,18 @@ type stats struct {
 	AsksOK         int
 	AsksFailed     map[string]int    // by class
 	Examples       map[string]string // one error per class
-	Handlers       int            // handler executions recorded
-	Pauses         int            // SIGSTOPs of runner processes
-	PausesHit      int            // ... while a handler of that process was running
-	LateHandlers   int            // handlers that finished after their shard moved (paused mid-handler)
-	LateWithheld   int            // ... whose result the caller got as an error (never acknowledged)
-	LostPlanned    int64          // acknowledged increments missing after a planned move (must be 0)
-	LostCrash      int64          // acknowledged increments lost to a crash or detach (not checkpointed)
-	CrashMoves     int            // instance changes after a crash or detach
-	PlannedMoves   int            // instance changes after a release
-	FencedWrites   int            // checkpoint writes rejected by fencing
-	AcceptedWrites int            // checkpoint writes accepted (read back from etcd)
-	Expiries       int            // leases that expired on the server
+	Handlers       int               // handler executions recorded
+	Pauses         int               // SIGSTOPs of runner processes
+	PausesHit      int               // ... while a handler of that process was running
+	LateHandlers   int               // handlers that finished after their shard moved (paused mid-handler)
+	LateWithheld   int               // ... whose result the caller got as an error (never acknowledged)
+	LostPlanned    int64             // acknowledged increments missing after a planned move (must be 0)
+	LostCrash      int64             // acknowledged increments lost to a crash or detach (not checkpointed)
+	CrashMoves     int               // instance changes after a crash or detach
+	PlannedMoves   int               // instance changes after a release
+	FencedWrites   int               // checkpoint writes rejected by fencing
+	AcceptedWrites int               // checkpoint writes accepted (read back from etcd)
+	Expiries       int               // leases that expired on the server
 	DetachMargins  []time.Duration
 	Detaches       int
 	Ambiguous      int // handler starts a SIGSTOP may have separated from their admission
