@@ -156,10 +156,11 @@
 // Send admits a call only if its context has not ended (else it fails at
 // once with the context's error, context.Canceled or
 // context.DeadlineExceeded, and no handler runs it, here or remotely) and
-// the runner is running: a call made before Run is called waits for Run
-// (bounded by its context, and by RequestTimeout when the context has no
-// deadline), so `go r.Run(ctx)` followed at once by an Ask works; after
-// Shutdown, Close or Run's return it fails at once with ErrClosed (joined
+// the runner is running: a call made before Run is called waits up to one
+// second for the call (bounded by its context too), so `go r.Run(ctx)`
+// followed at once by an Ask works, and fails with ErrClosed if Run is
+// not called by then; after Shutdown, Close or Run's return it fails at
+// once with ErrClosed (joined
 // with the error Run failed with, if any). An ask whose context ends while
 // it waits in a mailbox is not run either. Send routes by the actual lock
 // owner (this runner's watch of the locks):

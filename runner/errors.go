@@ -25,9 +25,11 @@ var (
 	// ErrCallerDeadline: the asker's deadline passed while its handler ran
 	// (the cause of the handler's context; the asker has given up).
 	ErrCallerDeadline = errors.New("runner: the caller's deadline passed")
-	// ErrClosed: the runner is not running: Run was not called yet, or
-	// returned (Shutdown, Close, its context ended). Send fails with it at
-	// once.
+	// ErrClosed: the runner is not running: Run returned (Shutdown,
+	// Close, its context ended) or was never called. A send to a runner
+	// that stopped fails with it at once; a send made before Run was
+	// called waits up to one second for the call (so `go r.Run(ctx)`
+	// followed by a send works), then fails with it.
 	ErrClosed = errors.New("runner: closed")
 	// ErrInvalidConfig: the configuration cannot work.
 	ErrInvalidConfig = errors.New("runner: invalid config")

@@ -370,16 +370,22 @@ func (r *Runner) foreignMemberLocked() *storage.Runner {
 	return nil
 }
 
+// runCallGrace is how long a send made before Run was called waits for
+// the call: long enough for `go r.Run(ctx)` started just before the send
+// to get going, short enough that a runner nobody starts fails fast.
+const runCallGrace = time.Second
+
 // waitRun is admission for a runner that is not running: a send made
-// before Run is called waits for it (bounded by ctx and, when ctx has no
-// deadline, RequestTimeout); after Shutdown, Close or Run's return it
-// fails at once with ErrClosed.
+// before Run is called waits for the call (bounded by ctx and
+// runCallGrace), then, once Run runs, for the runner as any send does;
+// after Shutdown, Close or Run's return, or when Run is not called in
+// time, it fails with ErrClosed.
 func (r *Runner) waitRun(ctx context.Context) error {
 	r.mu.Lock()
 	called, stopped := r.runStarted, r.phase == phaseStopped
 	r.mu.Unlock()
 	if !called && !stopped {
-		t := time.NewTimer(r.cfg.RequestTimeout)
+		t := time.NewTimer(runCallGrace)
 		defer t.Stop()
 		select {
 		case <-r.st.runCalled:
@@ -388,7 +394,7 @@ func (r *Runner) waitRun(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("runner %s: waiting for Run to be called: %w", r.cfg.ID, ctxErr(ctx))
 		case <-t.C:
-			return fmt.Errorf("%w: runner %s: Run was not called within %v (RequestTimeout)", ErrClosed, r.cfg.ID, r.cfg.RequestTimeout)
+			return fmt.Errorf("%w: runner %s: Run was not called (waited %v)", ErrClosed, r.cfg.ID, runCallGrace)
 		}
 		if r.running.Load() {
 			return nil

@@ -77,14 +77,24 @@ func TestSendBeforeRunIsBounded(t *testing.T) {
 		if err := r.Register(k.kind); err != nil {
 			t.Fatal(err)
 		}
-		short, cancel := context.WithTimeout(t.Context(), time.Second)
+		short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		if _, err := k.inc.Ask(short, r, "x", incReq{}); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for Run") {
-			t.Errorf("Ask before Run with a 1s context = %v, want its deadline while waiting for Run", err)
+			t.Errorf("Ask before Run with a 100ms context = %v, want its deadline while waiting for Run", err)
 		}
+		// Never started: ErrClosed after a second, whatever the context
+		// and RequestTimeout (10 s) allow.
 		start := time.Now()
-		if _, err := k.inc.Ask(context.Background(), r, "x", incReq{}); !errors.Is(err, runner.ErrClosed) || time.Since(start) != 10*time.Second {
-			t.Errorf("Ask before Run without a deadline = %v after %v, want ErrClosed after RequestTimeout (10s)", err, time.Since(start))
+		if _, err := k.inc.Ask(context.Background(), r, "x", incReq{}); !errors.Is(err, runner.ErrClosed) || time.Since(start) != time.Second {
+			t.Errorf("Ask before Run without a deadline = %v after %v, want ErrClosed after 1s", err, time.Since(start))
+		}
+		// Run called within the second: the send goes through.
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			_ = r.Run(t.Context())
+		}()
+		if _, err := k.inc.Ask(t.Context(), r, "x", incReq{}); err != nil {
+			t.Errorf("Ask 500ms before Run = %v, want it served once Run runs", err)
 		}
 		// Stopped before Run: at once.
 		if err := r.Shutdown(t.Context()); err != nil {
