@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -241,6 +243,39 @@ func TestNoOwnerErrorsSayWhy(t *testing.T) {
 		if !errors.Is(err, runner.ErrNoOwner) || !strings.Contains(err.Error(), "has not listed the cluster's runners yet") ||
 			!strings.Contains(err.Error(), "last store failure") {
 			t.Errorf("Ask on a cut-off gateway = %v, want ErrNoOwner saying it has not listed the cluster, with the store's failure", err)
+		}
+
+		// A registered runner that cannot take its shards: they are
+		// assigned to it, not acquired.
+		hs := c.NewStore("h")
+		hs.Fail(memory.OpAcquire, errors.New("injected acquire failure"))
+		h := startOn(t, hs, nil, runner.Config{ID: "h", NumShards: 8, DisableDetachment: true})
+		if err := h.Register(k.kind); err != nil {
+			t.Fatal(err)
+		}
+		<-h.Ready()
+		ctx, cancel = context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		_, err = k.inc.Ask(ctx, h, "x", incReq{})
+		if !errors.Is(err, runner.ErrNoOwner) || !strings.Contains(err.Error(), `assigned to "h", which has not acquired it`) ||
+			!strings.Contains(err.Error(), "this send waited (1 runners registered") {
+			t.Errorf("Ask of a shard its assignee cannot acquire = %v, want ErrNoOwner naming the assignee and the wait", err)
+		}
+
+		// A lock left under the lease of a runner that is gone (no record).
+		ghost := c.NewStore("ghost")
+		l, err := ghost.Grant(t.Context(), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ghost.Acquire(t.Context(), l.ID, storage.Owner{RunnerID: "ghost", Incarnation: "1"}, []sharding.ShardID{sharding.ShardOf("y", 8)}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err = k.inc.Ask(ctx, gw, "y", incReq{})
+		if !errors.Is(err, runner.ErrNoOwner) || !strings.Contains(err.Error(), fmt.Sprintf("held under lease %x, of no registered runner", l.ID)) {
+			t.Errorf("Ask of a shard locked by a gone runner = %v, want ErrNoOwner naming the lease", err)
 		}
 	})
 }
