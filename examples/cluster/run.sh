@@ -8,6 +8,10 @@
 #   examples/cluster/run.sh start runner-2  start one runner again (after a kill -9), in
 #                                           the background, from another terminal
 #
+# Every process runs in a session of its own (setsid), so Ctrl-C reaches only
+# this script, which stops the gateway and the runners first (SIGTERM: each
+# hands its shards off and revokes its lease), then etcd.
+#
 # Environment: DEMO_DIR (default /tmp/shardhost-demo), ETCD_PORT (2379),
 # DEBUG_PORT (8080: gateway; runners DEBUG_PORT+1..3), TRANSPORT_PORT (7100:
 # runners TRANSPORT_PORT+1..3), SHARDS (1024), TTL (5s), RATE (500 asks/s).
@@ -38,7 +42,7 @@ peers() {
 # start_runner N: runner-N in the background, logging to $DEMO_DIR/runner-N.log.
 start_runner() {
 	local n=$1
-	"$DEMO_DIR/bin/cluster" -role runner -id "runner-$n" -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
+	setsid "$DEMO_DIR/bin/cluster" -role runner -id "runner-$n" -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
 		-listen "127.0.0.1:$((TRANSPORT_PORT + n))" -debug "127.0.0.1:$((DEBUG_PORT + n))" -peers "$(peers)" \
 		-shards "$SHARDS" -ttl "$TTL" >>"$DEMO_DIR/runner-$n.log" 2>&1 &
 	echo $! >"$DEMO_DIR/runner-$n.pid"
@@ -98,7 +102,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$BIN/etcd" --name demo --data-dir "$DEMO_DIR/etcd" \
+setsid "$BIN/etcd" --name demo --data-dir "$DEMO_DIR/etcd" \
 	--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
 	--listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
 	--initial-cluster "demo=http://127.0.0.1:$((ETCD_PORT + 1))" --log-level warn >"$DEMO_DIR/etcd.log" 2>&1 &
@@ -111,7 +115,7 @@ done
 echo "etcd: 127.0.0.1:$ETCD_PORT (pid ${pids[0]}, $BIN/etcd)"
 
 for i in 1 2 3; do start_runner "$i"; done
-"$DEMO_DIR/bin/cluster" -role gateway -id gateway -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
+setsid "$DEMO_DIR/bin/cluster" -role gateway -id gateway -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
 	-debug "127.0.0.1:$DEBUG_PORT" -peers "$(peers)" -shards "$SHARDS" -rate "$RATE" >"$DEMO_DIR/gateway.log" 2>&1 &
 echo $! >"$DEMO_DIR/gateway.pid"
 echo "gateway: pid $!, $(debug_url 0)"
