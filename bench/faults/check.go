@@ -27,6 +27,7 @@ type checkInput struct {
 type stats struct {
 	Faults         map[string]int
 	AsksOK         int
+	AsksShed       int // due while MaxInFlight asks waited: not sent
 	AsksFailed     map[string]int    // by class
 	Examples       map[string]string // one error per class
 	Handlers       int               // handler executions recorded
@@ -100,6 +101,7 @@ func check(in *checkInput) ([]string, stats) {
 	c.increments()
 	c.lateReplies()
 	c.detachBeforeExpiry()
+	c.healthBeforeReattach()
 	c.countAsks()
 	return c.violations, c.st
 }
@@ -501,6 +503,46 @@ func (c *checker) detachBeforeExpiry() {
 			}
 			c.violate("handler of %s on %s (pid %d, epoch %d) started at %s, after its lease %x expired on the server at %s",
 				x.entity, x.runner, x.pid, x.epoch, at(x.start), x.lease, at(endAt))
+		}
+	}
+}
+
+// resumeSlack is how much later than the process the parent may see a
+// SIGCONT take effect (it polls /proc).
+const resumeSlack = 50 * time.Millisecond
+
+// healthBeforeReattach is part of check 6: a detached runner re-attaches
+// only after RecoverWindow (the default, TTL/3) of health it observed; a
+// SIGSTOP is not health, so every pause that ended after the detach must
+// end at least RecoverWindow before the re-attachment.
+func (c *checker) healthBeforeReattach() {
+	window := int64(c.in.p.TTL / 3)
+	for pid, recs := range c.perPID {
+		inc := c.in.incarnations[pid]
+		if inc == nil {
+			continue
+		}
+		detachedAt := int64(-1)
+		for _, r := range recs {
+			switch r.Kind {
+			case runnerproc.HistDetached:
+				if detachedAt < 0 {
+					detachedAt = r.Mono
+				}
+			case runnerproc.HistRegistered, runnerproc.HistReattached:
+				if detachedAt < 0 {
+					continue
+				}
+				for _, p := range inc.pauses {
+					if p[1] > detachedAt-window && p[1] <= r.Mono && r.Mono-p[1] < window-int64(resumeSlack) {
+						c.violate("%s (pid %d) re-attached at %s, %v after a SIGSTOP ended (%s): less than RecoverWindow (%v) of health",
+							inc.id, pid, at(r.Mono), time.Duration(r.Mono-p[1]).Round(time.Millisecond), at(p[1]), time.Duration(window))
+					}
+				}
+				if r.Kind == runnerproc.HistReattached {
+					detachedAt = -1
+				}
+			}
 		}
 	}
 }

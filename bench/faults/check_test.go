@@ -226,3 +226,14 @@ func TestCheckerFlagsARepliedValueNoHandlerProduced(t *testing.T) {
 	h.ack(1, 1, 1, 10, 2, 1.2)
 	wantViolation(t, h, "matches no handler execution")
 }
+
+func TestCheckerFlagsAReattachRightAfterAPause(t *testing.T) {
+	h := newHist()
+	h.runner(1, "r1", 100, 0)
+	h.rec(runnerproc.Record{Kind: runnerproc.HistDetached, Mono: 10 * sec, PID: 1, Runner: "r1"})
+	h.pause(1, 11, 20)
+	h.rec(runnerproc.Record{Kind: runnerproc.HistReattached, Mono: 20*sec + int64(5*time.Millisecond), PID: 1, Runner: "r1", Lease: 100})
+	wantViolation(t, h, "less than RecoverWindow")
+	h.in.history[len(h.in.history)-1].Mono = 20*sec + h.in.p.TTL.Nanoseconds()/3
+	wantClean(t, h)
+}

@@ -64,6 +64,7 @@ type driver struct {
 
 	mu   sync.Mutex
 	asks []ask
+	shed int // asks due while MaxInFlight were waiting: not sent
 }
 
 func entityID(i int) string { return fmt.Sprintf("c%d", i) }
@@ -115,21 +116,45 @@ func (d *driver) call(ctx context.Context, i int, get bool, timeout time.Duratio
 	return a
 }
 
-// load runs the callers until ctx ends.
+// load sends Rate asks a second until ctx ends, open loop: each ask runs
+// on its own goroutine, so asks stuck on a frozen or cut-off runner do not
+// slow the others down (a closed loop of callers would all end up waiting
+// on the frozen runner, and nothing would reach the shards' new owners).
+// At most MaxInFlight asks wait at once; an ask due beyond that is not
+// sent (counted as shed).
 func (d *driver) load(ctx context.Context, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	sem := make(chan struct{}, d.p.MaxInFlight)
 	var wg sync.WaitGroup
-	for c := range d.p.Callers {
-		rng := rand.New(rand.NewPCG(seed, uint64(c)))
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				a := d.call(ctx, rng.IntN(d.p.Entities), rng.IntN(10) == 0, d.p.AskTimeout)
-				if !a.OK && ctx.Err() == nil {
-					time.Sleep(20 * time.Millisecond) // do not spin on an outage
-				}
+	defer wg.Wait()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	start, sent := time.Now(), 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		due := int(time.Since(start).Seconds()*float64(d.p.Rate)) - sent
+		for range due {
+			sent++
+			i, get := rng.IntN(d.p.Entities), rng.IntN(10) == 0
+			select {
+			case sem <- struct{}{}:
+			default:
+				d.mu.Lock()
+				d.shed++
+				d.mu.Unlock()
+				continue
 			}
-		})
+			wg.Go(func() {
+				defer func() { <-sem }()
+				// Not ctx: stopping the load lets the asks in flight finish.
+				d.call(context.Background(), i, get, d.p.AskTimeout)
+			})
+		}
 	}
-	wg.Wait()
 }
 
 // probe asks one entity of every shard (Get) once; it returns the shards

@@ -34,7 +34,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.Runners, "runners", p.Runners, "runner processes at the start")
 	fs.IntVar(&p.Shards, "shards", p.Shards, "NumShards")
 	fs.IntVar(&p.Entities, "entities", p.Entities, "counters the driver addresses")
-	fs.IntVar(&p.Callers, "callers", p.Callers, "concurrent asks")
+	fs.IntVar(&p.Rate, "rate", p.Rate, "asks a second (open loop: each on its own goroutine)")
+	fs.IntVar(&p.MaxInFlight, "max-in-flight", p.MaxInFlight, "asks waiting at once, at most (more are shed)")
 	fs.IntVar(&p.CheckpointEvery, "checkpoint-every", p.CheckpointEvery, "a counter checkpoints every this many increments (and on release)")
 	fs.DurationVar(&p.TTL, "ttl", p.TTL, "runners' LeaseTTL")
 	fs.DurationVar(&p.Work, "work", p.Work, "how long each increment's handler runs")
@@ -53,8 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			p.Kinds = append(p.Kinds, k)
 		}
 	}
-	if *runs < 1 || p.Faults < 1 || p.Runners < 2 || p.Shards < 1 || p.Entities < 1 || p.Callers < 1 || p.TTL < time.Second {
-		fmt.Fprintln(stderr, "faults: -runs, -faults, -shards, -entities, -callers must be positive, -runners at least 2, -ttl at least 1s")
+	if *runs < 1 || p.Faults < 1 || p.Runners < 2 || p.Shards < 1 || p.Entities < 1 || p.Rate < 1 || p.MaxInFlight < 1 || p.TTL < time.Second {
+		fmt.Fprintln(stderr, "faults: -runs, -faults, -shards, -entities, -rate, -max-in-flight must be positive, -runners at least 2, -ttl at least 1s")
 		return 2
 	}
 	if *seed == 0 {

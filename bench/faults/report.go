@@ -63,6 +63,7 @@ func (s *summary) add(r *result) {
 		s.faults[k] += v
 	}
 	s.st.AsksOK += st.AsksOK
+	s.st.AsksShed += st.AsksShed
 	for k, v := range st.AsksFailed {
 		s.st.AsksFailed[k] += v
 	}
@@ -106,8 +107,8 @@ func dist(ds []time.Duration) string {
 
 func (s *summary) print(w io.Writer) {
 	p := s.p
-	fmt.Fprintf(w, "\nfaults: %d runs (seeds %d..%d), %d runner processes at start, %d shards, %d counters, %d callers, TTL %v, %v handlers, checkpoint every %d; %v in all\n",
-		s.runs, s.seeds[0], s.seeds[len(s.seeds)-1], p.Runners, p.Shards, p.Entities, p.Callers, p.TTL, p.Work, p.CheckpointEvery, s.took.Round(time.Second))
+	fmt.Fprintf(w, "\nfaults: %d runs (seeds %d..%d), %d runner processes at start, %d shards, %d counters, %d asks/s, TTL %v, %v handlers, checkpoint every %d; %v in all\n",
+		s.runs, s.seeds[0], s.seeds[len(s.seeds)-1], p.Runners, p.Shards, p.Entities, p.Rate, p.TTL, p.Work, p.CheckpointEvery, s.took.Round(time.Second))
 	var kinds []string
 	total := 0
 	for _, k := range faultKinds {
@@ -124,7 +125,8 @@ func (s *summary) print(w io.Writer) {
 	for _, k := range []string{classMaybe, classStale, classDeadline, classNoOwner, classNotOwner, classOther} {
 		classes = append(classes, fmt.Sprintf("%s %d", k, st.AsksFailed[k]))
 	}
-	fmt.Fprintf(w, "asks: %d ok, %d failed (%s); %d handler executions recorded\n", st.AsksOK, st.failedTotal(), strings.Join(classes, ", "), st.Handlers)
+	fmt.Fprintf(w, "asks: %d ok, %d failed (%s), %d not sent (too many waiting); %d handler executions recorded\n",
+		st.AsksOK, st.failedTotal(), strings.Join(classes, ", "), st.AsksShed, st.Handlers)
 	for _, k := range []string{classMaybe, classStale, classDeadline, classNoOwner, classNotOwner, classOther} {
 		if e, ok := st.Examples[k]; ok {
 			fmt.Fprintf(w, "  e.g. %s: %s\n", k, e)

@@ -21,7 +21,8 @@ type params struct {
 	Runners         int           // runner processes at the start
 	Shards          int           // NumShards
 	Entities        int           // counters the driver addresses
-	Callers         int           // concurrent asks
+	Rate            int           // asks a second (open loop)
+	MaxInFlight     int           // asks waiting at once, at most
 	TTL             time.Duration // runners' LeaseTTL (the margin is the default TTL/3)
 	Work            time.Duration // how long each Inc handler runs
 	AskTimeout      time.Duration
@@ -34,7 +35,7 @@ type params struct {
 }
 
 func defaultParams() params {
-	return params{Runners: 4, Shards: 64, Entities: 2000, Callers: 12, TTL: 5 * time.Second, Work: 5 * time.Millisecond,
+	return params{Runners: 4, Shards: 64, Entities: 2000, Rate: 1500, MaxInFlight: 4000, TTL: 5 * time.Second, Work: 5 * time.Millisecond,
 		AskTimeout: 12 * time.Second, Faults: 4, CheckpointEvery: 3, Warmup: 2 * time.Second}
 }
 
@@ -183,6 +184,9 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	for _, v := range vs {
 		violate("%s", v)
 	}
+	d.mu.Lock()
+	st.AsksShed = d.shed
+	d.mu.Unlock()
 	st.Faults = map[string]int{}
 	for _, a := range res.Applied {
 		st.Faults[a.Kind]++
