@@ -27,7 +27,7 @@ type checkInput struct {
 type stats struct {
 	Faults         map[string]int
 	AsksOK         int
-	AsksShed       int // due while MaxInFlight asks waited: not sent
+	AsksShed       int               // due while MaxInFlight asks waited: not sent
 	AsksFailed     map[string]int    // by class
 	Examples       map[string]string // one error per class
 	Handlers       int               // handler executions recorded
