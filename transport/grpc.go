@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
@@ -319,9 +320,14 @@ func (t *GRPC) Forget(live map[string]bool) {
 	defer t.mu.Unlock()
 	for addr := range t.peers {
 		if live[addr] {
-			if tm, ok := t.stale[addr]; ok { // it came back
+			if tm, ok := t.stale[addr]; ok { // it came back (a restart)
 				tm.Stop()
 				delete(t.stale, addr)
+				// Its connections may be waiting out a long reconnect
+				// back-off from while it was down: try now.
+				for _, c := range t.peers[addr].conns {
+					c.ResetConnectBackoff()
+				}
 			}
 			continue
 		}
@@ -370,6 +376,7 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 				grpc.MaxCallSendMsgSize(t.cfg.MaxMessageSize+1024),
 			),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+			grpc.WithConnectParams(reconnectParams),
 		)
 		if err != nil {
 			p.close()
@@ -380,6 +387,16 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 	p.streams = make([]*muxStream, len(p.conns))
 	t.peers[addr] = p
 	return p, nil
+}
+
+// reconnectParams bound how long a connection to a peer that went away
+// waits between attempts: gRPC's default back-off grows to 120 s, so a
+// runner restarted on the same address after a minute down would stay
+// unreachable for up to two more minutes. Here attempts are at most 2 s
+// apart (peers are runners of one cluster, few and close).
+var reconnectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 2 * time.Second,
 }
 
 // readyConn picks a connection to addr and waits, bounded, until it is
