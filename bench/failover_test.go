@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -277,7 +278,10 @@ func crashOnce(t *testing.T, cl *testenv.EtcdCluster, run int, debounce time.Dur
 	}
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopLoad()
-	time.Sleep(time.Second) // steady state
+	// Steady state, then a crash at a random point of the renewal cycle
+	// (renewals every TTL/6 at the default config): the time from the
+	// crash to the lease's expiry depends on it.
+	time.Sleep(time.Second + rand.N(runner.DefaultLeaseTTL/6))
 	t.Logf("run %d: exact partition %v after the runners started", run, time.Since(started).Round(time.Millisecond))
 
 	victim := procs[run%3]

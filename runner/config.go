@@ -192,7 +192,10 @@ type Config struct {
 	// Default 2 s; SingleAttempt (any negative value) for one attempt.
 	AcquireRetryWindow time.Duration
 	// RebalanceDebounce: membership changes closer than this are coalesced
-	// before the assignment is recomputed. Default 100 ms.
+	// before the assignment is recomputed. Default 100 ms. A runner that
+	// owns nothing yet waits 5 x RebalanceDebounce of quiet; an isolated
+	// departure (a runner left a view that was quiet) is acted on at once,
+	// so a crashed runner's shards are taken as soon as its lease ends.
 	RebalanceDebounce time.Duration
 	// ResyncInterval of the safety-net full reconciliation. Default 1 min.
 	ResyncInterval time.Duration

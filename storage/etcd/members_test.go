@@ -80,9 +80,9 @@ func TestHedgedCallsSurviveABlackholedMember(t *testing.T) {
 
 // A paused (SIGSTOP) leader: attempts through it, and through followers
 // that still forward to it, hang; attempts that start after the others
-// elected a new leader succeed. A renewal with a context of 3 s (a window
-// the runner's defaults give a renewal is TTL/3 = 1.67 s; the extra is
-// the election on a loaded machine) succeeds.
+// elected a new leader succeed. A renewal with a context of 3 s (the
+// runner's defaults give a renewal TTL - margin - interval = 2.5 s; the
+// extra is the election on a loaded machine) succeeds.
 func TestHedgedRenewalSurvivesAPausedLeader(t *testing.T) {
 	pc, s, id, held := proxiedStore(t, etcd.Config{})
 	leader := pc.Leader(t)
