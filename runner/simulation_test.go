@@ -80,6 +80,7 @@ type simStats struct {
 	asksOK, asksFail int
 	withheld         int // results withheld (StaleResultError)
 	stubborn         int // handlers that ignored their context
+	checkpoints      int // checkpoint writes the store accepted (each checked against the lock's epoch)
 }
 
 func (s *simStats) add(o simStats) {
@@ -93,6 +94,7 @@ func (s *simStats) add(o simStats) {
 	s.asksFail += o.asksFail
 	s.withheld += o.withheld
 	s.stubborn += o.stubborn
+	s.checkpoints += o.checkpoints
 }
 
 func (s simStats) String() string {
@@ -105,8 +107,8 @@ func (s simStats) String() string {
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("faults [%s]; asks %d ok, %d failed; %d results withheld, %d stubborn handlers",
-		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn)
+	return fmt.Sprintf("faults [%s]; asks %d ok, %d failed; %d results withheld, %d stubborn handlers; %d checkpoints accepted, each under its lock's epoch",
+		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn, s.checkpoints)
 }
 
 // Simulation parameters.
@@ -119,12 +121,16 @@ const (
 
 // simCounter is the simulated entity: an increment counter whose handler
 // takes a little virtual time, checkpoints on release and restores on
-// activation; a stubborn call ignores its context while it sleeps.
+// activation; a stubborn call ignores its context while it sleeps, and then
+// checkpoints (fenced, without a context to stop it: the write a zombie
+// owner attempts after its shard moved); every third increment also
+// checkpoints.
 type simCounter struct {
-	id    string
-	n     int64
-	epoch int64
-	w     *simWorld
+	id      string
+	n       int64
+	epoch   int64
+	persist func(context.Context, []byte) error
+	w       *simWorld
 }
 
 type simReq struct {
@@ -140,7 +146,7 @@ type simResp struct {
 }
 
 func (c *simCounter) Activate(ctx context.Context, info entity.ActivateInfo) error {
-	c.epoch = info.Epoch
+	c.epoch, c.persist = info.Epoch, info.Checkpoint
 	data, ok, err := info.Restore(ctx)
 	if err != nil || !ok {
 		return err
@@ -173,6 +179,15 @@ func (c *simCounter) Inc(ctx context.Context, r simReq) (simResp, error) {
 		}
 	}
 	c.n++
+	if r.Stubborn || c.n%3 == 0 {
+		pctx := ctx
+		if r.Stubborn {
+			pctx = context.Background()
+		}
+		if err := c.persist(pctx, []byte(fmt.Sprint(c.n))); err != nil {
+			return simResp{}, err
+		}
+	}
 	return simResp{N: c.n, Exec: exec, Runner: info.Runner, Epoch: int64(info.Epoch)}, nil
 }
 
@@ -584,6 +599,44 @@ func simPartitionOK(ns []*simNode) (bool, string) {
 }
 
 // check applies the invariants to what the run recorded.
+// checkFencing reads the store's history back: every checkpoint it
+// accepted was written under the epoch its shard's lock had at that
+// revision (the lock's ModRevision), whatever the runners believed.
+func (s *simRun) checkFencing() {
+	hist, complete := s.c.History()
+	if !complete {
+		s.w.violate("the store's history was compacted: the fencing check needs all of it")
+		return
+	}
+	lockEpoch := map[string]int64{}
+	for _, e := range hist {
+		ks, rest, _ := strings.Cut(e.KV.Key, "/")
+		switch {
+		case ks == string(storage.KeyspaceShards) && e.Type == storage.EventPut:
+			lockEpoch[rest] = int64(e.KV.ModRevision)
+		case ks == string(storage.KeyspaceShards):
+			delete(lockEpoch, rest)
+		case ks == "checkpoints" && e.Type == storage.EventPut:
+			shardStr, name, _ := strings.Cut(rest, "/")
+			id, err := sharding.ParseShardID(shardStr)
+			if err != nil {
+				s.w.violate("checkpoint key %q: %v", e.KV.Key, err)
+				continue
+			}
+			cp, err := storage.DecodeCheckpoint(id, name, e.KV.Value, e.KV.ModRevision)
+			if err != nil {
+				s.w.violate("checkpoint %q: %v", e.KV.Key, err)
+				continue
+			}
+			s.stats.checkpoints++
+			if int64(cp.Epoch) != lockEpoch[shardStr] {
+				s.w.violate("stale write accepted: checkpoint %q at revision %d under epoch %d, the lock's epoch then was %d",
+					e.KV.Key, e.KV.ModRevision, cp.Epoch, lockEpoch[shardStr])
+			}
+		}
+	}
+}
+
 func (s *simRun) check(l *simLoad) {
 	// Acknowledged results of executions another runner overlapped.
 	for id, acks := range l.acks {
@@ -643,6 +696,7 @@ func (s *simRun) check(l *simLoad) {
 			}
 		}
 	}
+	s.checkFencing()
 	s.stats.asksFail = l.failed
 	for _, acks := range l.acks {
 		s.stats.asksOK += len(acks)

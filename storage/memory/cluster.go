@@ -122,6 +122,21 @@ func (c *Cluster) compactLocked(rev storage.Revision) {
 	c.history = slices.Delete(c.history, 0, i)
 }
 
+// History returns the retained history of changes (every write and delete
+// since the last compaction, in revision order) and whether it is complete
+// (nothing was compacted, by Compact or by the bound on the history): what a
+// test reads back to check what the store accepted.
+func (c *Cluster) History() ([]storage.Event, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]storage.Event, len(c.history))
+	for i, e := range c.history {
+		out[i] = storage.Event{Type: e.typ, KV: e.kv}
+		out[i].KV.Key = e.key
+	}
+	return out, c.compacted == 0
+}
+
 // Put writes key (a full key such as "shards/3") with value and lease,
 // bypassing every check: a test hook to simulate other writers and corrupt
 // values. It returns the revision of the write or ErrLeaseNotFound.
