@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // KeyspaceDrains holds drain requests, drains/{runnerID}: an operator's
@@ -28,9 +29,18 @@ type DrainRequest struct {
 func DrainKey(id string) string { return Key(KeyspaceDrains, id) }
 
 // EncodeDrain returns the stored form of a drain request for runner id.
+// An invalid id (see [ValidateRunnerID]), a Requested time outside years
+// 0-9999 or a By or Reason that is not valid UTF-8 (JSON would store
+// another text) fails with ErrInvalidArgument.
 func EncodeDrain(id string, req DrainRequest) ([]byte, error) {
 	if err := ValidateRunnerID(id); err != nil {
 		return nil, err
+	}
+	switch {
+	case req.Requested.Year() < 0 || req.Requested.Year() > 9999:
+		return nil, fmt.Errorf("%w: drain request for %q: time %v outside years 0-9999", ErrInvalidArgument, id, req.Requested)
+	case !utf8.ValidString(req.By) || !utf8.ValidString(req.Reason):
+		return nil, fmt.Errorf("%w: drain request for %q: by %q and reason %q must be valid UTF-8", ErrInvalidArgument, id, req.By, req.Reason)
 	}
 	return json.Marshal(req)
 }

@@ -119,18 +119,23 @@ func (ms *muxStream) recvLoop() {
 			ms.fail(err)
 			return
 		}
+		// A frame answers the call with its ID (IDs start at 1; a server's
+		// goaway frame has ID 0) and may also say goaway. A frame with the
+		// ID of a call but no response breaks the protocol: the call fails
+		// with ErrMaybeDelivered rather than wait for its deadline.
 		ms.mu.Lock()
-		var c chan muxResult
 		if f.GoAway {
 			ms.draining = true
-		} else {
-			c = ms.pending[f.ID]
-			delete(ms.pending, f.ID)
 		}
+		c := ms.pending[f.ID]
+		delete(ms.pending, f.ID)
 		closeSend := ms.draining && len(ms.pending) == 0
 		ms.mu.Unlock()
-		if c != nil && f.Resp != nil {
+		switch {
+		case c != nil && f.Resp != nil:
 			c <- muxResult{resp: f.Resp, sent: true}
+		case c != nil:
+			c <- muxResult{err: fmt.Errorf("%w: frame %d from the server carries no answer", ErrMaybeDelivered, f.ID), sent: true}
 		}
 		if closeSend { // every answer is in: let the stopping server finish
 			ms.sendMu.Lock()

@@ -1,0 +1,267 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// The fuzz targets of the wire messages (transport.proto). Each checks, for
+// arbitrary bytes b:
+//   - decoding never panics, and the message's Unmarshal and the gRPC codec
+//     agree;
+//   - an error matches ErrMalformed;
+//   - a decoded message re-encodes to its canonical form, which decodes to
+//     the same message and re-encodes to the same bytes (unknown fields
+//     dropped, the last of a repeated scalar kept, varints minimal, a bool
+//     as 1, an empty bytes field like an absent one);
+//
+// and, for a message x built from the other arguments, that
+// decode(encode(x)) == x (an empty payload comes back nil).
+//
+// Run one for minutes (see README.md, "Fuzzing"):
+//
+//	go test -run '^$' -fuzz '^FuzzFrame$' -fuzztime 2m -parallel 1 ./transport/
+
+// wireMessage is a message of transport.proto.
+type wireMessage interface {
+	Marshal() []byte
+	Unmarshal([]byte) error
+}
+
+// checkDecode decodes b into a new message (made by fresh) with the
+// message's Unmarshal and with the gRPC codec, and checks the properties
+// above; it returns the decoded message, or nil when b is malformed.
+func checkDecode[M wireMessage](t *testing.T, b []byte, fresh func() M, equal func(a, b M) bool) (M, bool) {
+	t.Helper()
+	m, viaCodec := fresh(), fresh()
+	err := m.Unmarshal(b)
+	cerr := wireCodec{}.Unmarshal(b, viaCodec)
+	if (err == nil) != (cerr == nil) || err == nil && !equal(m, viaCodec) {
+		t.Fatalf("Unmarshal(%x) = %+v, %v; the codec gives %+v, %v", b, m, err, viaCodec, cerr)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Unmarshal(%x) = %v, want ErrMalformed", b, err)
+		}
+		return m, false
+	}
+	enc := m.Marshal()
+	if cenc, err := (wireCodec{}).Marshal(m); err != nil || !bytes.Equal(cenc, enc) {
+		t.Fatalf("codec Marshal(%+v) = %x, %v; want %x", m, cenc, err, enc)
+	}
+	m2 := fresh()
+	if err := m2.Unmarshal(enc); err != nil || !equal(m2, m) {
+		t.Fatalf("Unmarshal(Marshal(%+v)) = %+v, %v (from %x)", m, m2, err, b)
+	}
+	if enc2 := m2.Marshal(); !bytes.Equal(enc2, enc) {
+		t.Fatalf("canonical encoding of %+v is not stable: %x, then %x", m, enc, enc2)
+	}
+	return m, true
+}
+
+// checkRoundTrip checks decode(encode(x)) == x.
+func checkRoundTrip[M wireMessage](t *testing.T, x M, fresh func() M, equal func(a, b M) bool) {
+	t.Helper()
+	got := fresh()
+	if err := got.Unmarshal(x.Marshal()); err != nil || !equal(got, x) {
+		t.Fatalf("Unmarshal(Marshal(%+v)) = %+v, %v", x, got, err)
+	}
+}
+
+func equalRequest(a, b *DeliverRequest) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return bytes.Equal(a.Payload, b.Payload) && a.Kind == b.Kind && a.Method == b.Method && a.Entity == b.Entity &&
+		a.OneWay == b.OneWay && a.Shard == b.Shard && a.Sender == b.Sender && a.Codec == b.Codec
+}
+
+func equalResponse(a, b *DeliverResponse) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return bytes.Equal(a.Payload, b.Payload) && a.Code == b.Code && a.Message == b.Message &&
+		a.OwnerHint == b.OwnerHint && a.Shard == b.Shard && a.Cause == b.Cause && a.Epoch == b.Epoch
+}
+
+func equalFrame(a, b *frame) bool {
+	return a.ID == b.ID && a.TimeoutMs == b.TimeoutMs && a.GoAway == b.GoAway &&
+		equalRequest(a.Req, b.Req) && equalResponse(a.Resp, b.Resp)
+}
+
+func equalHotRequest(a, b *hotRequest) bool { return *a == *b }
+
+func equalHotResponse(a, b *hotResponse) bool {
+	if len(a.Entities) != len(b.Entities) {
+		return false
+	}
+	for i := range a.Entities {
+		if a.Entities[i] != b.Entities[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Real messages, as runners send them: every kind of request, an answer
+// with every code, every frame (request, answer, goaway), Hot's request and
+// answer.
+var (
+	seedRequests = []*DeliverRequest{
+		{Kind: "counter", Method: "Add", Entity: "user/42", Payload: []byte(`{"n":1}`), Shard: 17, Sender: "runner-1", Codec: "json"},
+		{Kind: "counter", Method: "Reset", Entity: "user/42", OneWay: true, Shard: 17, Sender: "runner-1", Codec: "json"},
+		{Kind: "k", Method: "m", Entity: "", Shard: 0},
+		{Kind: "k", Method: "m", Entity: "e", Payload: make([]byte, 300), Shard: 1<<32 - 1},
+	}
+	seedResponses = []*DeliverResponse{
+		{Payload: []byte(`{"total":3}`), Epoch: 1234},
+		{Code: CodeNotOwner, Message: "shard 17 not owned by runner-2", OwnerHint: "runner-3", Shard: 17},
+		{Code: CodeUndelivered, Shard: 17, Cause: CauseDetached},
+		{Code: CodeUndelivered, Shard: 17, Cause: CauseShardMoved},
+		{Code: CodeUndelivered, Shard: 17, Cause: CauseShutdown},
+		{Code: CodeMailboxFull, Message: "mailbox of user/42 is full"},
+		{Code: CodeUnknownKind, Message: `kind "x" not registered on runner-2`},
+		{Code: CodeUnknownMethod, Message: "counter.Nope"},
+		{Code: CodeTooLarge, Message: "request of 5000000 bytes (limit 4194304 on runner-2)"},
+		{Code: CodeBadRequest, Message: "entity: bad request"},
+		{Code: CodeHandlerError, Message: "out of stock", Epoch: 99},
+		{Code: CodeHandlerPanic, Message: "runtime error: index out of range", Epoch: 99},
+		{Code: CodeStaleResult, Message: "lease ended", Shard: 3, Cause: CauseShardMoved, Epoch: 1 << 40},
+		{Code: -1}, // an unknown code (a sign-extended varint)
+	}
+	seedFrames = []*frame{
+		{ID: 1, Req: seedRequests[0], TimeoutMs: 1500},
+		{ID: 2, Req: seedRequests[1]},
+		{ID: 1, Resp: seedResponses[0]},
+		{ID: 1 << 40, Resp: seedResponses[1]},
+		{GoAway: true},
+		{ID: 3, Req: &DeliverRequest{}},   // an empty request
+		{ID: 3, Resp: &DeliverResponse{}}, // an empty answer (OK, no payload)
+	}
+	seedHotRequests  = []*hotRequest{{Shard: 17, Limit: 256}, {Shard: 0, Limit: 1<<32 - 1}}
+	seedHotResponses = []*hotResponse{
+		{Entities: []EntityRef{{Kind: "counter", ID: "user/42"}, {Kind: "counter", ID: "user/7"}}},
+		{Entities: []EntityRef{{}}},
+		{},
+	}
+)
+
+// seedMalformed are byte strings that are no message, or that carry what
+// the decoders skip: truncated tags and lengths, field number 0, a varint
+// overflow, the deprecated groups (matched and not), a fixed64 and a
+// fixed32 field, an unknown field, a field of the wrong wire type.
+var seedMalformed = [][]byte{
+	{0xff, 0xff},
+	{0x0a, 0x05, 'a'},
+	{0x00, 0x01},
+	{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+	{0x0b, 0x08, 0x01, 0x0c},
+	{0x0b, 0x08, 0x01, 0x14},
+	{0x0c},
+	{0x09, 1, 2, 3, 4, 5, 6, 7, 8, 0x0d, 1, 2, 3, 4},
+	protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 5),
+	protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 5),
+	protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), "\xff not utf-8"),
+}
+
+// FuzzDeliverRequest fuzzes DeliverRequest.Unmarshal.
+func FuzzDeliverRequest(f *testing.F) {
+	for _, m := range seedRequests {
+		f.Add(m.Marshal(), m.Kind, m.Method, m.Entity, m.Payload, m.OneWay, m.Shard, m.Sender, m.Codec)
+	}
+	for _, b := range seedMalformed {
+		f.Add(b, "k", "m", "\xff", []byte{}, false, uint32(0), "", "json")
+	}
+	fresh := func() *DeliverRequest { return new(DeliverRequest) }
+	f.Fuzz(func(t *testing.T, b []byte, kind, method, entity string, payload []byte, oneWay bool, shard uint32, sender, codec string) {
+		checkDecode(t, b, fresh, equalRequest)
+		x := &DeliverRequest{Kind: kind, Method: method, Entity: entity, Payload: payload, OneWay: oneWay, Shard: shard, Sender: sender, Codec: codec}
+		checkRoundTrip(t, x, fresh, equalRequest)
+	})
+}
+
+// FuzzDeliverResponse fuzzes DeliverResponse.Unmarshal.
+func FuzzDeliverResponse(f *testing.F) {
+	for _, m := range seedResponses {
+		f.Add(m.Marshal(), m.Payload, int32(m.Code), m.Message, m.OwnerHint, m.Shard, int32(m.Cause), m.Epoch)
+	}
+	for _, b := range seedMalformed {
+		f.Add(b, []byte(nil), int32(99), "", "", uint32(0), int32(-7), uint64(0))
+	}
+	fresh := func() *DeliverResponse { return new(DeliverResponse) }
+	f.Fuzz(func(t *testing.T, b []byte, payload []byte, code int32, message, hint string, shard uint32, cause int32, epoch uint64) {
+		checkDecode(t, b, fresh, equalResponse)
+		x := &DeliverResponse{Payload: payload, Code: Code(code), Message: message, OwnerHint: hint, Shard: shard, Cause: Cause(cause), Epoch: epoch}
+		checkRoundTrip(t, x, fresh, equalResponse)
+	})
+}
+
+// FuzzFrame fuzzes frame.Unmarshal (the messages of the delivery
+// stream), including the request and answer inside a frame.
+func FuzzFrame(f *testing.F) {
+	for _, m := range seedFrames {
+		f.Add(m.Marshal(), m.ID, m.Req != nil, m.Resp != nil, "e", []byte("p"), int32(CodeOK), m.TimeoutMs, m.GoAway)
+	}
+	for _, b := range seedMalformed {
+		f.Add(b, uint64(0), true, true, "", []byte(nil), int32(-1), uint32(0), true)
+	}
+	// A frame whose request or answer is itself malformed.
+	f.Add([]byte{0x08, 0x01, 0x12, 0x02, 0xff, 0xff}, uint64(1), true, false, "", []byte(nil), int32(0), uint32(0), false)
+	f.Add([]byte{0x08, 0x01, 0x1a, 0x01, 0x08}, uint64(1), false, true, "", []byte(nil), int32(0), uint32(0), false)
+	fresh := func() *frame { return new(frame) }
+	f.Fuzz(func(t *testing.T, b []byte, id uint64, hasReq, hasResp bool, entity string, payload []byte, code int32, timeoutMs uint32, goAway bool) {
+		checkDecode(t, b, fresh, equalFrame)
+		x := &frame{ID: id, TimeoutMs: timeoutMs, GoAway: goAway}
+		if hasReq {
+			x.Req = &DeliverRequest{Kind: "k", Method: "m", Entity: entity, Payload: payload, Shard: uint32(id)}
+		}
+		if hasResp {
+			x.Resp = &DeliverResponse{Payload: payload, Code: Code(code), Message: entity, Epoch: id}
+		}
+		checkRoundTrip(t, x, fresh, equalFrame)
+	})
+}
+
+// FuzzHotRequest fuzzes hotRequest.Unmarshal.
+func FuzzHotRequest(f *testing.F) {
+	for _, m := range seedHotRequests {
+		f.Add(m.Marshal(), m.Shard, m.Limit)
+	}
+	for _, b := range seedMalformed {
+		f.Add(b, uint32(1), uint32(0))
+	}
+	fresh := func() *hotRequest { return new(hotRequest) }
+	f.Fuzz(func(t *testing.T, b []byte, shard, limit uint32) {
+		checkDecode(t, b, fresh, equalHotRequest)
+		checkRoundTrip(t, &hotRequest{Shard: shard, Limit: limit}, fresh, equalHotRequest)
+	})
+}
+
+// FuzzHotResponse fuzzes hotResponse.Unmarshal.
+func FuzzHotResponse(f *testing.F) {
+	for _, m := range seedHotResponses {
+		f.Add(m.Marshal(), uint8(len(m.Entities)), "counter", "user/42")
+	}
+	for _, b := range seedMalformed {
+		f.Add(b, uint8(1), "", "")
+	}
+	// An entity that is itself malformed.
+	f.Add([]byte{0x0a, 0x02, 0x0a, 0x05}, uint8(0), "", "")
+	fresh := func() *hotResponse { return new(hotResponse) }
+	f.Fuzz(func(t *testing.T, b []byte, n uint8, kind, id string) {
+		checkDecode(t, b, fresh, equalHotResponse)
+		x := &hotResponse{}
+		for i := range int(n) {
+			// Every other entity empty: an empty entity is still one.
+			if i%2 == 0 {
+				x.Entities = append(x.Entities, EntityRef{Kind: kind, ID: id[:i%(len(id)+1)]})
+			} else {
+				x.Entities = append(x.Entities, EntityRef{})
+			}
+		}
+		checkRoundTrip(t, x, fresh, equalHotResponse)
+	})
+}
