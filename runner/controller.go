@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -311,12 +312,18 @@ func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundSt
 // from, unless a takeover from that owner is already running or was
 // aborted recently.
 func (r *Runner) decideTakeoverLocked(id sharding.ShardID, from storage.Runner, l storage.Lock, st *roundState, p *plan) {
-	if in := r.inbound[id]; in != nil && in.from.Lease != l.Lease {
-		// The shard changed hands while we warmed: start over with its
-		// current owner (our record is overwritten).
+	if in := r.inbound[id]; in != nil && (in.from.Lease != l.Lease || in.fromEpoch != l.Epoch) {
+		// The shard changed hands while we warmed, or its owner rewrote
+		// the lock (a re-attach under the same lease gives new epochs, and
+		// the old owner cuts over only to a record naming its epoch):
+		// start over with the current lock (our record is overwritten).
 		delete(r.inbound, id)
 		in.cancel()
-		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "the old owner changed to "+from.ID)
+		why := "the old owner changed to " + from.ID
+		if in.from.Lease == l.Lease {
+			why = fmt.Sprintf("the old owner rewrote its lock (epoch %d, was %d)", l.Epoch, in.fromEpoch)
+		}
+		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
 	}
 	if r.cfg.DisableHandoff || r.inbound[id] != nil {
 		return

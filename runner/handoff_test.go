@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
@@ -579,4 +580,52 @@ func TestEtcdHandoffStateContinuity(t *testing.T) {
 		total += l.acked[i].Load()
 	}
 	t.Logf("6 planned moves: %d acknowledged increments on 300 counters, all present", total)
+}
+
+// TestHandoffFollowsOwnerReattachedUnderSameLease: a takeover prepared
+// while the old owner was detached names the old owner's epoch; when the
+// old owner re-attaches under the same lease it rewrites its locks (new
+// epochs), so the new owner starts over with the new epoch and the move
+// completes as a handoff at once — not as a plain release after
+// HandoffWait (the record's FromEpoch no longer matched).
+func TestHandoffFollowsOwnerReattachedUnderSameLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		cfgA := detachCfg("a")
+		cfgA.HandoffWait = time.Minute
+		c, a, recA := startOwningAll(t, cfgA)
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond)))
+		a.store.FailKeepAlive(true)
+		waitDetached(t, recA, 20*time.Second)
+
+		cfgB := detachCfg("b")
+		cfgB.HandoffWait = time.Minute
+		recB := &recorder{}
+		b := start(t, c, recB, cfgB)
+		waitFor(t, 20*time.Second, "b's takeovers ready while a is detached", func() bool {
+			ready := 0
+			for _, ev := range recB.all() {
+				if p, ok := ev.(runner.HandoffPhase); ok && p.Phase == runner.PhaseReady {
+					ready++
+				}
+			}
+			return ready > 0
+		})
+		a.store.FailKeepAlive(false)
+		var ra []runner.Reattached
+		waitFor(t, 30*time.Second, "a re-attaches", func() bool { ra = reattached(recA.all()); return len(ra) > 0 })
+		if ra[0].NewLease {
+			t.Fatal("a re-attached with a new lease; this test needs the same one")
+		}
+		waitFor(t, 10*time.Second, "b owns its shards by handoff", func() bool { return len(b.Owned()) > 0 && len(a.Owned())+len(b.Owned()) == 8 && len(a.Owned()) < 8 })
+		cut := 0
+		for _, ev := range recA.all() {
+			if p, ok := ev.(runner.HandoffPhase); ok && p.Phase == runner.PhaseCutover && p.To == "b" {
+				cut++
+			}
+		}
+		if cut != len(b.Owned()) {
+			t.Fatalf("a handed %d shards over, b owns %d: some moved by plain release", cut, len(b.Owned()))
+		}
+	})
 }

@@ -437,28 +437,42 @@ func (e *resident) linger() bool {
 	return false
 }
 
-// process runs one message, unless the shard is gone.
-func (e *resident) process(m *message) {
+// startGate says why no handler of the shard may start now, or nil: the
+// shard left (its host is done) or the detach instant passed (a long
+// pause?) before the watchdog could act — never start a handler after it.
+func (e *resident) startGate() error {
 	sh := e.host
 	select {
 	case <-sh.done:
-		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: context.Cause(sh.ctx)}, true)
-		return
+		return context.Cause(sh.ctx)
 	default:
+	}
+	if sh.r.pastTrip() {
+		return ErrDetached
+	}
+	return nil
+}
+
+// process runs one message, unless the shard is gone.
+func (e *resident) process(m *message) {
+	sh := e.host
+	if why := e.startGate(); why != nil {
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+		return
 	}
 	if m.ctx != nil && m.ctx.Err() != nil { // the asker gave up before it ran
 		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ctxErr(m.ctx)}, true)
 		return
 	}
-	if sh.r.pastTrip() {
-		// The detach instant passed (a long pause?) before the watchdog
-		// could act: never start a handler after it.
-		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrDetached}, true)
-		return
-	}
 	if !e.activated {
 		if err := e.activate(); err != nil {
 			e.fail(m, err, false)
+			return
+		}
+		// Activation may take a while (Restore reads the store; the
+		// process may be paused): check again, right before the handler.
+		if why := e.startGate(); why != nil {
+			e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 			return
 		}
 	}
