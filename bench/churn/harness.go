@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -101,6 +102,20 @@ func (rec *recorder) follow(sub *runner.Subscription) {
 	})
 }
 
+// lastRegistered returns how long after since the last Registered event
+// came (0: none).
+func (rec *recorder) lastRegistered(since time.Time) time.Duration {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var last time.Duration
+	for _, ev := range rec.events {
+		if r, ok := ev.(runner.Registered); ok && r.Time.After(since) {
+			last = max(last, r.Time.Sub(since))
+		}
+	}
+	return last
+}
+
 func (rec *recorder) add(ev runner.Event) {
 	rec.mu.Lock()
 	rec.events = append(rec.events, ev)
@@ -167,7 +182,11 @@ type harness struct {
 	crashes   map[string]time.Time // crashed runner -> crash instant
 	problems  []string
 	coldStart time.Duration // the first runners started -> every shard owned
-	steady    SteadyReport
+	// Where the cold start went: the first runners started -> the last of
+	// them registered (-procs: not followed, 0), and the CPU time the
+	// runners (this process and -procs children) and etcd used meanwhile.
+	coldRegistered, coldCPU, coldEtcdCPU time.Duration
+	steady                               SteadyReport
 }
 
 // run performs a whole run on an etcd it opens (and closes) and returns
@@ -223,6 +242,7 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	}
 	// The first runners start together, as a deployment's pods do.
 	start := time.Now()
+	cpu0, etcd0 := processCPU(), h.etcdCPU()
 	if h.live, err = h.startNodes(h.p.Runners); err != nil {
 		return nil, err
 	}
@@ -234,6 +254,13 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	}
 	h.coldStart = time.Since(start)
 	h.say("%d runners own all %d shards %v after they started", len(h.live), h.p.Shards, round(h.coldStart))
+	h.coldCPU = processCPU() - cpu0 + procsCPU(h.live)
+	if etcd1 := h.etcdCPU(); etcd0 >= 0 && etcd1 >= 0 {
+		h.coldEtcdCPU = etcd1 - etcd0
+	}
+	h.coldRegistered = h.rec.lastRegistered(start)
+	h.say("cold start: the last runner registered after %v; CPU: runners %.1f s, etcd %.1f s (over %v of wall time on %d cores)",
+		round(h.coldRegistered), h.coldCPU.Seconds(), h.coldEtcdCPU.Seconds(), round(h.coldStart), runtime.NumCPU())
 	if h.p.Steady > 0 {
 		h.rec.quiet(500*time.Millisecond, 10*time.Second)
 		if h.steady, err = h.measureSteady(ctx, h.p.Steady, len(h.live)); err != nil {

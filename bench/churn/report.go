@@ -97,10 +97,16 @@ type AskReport struct {
 
 // Report is everything a run measured.
 type Report struct {
-	Params          ParamsReport    `json:"params"`
-	Etcd            string          `json:"etcd"`
-	Measured        float64         `json:"measured_s"`    // churn start to the end of the load
-	ColdStart       float64         `json:"cold_start_ms"` // the first runners started -> every shard owned
+	Params    ParamsReport `json:"params"`
+	Etcd      string       `json:"etcd"`
+	Measured  float64      `json:"measured_s"`    // churn start to the end of the load
+	ColdStart float64      `json:"cold_start_ms"` // the first runners started -> every shard owned
+	// The first runners started -> the last of them registered (0: not
+	// followed, as with -procs); CPU seconds the runners and etcd used
+	// during the cold start.
+	ColdRegistered  float64         `json:"cold_last_registered_ms,omitempty"`
+	ColdCPU         float64         `json:"cold_runner_cpu_s"`
+	ColdEtcdCPU     float64         `json:"cold_etcd_cpu_s,omitempty"`
 	Steady          *SteadyReport   `json:"steady,omitempty"`
 	Steps           []StepReport    `json:"steps"`
 	StepCounts      map[string]int  `json:"step_counts"`
@@ -147,14 +153,17 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 			Runners: p.Runners, Shards: p.Shards, TTL: p.TTL.Seconds(), Callers: p.Callers, Entities: p.Entities,
 			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Steps: p.Steps, Crash: p.Crash, Seed: p.Seed, Procs: p.Procs,
 		},
-		Etcd:       h.etcd.Source,
-		Measured:   end.Sub(churnStart).Seconds(),
-		ColdStart:  float64(h.coldStart.Microseconds()) / 1000,
-		StepCounts: map[string]int{},
-		Settle:     map[string]Dist{},
-		Cutover:    map[string]Dist{},
-		Phases:     map[string]int{},
-		Problems:   slices.Clone(h.problems),
+		Etcd:           h.etcd.Source,
+		Measured:       end.Sub(churnStart).Seconds(),
+		ColdStart:      float64(h.coldStart.Microseconds()) / 1000,
+		ColdRegistered: float64(h.coldRegistered.Microseconds()) / 1000,
+		ColdCPU:        h.coldCPU.Seconds(),
+		ColdEtcdCPU:    h.coldEtcdCPU.Seconds(),
+		StepCounts:     map[string]int{},
+		Settle:         map[string]Dist{},
+		Cutover:        map[string]Dist{},
+		Phases:         map[string]int{},
+		Problems:       slices.Clone(h.problems),
 	}
 	settle := map[string][]time.Duration{}
 	for _, s := range h.steps {
@@ -312,7 +321,11 @@ func (rep *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nchurn: %d runners at start (2..%d), %d shards, lease TTL %gs, %d callers -> %d counters, %.1fs measured, a step every %gs (crash steps %v, seed %d)\n",
 		p.Runners, p.Runners+2, p.Shards, p.TTL, p.Callers, p.Entities, rep.Measured, p.Every, onOff(p.Crash), p.Seed)
 	fmt.Fprintf(w, "etcd: %s\n", rep.Etcd)
-	fmt.Fprintf(w, "cold start: every shard owned %v after the first %d runners started\n", ms(rep.ColdStart, 1), p.Runners)
+	fmt.Fprintf(w, "cold start: every shard owned %v after the first %d runners started", ms(rep.ColdStart, 1), p.Runners)
+	if rep.ColdRegistered > 0 {
+		fmt.Fprintf(w, "; the last registered after %v", ms(rep.ColdRegistered, 1))
+	}
+	fmt.Fprintf(w, "; CPU meanwhile: runners %.1f s, etcd %.1f s\n", rep.ColdCPU, rep.ColdEtcdCPU)
 	if st := rep.Steady; st != nil {
 		where := "all runners and the gateway in one process"
 		if p.Procs {

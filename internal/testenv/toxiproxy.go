@@ -242,11 +242,16 @@ func (p *Proxy) Clear(t testing.TB) { t.Helper(); must(t, p.RemoveToxics()) }
 // RemoveToxics is [Proxy.Clear] returning an error. Removing a latency
 // toxic waits for the data it holds; when that outlasts toxiproxy's API
 // timeout the call fails although the removal goes on, so it checks again
-// (for up to toxicRemoveWait) until no toxic is left.
+// (for up to toxicRemoveWait) until no toxic is left. A removal that stays
+// stuck (toxiproxy waits on a link whose peer stopped reading: a DELETE
+// was seen answering 503 after 25 s) is freed by closing the proxy's
+// connections (Disable, then Enable on the same address) — clients see a
+// reset, as when the network heals under them.
 func (p *Proxy) RemoveToxics() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	deadline := time.Now().Add(toxicRemoveWait)
+	reset := false
 	for {
 		toxics, err := p.raw.Toxics()
 		if err == nil && len(toxics) == 0 {
@@ -263,6 +268,16 @@ func (p *Proxy) RemoveToxics() error {
 				return nil
 			}
 		}
+		if !reset {
+			reset = true
+			deadline = time.Now().Add(toxicRemoveWait)
+			if derr := p.raw.Disable(); derr == nil {
+				if eerr := p.raw.Enable(); eerr != nil {
+					return fmt.Errorf("testenv: proxy %q: enable after a stuck toxic removal (%w): %w", p.raw.Name, err, eerr)
+				}
+			}
+			continue
+		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("testenv: proxy %q: %w", p.raw.Name, err)
 		}
@@ -270,7 +285,8 @@ func (p *Proxy) RemoveToxics() error {
 	}
 }
 
-// toxicRemoveWait bounds RemoveToxics.
+// toxicRemoveWait bounds RemoveToxics (twice: before and after it resets
+// the proxy's connections).
 const toxicRemoveWait = 20 * time.Second
 
 // Disable closes all connections through the proxy and its listener: new
