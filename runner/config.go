@@ -193,7 +193,9 @@ type Config struct {
 	AcquireRetryWindow time.Duration
 	// RebalanceDebounce: membership changes closer than this are coalesced
 	// before the assignment is recomputed. Default 100 ms. A runner that
-	// owns nothing yet waits 5 x RebalanceDebounce of quiet; an isolated
+	// owns nothing yet waits 5 x RebalanceDebounce of quiet (runners
+	// starting together register over a while), unless every shard is
+	// already locked by a live runner (a join into a running cluster); an isolated
 	// departure (a runner left a view that was quiet) is acted on at once,
 	// so a crashed runner's shards are taken as soon as its lease ends.
 	RebalanceDebounce time.Duration

@@ -32,7 +32,10 @@ import (
 // assignment, and it recomputes once its view has been quiet for
 // RebalanceDebounce, 5 x for a runner that owns nothing yet (at most 10 x
 // RebalanceDebounce after the first change not acted on, 50 x for a runner
-// that owns nothing), so it never hands shards towards a runner while
+// that owns nothing; a runner that owns nothing but joins a cluster whose
+// every shard is locked by a live runner follows the owners' rule: it has
+// nothing to take directly, and no cold start is under way), so it never
+// hands shards towards a runner while
 // its own view of the assignment is still changing, and a record rewritten
 // twice in a row (a repair) moves nothing. An isolated departure — a
 // runner left after a quiet period: its lease ended, its shards are free —
@@ -136,13 +139,34 @@ func (g *stormGate) change(now time.Time, debounce time.Duration, departure, own
 func (g *stormGate) settled() { g.since = time.Time{} }
 
 // viewChange reports (and forgets) whether a member left the view while
-// this runner has an assignment to act on, and whether it owns shards.
+// this runner has an assignment to act on, and whether it acts like an
+// owner on membership changes: it owns shards, or it owns none but joins
+// a settled cluster (every shard locked by another live runner: nothing
+// to take directly, every move a handoff, and no cold start under way).
 func (r *Runner) viewChange() (departure, owns bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	departure = r.departed && r.assignedWithSelf
 	r.departed = false
-	return departure, len(r.owned) > 0
+	return departure, len(r.owned) > 0 || r.clusterSettledLocked()
+}
+
+// clusterSettledLocked reports whether every shard is locked by a live
+// runner other than this one. O(shards), asked only by a runner that owns
+// nothing, once per membership change.
+func (r *Runner) clusterSettledLocked() bool {
+	if len(r.locks) == 0 {
+		return false
+	}
+	for _, l := range r.locks {
+		if l.Epoch == 0 || l.Lease == r.lease {
+			return false
+		}
+		if _, live := r.byLease[l.Lease]; !live {
+			return false
+		}
+	}
+	return true
 }
 
 // resync is the safety net: every pending acquisition gets a fresh retry

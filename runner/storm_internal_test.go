@@ -3,6 +3,9 @@ package runner
 import (
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // TestStormGateActsOnQuietViews: membership changes are acted on when the
@@ -47,5 +50,36 @@ func TestStormGateActsOnQuietViews(t *testing.T) {
 		if first != tc.first {
 			t.Errorf("owns %v: storm acted on after %dms, want %dms", tc.owns, first, tc.first)
 		}
+	}
+}
+
+// TestEmptyRunnerJoiningASettledClusterActsLikeAnOwner: a runner that owns
+// nothing waits the long quiet of a cold start only while some shard is
+// free or held by no live runner; once every shard is locked by another
+// live runner it follows the owners' rule.
+func TestEmptyRunnerJoiningASettledClusterActsLikeAnOwner(t *testing.T) {
+	r := &Runner{locks: make(lockView, 4), byLease: map[storage.LeaseID]storage.Runner{}, lease: 7}
+	r.byLease[1] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "a"}, Lease: 1}
+	r.byLease[7] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "self"}, Lease: 7}
+	if r.clusterSettledLocked() {
+		t.Fatal("no shard locked: settled")
+	}
+	for id := range 4 {
+		r.locks.set(storage.Lock{Shard: sharding.ShardID(id), Lease: 1, Epoch: storage.Epoch(10 + id)})
+	}
+	if !r.clusterSettledLocked() {
+		t.Fatal("every shard locked by a live runner: not settled")
+	}
+	r.locks.set(storage.Lock{Shard: 2, Lease: 9, Epoch: 20}) // a lease with no live runner
+	if r.clusterSettledLocked() {
+		t.Fatal("a shard held by a gone runner: settled")
+	}
+	r.locks.set(storage.Lock{Shard: 2, Lease: 7, Epoch: 21}) // our own
+	if r.clusterSettledLocked() {
+		t.Fatal("a shard locked by this runner: settled (it owns something)")
+	}
+	r.locks.del(2)
+	if r.clusterSettledLocked() {
+		t.Fatal("a free shard: settled")
 	}
 }
