@@ -392,7 +392,10 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 			return
 		}
 		kind := h.pick()
+		cpu0, etcd0 := processCPU()+procsCPU(h.live), h.etcdCPU()
 		s := h.doStep(ctx, kind)
+		cpu := processCPU() + procsCPU(h.live) - cpu0
+		etcdCPU := h.etcdCPU() - etcd0
 		if ctx.Err() != nil {
 			return
 		}
@@ -401,7 +404,8 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 			h.problem("step %d (%s %s) did not settle within %v: %s", len(h.steps), s.Kind, s.Runner, settleTimeout, h.ownership())
 			return // the cluster is in an unknown state: measuring on is meaningless
 		}
-		h.say("step %2d: %-8s %-3s -> %d runners, settled in %v", len(h.steps), s.Kind, s.Runner, s.After, round(s.settled.Sub(s.start)))
+		h.say("step %2d: %-8s %-3s -> %d runners, settled in %v (CPU: runners, callers and gateway %.2f s, etcd %.2f s)",
+			len(h.steps), s.Kind, s.Runner, s.After, round(s.settled.Sub(s.start)), cpu.Seconds(), etcdCPU.Seconds())
 		next = s.start.Add(h.p.Every)
 		if s.settled.After(next) {
 			next = s.settled

@@ -196,6 +196,28 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		}
 	}
 	rep.Cutover["planned"], rep.Cutover["crash"] = distOf(planned), distOf(crash)
+	// Where a planned cutover's time goes: the old owner's release to its
+	// lock transfer committed (its PhaseCutover), and that to the new
+	// owner's ShardAcquired (the watch event and the install).
+	moved := map[sharding.ShardID][]time.Time{} // the old owners' PhaseCutover instants
+	for _, ev := range evs {
+		if p, ok := ev.(runner.HandoffPhase); ok && p.Phase == runner.PhaseCutover && p.Runner == p.From {
+			moved[p.Shard] = append(moved[p.Shard], p.Time)
+		}
+	}
+	var transfer, install []time.Duration
+	for _, w := range wins {
+		if w.crash {
+			continue
+		}
+		for _, at := range moved[w.shard] {
+			if !at.Before(w.start) && !at.After(w.end) {
+				transfer, install = append(transfer, at.Sub(w.start)), append(install, w.end.Sub(at))
+				break
+			}
+		}
+	}
+	rep.Cutover["planned-transfer"], rep.Cutover["planned-install"] = distOf(transfer), distOf(install)
 	rep.LostNotCrash = lost
 	for _, ph := range []string{runner.PhaseWarming, runner.PhaseReady, runner.PhaseDrained, runner.PhaseCutover, runner.PhaseAborted} {
 		rep.Phases[ph] = 0
@@ -352,6 +374,8 @@ func (rep *Report) print(w io.Writer) {
 	row("cutover per moved shard", "shards", "p50", "p99", "max")
 	for _, r := range []struct{ name, key string }{
 		{"planned (released -> acquired)", "planned"},
+		{"  of which released -> lock moved", "planned-transfer"},
+		{"  and lock moved -> acquired", "planned-install"},
 		{"crash (crash -> acquired)", "crash"},
 	} {
 		d := rep.Cutover[r.key]
