@@ -392,9 +392,10 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 			return
 		}
 		kind := h.pick()
-		cpu0, etcd0 := processCPU()+procsCPU(h.live), h.etcdCPU()
+		cpu0, procs0, etcd0 := processCPU(), procsCPUByPID(h.live), h.etcdCPU()
 		s := h.doStep(ctx, kind)
-		cpu := processCPU() + procsCPU(h.live) - cpu0
+		// (-procs: a runner process stopped by the step is not counted.)
+		cpu := processCPU() - cpu0 + cpuSince(procs0, procsCPUByPID(h.live))
 		etcdCPU := h.etcdCPU() - etcd0
 		if ctx.Err() != nil {
 			return

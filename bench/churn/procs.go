@@ -150,3 +150,27 @@ func procsCPU(live []*node) time.Duration {
 	}
 	return total
 }
+
+// procsCPUByPID returns the CPU time of every live runner process by PID.
+func procsCPUByPID(live []*node) map[int]time.Duration {
+	out := map[int]time.Duration{}
+	for _, n := range live {
+		if n.proc != nil {
+			if d := pidCPU(n.proc.p.PID()); d >= 0 {
+				out[n.proc.p.PID()] = d
+			}
+		}
+	}
+	return out
+}
+
+// cpuSince sums the CPU the processes of after used since before (a
+// process new in after counts whole; one gone from after, stopped or
+// killed meanwhile, is not counted: its last CPU reading is lost).
+func cpuSince(before, after map[int]time.Duration) time.Duration {
+	var total time.Duration
+	for pid, d := range after {
+		total += d - before[pid]
+	}
+	return total
+}
