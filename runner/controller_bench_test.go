@@ -54,6 +54,18 @@ func benchController(b *testing.B, n int) *Runner {
 	return r
 }
 
+// benchSizes are the shard counts the control-loop benchmarks run at: 1k,
+// 4k, 16k and 64k, those a runner accepts (up to sharding.MaxShards).
+func benchSizes() []int {
+	var out []int
+	for _, n := range []int{1024, 4096, 16384, 65536} {
+		if n <= sharding.MaxShards {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // BenchmarkControlRoundAfterLockEvent measures the control loop's work for
 // one lock event — applying it to the lock view, then one round — as a
 // function of the shard count: it must not grow with the cluster (the work
@@ -62,7 +74,7 @@ func benchController(b *testing.B, n int) *Runner {
 //	foreign: another runner's lock is rewritten (most events a runner sees)
 //	own:     a handoff record appears for a shard this runner owns and keeps
 func BenchmarkControlRoundAfterLockEvent(b *testing.B) {
-	for _, n := range []int{1024, 4096, 16384, 65536} {
+	for _, n := range benchSizes() {
 		b.Run(fmt.Sprintf("foreign/shards=%d", n), func(b *testing.B) {
 			r := benchController(b, n)
 			var foreign sharding.ShardID
@@ -118,7 +130,7 @@ func BenchmarkControlRoundAfterLockEvent(b *testing.B) {
 // BenchmarkControlFullReconcile measures what a membership change costs a
 // runner (strategy aside): deciding every shard once.
 func BenchmarkControlFullReconcile(b *testing.B) {
-	for _, n := range []int{1024, 16384, 65536} {
+	for _, n := range benchSizes() {
 		b.Run(fmt.Sprintf("shards=%d", n), func(b *testing.B) {
 			r := benchController(b, n)
 			var bg sync.WaitGroup
