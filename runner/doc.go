@@ -131,7 +131,10 @@
 // storm, 10 x RebalanceDebounce after the first change not acted on (50 x
 // for a runner that owns nothing), so it never hands
 // shards towards a runner while its own view is still changing; runners
-// starting together therefore take their final shards directly. An
+// starting together therefore take their final shards directly. A runner
+// that owns nothing but joins a cluster whose every shard is already
+// locked by a live runner follows the owners' rule (one debounce): no cold
+// start is under way, and it can only take shards by handoff. An
 // isolated departure (a runner's lease ended after a quiet period) is acted
 // on at once: its shards are free.
 //
