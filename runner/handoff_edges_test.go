@@ -54,7 +54,7 @@ func runWith(t *testing.T, s storage.Store, cfg runner.Config) *runner.Runner {
 // A cutover whose Transfer committed but whose reply was lost must not
 // reopen the shard on the old owner (the new owner serves it): the outcome
 // is resolved with a read before anything else happens.
-func TestRegressionAmbiguousTransferReopens(t *testing.T) {
+func TestAmbiguousTransferResolvedBeforeReopening(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
@@ -99,7 +99,7 @@ func TestRegressionAmbiguousTransferReopens(t *testing.T) {
 
 // A handler that outlives DrainTimeout (and ignores its context) must not
 // overlap with the same entity on the new owner.
-func TestRegressionCutoverAfterDrainTimeout(t *testing.T) {
+func TestHandlerPastDrainTimeoutNeverOverlapsNewOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
@@ -187,7 +187,7 @@ func (w *slowWarm) Warm(ctx context.Context, info entity.WarmInfo) error {
 // HandoffWait) with some entities warmed and other Warm hooks still
 // running: under -race this catches any sharing of the warmed instances
 // between warm goroutines and the host.
-func TestRegressionWarmedMapRace(t *testing.T) {
+func TestWarmedInstancesNotSharedWithRunningWarms(t *testing.T) {
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	gate := &warmGate{quick: 8, release: make(chan struct{})}
@@ -247,7 +247,7 @@ func TestRegressionWarmedMapRace(t *testing.T) {
 // registers again at once. The loss caused by Shutdown's own Revoke must not
 // do that: with a transport, Run (and so the watchdog) lingers after the
 // revoke. TestShutdownReleasesAndRevokes covers the default configuration.
-func TestRegressionShutdownReregisters(t *testing.T) {
+func TestShutdownRevokeDoesNotReregister(t *testing.T) {
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	a := start(t, c, nil, runner.Config{ID: "a", NumShards: 16, DisableDetachment: true, ListenAddr: "127.0.0.1:0"})
@@ -272,7 +272,7 @@ func TestRegressionShutdownReregisters(t *testing.T) {
 
 // A runner that owns nothing yet but warms inbound handoffs shuts down
 // gracefully within its context (the warming is abandoned).
-func TestRegressionShutdownWhileWarming(t *testing.T) {
+func TestShutdownWhileWarmingEndsInTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
