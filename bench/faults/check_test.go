@@ -182,8 +182,18 @@ func TestCheckerFlagsAHandlerStartedAfterTheDetachInstant(t *testing.T) {
 	h := newHist()
 	h.runner(1, "r1", 100, 0)
 	h.exec(1, 7, 10, "c1", 1, 100, 1.0, 1.1, 1)
-	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 1 // deadline - margin is just before the start
+	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 2*time.Millisecond.Nanoseconds() // deadline - margin is 2 ms before the start
 	wantViolation(t, h, "after the detach instant")
+	// 1 ns after the instant: admitted just before it, allowed only while
+	// its result is not acknowledged.
+	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 1
+	if st := wantClean(t, h); st.AdmittedAtInstant != 1 {
+		t.Fatalf("admitted at the instant = %d, want 1", st.AdmittedAtInstant)
+	}
+	h.ack(1, 1, 1, 10, 1, 1.2)
+	wantViolation(t, h, "after the detach instant")
+	h.in.asks = h.in.asks[:len(h.in.asks)-1]
+	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 2*time.Millisecond.Nanoseconds()
 	// The same start right after the process was frozen is not judged:
 	// the SIGSTOP may have fallen between admission and the record.
 	h.pause(1, 0.5, 0.999)

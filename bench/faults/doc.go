@@ -76,6 +76,12 @@
 // command exits 1 on any violation or on a run that could not be carried
 // out.
 //
+// The runtime checks the detach instant, then calls the handler, which
+// records its start: a handler admitted just before the instant may record
+// a start up to 1 ms after it; check 6 allows that only when its result
+// was not acknowledged (the owner's check after the handler withholds it),
+// and the summary counts them.
+//
 // A handler whose start falls right after its process resumed from a
 // SIGSTOP is not judged by check 6 (the stop may have fallen between the
 // runner's admission check and the handler's first record); the summary

@@ -86,6 +86,7 @@ func (s *summary) add(r *result) {
 	s.st.Expiries += st.Expiries
 	s.st.Detaches += st.Detaches
 	s.st.Ambiguous += st.Ambiguous
+	s.st.AdmittedAtInstant += st.AdmittedAtInstant
 	s.st.DetachMargins = append(s.st.DetachMargins, st.DetachMargins...)
 	if r.Converge >= 0 {
 		s.converge = append(s.converge, r.Converge)
@@ -136,6 +137,9 @@ func (s *summary) print(w io.Writer) {
 		st.LostPlanned, st.PlannedMoves, st.LostCrash, st.CrashMoves)
 	fmt.Fprintf(w, "checkpoint writes: %d accepted by etcd (each under the lock's epoch at its revision), %d rejected by fencing\n", st.AcceptedWrites, st.FencedWrites)
 	fmt.Fprintf(w, "detaches: %d; leases expired on the server while their runner lived: %d; expiry - detach instant: %s\n", st.Detaches, st.Expiries, dist(st.DetachMargins))
+	if st.AdmittedAtInstant > 0 {
+		fmt.Fprintf(w, "handlers admitted just before the detach instant, started (first record) < %v after it, result withheld: %d\n", admitSlack, st.AdmittedAtInstant)
+	}
 	if st.Ambiguous > 0 {
 		fmt.Fprintf(w, "handler starts a SIGSTOP may have separated from their admission (not judged): %d\n", st.Ambiguous)
 	}
