@@ -182,7 +182,7 @@ func TestCheckerFlagsAHandlerStartedAfterTheDetachInstant(t *testing.T) {
 	h := newHist()
 	h.runner(1, "r1", 100, 0)
 	h.exec(1, 7, 10, "c1", 1, 100, 1.0, 1.1, 1)
-	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 2*time.Millisecond.Nanoseconds() // deadline - margin is 2 ms before the start
+	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 60*time.Millisecond.Nanoseconds() // deadline - margin is 60 ms before the start
 	wantViolation(t, h, "after the detach instant")
 	// 1 ns after the instant: admitted just before it, allowed only while
 	// its result is not acknowledged.
@@ -193,7 +193,7 @@ func TestCheckerFlagsAHandlerStartedAfterTheDetachInstant(t *testing.T) {
 	h.ack(1, 1, 1, 10, 1, 1.2)
 	wantViolation(t, h, "after the detach instant")
 	h.in.asks = h.in.asks[:len(h.in.asks)-1]
-	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 2*time.Millisecond.Nanoseconds()
+	h.in.history[len(h.in.history)-2].Deadline = 1*sec + h.in.p.TTL.Nanoseconds()/3 - 60*time.Millisecond.Nanoseconds()
 	// The same start right after the process was frozen is not judged:
 	// the SIGSTOP may have fallen between admission and the record.
 	h.pause(1, 0.5, 0.999)
@@ -246,4 +246,28 @@ func TestCheckerFlagsAReattachRightAfterAPause(t *testing.T) {
 	wantViolation(t, h, "less than RecoverWindow")
 	h.in.history[len(h.in.history)-1].Mono = 20*sec + h.in.p.TTL.Nanoseconds()/3
 	wantClean(t, h)
+}
+
+// TestCheckerSkipsAStaleActivationButNotItsHandlers: a frozen process that
+// resumes mid-activation activates an entity under an epoch its shard has
+// left (seed 6 of a session: r2 activated c1067 under epoch 2001 while r1
+// served epoch 5469). That instance is no successor of anyone — the move
+// r1 -> r3 is judged against r3's activation — and it must run no
+// handler.
+func TestCheckerSkipsAStaleActivationButNotItsHandlers(t *testing.T) {
+	h := newHist()
+	h.runner(1, "r1", 100, 0)
+	h.runner(2, "r2", 200, 0)
+	h.runner(3, "r3", 300, 0)
+	h.activate(1, 7, 20, "c1", 1, 1, 0)
+	h.exec(1, 7, 20, "c1", 1, 100, 1.1, 1.2, 5)
+	h.ack(1, 1, 1, 20, 5, 1.3)
+	h.activate(2, 7, 10, "c1", 2, 1.5, 3) // the zombie: an older epoch, an older state
+	h.rec(runnerproc.Record{Kind: runnerproc.HistRelease, Mono: 2 * sec, PID: 1, Runner: "r1", Shard: 7, Epoch: 20, Entity: "c1", Inst: 1, Value: 5, OK: true})
+	h.activate(3, 7, 30, "c1", 3, 3, 5)
+	if st := wantClean(t, h); st.StaleActivations != 1 || st.PlannedMoves != 1 {
+		t.Fatalf("stale activations %d, planned moves %d; want 1 and 1", st.StaleActivations, st.PlannedMoves)
+	}
+	h.exec(2, 7, 10, "c1", 2, 200, 1.6, 1.7, 4)
+	wantViolation(t, h, "activated under epoch 10 after epoch 20 had been, and ran 1 handlers")
 }

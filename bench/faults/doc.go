@@ -78,7 +78,7 @@
 //
 // The runtime checks the detach instant, then calls the handler, which
 // records its start: a handler admitted just before the instant may record
-// a start up to 1 ms after it; check 6 allows that only when its result
+// a start up to 50 ms after it; check 6 allows that only when its result
 // was not acknowledged (the owner's check after the handler withholds it),
 // and the summary counts them.
 //

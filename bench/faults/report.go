@@ -87,6 +87,7 @@ func (s *summary) add(r *result) {
 	s.st.Detaches += st.Detaches
 	s.st.Ambiguous += st.Ambiguous
 	s.st.AdmittedAtInstant += st.AdmittedAtInstant
+	s.st.StaleActivations += st.StaleActivations
 	s.st.DetachMargins = append(s.st.DetachMargins, st.DetachMargins...)
 	if r.Converge >= 0 {
 		s.converge = append(s.converge, r.Converge)
@@ -137,6 +138,9 @@ func (s *summary) print(w io.Writer) {
 		st.LostPlanned, st.PlannedMoves, st.LostCrash, st.CrashMoves)
 	fmt.Fprintf(w, "checkpoint writes: %d accepted by etcd (each under the lock's epoch at its revision), %d rejected by fencing\n", st.AcceptedWrites, st.FencedWrites)
 	fmt.Fprintf(w, "detaches: %d; leases expired on the server while their runner lived: %d; expiry - detach instant: %s\n", st.Detaches, st.Expiries, dist(st.DetachMargins))
+	if st.StaleActivations > 0 {
+		fmt.Fprintf(w, "activations under a superseded epoch (a frozen process resuming mid-activation), none running a handler: %d\n", st.StaleActivations)
+	}
 	if st.AdmittedAtInstant > 0 {
 		fmt.Fprintf(w, "handlers admitted just before the detach instant, started (first record) < %v after it, result withheld: %d\n", admitSlack, st.AdmittedAtInstant)
 	}
