@@ -6,6 +6,7 @@
 //	go run ./bench/faults                  # one run, seed from the clock
 //	go run ./bench/faults -runs 200        # the documented session (BENCHMARKS.md)
 //	go run ./bench/faults -seed 17 -v      # replay one run
+//	SHARDHOST_FAULTS_LOG=debug go run ./bench/faults -seed 17 -keep   # with the runners' debug logs kept
 //	go run ./bench/faults -kinds pause -faults 6 -runs 20   # one kind of fault only
 //
 // # A run

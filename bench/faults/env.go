@@ -144,6 +144,9 @@ func (e *env) start(ctx context.Context, s *slot) error {
 		Endpoints: eps, Namespace: namespace, History: hist, CheckpointEvery: e.p.CheckpointEvery,
 		StatusPoll: 2 * time.Millisecond,
 		Config:     runnerproc.Config{ID: s.id, NumShards: e.p.Shards, LeaseTTL: e.p.TTL},
+		// The runners log warnings; SHARDHOST_FAULTS_LOG=info (or debug)
+		// when replaying a seed to see why.
+		LogLevel: os.Getenv("SHARDHOST_FAULTS_LOG"),
 	}
 	in := &incarnation{id: s.id, history: hist, started: runnerproc.Mono()}
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
