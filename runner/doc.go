@@ -63,10 +63,13 @@
 //     runner moves by handoff: the new owner records the handoff, warms (the
 //     WarmShard hook and the entities' Warm hooks for the old owner's hot
 //     set) while the old owner serves, then marks itself ready; the old owner
-//     stops admitting (senders wait), drains in-flight messages, runs the
-//     entities' Release hooks and ReleaseShard while its epoch is valid, and
-//     moves the lock in one transaction. Waiting senders are then told the
-//     new owner and retry there. Shutdown hands every shard off this way
+//     stops admitting (senders wait), lets the handlers running finish —
+//     asks queued behind them go back to their senders undelivered, so a
+//     drain waits for one handler per entity, not for a queue; signals
+//     already accepted run here — runs the entities' Release hooks and
+//     ReleaseShard while its epoch is valid, and moves the lock in one
+//     transaction. Waiting and returned senders are then told the new
+//     owner and retry there. Shutdown hands every shard off this way
 //     first (bounded by its context), then releases the rest plainly.
 //   - Operator drains. While a drain request for its ID exists
 //     (storage.KeyspaceDrains, written by cmd/shardhostctl drain), the

@@ -15,6 +15,7 @@ import (
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
+	"github.com/shardhost/shardhost/transport"
 )
 
 // ambStore commits the first Transfer but reports a lost reply.
@@ -294,6 +295,76 @@ func TestShutdownWhileWarmingEndsInTime(t *testing.T) {
 		t.Logf("Shutdown -> %v after %v; b still registered: %v; b owned %d", err, time.Since(t0), reg, len(b.Owned()))
 		if err != nil || reg {
 			t.Errorf("Shutdown of a warming runner did not complete gracefully")
+		}
+	})
+}
+
+// TestHandoffSendsQueuedAsksToTheNewOwner: in a handoff the old owner's
+// drain waits for the handlers running, not for the asks queued behind
+// them: those go back to their senders undelivered and are served by the
+// ready new owner. Five queued asks of 2 s each behind a running one would
+// otherwise hold the drain past DrainTimeout (10 s) — as every checkpoint
+// write stalling for its timeout during an etcd leader failover did (the
+// fault suite's seed 106) — and the move would wait for DrainTimeout.
+func TestHandoffSendsQueuedAsksToTheNewOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		net := transport.NewInmemNetwork()
+		env, k, do := newWho()
+		a := runWith(t, c.NewStore("a"), runner.Config{ID: "a", NumShards: 1, HandoffWait: time.Minute, Transport: net.Transport("a:7100")})
+		if err := a.Register(k); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "a owns all", func() bool { return len(a.Owned()) == 1 })
+		id := idFor(0, 1, "e")
+		type result struct {
+			resp whoResp
+			err  error
+		}
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			results = map[string]result{}
+		)
+		ask := func(name string, req whoReq) {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				resp, err := do.Ask(ctx, a, id, req)
+				mu.Lock()
+				results[name] = result{resp, err}
+				mu.Unlock()
+			})
+			synctest.Wait() // admitted, in this order
+		}
+		ask("running", whoReq{Sleep: 2 * time.Second, IgnoreCt: true})
+		for i := range 5 {
+			ask(fmt.Sprint("queued ", i), whoReq{Sleep: 2 * time.Second, IgnoreCt: true})
+		}
+		t0 := time.Now()
+		b := runWith(t, c.NewStore("b"), runner.Config{ID: "b", NumShards: 1, Transport: net.Transport("b:7100")})
+		if err := b.Register(k); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "b owns the shard", func() bool { return len(b.Owned()) == 1 })
+		t.Logf("b owned the shard %v after it started", time.Since(t0))
+		if d := time.Since(t0); d > 4*time.Second {
+			t.Errorf("b owned the shard %v after it started: the drain waited for the queue", d)
+		}
+		wg.Wait()
+		if r := results["running"]; r.err != nil || r.resp.Runner != "a" {
+			t.Errorf("running ask = %+v, %v; want it finished on a", r.resp, r.err)
+		}
+		for i := range 5 {
+			if r := results[fmt.Sprint("queued ", i)]; r.err != nil || r.resp.Runner != "b" {
+				t.Errorf("queued ask %d = %+v, %v; want it served by b", i, r.resp, r.err)
+			}
+		}
+		env.mu.Lock()
+		defer env.mu.Unlock()
+		if len(env.overlap) > 0 {
+			t.Errorf("handlers of %s overlapped across runners: %v", id, env.overlap)
 		}
 	})
 }

@@ -144,6 +144,9 @@ type shardHost struct {
 	// interrupted: entities busy when the last drain ended (no Release).
 	interrupted atomic.Int64
 	draining    atomic.Bool
+	// handingOff: a handoff to a ready new owner began (beginCutover) and
+	// did not fail (reopen): asks not started yet go back to their senders.
+	handingOff atomic.Bool
 	// actx is the attachment the shard was installed in; lockWaits is set
 	// when a plain release ends the hosting but keeps the lock until the
 	// handlers still running return (while actx lives).
@@ -460,6 +463,13 @@ func (e *resident) process(m *message) {
 		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 		return
 	}
+	if m.reply != nil && sh.handingOff.Load() {
+		// The shard is being handed to a ready owner: an ask not started
+		// yet goes back to its sender, which retries there. (A signal's
+		// sender has its answer already: it runs here.)
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
+		return
+	}
 	if m.ctx != nil && m.ctx.Err() != nil { // the asker gave up before it ran
 		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ctxErr(m.ctx)}, true)
 		return
@@ -637,6 +647,7 @@ func (sh *shardHost) beginCutover(to string) {
 	sh.admitting = false
 	sh.movedTo = to
 	sh.cutover = make(chan struct{})
+	sh.handingOff.Store(true)
 }
 
 // reopen resumes hosting after a failed handoff: released entities are
@@ -654,6 +665,7 @@ func (sh *shardHost) reopen() {
 	}
 	sh.admitting = true
 	sh.draining.Store(false)
+	sh.handingOff.Store(false)
 	sh.movedTo = ""
 	ch := sh.cutover
 	sh.cutover = nil
@@ -699,7 +711,12 @@ func (sh *shardHost) release(ctx context.Context, e *resident, reason error) {
 }
 
 // drain stops admission, waits (bounded by ctx) until no entity has a
-// goroutine and no passivation is in flight, then runs the Release hooks of
+// goroutine and no passivation is in flight — in a handoff, asks admitted
+// but not started are not run but returned undelivered (their senders
+// retry at the new owner, which is ready), so its drain waits for the
+// handlers running, not for queues whose every message may stall (an etcd
+// leader failover held each checkpoint write for its 5 s timeout) — then
+// runs the Release hooks of
 // the idle activated entities with reason. An entity still busy when ctx
 // ends gets no Release hook (it would run concurrently with its handler);
 // it is interrupted when the shard's context is cancelled. Messages
