@@ -428,8 +428,9 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 		it.s.host.beginCutover(it.h.To)
 		shards[i] = it.s
 	}
+	drainStart := time.Now()
 	r.drain(actx, shards, ErrShardMoved)
-	items = r.abortBusy(gen, items)
+	items = r.abortBusy(gen, items, time.Since(drainStart))
 	var wg sync.WaitGroup
 	for _, it := range items {
 		wg.Go(func() { r.releaseShardHook(actx, it.s, it.h.To) })
@@ -513,12 +514,16 @@ func (r *Runner) stillOwnedLocked(gen uint64, items []cutoverItem) []cutoverItem
 	return out
 }
 
-// abortBusy reopens the shards whose handlers still run after
-// DrainTimeout — moving their locks now could let the new owner run the
-// same entities concurrently — and returns the others. A reopened shard
-// keeps serving; it is cut over again later, or HandoffWait ends in a
-// plain release, which interrupts.
-func (r *Runner) abortBusy(gen uint64, items []cutoverItem) []cutoverItem {
+// abortBusy reopens the shards whose handlers still run after their
+// drain — moving their locks now could let the new owner run the same
+// entities concurrently — and returns the others. A reopened shard keeps
+// serving; it is cut over again after as long as the drain took (at least
+// ProbeInterval, at most DrainTimeout: a drain cut short by the detach
+// instant, its handlers stalled in an etcd leader failover, is retried
+// soon, a straggler that outlived DrainTimeout gets as long again), or
+// HandoffWait ends in a plain release, which interrupts.
+func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duration) []cutoverItem {
+	retryIn := min(max(drained, r.cfg.ProbeInterval), r.cfg.DrainTimeout)
 	out := items[:0:0]
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -530,9 +535,9 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem) []cutoverItem {
 		}
 		r.clearReleasingLocked(it.s)
 		if r.gen == gen && r.owned[it.s.id] == it.s {
-			it.s.cutoverRetryAt = time.Now().Add(r.cfg.DrainTimeout) // let the straggler finish first
+			it.s.cutoverRetryAt = time.Now().Add(retryIn) // let the straggler finish first
 			it.s.host.reopen()
-			r.publishPhase(it.s.id, PhaseAborted, r.cfg.ID, it.h.To, fmt.Sprintf("%d handlers still running after DrainTimeout", busy))
+			r.publishPhase(it.s.id, PhaseAborted, r.cfg.ID, it.h.To, fmt.Sprintf("%d handlers still running after the drain (%v)", busy, drained.Round(time.Millisecond)))
 			r.markLocked(it.s.id)
 		}
 	}

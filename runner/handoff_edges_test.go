@@ -368,3 +368,59 @@ func TestHandoffSendsQueuedAsksToTheNewOwner(t *testing.T) {
 		}
 	})
 }
+
+// TestCutoverCutShortByTheDetachInstantIsRetriedSoon: a handoff's drain
+// is bounded by the detach instant as well as DrainTimeout; while
+// renewals fail (an etcd leader failover) the bound comes early and a
+// handler stalled on etcd outlives it. The cutover is then retried after
+// as long as the drain took, not after DrainTimeout: here the drain was
+// cut after ≈ 2.5 s, the handler ended at t0+16 s and renewals recovered
+// at t0+14 s, so b owns the shard by t0+19 s instead of after t0+25 s.
+func TestCutoverCutShortByTheDetachInstantIsRetriedSoon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		net := transport.NewInmemNetwork()
+		env, k, do := newWho()
+		sa := c.NewStore("a")
+		a := runWith(t, sa, runner.Config{ID: "a", NumShards: 1, LeaseTTL: 15 * time.Second, LeaseRenewInterval: 5 * time.Second,
+			HandoffWait: time.Minute, Transport: net.Transport("a:7100")})
+		if err := a.Register(k); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "a owns the shard", func() bool { return len(a.Owned()) == 1 })
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond))) // the renewal at t0+5s succeeded
+		sa.FailKeepAlive(true)                                  // deadline t0+20s, detach instant t0+15s
+		time.Sleep(time.Until(t0.Add(12 * time.Second)))
+		id := idFor(0, 1, "e")
+		done := make(chan error, 1)
+		go func() {
+			_, err := do.Ask(t.Context(), a, id, whoReq{Sleep: 4 * time.Second, IgnoreCt: true}) // ends at t0+16s
+			done <- err
+		}()
+		synctest.Wait()
+		b := runWith(t, c.NewStore("b"), runner.Config{ID: "b", NumShards: 1, LeaseTTL: 15 * time.Second, LeaseRenewInterval: 5 * time.Second,
+			Transport: net.Transport("b:7100")})
+		if err := b.Register(k); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(t0.Add(14 * time.Second)))
+		sa.FailKeepAlive(false) // renewals recover before the detach instant
+		waitFor(t, 20*time.Second, "b owns the shard", func() bool { return len(b.Owned()) == 1 })
+		if at := time.Since(t0); at > 19*time.Second {
+			t.Errorf("b owned the shard at t0+%v; want by t0+19s (the drain was cut short, the retry waited DrainTimeout)", at)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("the long ask on a: %v", err)
+		}
+		if a.Status().Detached {
+			t.Error("a detached; this test needs it attached")
+		}
+		env.mu.Lock()
+		defer env.mu.Unlock()
+		if len(env.overlap) > 0 {
+			t.Errorf("handlers of %s overlapped across runners: %v", id, env.overlap)
+		}
+	})
+}
