@@ -208,7 +208,12 @@ type Config struct {
 	// instant). Default 3 s.
 	OpTimeout time.Duration
 	// DrainTimeout bounds draining a shard's entities before its lock is
-	// released. Default 10 s.
+	// released (so does the detach instant). In a handoff the drain waits
+	// for the handlers running, and asks queued behind them go back to
+	// their senders, who retry at the new owner; a handoff whose drain
+	// ended with handlers still running keeps the shard here and tries
+	// again after as long as the drain took (at least ProbeInterval, at
+	// most DrainTimeout). Default 10 s.
 	DrainTimeout time.Duration
 
 	// DisableHandoff makes planned moves plain: the old owner drains and
