@@ -76,6 +76,7 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 		r.mu.Lock()
 		if u.Reset {
 			clear(r.handoffs)
+			clear(r.handoffRaw)
 			r.forgetBadKeysLocked(storage.KeyspaceHandoffs)
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
@@ -100,6 +101,7 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 			r.markLocked(id)
 		}
 	}()
+	delete(r.handoffRaw, id)
 	if t == storage.EventDelete {
 		delete(r.handoffs, id)
 		r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
@@ -107,19 +109,42 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	}
 	if _, owned := r.owned[id]; !owned && (kv.Lease != r.lease || kv.Lease == storage.NoLease) {
 		// Neither ours nor aimed at a shard we own: only its lease and
-		// revision matter here (a record's From must name the owner that
-		// saw it appear), so it is not decoded.
+		// revision matter now, so it is decoded only if its shard becomes
+		// ours before the record changes again (handoffLocked) — a record
+		// written while this runner was detached, or just before its
+		// re-attachment installed the shards it kept.
 		r.handoffs[id] = storage.Handoff{Shard: id, Lease: kv.Lease, ModRevision: kv.ModRevision}
+		r.handoffRaw[id] = kv
 		return
 	}
+	r.decodeHandoffLocked(id, kv)
+}
+
+// decodeHandoffLocked decodes a handoff record into r.handoffs (a corrupt
+// one is logged and dropped) and reports whether it is there.
+func (r *Runner) decodeHandoffLocked(id sharding.ShardID, kv storage.KeyValue) bool {
 	h, err := storage.DecodeHandoff(kv)
 	if err != nil {
 		r.badKeyLocked(storage.KeyspaceHandoffs, kv.Key, "ignoring a corrupt handoff record", err)
 		delete(r.handoffs, id)
-		return
+		return false
 	}
 	r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 	r.handoffs[id] = h
+	return true
+}
+
+// handoffLocked returns shard id's handoff record, decoding it first if
+// it arrived while it did not concern this runner.
+func (r *Runner) handoffLocked(id sharding.ShardID) (storage.Handoff, bool) {
+	if kv, raw := r.handoffRaw[id]; raw {
+		delete(r.handoffRaw, id)
+		if !r.decodeHandoffLocked(id, kv) {
+			return storage.Handoff{}, false
+		}
+	}
+	h, ok := r.handoffs[id]
+	return h, ok
 }
 
 // inboundItem is one takeover started in a round.
@@ -386,7 +411,7 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) (h storage.Hand
 	if r.cfg.DisableHandoff || assignee == "" || r.supersededLocked() {
 		return h, false, true
 	}
-	h, has := r.handoffs[s.id]
+	h, has := r.handoffLocked(s.id)
 	target, live := r.byLease[h.Lease]
 	valid := has && h.From == r.cfg.ID && h.FromEpoch == s.epoch && live && target.ID == assignee && h.To == assignee
 	switch {

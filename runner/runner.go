@@ -100,21 +100,25 @@ type Runner struct {
 	regKick    chan struct{} // 1-buffered: the own record changed (a waiting registration)
 	running    atomic.Bool   // Run was called and has not returned
 
-	mu           sync.Mutex
-	phase        phase
-	gen          uint64 // incremented on every attach and detach
-	attachCtx    context.Context
-	attachStop   context.CancelCauseFunc
-	lease        storage.LeaseID
-	owned        map[sharding.ShardID]*shard
-	releasing    map[sharding.ShardID]storage.Epoch   // being released or rewritten by us
-	lastHosts    map[sharding.ShardID]*shardHost      // each shard's last host here (for its stragglers)
-	handoffs     map[sharding.ShardID]storage.Handoff // view of handoffs/
-	inbound      map[sharding.ShardID]*inbound        // handoffs this runner takes
-	inboundRetry map[sharding.ShardID]time.Time       // no new inbound handoff before
-	movedTo      map[sharding.ShardID]string          // handed off to (until the watch shows it)
-	drainMode    bool                                 // Shutdown: registered as draining, handing shards off
-	attachRev    storage.Revision                     // revision of the current attachment's registration
+	mu         sync.Mutex
+	phase      phase
+	gen        uint64 // incremented on every attach and detach
+	attachCtx  context.Context
+	attachStop context.CancelCauseFunc
+	lease      storage.LeaseID
+	owned      map[sharding.ShardID]*shard
+	releasing  map[sharding.ShardID]storage.Epoch   // being released or rewritten by us
+	lastHosts  map[sharding.ShardID]*shardHost      // each shard's last host here (for its stragglers)
+	handoffs   map[sharding.ShardID]storage.Handoff // view of handoffs/
+	// handoffRaw holds the stored form of the records in handoffs not
+	// decoded yet (foreign when they arrived); handoffLocked decodes one
+	// when it comes to matter (its shard became ours meanwhile).
+	handoffRaw   map[sharding.ShardID]storage.KeyValue
+	inbound      map[sharding.ShardID]*inbound  // handoffs this runner takes
+	inboundRetry map[sharding.ShardID]time.Time // no new inbound handoff before
+	movedTo      map[sharding.ShardID]string    // handed off to (until the watch shows it)
+	drainMode    bool                           // Shutdown: registered as draining, handing shards off
+	attachRev    storage.Revision               // revision of the current attachment's registration
 	// lastReleased: the epoch at which each shard last left this runner
 	// (a late watch PUT at or below it is history, not an ownership).
 	lastReleased map[sharding.ShardID]storage.Epoch
@@ -210,6 +214,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		releasing:       make(map[sharding.ShardID]storage.Epoch),
 		lastHosts:       make(map[sharding.ShardID]*shardHost),
 		handoffs:        make(map[sharding.ShardID]storage.Handoff),
+		handoffRaw:      make(map[sharding.ShardID]storage.KeyValue),
 		inbound:         make(map[sharding.ShardID]*inbound),
 		inboundRetry:    make(map[sharding.ShardID]time.Time),
 		movedTo:         make(map[sharding.ShardID]string),

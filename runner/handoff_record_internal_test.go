@@ -1,0 +1,58 @@
+package runner
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+// TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured: a handoff record
+// that arrives while its shard is not owned here (this runner detached, or
+// re-attaching and not yet holding the shards it kept) is kept without
+// being decoded; once the shard is ours and assigned to the record's
+// target, the old owner cuts over to it. It used to see an empty record
+// and wait HandoffWait for a plain release (fault suite, seed 26: converged
+// after 19.4 s).
+func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
+	c := memory.NewCluster()
+	t.Cleanup(c.Close)
+	r, err := New(c.NewStore("me"), Config{ID: "me", NumShards: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase, r.gen, r.attachCtx = phaseAttached, 1, t.Context()
+	r.lease = 100
+	r.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: 100}
+	r.members["x"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Weight: 1, Incarnation: "x1"}, Lease: 101}
+	r.membersSeen = true
+	r.rebuildByLeaseLocked()
+
+	const shard, epoch = sharding.ShardID(2), storage.Epoch(40)
+	val, err := storage.EncodeHandoff(storage.HandoffRecord{From: "me", To: "x", Phase: storage.HandoffReady, ToIncarnation: "x1", FromEpoch: epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.applyHandoffLocked(storage.EventPut, storage.KeyValue{Key: shard.String(), Value: val, Lease: 101, ModRevision: 41})
+	if h := r.handoffs[shard]; h.To != "" {
+		t.Fatalf("a record for a shard not ours was decoded at once: %+v", h)
+	}
+
+	// The shard becomes ours (a re-attachment installs what it kept) and
+	// is assigned to x.
+	r.locks.set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
+	r.installWithLocked(shard, epoch, entity.ActivateNew, nil)
+	r.assignment = make([]string, 4)
+	r.assignment[shard] = "x"
+	h, cut, plain := r.outboundDecisionLocked(r.owned[shard], time.Now())
+	if !cut || plain || h.To != "x" || h.FromEpoch != epoch {
+		t.Fatalf("outbound decision: cut %v, plain %v, record %+v; want a cutover to x", cut, plain, h)
+	}
+}
