@@ -54,7 +54,9 @@
 //     its counter restores after a planned move (0 lost); after a crash or
 //     detach only what was not yet checkpointed is lost (counted), never a
 //     checkpointed value; no two increments of one instance acknowledged
-//     with the same value;
+//     with the same value (the next instance is the next activation under
+//     a newer epoch: one under an older epoch is a frozen process resuming
+//     mid-activation, counted, and it must run no handler);
 //  5. no acknowledged result from a handler that ended after a newer epoch
 //     of its shard had started serving the counter; every reply matches a
 //     handler execution;
