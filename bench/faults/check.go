@@ -223,7 +223,11 @@ func (c *checker) singleWriter() {
 				if x.epoch < a.epoch {
 					older = x
 				}
-				if older.ended && c.pausedWithin(older.pid, older.start, older.end) {
+				// Frozen while it ran, or between its admission and its
+				// first record (a pause that ended just before the start:
+				// the same window as check 6): a late handler, whose result
+				// must never be acknowledged (check 5).
+				if older.ended && c.pausedWithin(older.pid, older.start-int64(frozenBeforeStart), older.end) {
 					late[older] = true
 					continue
 				}
@@ -514,7 +518,7 @@ func (c *checker) detachBeforeExpiry() {
 		}
 	}
 	for _, x := range c.execs {
-		frozen := c.pausedWithin(x.pid, x.start-int64(10*time.Millisecond), x.start)
+		frozen := c.pausedWithin(x.pid, x.start-int64(frozenBeforeStart), x.start)
 		if x.deadline != 0 && x.start >= x.deadline-int64(c.margin) {
 			if frozen {
 				c.st.Ambiguous++
@@ -541,6 +545,11 @@ func (c *checker) detachBeforeExpiry() {
 		}
 	}
 }
+
+// frozenBeforeStart: a handler whose first record came this soon after
+// its process resumed from a SIGSTOP may have been admitted before the
+// stop (checks 1 and 6 judge it as a late handler).
+const frozenBeforeStart = 10 * time.Millisecond
 
 // admitSlack is how long after the detach instant the first record of a
 // handler admitted just before it may be written (check 6): the runtime

@@ -114,6 +114,28 @@ func TestCheckerAcceptsAPausedHandlerWhoseResultWasWithheld(t *testing.T) {
 	}
 }
 
+// TestCheckerJudgesAHandlerStartedRightAfterAPauseAsLate: a handler whose
+// first record came just after its process resumed (admitted before the
+// SIGSTOP: seed 166, 0.7 ms before its runner's watchdog detached) is a
+// late handler, allowed only while its result is withheld; one starting
+// well after the resume is two owners at once.
+func TestCheckerJudgesAHandlerStartedRightAfterAPauseAsLate(t *testing.T) {
+	h := newHist()
+	h.runner(1, "r1", 100, 0)
+	h.runner(2, "r2", 200, 0)
+	h.exec(2, 7, 20, "c1", 1, 200, 7.0, 9.5, 1)
+	h.pause(1, 1.1, 8.995)
+	h.exec(1, 7, 10, "c1", 1, 100, 9.0, 9.0005, 5) // 5 ms after the resume
+	if st := wantClean(t, h); st.LateHandlers != 1 {
+		t.Fatalf("late handlers = %d, want 1", st.LateHandlers)
+	}
+	h.ack(1, 1, 1, 10, 5, 9.1)
+	wantViolation(t, h, "late reply acknowledged")
+	h.in.asks = h.in.asks[:len(h.in.asks)-1]
+	h.in.incarnations[1].pauses[0][1] = int64(8.9 * 1e9) // resumed 100 ms before the start
+	wantViolation(t, h, "executed by two owners at once")
+}
+
 func TestCheckerFlagsALateReplyAcknowledged(t *testing.T) {
 	h := newHist()
 	h.runner(1, "r1", 100, 0)
