@@ -140,15 +140,7 @@ func expectedAssignment(live []*node, numShards int) (sharding.Assignment, error
 
 // procsCPU returns the CPU time the hosting runners' processes used.
 func procsCPU(live []*node) time.Duration {
-	var total time.Duration
-	for _, n := range live {
-		if n.proc != nil {
-			if d := pidCPU(n.proc.p.PID()); d > 0 {
-				total += d
-			}
-		}
-	}
-	return total
+	return cpuSince(nil, procsCPUByPID(live))
 }
 
 // procsCPUByPID returns the CPU time of every live runner process by PID.
