@@ -231,6 +231,31 @@ func checkSingleOwner(t *testing.T, evs []runner.Event) {
 	}
 }
 
+// checkSingleOwnerUnlessRevokedEarly is checkSingleOwner, except for a
+// shard taken from a runner whose lease etcd revoked early (the leader
+// frozen longer than the TTL revokes leases on resume: see
+// etcdfaults_test.go) before that runner could see it and detach: etcd
+// broke the lease contract the guarantee rests on. Those are logged as
+// ETCD-BUG; any other overlap fails the test.
+func checkSingleOwnerUnlessRevokedEarly(t *testing.T, evs []runner.Event, revokedEarly map[string]time.Time) {
+	t.Helper()
+	var ours []ownership.Overlap
+	for _, o := range ownership.Overlaps(evs) {
+		if detached, ok := revokedEarly[o.Owner]; ok && !o.Time.After(detached) {
+			t.Logf("ETCD-BUG: shard %d acquired by %s at %v while %s, whose lease etcd revoked early, still owned it (it detached at %v)",
+				o.Shard, o.Runner, o.Time.Format(time.StampMicro), o.Owner, detached.Format(time.StampMicro))
+			continue
+		}
+		ours = append(ours, o)
+	}
+	for _, o := range ours[:min(len(ours), 5)] {
+		t.Errorf("shard %d acquired by %s at %v while %s still owned it", o.Shard, o.Runner, o.Time.Format(time.StampMicro), o.Owner)
+	}
+	if len(ours) > 0 {
+		t.Errorf("%d double-ownership violations", len(ours))
+	}
+}
+
 // acquiredOf returns the ShardAcquired events of runner id, by shard.
 func acquiredOf(evs []runner.Event, id string) map[sharding.ShardID][]runner.ShardAcquired {
 	out := map[sharding.ShardID][]runner.ShardAcquired{}
