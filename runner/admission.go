@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
 )
 
 // admit is the first check of every Send, before any routing: a call whose
@@ -14,7 +15,7 @@ import (
 // it will never learn.
 func (r *Runner) admit(ctx context.Context, c entity.Call) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runner: %s not sent: the context ended before admission: %w", callName(c), ctxErr(ctx))
+		return fmt.Errorf("runner: %s not sent: the context ended before admission: %w", callName(c), hosting.ContextError(ctx))
 	}
 	if !r.running.Load() {
 		if err := r.waitRun(ctx); err != nil { // start.go
@@ -34,14 +35,4 @@ func callName(c entity.Call) string {
 		method = c.Handler.Name()
 	}
 	return fmt.Sprintf("%s.%s to %q", kind, method, c.Entity)
-}
-
-// ctxErr is ctx's error (context.Canceled or context.DeadlineExceeded, for
-// errors.Is) together with its cause when that says more.
-func ctxErr(ctx context.Context) error {
-	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && cause != err {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
 }

@@ -79,11 +79,11 @@ func TestDeliverHereRefusesEndedContext(t *testing.T) {
 		t.Fatalf("deliverHere = %v %q", resp.Code, resp.Message)
 	}
 	// The host refuses it too (the local path, after Send's own check).
-	sh := a.hosts[sharding.ShardOf("k", 16)].Load()
-	k := a.kind("echo")
-	h, _ := k.desc.Handler("echo")
+	sh := a.hosting.Lookup(sharding.ShardOf("k", 16))
+	k := a.hosting.Kind("echo")
+	h, _ := k.Desc.Handler("echo")
 	var ud *UndeliveredError
-	if res := sh.deliver(ctx, k, h, "k", echoReq{}, false, false); !res.undelivered || !errors.As(res.err, &ud) || !errors.Is(res.err, context.Canceled) {
-		t.Errorf("deliver(ended context) = %v (undelivered %v), want a not-sent *UndeliveredError matching context.Canceled", res.err, res.undelivered)
+	if res := sh.Deliver(ctx, k, h, "k", echoReq{}, false, false); !res.Undelivered || !errors.As(res.Err, &ud) || !errors.Is(res.Err, context.Canceled) {
+		t.Errorf("deliver(ended context) = %v (undelivered %v), want a not-sent *UndeliveredError matching context.Canceled", res.Err, res.Undelivered)
 	}
 }

@@ -211,10 +211,10 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	}
 	for _, s := range shards {
 		if cur, ok := r.owned[s.id]; ok && cur == s {
-			s.host.lockWaits.Store(true) // waitStragglers below
+			s.host.KeepLock() // waitStragglers below
 			r.disownLocked(s, cause)
 			r.lastReleased[s.id] = s.epoch
-			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Interrupted: int(s.host.interrupted.Load())})
+			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Interrupted: s.host.Interrupted()})
 		}
 	}
 	r.mu.Unlock()
@@ -237,14 +237,14 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 // early when actx ends (detach, Close).
 func (r *Runner) waitStragglers(actx context.Context, s *shard) {
 	warned := time.Now()
-	for n := s.host.running.Load(); n > 0 && actx.Err() == nil; n = s.host.running.Load() {
+	for n := s.host.Running(); n > 0 && actx.Err() == nil; n = s.host.Running() {
 		if time.Since(warned) >= r.cfg.DrainTimeout {
 			warned = time.Now()
 			r.log.Error("handlers ignore their cancelled context; the shard's lock stays until they return", "shard", s.id, "running", n)
 		}
 		select {
 		case <-actx.Done():
-		case <-s.host.idle: // drained: signalled when running reaches 0
+		case <-s.host.Idle(): // drained: signalled when running reaches 0
 		case <-time.After(50 * time.Millisecond): // re-check, as shardHost.drain does
 		}
 	}
@@ -308,7 +308,7 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 	}
 	var wg sync.WaitGroup
 	for _, s := range shards {
-		wg.Go(func() { s.host.drain(dctx, cause) })
+		wg.Go(func() { s.host.Drain(dctx, cause) })
 	}
 	wg.Wait()
 }

@@ -53,17 +53,6 @@ func TestEventRing(t *testing.T) {
 	}
 }
 
-// TestCounter: a striped counter sums its stripes.
-func TestCounter(t *testing.T) {
-	var c counter
-	for s := range 1000 {
-		c.add(sharding.ShardID(s))
-	}
-	if got := c.load(); got != 1000 {
-		t.Errorf("load() = %d after 1000 adds", got)
-	}
-}
-
 // TestRunnerColors: colours are distinct within the palette, and a
 // runner keeps its colour when another one leaves.
 func TestRunnerColors(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"
@@ -51,10 +52,10 @@ func (rc receiver) Deliver(ctx context.Context, req *transport.DeliverRequest) (
 
 // Hot lists the shard's resident entities, most recently used first.
 func (rc receiver) Hot(shard uint32, limit int) []transport.EntityRef {
-	keys := rc.r.residents.hot(sharding.ShardID(shard), limit)
+	keys := rc.r.hosting.Hot(sharding.ShardID(shard), limit)
 	out := make([]transport.EntityRef, len(keys))
 	for i, k := range keys {
-		out[i] = transport.EntityRef{Kind: k.kind, ID: k.id}
+		out[i] = transport.EntityRef{Kind: k.Kind, ID: k.ID}
 	}
 	return out
 }
@@ -68,21 +69,21 @@ func (r *Runner) deliverHere(ctx context.Context, req *transport.DeliverRequest)
 	if sh == nil {
 		return resp, nothing
 	}
-	return resp, sh.replyWritten
+	return resp, sh.ReplyWritten
 }
 
 // deliverTo delivers req here; sh is the shard host whose replying count
 // the answer is in (nil when not counted).
-func (r *Runner) deliverTo(ctx context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, *shardHost) {
-	k := r.kind(req.Kind)
+func (r *Runner) deliverTo(ctx context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, *hosting.Shard) {
+	k := r.hosting.Kind(req.Kind)
 	if k == nil {
 		return &transport.DeliverResponse{Code: transport.CodeUnknownKind, Message: fmt.Sprintf("kind %q not registered on %s", req.Kind, r.cfg.ID)}, nil
 	}
-	h, ok := k.desc.Handler(req.Method)
+	h, ok := k.Desc.Handler(req.Method)
 	if !ok {
 		return &transport.DeliverResponse{Code: transport.CodeUnknownMethod, Message: fmt.Sprintf("%s.%s", req.Kind, req.Method)}, nil
 	}
-	codec := k.opts.Codec
+	codec := k.Opts.Codec
 	switch {
 	case req.Codec != "" && req.Codec != codec.Name():
 		return &transport.DeliverResponse{Code: transport.CodeBadRequest, Message: fmt.Sprintf("codec %q, kind %q uses %q", req.Codec, req.Kind, codec.Name())}, nil
@@ -100,31 +101,31 @@ func (r *Runner) deliverTo(ctx context.Context, req *transport.DeliverRequest) (
 	if err != nil {
 		return &transport.DeliverResponse{Code: transport.CodeBadRequest, Message: err.Error()}, nil
 	}
-	sh := r.hosts[id].Load()
+	sh := r.hosting.Lookup(id)
 	if sh == nil {
 		return errorResponse(r.notHere(id), false), nil
 	}
-	res := sh.deliver(ctx, k, h, req.Entity, v, req.OneWay, true)
+	res := sh.Deliver(ctx, k, h, req.Entity, v, req.OneWay, true)
 	counted := sh
-	if !res.admitted || req.OneWay {
+	if !res.Admitted || req.OneWay {
 		counted = nil // not admitted, or a signal: not counted
 	}
-	if res.err != nil {
-		resp := errorResponse(res.err, !res.undelivered)
-		resp.Epoch = uint64(res.epoch)
+	if res.Err != nil {
+		resp := errorResponse(res.Err, !res.Undelivered)
+		resp.Epoch = uint64(res.Epoch)
 		return resp, counted
 	}
 	if req.OneWay {
 		return &transport.DeliverResponse{}, counted
 	}
-	b, err := codec.Marshal(res.v)
+	b, err := codec.Marshal(res.V)
 	if err != nil {
-		return &transport.DeliverResponse{Code: transport.CodeHandlerError, Message: fmt.Sprintf("encode response: %v", err), Epoch: uint64(res.epoch)}, counted
+		return &transport.DeliverResponse{Code: transport.CodeHandlerError, Message: fmt.Sprintf("encode response: %v", err), Epoch: uint64(res.Epoch)}, counted
 	}
 	if len(b) > r.cfg.MaxMessageSize {
 		return &transport.DeliverResponse{Code: transport.CodeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}, counted
 	}
-	return &transport.DeliverResponse{Payload: b, Epoch: uint64(res.epoch)}, counted
+	return &transport.DeliverResponse{Payload: b, Epoch: uint64(res.Epoch)}, counted
 }
 
 // errorResponse maps a delivery error to the wire. sent says whether the

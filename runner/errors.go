@@ -4,8 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/shardhost/shardhost/sharding"
-	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/internal/hosting"
 )
 
 // Sentinel errors. The cause errors (ErrDetached, ErrShardMoved,
@@ -15,16 +14,16 @@ import (
 var (
 	// ErrDetached: the runner detached from the cluster (lease deadline,
 	// storage failure, lost lock) and stopped every entity.
-	ErrDetached = errors.New("runner: detached")
+	ErrDetached = hosting.ErrDetached
 	// ErrShardMoved: the shard is no longer owned here (released or taken).
-	ErrShardMoved = errors.New("runner: shard moved")
+	ErrShardMoved = hosting.ErrShardMoved
 	// ErrPassivated: the entity was stopped for being idle or evicted.
-	ErrPassivated = errors.New("runner: entity passivated")
+	ErrPassivated = hosting.ErrPassivated
 	// ErrShutdown: the runner is shutting down.
-	ErrShutdown = errors.New("runner: shut down")
+	ErrShutdown = hosting.ErrShutdown
 	// ErrCallerDeadline: the asker's deadline passed while its handler ran
 	// (the cause of the handler's context; the asker has given up).
-	ErrCallerDeadline = errors.New("runner: the caller's deadline passed")
+	ErrCallerDeadline = hosting.ErrCallerDeadline
 	// ErrClosed: the runner is not running: Run returned (Shutdown,
 	// Close, its context ended) or was never called. A send to a runner
 	// that stopped fails with it at once; a send made before Run was
@@ -79,52 +78,28 @@ func (e *ClusterMismatchError) Error() string {
 func (e *ClusterMismatchError) Is(target error) bool { return target == ErrClusterMismatch }
 
 // NotOwnerError reports that this runner does not own Shard at its current
-// epoch. It is retryable: the message was not delivered. OwnerHint names the
-// runner believed to own it ("" when unknown or unowned).
-type NotOwnerError struct {
-	Shard     sharding.ShardID
-	OwnerHint string
-}
+// epoch. It is retryable: the message was not delivered. Its fields: Shard,
+// and OwnerHint, the runner believed to own it ("" when unknown or
+// unowned).
+type NotOwnerError = hosting.NotOwnerError
 
-func (e *NotOwnerError) Error() string {
-	if e.OwnerHint == "" {
-		return fmt.Sprintf("runner: shard %d not owned here (owner unknown)", e.Shard)
-	}
-	return fmt.Sprintf("runner: shard %d not owned here (owner %q)", e.Shard, e.OwnerHint)
-}
+// UndeliveredError reports a message that never reached a handler: it was
+// queued for a shard that left this runner before the message ran. Like
+// NotOwnerError it is safe to retry. Its fields: Shard, and Cause —
+// ErrDetached, ErrShardMoved or ErrShutdown, or the context's error when
+// it ended before the message was admitted or run (Unwrap returns it).
+type UndeliveredError = hosting.UndeliveredError
 
 // StaleResultError reports a handler that ran but whose result is withheld:
 // the runner it ran on lost the shard while it ran (the detach instant
 // passed, or the shard was taken, dropped or detached), or, when the reply
 // arrived, the sender had already seen a newer epoch of the shard (through
-// its lock watch or an earlier reply) and the owner's lease had ended. The handler's effects may exist —
-// in the old owner's memory, never in fenced storage — so
-// errors.Is(err, ErrMaybeDelivered) holds and the call is not retried.
-type StaleResultError struct {
-	Shard  sharding.ShardID
-	Runner string        // the runner the handler ran on
-	Epoch  storage.Epoch // the ownership epoch the handler ran under
-	// Newer is the newer epoch the sender had seen; 0 when the owner
-	// withheld the result itself.
-	Newer  storage.Epoch
-	Reason string
-	// Cause is why the shard left: ErrDetached (also when the detach
-	// instant passed), ErrShardMoved or ErrShutdown.
-	Cause error
-}
-
-func (e *StaleResultError) Error() string {
-	if e.Newer != 0 {
-		return fmt.Sprintf("runner: result of shard %d from %s withheld (%v): it ran under epoch %d, epoch %d had already been seen",
-			e.Shard, e.Runner, ErrMaybeDelivered, e.Epoch, e.Newer)
-	}
-	return fmt.Sprintf("runner: result of shard %d from %s withheld (%v): %s", e.Shard, e.Runner, ErrMaybeDelivered, e.Reason)
-}
-
-// Unwrap returns ErrMaybeDelivered and the cause.
-func (e *StaleResultError) Unwrap() []error {
-	if e.Cause == nil {
-		return []error{ErrMaybeDelivered}
-	}
-	return []error{ErrMaybeDelivered, e.Cause}
-}
+// its lock watch or an earlier reply) and the owner's lease had ended. The
+// handler's effects may exist — in the old owner's memory, never in fenced
+// storage — so errors.Is(err, ErrMaybeDelivered) holds and the call is not
+// retried. Its fields: Shard; Runner, the runner the handler ran on;
+// Epoch, the ownership epoch it ran under; Newer, the newer epoch the
+// sender had seen (0 when the owner withheld the result itself); Reason;
+// and Cause, why the shard left (ErrDetached — also when the detach instant
+// passed —, ErrShardMoved or ErrShutdown).
+type StaleResultError = hosting.StaleResultError

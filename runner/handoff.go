@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -47,12 +48,12 @@ type inbound struct {
 	cancel    context.CancelFunc
 	started   time.Time
 	mu        sync.Mutex
-	warmed    map[entityKey]any // warmed, not yet activated instances
+	warmed    map[hosting.EntityKey]any // warmed, not yet activated instances
 }
 
 // takeWarmed hands the warmed instances over (once); later warm results
 // are dropped.
-func (in *inbound) takeWarmed() map[entityKey]any {
+func (in *inbound) takeWarmed() map[hosting.EntityKey]any {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	w := in.warmed
@@ -157,7 +158,7 @@ type inboundItem struct {
 // from; runInbound runs it.
 func (r *Runner) newInboundLocked(id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) inboundItem {
 	ctx, cancel := context.WithCancel(r.attachCtx)
-	in := &inbound{from: from, fromEpoch: fromEpoch, ctx: ctx, cancel: cancel, started: time.Now(), warmed: map[entityKey]any{}}
+	in := &inbound{from: from, fromEpoch: fromEpoch, ctx: ctx, cancel: cancel, started: time.Now(), warmed: map[hosting.EntityKey]any{}}
 	r.inbound[id] = in
 	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
 	return inboundItem{id: id, in: in}
@@ -258,15 +259,6 @@ func (r *Runner) putInbound(gen uint64, leaseID storage.LeaseID, items []inbound
 }
 
 // canWarm reports whether a registered kind's instances can warm.
-func (r *Runner) canWarm() bool {
-	for _, k := range *r.kinds.Load() {
-		if k.warms {
-			return true
-		}
-	}
-	return false
-}
-
 // warm runs the shard-level WarmShard hook and the entity-level Warm hooks
 // of the entities the old owner reports as hot, bounded by ctx.
 func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
@@ -275,7 +267,7 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 			r.log.Warn("WarmShard hook failed", "shard", id, "from", in.from.ID, "err", err)
 		}
 	}
-	if in.from.Address == "" || r.cfg.HotSetLimit <= 0 || !r.canWarm() {
+	if in.from.Address == "" || r.cfg.HotSetLimit <= 0 || !r.hosting.CanWarm() {
 		return // nothing to ask for: no registered kind can warm
 	}
 	hot, err := r.net.Hot(ctx, in.from.Address, uint32(id), r.cfg.HotSetLimit)
@@ -285,45 +277,17 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *inbound) {
 		}
 		return
 	}
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for _, ref := range hot {
-		k := r.kind(ref.Kind)
-		if k == nil {
-			continue
-		}
-		inst := k.desc.New(ref.ID)
-		w, ok := inst.(entity.Warmer)
-		if !ok {
-			continue
-		}
-		key := entityKey{kind: ref.Kind, id: ref.ID}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			defer func() {
-				if p := recover(); p != nil {
-					r.log.Warn("entity Warm hook panicked", "kind", key.kind, "shard", id, "panic", p)
-				}
-			}()
-			err := w.Warm(ctx, entity.WarmInfo{Entity: key.id, Shard: id, From: in.from.ID, Restore: r.restoreFunc(id, key)})
-			if err != nil {
-				r.log.Debug("entity Warm hook failed", "kind", key.kind, "shard", id, "err", err)
-				return
-			}
-			in.mu.Lock()
-			if in.warmed != nil { // nil once installed: late results are dropped
-				in.warmed[key] = inst
-			}
-			in.mu.Unlock()
-		})
+	keys := make([]hosting.EntityKey, len(hot))
+	for i, ref := range hot {
+		keys[i] = hosting.EntityKey{Kind: ref.Kind, ID: ref.ID}
 	}
-	wg.Wait()
+	r.hosting.WarmEntities(ctx, id, in.from.ID, keys, func(key hosting.EntityKey, inst any) {
+		in.mu.Lock()
+		if in.warmed != nil { // nil once installed: late results are dropped
+			in.warmed[key] = inst
+		}
+		in.mu.Unlock()
+	})
 }
 
 // abortInbound ends takeovers from the goroutine running them; with
@@ -450,7 +414,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	shards := make([]*shard, len(items))
 	for i, it := range items {
 		r.log.Debug("handoff: cutting over", "shard", it.s.id, "to", it.h.To)
-		it.s.host.beginCutover(it.h.To)
+		it.s.host.BeginCutover(it.h.To)
 		shards[i] = it.s
 	}
 	drainStart := time.Now()
@@ -553,7 +517,7 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duratio
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, it := range items {
-		busy := it.s.host.running.Load()
+		busy := it.s.host.Running()
 		if busy == 0 {
 			out = append(out, it)
 			continue
@@ -561,7 +525,7 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duratio
 		r.clearReleasingLocked(it.s)
 		if r.gen == gen && r.owned[it.s.id] == it.s {
 			it.s.cutoverRetryAt = time.Now().Add(retryIn) // let the straggler finish first
-			it.s.host.reopen()
+			it.s.host.Reopen()
 			r.publishPhase(it.s.id, PhaseAborted, r.cfg.ID, it.h.To, fmt.Sprintf("%d handlers still running after the drain (%v)", busy, drained.Round(time.Millisecond)))
 			r.markLocked(it.s.id)
 		}
@@ -602,7 +566,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o transferOutco
 		r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", o.err)
 		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", o.err))
 		s.unassignedSince = time.Now()
-		s.host.reopen()
+		s.host.Reopen()
 		r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
 	}
 }
@@ -661,13 +625,5 @@ func (r *Runner) releaseShardHook(actx context.Context, s *shard, to string) {
 	}()
 	if err := r.cfg.ReleaseShard(rctx, s.id, to); err != nil {
 		r.log.Warn("ReleaseShard hook failed", "shard", s.id, "to", to, "err", err)
-	}
-}
-
-// restoreFunc reads an entity's checkpoint in shard id.
-func (r *Runner) restoreFunc(id sharding.ShardID, key entityKey) func(context.Context) ([]byte, bool, error) {
-	return func(ctx context.Context) ([]byte, bool, error) {
-		cp, ok, err := r.store.ReadCheckpoint(ctx, id, checkpointName(key))
-		return cp.Data, ok, err
 	}
 }

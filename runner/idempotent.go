@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
 )
 
 // sendIdempotent sends c, a call of an entity.Idempotent method whose
@@ -27,7 +28,7 @@ func (r *Runner) sendIdempotent(ctx context.Context, c entity.Call, first error)
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("runner: idempotent %s.%s %q: %w (last attempt: %w)",
-				c.Kind.Name(), c.Handler.Name(), c.Entity, ctxErr(ctx), last)
+				c.Kind.Name(), c.Handler.Name(), c.Entity, hosting.ContextError(ctx), last)
 		case <-timer.C:
 		}
 		r.met.sendRetries.Add(context.Background(), 1, r.met.attrs)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/hosting"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -19,6 +20,7 @@ const meterName = "github.com/shardhost/shardhost"
 // keeps both in step with this file.
 type metrics struct {
 	attrs metric.MeasurementOption
+	host  hosting.Metrics // the entity host's instruments (internal/hosting)
 
 	detached          metric.Int64Gauge
 	keepAliveFailures metric.Int64Counter
@@ -32,24 +34,16 @@ type metrics struct {
 	detaches          metric.Int64Counter
 	deadlineLagCB     metric.Registration
 
-	activations       metric.Int64Counter
-	passivations      metric.Int64Counter
-	evictions         metric.Int64Counter
-	mailboxRejections metric.Int64Counter
-	handlerDuration   metric.Float64Histogram
-	panics            metric.Int64Counter
-	dropped           metric.Int64Counter
-	sendRetries       metric.Int64Counter
-	handoffPhase      metric.Float64Histogram
-	handoffs          metric.Int64Counter
-	cutoverBuffered   metric.Int64Counter
-	cutoverRejected   metric.Int64Counter
-	signalFailures    metric.Int64Counter
+	sendRetries    metric.Int64Counter
+	handoffPhase   metric.Float64Histogram
+	handoffs       metric.Int64Counter
+	signalFailures metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
 	m := mp.Meter(meterName)
 	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID))}
+	out.host.Attrs = out.attrs
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -73,20 +67,20 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.detaches, err = m.Int64Counter("sharding.detaches", metric.WithUnit("{detach}"), metric.WithDescription("detach transitions, by reason"))
 	add(err)
-	out.activations, err = m.Int64Counter("sharding.entity_activations", metric.WithUnit("{entity}"), metric.WithDescription("entity instances created"))
+	out.host.Activations, err = m.Int64Counter("sharding.entity_activations", metric.WithUnit("{entity}"), metric.WithDescription("entity instances created"))
 	add(err)
-	out.passivations, err = m.Int64Counter("sharding.entity_passivations", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated (idle or evicted)"))
+	out.host.Passivations, err = m.Int64Counter("sharding.entity_passivations", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated (idle or evicted)"))
 	add(err)
-	out.evictions, err = m.Int64Counter("sharding.entity_evictions", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated by the resident cap"))
+	out.host.Evictions, err = m.Int64Counter("sharding.entity_evictions", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated by the resident cap"))
 	add(err)
-	out.mailboxRejections, err = m.Int64Counter("sharding.mailbox_rejections", metric.WithUnit("{message}"), metric.WithDescription("messages refused by a full mailbox"))
+	out.host.MailboxRejections, err = m.Int64Counter("sharding.mailbox_rejections", metric.WithUnit("{message}"), metric.WithDescription("messages refused by a full mailbox"))
 	add(err)
-	out.handlerDuration, err = m.Float64Histogram("sharding.handler_duration", metric.WithUnit("s"),
+	out.host.HandlerDuration, err = m.Float64Histogram("sharding.handler_duration", metric.WithUnit("s"),
 		metric.WithDescription("handler run time, sampled 1 in 64 messages per entity"))
 	add(err)
-	out.panics, err = m.Int64Counter("sharding.handler_panics", metric.WithUnit("{message}"), metric.WithDescription("handler panics (message failed, instance discarded)"))
+	out.host.Panics, err = m.Int64Counter("sharding.handler_panics", metric.WithUnit("{message}"), metric.WithDescription("handler panics (message failed, instance discarded)"))
 	add(err)
-	out.dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithUnit("{message}"),
+	out.host.Dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithUnit("{message}"),
 		metric.WithDescription("messages dropped, by reason: shard_left (a signal whose shard left before it ran), stale_result (a handler finished after its shard left, or its reply came from an epoch older than one already seen: result withheld)"))
 	add(err)
 	out.sendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithUnit("{attempt}"), metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
@@ -96,9 +90,9 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.handoffs, err = m.Int64Counter("sharding.handoffs", metric.WithUnit("{handoff}"), metric.WithDescription("handoffs by outcome: completed, aborted"))
 	add(err)
-	out.cutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithUnit("{message}"), metric.WithDescription("sends held while their shard cut over"))
+	out.host.CutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithUnit("{message}"), metric.WithDescription("sends held while their shard cut over"))
 	add(err)
-	out.cutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithUnit("{message}"), metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
+	out.host.CutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithUnit("{message}"), metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
 	add(err)
 	out.signalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithUnit("{message}"), metric.WithDescription("signal handlers that returned an error, by kind and method"))
 	add(err)
@@ -129,9 +123,7 @@ func (m *metrics) close() {
 	}
 }
 
-func withReason(reason string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("reason", reason))
-}
+func withReason(reason string) metric.MeasurementOption { return hosting.WithReason(reason) }
 
 func withPhase(phase string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("phase", phase))

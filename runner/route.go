@@ -9,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"
@@ -59,34 +60,34 @@ func (r *Runner) sendOnce(ctx context.Context, c entity.Call) (any, error) {
 	}
 	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
 	var first error
-	if sh := r.hosts[id].Load(); sh != nil { // fast path
-		res := sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
-		if !res.undelivered || !retryable(res.err) {
-			return res.v, res.err
+	if sh := r.hosting.Lookup(id); sh != nil { // fast path
+		res := sh.Deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
+		if !res.Undelivered || !retryable(res.Err) {
+			return res.V, res.Err
 		}
-		first = res.err
+		first = res.Err
 	}
 	return r.sendSlow(ctx, k, h, id, c, first)
 }
 
 // resolve finds the registered kind and handler of a call.
-func (r *Runner) resolve(c entity.Call) (*kindRT, *entity.Handler, error) {
+func (r *Runner) resolve(c entity.Call) (*hosting.Kind, *entity.Handler, error) {
 	if c.Kind == nil {
 		return nil, nil, fmt.Errorf("%w: nil kind", entity.ErrUnknownKind)
 	}
-	k := r.kind(c.Kind.Name())
+	k := r.hosting.Kind(c.Kind.Name())
 	if k == nil {
 		return nil, nil, fmt.Errorf("%w: %q is not registered on runner %s", entity.ErrUnknownKind, c.Kind.Name(), r.cfg.ID)
 	}
 	h := c.Handler
-	if h == nil || k.desc != c.Kind {
+	if h == nil || k.Desc != c.Kind {
 		name := ""
 		if h != nil {
 			name = h.Name()
 		}
 		var ok bool
-		if h, ok = k.desc.Handler(name); !ok {
-			return nil, nil, fmt.Errorf("%w: %s.%s", entity.ErrUnknownMethod, k.desc.Name(), name)
+		if h, ok = k.Desc.Handler(name); !ok {
+			return nil, nil, fmt.Errorf("%w: %s.%s", entity.ErrUnknownMethod, k.Desc.Name(), name)
 		}
 	}
 	return k, h, nil
@@ -114,7 +115,7 @@ func newBackoff() *backoff.ExponentialBackOff {
 }
 
 // sendSlow is the routing loop with retries.
-func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, last error) (any, error) {
+func (r *Runner) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handler, id sharding.ShardID, c entity.Call, last error) (any, error) {
 	var (
 		waiting bool // counted in r.waiting (MaxWaitingSends)
 		bo      *backoff.ExponentialBackOff
@@ -135,9 +136,9 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 			err  error
 			sent bool
 		)
-		if sh := r.hosts[id].Load(); sh != nil {
-			res := sh.deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
-			v, err, sent = res.v, res.err, !res.undelivered
+		if sh := r.hosting.Lookup(id); sh != nil {
+			res := sh.Deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
+			v, err, sent = res.V, res.Err, !res.Undelivered
 		} else {
 			owner, ok := r.route(id)
 			if hint != "" && hint != owner.ID {
@@ -157,8 +158,8 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 					"so no other runner can reach its entities", ErrNoTransport, id, owner.ID), true
 			default:
 				if payload == nil {
-					if payload, err = k.opts.Codec.Marshal(c.Req); err != nil {
-						return nil, fmt.Errorf("%w: encode %s.%s request: %w", entity.ErrBadRequest, k.desc.Name(), h.Name(), err)
+					if payload, err = k.Opts.Codec.Marshal(c.Req); err != nil {
+						return nil, fmt.Errorf("%w: encode %s.%s request: %w", entity.ErrBadRequest, k.Desc.Name(), h.Name(), err)
 					}
 				}
 				v, err, sent = r.remote(ctx, owner, k, h, id, c, payload)
@@ -196,10 +197,10 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("runner: %s %q not delivered: %w (last attempt: %w)", k.desc.Name(), c.Entity, ctxErr(ctx), last)
+			return nil, fmt.Errorf("runner: %s %q not delivered: %w (last attempt: %w)", k.Desc.Name(), c.Entity, hosting.ContextError(ctx), last)
 		case <-changed:
 			if !r.running.Load() {
-				return nil, fmt.Errorf("%w; %s %q not delivered (last attempt: %w)", r.closedErr(), k.desc.Name(), c.Entity, last)
+				return nil, fmt.Errorf("%w; %s %q not delivered (last attempt: %w)", r.closedErr(), k.Desc.Name(), c.Entity, last)
 			}
 		case <-timer.C:
 		}
@@ -207,10 +208,10 @@ func (r *Runner) sendSlow(ctx context.Context, k *kindRT, h *entity.Handler, id 
 }
 
 // remote delivers to the owner over the transport.
-func (r *Runner) remote(ctx context.Context, owner storage.Runner, k *kindRT, h *entity.Handler, id sharding.ShardID, c entity.Call, payload []byte) (any, error, bool) {
+func (r *Runner) remote(ctx context.Context, owner storage.Runner, k *hosting.Kind, h *entity.Handler, id sharding.ShardID, c entity.Call, payload []byte) (any, error, bool) {
 	req := &transport.DeliverRequest{
-		Kind: k.desc.Name(), Method: h.Name(), Entity: c.Entity, Payload: payload,
-		OneWay: h.OneWay(), Shard: uint32(id), Sender: r.cfg.ID, Codec: k.opts.Codec.Name(),
+		Kind: k.Desc.Name(), Method: h.Name(), Entity: c.Entity, Payload: payload,
+		OneWay: h.OneWay(), Shard: uint32(id), Sender: r.cfg.ID, Codec: k.Opts.Codec.Name(),
 	}
 	resp, sent, err := r.net.Call(ctx, owner.Address, req)
 	if err != nil {
@@ -232,7 +233,7 @@ func (r *Runner) remote(ctx context.Context, owner storage.Runner, k *kindRT, h 
 	if h.OneWay() {
 		return nil, nil, true
 	}
-	v, err := h.DecodeResponse(k.opts.Codec, resp.Payload)
+	v, err := h.DecodeResponse(k.Opts.Codec, resp.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("runner: response from %s: %w", owner.ID, err), true
 	}
@@ -262,7 +263,7 @@ func (r *Runner) checkEpoch(id sharding.ShardID, owner storage.Runner, epoch sto
 	if live {
 		return nil
 	}
-	r.met.dropped.Add(context.Background(), 1, r.met.attrs, withReason(dropStaleResult))
+	r.met.host.Dropped.Add(context.Background(), 1, r.met.attrs, withReason(hosting.DropStaleResult))
 	r.log.Warn("result from an ended lease, older than an epoch already seen; withheld",
 		"shard", id, "from", owner.ID, "epoch", epoch, "seen", newer)
 	return &StaleResultError{Shard: id, Runner: owner.ID, Epoch: epoch, Newer: newer, Cause: ErrShardMoved}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -42,7 +43,7 @@ type shard struct {
 	epoch  storage.Epoch
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	host   *shardHost
+	host   *hosting.Shard
 	// unassignedSince: when the shard was first seen assigned elsewhere
 	// (zero while assigned here); bounds the wait for a handoff.
 	unassignedSince time.Time
@@ -72,20 +73,15 @@ type Runner struct {
 	started     time.Time
 	hub         hub
 
-	kindsMu   sync.Mutex
-	kinds     atomic.Pointer[map[string]*kindRT] // copy on write
-	hosts     []atomic.Pointer[shardHost]        // by shard; nil when not hosted
-	epochs    []atomic.Int64                     // by shard: the newest epoch seen (checkEpoch)
-	residents residents
-	waiters   sync.Pool                                                                   // of *waiter
-	net       transport.Transport                                                         // runner-to-runner delivery (Config.Transport, or gRPC)
-	served    bool                                                                        // the transport listens (set by Run before any goroutine)
-	onServe   atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
-	waiting   atomic.Int64
-	routeCh   atomic.Pointer[chan struct{}] // closed at every routing change
-	evictKick chan struct{}                 // 1-buffered: the resident cap is exceeded
-	tripKick  chan struct{}                 // 1-buffered: a sender saw the detach instant pass
-	tripAt    atomic.Int64                  // detach instant, ns since clockBase; MaxInt64: none
+	hosting  *hosting.Host                                                               // the entities of the owned shards (internal/hosting)
+	epochs   []atomic.Int64                                                              // by shard: the newest epoch seen (checkEpoch)
+	net      transport.Transport                                                         // runner-to-runner delivery (Config.Transport, or gRPC)
+	served   bool                                                                        // the transport listens (set by Run before any goroutine)
+	onServe  atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
+	waiting  atomic.Int64
+	routeCh  atomic.Pointer[chan struct{}] // closed at every routing change
+	tripKick chan struct{}                 // 1-buffered: a sender saw the detach instant pass
+	tripAt   atomic.Int64                  // detach instant, ns since clockBase; MaxInt64: none
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -108,7 +104,7 @@ type Runner struct {
 	lease      storage.LeaseID
 	owned      map[sharding.ShardID]*shard
 	releasing  map[sharding.ShardID]storage.Epoch   // being released or rewritten by us
-	lastHosts  map[sharding.ShardID]*shardHost      // each shard's last host here (for its stragglers)
+	lastHosts  map[sharding.ShardID]*hosting.Shard  // each shard's last host here (for its stragglers)
 	handoffs   map[sharding.ShardID]storage.Handoff // view of handoffs/
 	// handoffRaw holds the stored form of the records in handoffs not
 	// decoded yet (foreign when they arrived); handoffLocked decodes one
@@ -212,7 +208,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		done:            make(chan struct{}),
 		owned:           make(map[sharding.ShardID]*shard),
 		releasing:       make(map[sharding.ShardID]storage.Epoch),
-		lastHosts:       make(map[sharding.ShardID]*shardHost),
+		lastHosts:       make(map[sharding.ShardID]*hosting.Shard),
 		handoffs:        make(map[sharding.ShardID]storage.Handoff),
 		handoffRaw:      make(map[sharding.ShardID]storage.KeyValue),
 		inbound:         make(map[sharding.ShardID]*inbound),
@@ -225,11 +221,9 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		work:            newWorkQueue(cfg.NumShards),
 		members:         make(map[string]storage.Runner),
 		byLease:         make(map[storage.LeaseID]storage.Runner),
-		evictKick:       make(chan struct{}, 1),
 		tripKick:        make(chan struct{}, 1),
 		locks:           make(lockView, cfg.NumShards),
 	}
-	r.kinds.Store(&map[string]*kindRT{})
 	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -239,9 +233,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.tripAt.Store(math.MaxInt64)
 	routes := make(chan struct{})
 	r.routeCh.Store(&routes)
-	r.hosts = make([]atomic.Pointer[shardHost], cfg.NumShards)
 	r.epochs = make([]atomic.Int64, cfg.NumShards)
-	r.residents.r = r
 	r.net = cfg.Transport
 	if r.net == nil {
 		listen := cfg.ListenAddr
@@ -255,11 +247,14 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		})
 	}
 	r.address = cfg.Address
-	r.waiters.New = newWaiter
 	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
 	if err != nil {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
+	r.hosting = hosting.New(hosting.Config{
+		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
+		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval,
+	}, hostingEnv{r}, store, &r.met.host, r.log)
 	return r, nil
 }
 
@@ -444,7 +439,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { _ = r.keeper.Run(ctx) })
 		wg.Go(func() { r.followHandoffs(ctx) })
 		wg.Go(func() { r.watchdog(ctx) })
-		wg.Go(func() { r.janitor(ctx) })
+		wg.Go(func() { r.hosting.Janitor(ctx) })
 		wg.Go(func() { r.guardRecord(ctx) })
 		wg.Go(func() { r.followDrain(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
@@ -568,15 +563,16 @@ func (r *Runner) dropOwnedLocked(cause error) {
 // messages stop finding it, then its context is cancelled with cause:
 // running handlers see it, queued messages fail with it) and owned.
 func (r *Runner) disownLocked(s *shard, cause error) {
-	if r.hosts[s.id].Load() == s.host {
-		r.hosts[s.id].Store(nil)
-	}
-	s.host.close()
+	r.hosting.Uninstall(s.host)
+	s.host.Close()
 	s.cancel(cause)
 	r.lastHosts[s.id] = s.host
 	delete(r.owned, s.id)
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 }
+
+// clockBase makes monotonic nanosecond readings: time.Since(clockBase).
+var clockBase = time.Now()
 
 // pastTrip reports whether the detach instant has passed; it then wakes the
 // watchdog, which detaches.
@@ -600,7 +596,7 @@ func (r *Runner) setTrip(h lease.Health) {
 
 // installLocked records shard id as owned at epoch and starts hosting it.
 func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
-	var warmed map[entityKey]any
+	var warmed map[hosting.EntityKey]any
 	if in := r.inbound[id]; in != nil { // the old owner died mid-handoff
 		delete(r.inbound, id)
 		in.cancel()
@@ -612,7 +608,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 
 // installWithLocked installs shard id; entities activate with reason and
 // may start from warmed instances.
-func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, reason entity.ActivateReason, warmed map[entityKey]any) {
+func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, reason entity.ActivateReason, warmed map[hosting.EntityKey]any) {
 	if _, dup := r.owned[id]; dup {
 		return
 	}
@@ -620,12 +616,12 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.attachCtx, shardInfoKey{}, info))
 	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel}
-	s.host = newShardHost(r, s, r.lastHosts[id])
-	s.host.reason = reason
-	s.host.warmed = warmed
+	s.host = r.hosting.NewShard(hosting.ShardSpec{
+		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.attachCtx, Prev: r.lastHosts[id], Reason: reason, Warmed: warmed,
+	})
 	delete(r.lastHosts, id)
 	r.owned[id] = s
-	r.hosts[id].Store(s.host)
+	r.hosting.Install(s.host)
 	r.sawEpoch(id, epoch)
 	delete(r.pending, id)
 	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})

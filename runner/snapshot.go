@@ -132,26 +132,12 @@ type kindCount struct {
 }
 
 // kindCounts returns the registered kinds by name with their resident
-// entities and message counters. It costs O(hosted shards + resident
-// entities), each shard's entity table read-locked in turn.
+// entities and message counters (see hosting.Host.KindCounts).
 func (r *Runner) kindCounts() []kindCount {
-	kinds := *r.kinds.Load()
-	active := make(map[string]int, len(kinds))
-	for i := range r.hosts {
-		sh := r.hosts[i].Load()
-		if sh == nil {
-			continue
-		}
-		sh.mu.RLock()
-		for key := range sh.entities {
-			active[key.kind]++
-		}
-		sh.mu.RUnlock()
+	counts := r.hosting.KindCounts()
+	out := make([]kindCount, len(counts))
+	for i, k := range counts {
+		out[i] = kindCount{name: k.Name, active: k.Active, handled: k.Handled, rejected: k.Rejected}
 	}
-	out := make([]kindCount, 0, len(kinds))
-	for name, k := range kinds {
-		out = append(out, kindCount{name: name, active: active[name], handled: k.stats.handled.load(), rejected: k.stats.rejected.load()})
-	}
-	slices.SortFunc(out, func(a, b kindCount) int { return strings.Compare(a.name, b.name) })
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -392,7 +393,7 @@ func (r *Runner) waitRun(ctx context.Context) error {
 		case <-r.stopReq:
 		case <-r.closeReq:
 		case <-ctx.Done():
-			return fmt.Errorf("runner %s: waiting for Run to be called: %w", r.cfg.ID, ctxErr(ctx))
+			return fmt.Errorf("runner %s: waiting for Run to be called: %w", r.cfg.ID, hosting.ContextError(ctx))
 		case <-t.C:
 			return fmt.Errorf("%w: runner %s: Run was not called (waited %v)", ErrClosed, r.cfg.ID, runCallGrace)
 		}

@@ -1,0 +1,39 @@
+// Package hosting runs the entities of the shards a runner owns: one Shard
+// per owned shard and epoch (its mailboxes and resident instances, their
+// activation, passivation and Release hooks, the cutover of a planned
+// move), and one Host per runner (the registered kinds, the table of
+// hosted shards, the LRU of resident entities under the resident cap, the
+// janitor). In DESIGN.md terms it is the "entity host" box: the runner's
+// control loop decides which shards are owned; hosting runs what they hold.
+//
+// It guarantees, for the messages it admits:
+//
+//   - One instance, one goroutine. An entity runs one handler at a time,
+//     on a goroutine that exists only while its mailbox is non-empty; a
+//     new instance of an entity never activates before the previous
+//     instance's Release hook returned, nor before the handlers of the
+//     shard's previous epoch on this runner returned (bounded by
+//     DrainTimeout).
+//   - No handler after the shard left. Before each handler (and again
+//     after a slow activation) the shard's context and the detach instant
+//     (Env.PastDetach, on the monotonic clock) are checked: a message that
+//     fails the check is answered undelivered (UndeliveredError, safe to
+//     retry), never run.
+//   - No acknowledged result after the shard left. When a handler returns,
+//     the same checks are made again: if the shard left (or the detach
+//     instant passed) while it ran, its result is withheld
+//     (StaleResultError, errors.Is ErrMaybeDelivered) and the instance is
+//     discarded — unless the shard is being released plainly with its lock
+//     kept until its handlers return (KeepLock).
+//   - Drains lose nothing. Drain stops admission atomically with enqueue,
+//     waits for running handlers and for every remote answer to be written
+//     (Deliver with remote, ReplyWritten), then runs Release hooks of idle
+//     instances; during a cutover (BeginCutover) asks not started yet go
+//     back to their senders undelivered and new senders wait (at most
+//     CutoverWaiters) for the outcome.
+//
+// Hosting makes no store call but the entities' own checkpoint reads and
+// fenced writes (Checkpoints), and never decides ownership: Install,
+// Uninstall, Close and the cancellation of a shard's context are the
+// runner's.
+package hosting

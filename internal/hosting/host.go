@@ -1,0 +1,239 @@
+package hosting
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Config is what hosting needs of the runner's configuration.
+type Config struct {
+	RunnerID  string // named in StaleResultError
+	NumShards int
+	// DrainTimeout bounds the wait for a previous epoch's handlers and a
+	// passivated entity's Release hook.
+	DrainTimeout time.Duration
+	// CutoverWaiters is how many senders may wait for one shard's cutover.
+	CutoverWaiters int
+	// MaxResidentEntities caps resident entities (0: no cap).
+	MaxResidentEntities int
+	// PassivationInterval is the janitor's period.
+	PassivationInterval time.Duration
+}
+
+// Env is what hosting asks of the runner around it.
+type Env interface {
+	// PastDetach reports whether the detach instant has passed (and makes
+	// the runner detach): no handler may start, nor have its result
+	// acknowledged, after it.
+	PastDetach() bool
+	// NotHere is the error for a message to a shard not hosted here.
+	NotHere(id sharding.ShardID) error
+	// SignalFailed reports a signal whose handler returned err.
+	SignalFailed(kind, method string, shard sharding.ShardID, err error)
+}
+
+// Checkpoints is the part of storage.Store entities' lifecycle hooks use.
+type Checkpoints interface {
+	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error)
+	ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (cp storage.Checkpoint, ok bool, err error)
+	DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch) error
+}
+
+// Metrics are the instruments hosting records to (created by the runner,
+// which documents them). Attrs is added to every measurement.
+type Metrics struct {
+	Attrs             metric.MeasurementOption
+	Activations       metric.Int64Counter
+	Passivations      metric.Int64Counter
+	Evictions         metric.Int64Counter
+	MailboxRejections metric.Int64Counter
+	HandlerDuration   metric.Float64Histogram
+	Panics            metric.Int64Counter
+	Dropped           metric.Int64Counter // by reason: DropShardLeft, DropStaleResult
+	CutoverBuffered   metric.Int64Counter
+	CutoverRejected   metric.Int64Counter
+}
+
+// Reasons of the sharding.messages_dropped counter.
+const (
+	DropShardLeft   = "shard_left"   // a signal whose shard left before it ran
+	DropStaleResult = "stale_result" // a handler finished after its shard left: result withheld
+)
+
+// WithReason is the reason attribute of a measurement.
+func WithReason(reason string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("reason", reason))
+}
+
+// Host hosts the entities of every shard a runner owns: the registered
+// kinds, the table of hosted shards, the resident entities across shards
+// (LRU, resident cap) and their passivation.
+type Host struct {
+	cfg   Config
+	env   Env
+	store Checkpoints
+	met   *Metrics
+	log   *slog.Logger
+
+	kindsMu sync.Mutex
+	kinds   atomic.Pointer[map[string]*Kind] // copy on write
+	shards  []atomic.Pointer[Shard]          // by shard ID; nil when not hosted
+
+	residents residents
+	waiters   sync.Pool     // of *waiter
+	evictKick chan struct{} // 1-buffered: the resident cap is exceeded
+}
+
+// New returns a Host hosting nothing yet.
+func New(cfg Config, env Env, store Checkpoints, met *Metrics, log *slog.Logger) *Host {
+	h := &Host{
+		cfg: cfg, env: env, store: store, met: met, log: log,
+		shards: make([]atomic.Pointer[Shard], cfg.NumShards), evictKick: make(chan struct{}, 1),
+	}
+	h.kinds.Store(&map[string]*Kind{})
+	h.residents.h = h
+	h.waiters.New = func() any { return &waiter{ch: make(chan Result, 1)} }
+	return h
+}
+
+// Register makes kinds available. Registering a different kind under a
+// name already taken is an error; registering the same kind twice is a
+// no-op.
+func (h *Host) Register(kinds ...entity.Descriptor) error {
+	h.kindsMu.Lock()
+	defer h.kindsMu.Unlock()
+	cur := h.kinds.Load()
+	next := make(map[string]*Kind, len(*cur)+len(kinds))
+	for name, k := range *cur {
+		next[name] = k
+	}
+	for _, d := range kinds {
+		if d == nil || d.Name() == "" {
+			return fmt.Errorf("%w: nil or unnamed kind", entity.ErrInvalidKind)
+		}
+		if old, ok := next[d.Name()]; ok {
+			if old.Desc != d {
+				return fmt.Errorf("%w: kind %q registered twice with different definitions", entity.ErrInvalidKind, d.Name())
+			}
+			continue
+		}
+		next[d.Name()] = &Kind{Desc: d, Opts: d.Options(), warms: kindWarms(d)}
+	}
+	h.kinds.Store(&next)
+	return nil
+}
+
+// Kind returns the registered kind named name, or nil.
+func (h *Host) Kind(name string) *Kind { return (*h.kinds.Load())[name] }
+
+// CanWarm reports whether a registered kind's instances can warm.
+func (h *Host) CanWarm() bool {
+	for _, k := range *h.kinds.Load() {
+		if k.warms {
+			return true
+		}
+	}
+	return false
+}
+
+// Lookup returns the host of shard id, or nil when it is not hosted here.
+func (h *Host) Lookup(id sharding.ShardID) *Shard { return h.shards[id].Load() }
+
+// Install makes sh the host of its shard: messages find it from now on.
+func (h *Host) Install(sh *Shard) { h.shards[sh.id].Store(sh) }
+
+// Uninstall stops sh being found by new messages, if it is still the host
+// of its shard.
+func (h *Host) Uninstall(sh *Shard) { h.shards[sh.id].CompareAndSwap(sh, nil) }
+
+// EntityCount returns the number of resident entities.
+func (h *Host) EntityCount() int { return h.residents.count() }
+
+// Hot returns up to limit resident entities of shard, most recently used
+// first.
+func (h *Host) Hot(shard sharding.ShardID, limit int) []EntityKey {
+	return h.residents.hot(shard, limit)
+}
+
+// KindCount is what the debug page shows of one registered kind.
+type KindCount struct {
+	Name     string
+	Active   int    // resident instances
+	Handled  uint64 // messages whose handler ran
+	Rejected uint64 // messages refused by a full mailbox
+}
+
+// KindCounts returns the registered kinds by name with their resident
+// entities and message counters. It costs O(hosted shards + resident
+// entities), each shard's entity table read-locked in turn.
+func (h *Host) KindCounts() []KindCount {
+	kinds := *h.kinds.Load()
+	active := make(map[string]int, len(kinds))
+	for i := range h.shards {
+		sh := h.shards[i].Load()
+		if sh == nil {
+			continue
+		}
+		sh.mu.RLock()
+		for key := range sh.entities {
+			active[key.Kind]++
+		}
+		sh.mu.RUnlock()
+	}
+	out := make([]KindCount, 0, len(kinds))
+	for name, k := range kinds {
+		out = append(out, KindCount{Name: name, Active: active[name], Handled: k.stats.handled.load(), Rejected: k.stats.rejected.load()})
+	}
+	slices.SortFunc(out, func(a, b KindCount) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Janitor passivates idle entities periodically and evicts over the
+// resident cap, until ctx ends. Release hooks of passivated entities run
+// here, never on a sender's goroutine.
+func (h *Host) Janitor(ctx context.Context) {
+	t := time.NewTicker(h.cfg.PassivationInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			h.residents.passivateIdle(now)
+			h.residents.evict()
+		case <-h.evictKick:
+			h.residents.evict()
+		}
+	}
+}
+
+// checkpointName is the storage name of an entity's checkpoint.
+func checkpointName(key EntityKey) string { return key.Kind + "/" + key.ID }
+
+// restoreFunc is the Restore of an entity's Activate and Warm hooks.
+func (h *Host) restoreFunc(id sharding.ShardID, key EntityKey) func(context.Context) ([]byte, bool, error) {
+	return func(ctx context.Context) ([]byte, bool, error) {
+		cp, ok, err := h.store.ReadCheckpoint(ctx, id, checkpointName(key))
+		return cp.Data, ok, err
+	}
+}
+
+// signal wakes ch's reader without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

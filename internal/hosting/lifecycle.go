@@ -1,0 +1,234 @@
+package hosting
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+)
+
+// waitCutover is called by a sender that found admission stopped: during a
+// handoff it waits (bounded by CutoverWaiters and ctx) for the outcome,
+// then the caller re-checks; otherwise it returns the not-here error,
+// naming the new owner when known.
+func (sh *Shard) waitCutover(ctx context.Context) error {
+	sh.mu.Lock()
+	ch := sh.cutover
+	if ch == nil || sh.cutoverWaiters >= sh.h.cfg.CutoverWaiters {
+		movedTo := sh.movedTo
+		sh.mu.Unlock()
+		if ch != nil {
+			sh.h.met.CutoverRejected.Add(context.Background(), 1, sh.h.met.Attrs)
+		}
+		if movedTo != "" {
+			return &NotOwnerError{Shard: sh.id, OwnerHint: movedTo}
+		}
+		return sh.h.env.NotHere(sh.id)
+	}
+	sh.cutoverWaiters++
+	sh.mu.Unlock()
+	sh.h.met.CutoverBuffered.Add(context.Background(), 1, sh.h.met.Attrs)
+	defer func() {
+		sh.mu.Lock()
+		sh.cutoverWaiters--
+		sh.mu.Unlock()
+	}()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("runner: waiting for the handoff of shard %d: %w", sh.id, context.Cause(ctx))
+	}
+}
+
+// BeginCutover stops admission for a handoff to runner to: new senders
+// wait for the outcome, and asks admitted but not started yet go back to
+// their senders (the new owner is ready).
+func (sh *Shard) BeginCutover(to string) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.admitting = false
+	sh.movedTo = to
+	sh.cutover = make(chan struct{})
+	sh.handingOff.Store(true)
+}
+
+// Reopen resumes hosting after a failed handoff: released entities are
+// forgotten (new instances activate on demand) and waiting senders retry.
+func (sh *Shard) Reopen() {
+	sh.mu.Lock()
+	var dead []*resident
+	for k, e := range sh.entities {
+		e.mu.Lock()
+		if e.dead {
+			dead = append(dead, e)
+			delete(sh.entities, k)
+		}
+		e.mu.Unlock()
+	}
+	sh.admitting = true
+	sh.draining.Store(false)
+	sh.handingOff.Store(false)
+	sh.movedTo = ""
+	ch := sh.cutover
+	sh.cutover = nil
+	sh.mu.Unlock()
+	for _, e := range dead {
+		sh.h.residents.remove(e)
+	}
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// release calls inst's Release hook, if it has one and was activated.
+func (sh *Shard) release(ctx context.Context, e *resident, reason error) {
+	rel, ok := e.inst.(entity.Releaser)
+	if !ok || !e.activated {
+		return
+	}
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("release hook panicked: %v", p)
+			}
+		}()
+		return rel.Release(ctx, entity.ReleaseInfo{
+			Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Checkpoint: sh.checkpointFunc(e.key),
+			DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
+		})
+	}()
+	if err != nil {
+		sh.h.log.Warn("entity Release hook failed", "kind", e.key.Kind, "shard", sh.id, "reason", reason, "err", err)
+	}
+}
+
+// Drain stops admission, waits (bounded by ctx) until no entity has a
+// goroutine, every remote answer is written and no passivation is in
+// flight — in a handoff, asks admitted but not started are not run but
+// returned undelivered (their senders retry at the new owner, which is
+// ready), so its drain waits for the handlers running, not for queues
+// whose every message may stall (an etcd leader failover held each
+// checkpoint write for its 5 s timeout) — then runs the Release hooks of
+// the idle activated entities with reason. An entity still busy when ctx
+// ends gets no Release hook (it would run concurrently with its handler);
+// it is interrupted when the shard's context is cancelled. Messages
+// arriving afterwards get NotOwner (retryable).
+func (sh *Shard) Drain(ctx context.Context, reason error) {
+	sh.mu.Lock()
+	sh.admitting = false
+	sh.draining.Store(true)
+	retiring := make([]chan struct{}, 0, len(sh.retiring))
+	for _, ch := range sh.retiring {
+		retiring = append(retiring, ch)
+	}
+	sh.mu.Unlock()
+	// Every admitted message has run and every remote answer is written
+	// (the sender has it before the shard can move).
+	timedOut := false
+	for (sh.running.Load() > 0 || sh.replying.Load() > 0) && !timedOut {
+		select {
+		case <-sh.idle:
+		case <-ctx.Done():
+			timedOut = true
+		case <-time.After(50 * time.Millisecond): // cheap re-check against lost wake-ups
+		}
+	}
+	for _, ch := range retiring {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	sh.mu.Lock()
+	es := make([]*resident, 0, len(sh.entities))
+	busy := 0
+	for _, e := range sh.entities {
+		e.mu.Lock()
+		if e.running {
+			busy++
+		} else {
+			e.dead = true
+			es = append(es, e)
+		}
+		e.mu.Unlock()
+	}
+	sh.mu.Unlock()
+	if timedOut {
+		sh.h.log.Warn("drain timed out; busy entities are interrupted without Release", "shard", sh.id, "busy", busy)
+	}
+	sh.interrupted.Store(int64(busy))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, e := range es {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sh.release(ctx, e, reason)
+		})
+	}
+	wg.Wait()
+}
+
+// Close ends hosting: no more admission, entities forgotten. Goroutines
+// still running fail their queued messages with the shard context's cause
+// (the caller cancels it).
+func (sh *Shard) Close() {
+	sh.mu.Lock()
+	sh.admitting = false
+	es := make([]*resident, 0, len(sh.entities))
+	for _, e := range sh.entities {
+		es = append(es, e)
+	}
+	clear(sh.entities)
+	clear(sh.warmed)
+	ch := sh.cutover
+	sh.cutover = nil
+	sh.mu.Unlock()
+	if ch != nil {
+		close(ch) // waiting senders now get NotOwner naming movedTo
+	}
+	for _, e := range es {
+		e.mu.Lock()
+		e.dead = true
+		e.mu.Unlock()
+		sh.h.residents.remove(e)
+	}
+}
+
+// retire passivates an idle entity: it leaves the shard's map at once (a
+// new message creates a new instance, which waits for this one's Release
+// hook) and runs the Release hook with reason. It reports false if the
+// entity is busy or already gone.
+func (sh *Shard) retire(e *resident, reason error) bool {
+	sh.mu.Lock()
+	if !sh.admitting || sh.entities[e.key] != e {
+		sh.mu.Unlock()
+		return false
+	}
+	e.mu.Lock()
+	if e.running || len(e.queue) > 0 {
+		e.mu.Unlock()
+		sh.mu.Unlock()
+		return false
+	}
+	e.dead = true
+	e.mu.Unlock()
+	delete(sh.entities, e.key)
+	done := make(chan struct{})
+	sh.retiring[e.key] = done
+	sh.mu.Unlock()
+	sh.h.residents.remove(e)
+	sh.h.met.Passivations.Add(context.Background(), 1, sh.h.met.Attrs)
+
+	ctx, cancel := context.WithTimeout(sh.ctx, sh.h.cfg.DrainTimeout)
+	sh.release(ctx, e, reason)
+	cancel()
+	sh.mu.Lock()
+	delete(sh.retiring, e.key)
+	sh.mu.Unlock()
+	close(done)
+	return true
+}

@@ -1,0 +1,290 @@
+package hosting
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+)
+
+// lingerSpins is how many times a hot entity's goroutine yields before
+// exiting on an empty mailbox: a sender on another core usually refills it
+// within that time, so a hot entity keeps its goroutine while an idle one
+// has none. An entity is hot when its goroutine restarts within hotWindow
+// of its last exit; new and occasional entities exit at once, so thousands
+// of them never spin.
+const (
+	lingerSpins = 8
+	hotWindow   = 100 * time.Microsecond
+)
+
+// clockBase makes monotonic nanosecond readings: time.Since(clockBase).
+var clockBase = time.Now()
+
+// resident is one resident entity instance. It has a goroutine only while its
+// mailbox is non-empty (plus a short linger).
+type resident struct {
+	key  EntityKey
+	kind *Kind
+	host *Shard
+
+	mu       sync.Mutex
+	queue    []message
+	spare    []message
+	running  bool
+	dead     bool          // retired: pushes fail with errRetired
+	hot      bool          // restarted within hotWindow: linger before exiting
+	lastExit time.Duration // since clockBase
+
+	// Owned by the entity's goroutine (or by the retiring goroutine once
+	// dead and idle).
+	inst      any
+	activated bool
+	restart   bool
+	processed uint64
+
+	// LRU links and last use, under Host.residents.mu.
+	prev, next *resident
+	lastUsed   time.Time
+	listed     bool
+}
+
+// push appends msg and starts the goroutine if needed. Callers hold
+// host.mu (read or write). errRetired is a safety net: an instance is
+// marked dead only after it left host.entities or while host admission is
+// off, and enqueue checks both under host.mu before pushing.
+func (e *resident) push(msg message) error {
+	e.mu.Lock()
+	if e.dead {
+		e.mu.Unlock()
+		return errRetired
+	}
+	if len(e.queue) >= e.kind.Opts.Mailbox {
+		e.mu.Unlock()
+		e.kind.stats.rejected.add(e.host.id)
+		met := e.host.h.met
+		met.MailboxRejections.Add(context.Background(), 1, met.Attrs)
+		return fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.Kind, e.key.ID, e.kind.Opts.Mailbox)
+	}
+	e.queue = append(e.queue, msg)
+	start := !e.running
+	if start {
+		e.running = true
+		e.hot = e.lastExit > 0 && time.Since(clockBase)-e.lastExit < hotWindow
+	}
+	e.mu.Unlock()
+	if start {
+		e.host.running.Add(1)
+		go e.run()
+	}
+	return nil
+}
+
+// run drains the mailbox in batches, then exits.
+func (e *resident) run() {
+	var batch []message // the last batch processed, handed back as spare
+	for {
+		e.mu.Lock()
+		if batch != nil {
+			e.spare, batch = batch[:0], nil
+		}
+		if len(e.queue) == 0 {
+			hot := e.hot
+			e.mu.Unlock()
+			if hot && e.linger() {
+				continue
+			}
+			e.mu.Lock()
+			if len(e.queue) > 0 {
+				e.mu.Unlock()
+				continue
+			}
+			e.running = false
+			e.lastExit = time.Since(clockBase)
+			e.mu.Unlock()
+			e.host.h.residents.touch(e)
+			if e.host.running.Add(-1) == 0 && e.host.draining.Load() {
+				signal(e.host.idle)
+			}
+			return
+		}
+		batch = e.queue
+		e.queue = e.spare[:0]
+		e.mu.Unlock()
+		for i := range batch {
+			e.process(&batch[i])
+			batch[i] = message{}
+		}
+	}
+}
+
+// linger yields a few times and reports whether messages arrived.
+func (e *resident) linger() bool {
+	for range lingerSpins {
+		runtime.Gosched()
+		e.mu.Lock()
+		n := len(e.queue)
+		e.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// startGate says why no handler of the shard may start now, or nil: the
+// shard left (its host is done) or the detach instant passed (a long
+// pause?) before the watchdog could act — never start a handler after it.
+func (e *resident) startGate() error {
+	sh := e.host
+	select {
+	case <-sh.done:
+		return context.Cause(sh.ctx)
+	default:
+	}
+	if sh.h.env.PastDetach() {
+		return ErrDetached
+	}
+	return nil
+}
+
+// process runs one message, unless the shard is gone.
+func (e *resident) process(m *message) {
+	sh := e.host
+	if why := e.startGate(); why != nil {
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+		return
+	}
+	if m.reply != nil && sh.handingOff.Load() {
+		// The shard is being handed to a ready owner: an ask not started
+		// yet goes back to its sender, which retries there. (A signal's
+		// sender has its answer already: it runs here.)
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
+		return
+	}
+	if m.ctx != nil && m.ctx.Err() != nil { // the asker gave up before it ran
+		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ContextError(m.ctx)}, true)
+		return
+	}
+	if !e.activated {
+		if err := e.activate(); err != nil {
+			e.fail(m, err, false)
+			return
+		}
+		// Activation may take a while (Restore reads the store; the
+		// process may be paused): check again, right before the handler.
+		if why := e.startGate(); why != nil {
+			e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+			return
+		}
+	}
+	v, err := e.handle(m)
+	if m.reply != nil {
+		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
+	} else if err != nil {
+		sh.h.env.SignalFailed(e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
+	}
+}
+
+// handle runs m's handler and withholds its result if the shard left this
+// runner while it ran.
+func (e *resident) handle(m *message) (any, error) {
+	sh, met := e.host, e.host.h.met
+	e.processed++
+	e.kind.stats.handled.add(sh.id)
+	var start time.Time
+	sample := e.processed%64 == 1
+	if sample {
+		start = time.Now()
+	}
+	v, err := e.invoke(m)
+	if sample {
+		met.HandlerDuration.Record(context.Background(), time.Since(start).Seconds(), met.Attrs)
+	}
+	why, cause := sh.lostWhileRunning()
+	if why == "" {
+		return v, err
+	}
+	// The handler finished after its shard left this runner (a pause
+	// outlived the detach instant, or the shard was dropped): another
+	// runner may already serve the entity, so its result is never
+	// acknowledged and the instance, which may hold that result, is
+	// discarded.
+	e.inst, e.activated, e.restart = nil, false, true
+	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropStaleResult))
+	sh.h.log.Warn("handler finished after its shard left this runner; result withheld, instance discarded",
+		"kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "epoch", sh.epoch, "why", why)
+	return nil, &StaleResultError{Shard: sh.id, Runner: sh.h.cfg.RunnerID, Epoch: sh.epoch, Reason: why, Cause: cause}
+}
+
+// fail answers m with err; undelivered says no handler ran it.
+func (e *resident) fail(m *message, err error, undelivered bool) {
+	if m.reply != nil {
+		m.reply.ch <- Result{Err: err, Undelivered: undelivered}
+		return
+	}
+	met := e.host.h.met
+	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropShardLeft))
+}
+
+// invoke calls the handler, turning a panic into a *entity.PanicError and
+// discarding the instance.
+func (e *resident) invoke(m *message) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			sh := e.host
+			err = &entity.PanicError{Kind: e.key.Kind, Method: m.h.Name(), Entity: e.key.ID, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
+			e.inst, e.activated, e.restart = nil, false, true
+			sh.h.met.Panics.Add(context.Background(), 1, sh.h.met.Attrs)
+			sh.h.log.Error("entity handler panicked; instance discarded", "kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
+		}
+	}()
+	ctx, cancel := e.host.handlerContext(m)
+	if cancel != nil {
+		defer cancel()
+	}
+	return m.h.Invoke(e.inst, ctx, m.req)
+}
+
+// activate creates the instance and calls its Activate hook.
+func (e *resident) activate() error {
+	sh := e.host
+	reason := sh.reason
+	if e.restart {
+		reason = entity.ActivateRestart
+	}
+	inst := e.inst
+	if inst == nil {
+		inst = e.kind.Desc.New(e.key.ID)
+	}
+	if a, ok := inst.(entity.Activator); ok {
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = &entity.PanicError{Kind: e.key.Kind, Method: "Activate", Entity: e.key.ID, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
+				}
+			}()
+			return a.Activate(sh.ctx, entity.ActivateInfo{
+				Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
+				Restore: sh.h.restoreFunc(sh.id, e.key), Checkpoint: sh.checkpointFunc(e.key),
+				DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
+			})
+		}()
+		if err != nil {
+			e.inst = nil
+			return fmt.Errorf("runner: activate %s %q: %w", e.key.Kind, e.key.ID, err)
+		}
+	}
+	e.inst, e.activated, e.restart = inst, true, false
+	return nil
+}
+
+func (e *resident) idle() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.running && len(e.queue) == 0 && !e.dead
+}

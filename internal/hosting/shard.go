@@ -1,0 +1,324 @@
+package hosting
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Shard hosts the entities of one owned shard at one epoch.
+type Shard struct {
+	h      *Host
+	id     sharding.ShardID
+	epoch  storage.Epoch
+	ctx    context.Context
+	done   <-chan struct{}
+	reason entity.ActivateReason
+
+	mu        sync.RWMutex
+	entities  map[EntityKey]*resident
+	retiring  map[EntityKey]chan struct{} // closed when the retired instance's Release returned
+	admitting bool
+
+	// warmed holds instances warmed during the inbound handoff, used
+	// instead of new ones at first activation (then forgotten).
+	warmed map[EntityKey]any
+	// cutover is non-nil while the shard is being handed off: senders
+	// wait on it (at most CutoverWaiters of them) instead of failing; it
+	// is closed when the handoff ends either way. movedTo names the new
+	// owner once known.
+	cutover        chan struct{}
+	cutoverWaiters int
+	movedTo        string
+
+	// prev is the shard's previous host on this runner (an earlier epoch):
+	// its handlers that ignored cancellation must finish before this host
+	// runs any, or one entity could run twice at once here.
+	prev     *Shard
+	prevDone atomic.Bool
+	created  time.Time
+
+	running  atomic.Int64 // entities with a goroutine
+	replying atomic.Int64 // admitted remote asks whose answer is not written yet
+	// interrupted: entities busy when the last drain ended (no Release).
+	interrupted atomic.Int64
+	draining    atomic.Bool
+	// handingOff: a handoff to a ready new owner began (BeginCutover) and
+	// did not fail (Reopen): asks not started yet go back to their senders.
+	handingOff atomic.Bool
+	// actx is the attachment the shard was installed in; lockWaits is set
+	// when a plain release ends the hosting but keeps the lock until the
+	// handlers still running return (while actx lives).
+	actx      context.Context
+	lockWaits atomic.Bool
+	idle      chan struct{} // 1-buffered: running reached 0 while draining
+}
+
+// ShardSpec describes a shard to host.
+type ShardSpec struct {
+	ID    sharding.ShardID
+	Epoch storage.Epoch
+	// Ctx is the shard's context: cancelled, with the cause, when its
+	// ownership ends. Handlers run under it.
+	Ctx context.Context
+	// Attachment is the context of the runner's attachment the shard was
+	// installed in.
+	Attachment context.Context
+	// Prev is the shard's previous host on this runner, or nil.
+	Prev *Shard
+	// Reason is the ActivateReason of the shard's first activations.
+	Reason entity.ActivateReason
+	// Warmed are instances warmed during an inbound handoff.
+	Warmed map[EntityKey]any
+}
+
+// NewShard returns a host for s; Install makes it found by messages.
+func (h *Host) NewShard(s ShardSpec) *Shard {
+	sh := &Shard{
+		h: h, id: s.ID, epoch: s.Epoch, ctx: s.Ctx, done: s.Ctx.Done(), reason: s.Reason, actx: s.Attachment,
+		entities: make(map[EntityKey]*resident), retiring: make(map[EntityKey]chan struct{}),
+		warmed: s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
+	}
+	if s.Prev != nil && s.Prev.running.Load() > 0 {
+		sh.prev = s.Prev
+	} else {
+		sh.prevDone.Store(true)
+	}
+	return sh
+}
+
+// ID returns the shard's ID.
+func (sh *Shard) ID() sharding.ShardID { return sh.id }
+
+// Running returns the number of the shard's entities with a goroutine.
+func (sh *Shard) Running() int64 { return sh.running.Load() }
+
+// Interrupted returns how many entities were busy when the last drain
+// ended (they got no Release hook).
+func (sh *Shard) Interrupted() int { return int(sh.interrupted.Load()) }
+
+// Idle receives when the running count reaches 0 during a drain.
+func (sh *Shard) Idle() <-chan struct{} { return sh.idle }
+
+// KeepLock says the shard's hosting ends but its lock is kept until the
+// handlers still running return (while the attachment lives): their
+// results stay acknowledged.
+func (sh *Shard) KeepLock() { sh.lockWaits.Store(true) }
+
+// waitPrev waits, bounded by DrainTimeout from this host's creation, until
+// the previous host has no running handler.
+func (sh *Shard) waitPrev(ctx context.Context) error {
+	deadline := sh.created.Add(sh.h.cfg.DrainTimeout)
+	for sh.prev.running.Load() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runner: shard %d: waiting for the previous epoch's handlers: %w", sh.id, context.Cause(ctx))
+		case <-sh.done:
+			return &UndeliveredError{Shard: sh.id, Cause: context.Cause(sh.ctx)}
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if sh.prev.running.Load() > 0 {
+		sh.h.log.Warn("handlers of the shard's previous epoch still run; admitting anyway", "shard", sh.id)
+	}
+	sh.prevDone.Store(true)
+	return nil
+}
+
+// Result is the outcome of one delivery.
+type Result struct {
+	V           any
+	Err         error
+	Undelivered bool          // the runtime failed it before any handler ran
+	Epoch       storage.Epoch // the epoch the handler ran under (0: none ran)
+	Admitted    bool          // it entered a mailbox
+}
+
+// waiter carries one ask's response. Waiters are pooled per Host (a
+// channel must not outlive the synctest bubble of the runner that made it).
+type waiter struct{ ch chan Result }
+
+type message struct {
+	h     *entity.Handler
+	req   any
+	reply *waiter         // nil for a signal
+	ctx   context.Context // the asker's; an ask whose ctx ended is not run
+}
+
+// Deliver enqueues a message for entity id of kind k and waits for the
+// response unless oneWay. Result.Undelivered is set when the message
+// certainly did not reach a handler (safe to retry); Result.Epoch is the
+// epoch a handler ran under. With remote set, an admitted ask counts in
+// the shard's replies until the transport reports its answer written
+// (ReplyWritten): drains wait for it.
+func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id string, req any, oneWay, remote bool) Result {
+	msg := message{h: h, req: req}
+	if !oneWay {
+		msg.reply, msg.ctx = sh.h.waiters.Get().(*waiter), ctx
+	}
+	if err := sh.enqueue(ctx, k, EntityKey{Kind: k.Desc.Name(), ID: id}, msg, remote && !oneWay); err != nil {
+		if msg.reply != nil {
+			sh.h.waiters.Put(msg.reply)
+		}
+		return Result{Err: err, Undelivered: true}
+	}
+	if oneWay {
+		return Result{Admitted: true}
+	}
+	select {
+	case res := <-msg.reply.ch:
+		sh.h.waiters.Put(msg.reply)
+		res.Admitted = true
+		return res
+	case <-ctx.Done():
+		// The handler may still run: at most once. The waiter is
+		// abandoned to the entity, which writes into its buffer.
+		return Result{Admitted: true, Err: fmt.Errorf("runner: ask %s %q (%w): %w", k.Desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx))}
+	}
+}
+
+// ReplyWritten ends the count of a remote ask's answer (see Deliver).
+func (sh *Shard) ReplyWritten() {
+	if sh.replying.Add(-1) == 0 && sh.draining.Load() {
+		signal(sh.idle)
+	}
+}
+
+// enqueue adds msg to the entity's mailbox, creating the entity if needed.
+// Admission is checked under sh.mu together with the enqueue, so once a
+// drain has stopped admission no message can slip in; a counted message
+// (a remote ask) enters sh.replying at admission, under sh.mu too.
+func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg message, counted bool) error {
+	if ctx.Err() != nil { // admission checks the context first
+		return &UndeliveredError{Shard: sh.id, Cause: ContextError(ctx)}
+	}
+	if !sh.prevDone.Load() {
+		if err := sh.waitPrev(ctx); err != nil {
+			return err
+		}
+	}
+	for {
+		sh.mu.RLock()
+		if !sh.admitting {
+			sh.mu.RUnlock()
+			if err := sh.waitCutover(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if e := sh.entities[key]; e != nil {
+			err := sh.admit(e, msg, counted)
+			sh.mu.RUnlock()
+			return err
+		}
+		sh.mu.RUnlock()
+
+		sh.mu.Lock()
+		if !sh.admitting {
+			sh.mu.Unlock()
+			continue
+		}
+		if e := sh.entities[key]; e != nil {
+			err := sh.admit(e, msg, counted)
+			sh.mu.Unlock()
+			return err
+		}
+		if ch := sh.retiring[key]; ch != nil {
+			// The previous instance is running its Release hook: the new
+			// one must not activate before that finished.
+			sh.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("runner: waiting for %s %q to passivate: %w", key.Kind, key.ID, context.Cause(ctx))
+			}
+		}
+		e := &resident{key: key, kind: k, host: sh}
+		if inst, ok := sh.warmed[key]; ok {
+			e.inst = inst // warmed during the handoff; Activate still runs
+			delete(sh.warmed, key)
+		}
+		sh.entities[key] = e
+		// Listed under sh.mu, so a concurrent Close cannot miss it.
+		sh.h.residents.add(e)
+		err := sh.admit(e, msg, counted)
+		sh.mu.Unlock()
+		sh.h.met.Activations.Add(context.Background(), 1, sh.h.met.Attrs)
+		return err
+	}
+}
+
+// admit pushes msg to e (under sh.mu) and, when counted, counts its
+// answer in sh.replying.
+func (sh *Shard) admit(e *resident, msg message, counted bool) error {
+	if counted {
+		sh.replying.Add(1) // before the push: a drain never sees it run uncounted
+	}
+	err := e.push(msg)
+	if err != nil && counted {
+		sh.ReplyWritten()
+	}
+	return err
+}
+
+// lostWhileRunning says why a handler that just returned must not have its
+// result acknowledged, with the cause, or "" while no other runner can own
+// the shard yet: the detach instant has not passed (the check that gates
+// the start of a handler, made again at its end) and the shard is still
+// hosted here at the handler's epoch — or it is being released plainly
+// and its lock, still ours, waits for this handler (KeepLock).
+func (sh *Shard) lostWhileRunning() (string, error) {
+	if sh.h.env.PastDetach() {
+		return "the detach instant passed while the handler ran", ErrDetached
+	}
+	select {
+	case <-sh.done:
+		if sh.lockWaits.Load() && sh.actx.Err() == nil {
+			return "", nil
+		}
+		cause := context.Cause(sh.ctx)
+		return fmt.Sprintf("the shard left this runner while the handler ran (%v)", cause), cause
+	default:
+		return "", nil
+	}
+}
+
+// handlerContext returns the context a handler runs m under: the shard's
+// context (its causes — ErrDetached, ErrShardMoved, ErrShutdown — and its
+// ShardInfo) bounded by the asker's deadline, if it has one, with cause
+// ErrCallerDeadline. A remote asker's deadline arrives with its request
+// (the frame's timeout); signals carry none. The returned cancel is nil
+// when the shard's context is used as it is.
+func (sh *Shard) handlerContext(m *message) (context.Context, context.CancelFunc) {
+	if m.ctx == nil {
+		return sh.ctx, nil
+	}
+	dl, ok := m.ctx.Deadline()
+	if !ok {
+		return sh.ctx, nil
+	}
+	return context.WithDeadlineCause(sh.ctx, dl, ErrCallerDeadline)
+}
+
+func (sh *Shard) checkpointFunc(key EntityKey) func(context.Context, []byte) error {
+	return func(ctx context.Context, data []byte) error {
+		_, err := sh.h.store.WriteCheckpoint(ctx, sh.id, checkpointName(key), sh.epoch, data)
+		return err
+	}
+}
+
+// deleteCheckpointFunc is the DeleteCheckpoint of an entity's lifecycle
+// hooks: the entity's checkpoint (kind/id) is deleted if the shard's lock
+// is still at this host's epoch, in the same transaction.
+func (sh *Shard) deleteCheckpointFunc(key EntityKey) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return sh.h.store.DeleteCheckpoint(ctx, sh.id, checkpointName(key), sh.epoch)
+	}
+}
