@@ -1,36 +1,15 @@
 package runner
 
 import (
-	"slices"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/detachment"
+	"github.com/shardhost/shardhost/internal/debugpage"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
-
-// TestRateSampler: rates are counter deltas over the interval between two
-// samples at least rateInterval apart; samples in between reuse them.
-func TestRateSampler(t *testing.T) {
-	var s rateSampler
-	t0 := time.Unix(1000, 0)
-	if got := s.update(t0, map[string]uint64{"total": 100}); got != nil {
-		t.Fatalf("first sample gave rates %v, want none", got)
-	}
-	if got := s.update(t0.Add(500*time.Millisecond), map[string]uint64{"total": 400}); got != nil {
-		t.Fatalf("sample after 0.5 s gave rates %v, want none yet", got)
-	}
-	got := s.update(t0.Add(2*time.Second), map[string]uint64{"total": 700, "kind:a": 5})
-	if got["total"] != 300 || len(got) != 1 {
-		t.Fatalf("rates after 2 s = %v, want total 300/s only (kind:a has no earlier sample)", got)
-	}
-	if again := s.update(t0.Add(2500*time.Millisecond), map[string]uint64{"total": 9999}); again["total"] != 300 {
-		t.Errorf("sample 0.5 s later gave %v, want the last rates", again)
-	}
-	got = s.update(t0.Add(4*time.Second), map[string]uint64{"total": 700, "kind:a": 25})
-	if got["total"] != 0 || got["kind:a"] != 10 {
-		t.Errorf("rates = %v, want total 0/s, kind:a 10/s", got)
-	}
-}
 
 // TestEventRing: the ring keeps the last recentEvents events, newest first.
 func TestEventRing(t *testing.T) {
@@ -53,24 +32,35 @@ func TestEventRing(t *testing.T) {
 	}
 }
 
-// TestRunnerColors: colours are distinct within the palette, and a
-// runner keeps its colour when another one leaves.
-func TestRunnerColors(t *testing.T) {
-	ids := []string{"runner-1", "runner-2", "runner-3", "a", "b", "c", "d", "e", "f", "g", "h", "i"}
-	colors := runnerColors(ids)
-	seen := map[string]string{}
-	for i, c := range colors {
-		if other, dup := seen[c]; dup {
-			t.Errorf("%s and %s share colour %s", other, ids[i], c)
+// TestDebugEvent: each event type is listed on the debug page under its
+// type name, with its shard, epoch and detail where it has them.
+func TestDebugEvent(t *testing.T) {
+	at := time.Unix(1000, 0)
+	base := EventBase{Runner: "a", Time: at}
+	shard := func(s sharding.ShardID) *sharding.ShardID { return &s }
+	for _, c := range []struct {
+		ev   Event
+		want debugpage.Event
+	}{
+		{ShardAcquired{base, 3, 7}, debugpage.Event{Type: "ShardAcquired", Shard: shard(3), Epoch: 7}},
+		{ShardReleased{EventBase: base, Shard: 4, Epoch: 8, Interrupted: 2}, debugpage.Event{Type: "ShardReleased", Shard: shard(4), Epoch: 8}},
+		{ShardLost{base, 5, 9, errors.New("moved")}, debugpage.Event{Type: "ShardLost", Shard: shard(5), Epoch: 9, Detail: "moved"}},
+		{ShardLost{base, 0, 1, nil}, debugpage.Event{Type: "ShardLost", Shard: shard(0), Epoch: 1}},
+		{Registered{base, storage.LeaseID(0xbeef)}, debugpage.Event{Type: "Registered", Detail: "lease beef"}},
+		{Detached{EventBase: base, Reason: detachment.ReasonLeaseDeadline, Detail: "late"},
+			debugpage.Event{Type: "Detached", Detail: detachment.ReasonLeaseDeadline.String() + ": late"}},
+		{Reattached{base, storage.LeaseID(0xab), true}, debugpage.Event{Type: "Reattached", Detail: "lease ab (new lease)"}},
+		{HandoffPhase{base, 6, "warming", "a", "b", ""}, debugpage.Event{Type: "HandoffPhase", Shard: shard(6), Detail: "warming a -> b"}},
+		{otherEvent{base}, debugpage.Event{Type: "otherEvent"}},
+	} {
+		got := debugEvent(c.ev)
+		c.want.Time = at
+		if !got.Time.Equal(c.want.Time) || got.Type != c.want.Type || got.Epoch != c.want.Epoch || got.Detail != c.want.Detail ||
+			(got.Shard == nil) != (c.want.Shard == nil) || (got.Shard != nil && *got.Shard != *c.want.Shard) {
+			t.Errorf("debugEvent(%+v) = %+v, want %+v", c.ev, got, c.want)
 		}
-		seen[c] = ids[i]
-	}
-	three := runnerColors(ids[:3])
-	without2 := runnerColors([]string{"runner-1", "runner-3"})
-	if without2[0] != three[0] || without2[1] != three[2] {
-		t.Errorf("colours of runner-1, runner-3: %v with runner-2, %v without", []string{three[0], three[2]}, without2)
-	}
-	if more := runnerColors(append(ids, "j")); more[12] == "" || slices.Contains(debugPalette, more[12]) {
-		t.Errorf("13th runner got %q, want a hue outside the palette", more[12])
 	}
 }
+
+// otherEvent is an event type the debug page has no case for.
+type otherEvent struct{ EventBase }

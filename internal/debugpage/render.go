@@ -1,4 +1,4 @@
-package runner
+package debugpage
 
 import (
 	"cmp"
@@ -15,13 +15,13 @@ import (
 // The debug page's template, style sheet and script, embedded: the page
 // needs no external asset and no build step.
 //
-//go:embed debugui/page.html debugui/style.css debugui/app.js
-var debugUI embed.FS
+//go:embed ui/page.html ui/style.css ui/app.js
+var ui embed.FS
 
 var (
-	debugCSS = mustRead("debugui/style.css")
-	debugJS  = mustRead("debugui/app.js")
-	debugTpl = template.Must(template.New("debug").Funcs(template.FuncMap{
+	pageCSS = mustRead("ui/style.css")
+	pageJS  = mustRead("ui/app.js")
+	pageTpl = template.Must(template.New("debug").Funcs(template.FuncMap{
 		"dur":       fmtMS,
 		"age":       fmtAge,
 		"rate":      fmtRate,
@@ -30,20 +30,20 @@ var (
 		"trim":      trim,
 		"headline":  headline,
 		"css":       func(s string) template.CSS { return template.CSS(s) }, // runnerColor's output only
-	}).ParseFS(debugUI, "debugui/page.html"))
+	}).ParseFS(ui, "ui/page.html"))
 )
 
 func mustRead(name string) string {
-	b, err := debugUI.ReadFile(name)
+	b, err := ui.ReadFile(name)
 	if err != nil {
 		panic(err)
 	}
 	return string(b)
 }
 
-// debugPage is the template's data.
-type debugPage struct {
-	*DebugState
+// page is the template's data.
+type page struct {
+	*State
 	RefreshMS float64
 	CSS       template.CSS
 	JS        template.JS
@@ -53,9 +53,9 @@ type debugPage struct {
 	Meta      template.JS // JSON for the script: runner names, moves, handoffs
 }
 
-// renderDebug writes the page (or only its body, for the page's refresh).
-func renderDebug(w io.Writer, st *DebugState, cfg DebugConfig, bodyOnly bool) error {
-	p := debugPage{DebugState: st, CSS: template.CSS(debugCSS), JS: template.JS(debugJS), CellPx: cellSize(st.Shards.Count)}
+// render writes the page (or only its body, for the page's refresh).
+func render(w io.Writer, st *State, cfg Config, bodyOnly bool) error {
+	p := page{State: st, CSS: template.CSS(pageCSS), JS: template.JS(pageJS), CellPx: cellSize(st.Shards.Count)}
 	if cfg.Refresh > 0 {
 		p.RefreshMS = ms(cfg.Refresh)
 	}
@@ -64,7 +64,7 @@ func renderDebug(w io.Writer, st *DebugState, cfg DebugConfig, bodyOnly bool) er
 	if bodyOnly {
 		name = "body"
 	}
-	return debugTpl.ExecuteTemplate(w, name, p)
+	return pageTpl.ExecuteTemplate(w, name, p)
 }
 
 // cellSize is the side of a shard cell in pixels: smaller cells for more
@@ -87,12 +87,12 @@ func cellSize(n int) int {
 // in-flight handoff (h, plus r when ready), a lock not where the
 // assignment wants it (m), and an owner that is unreachable or detached
 // (d: its lock holds until its lease expires, but nobody serves the shard). About 20 bytes per shard before compression.
-func shardGrid(st *DebugState) (template.CSS, template.HTML, template.JS) {
+func shardGrid(st *State) (template.CSS, template.HTML, template.JS) {
 	var css strings.Builder
 	for i, r := range st.Runners {
 		fmt.Fprintf(&css, "#grid i.c%d{background-color:%s}#grid[data-focus=\"%d\"] i.c%d{opacity:1}", i, r.Color, i, i)
 	}
-	handoff := make(map[int]DebugHandoff, len(st.Handoffs))
+	handoff := make(map[int]Handoff, len(st.Handoffs))
 	meta := struct {
 		Runners  []string       `json:"runners"`
 		Moves    map[int]string `json:"moves"`
@@ -119,9 +119,9 @@ func shardGrid(st *DebugState) (template.CSS, template.HTML, template.JS) {
 	for s, o := range st.Shards.Owner {
 		b.WriteString(`<i class="`)
 		switch o {
-		case DebugUnowned:
+		case Unowned:
 			b.WriteByte('u')
-		case DebugUnknownOwner:
+		case UnknownOwner:
 			b.WriteByte('x')
 		default:
 			b.WriteByte('c')
@@ -183,7 +183,7 @@ func fmtRate(r *float64) string {
 
 // fmtLag shows the lease deadline lag, red at or below the detach margin
 // and amber below twice the margin.
-func fmtLag(s DebugSelf) template.HTML {
+func fmtLag(s Self) template.HTML {
 	if s.LeaseDeadlineLagMS == nil {
 		return `<span class="muted">–</span>`
 	}
@@ -198,7 +198,7 @@ func fmtLag(s DebugSelf) template.HTML {
 }
 
 // phasePill shows a runner's phase: green attached, red detached.
-func phasePill(s DebugSelf) template.HTML {
+func phasePill(s Self) template.HTML {
 	class := "pill"
 	switch {
 	case s.Attached:

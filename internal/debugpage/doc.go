@@ -1,0 +1,35 @@
+// Package debugpage serves a runner's debug page: an HTML page, and the
+// same data as a JSON document (State), showing the runner and the cluster
+// as the runner sees it — registered runners, the shard map by owner,
+// moves and handoffs in flight, entities and message rates per kind, and
+// the latest events. Package runner exposes it as (*Runner).DebugHandler;
+// its public types are aliases of this package's.
+//
+// The page reads a runner only through a Source, whose Snapshot is plain
+// data copied by the runner; this package does not import package runner.
+//
+// # Guarantees
+//
+//   - Read-only: a request changes nothing in the runner or the store. It
+//     takes one Snapshot and reads nothing else of the runner; the handler
+//     answers GET and HEAD only (405 otherwise).
+//   - Cost: a request costs O(shards) + O(entities) on the serving runner
+//     (the Snapshot's copy of the lock view and its count of resident
+//     entities), plus building the page, O(shards) bytes before gzip.
+//   - Self-contained: the page's template, style sheet and script are
+//     embedded; the page loads no external asset and needs no build step.
+//   - Peers: with Config.PeerURL, each listed runner's own state is fetched
+//     concurrently, each fetch bounded by Config.PeerTimeout; a peer that
+//     does not answer in time is shown as unreachable, it never holds the
+//     request longer. ?peers=0 skips the fetches (peers ask each other
+//     with it, so a request never fans out further than one hop).
+//   - Versioned: the JSON document names its schema (Schema); fields are
+//     only ever added under one schema name, never renamed or dropped.
+//
+// # Concurrency
+//
+// A handler is safe for concurrent use: concurrent requests each take
+// their own Snapshot (Source.Snapshot must allow that) and share only the
+// rate sampler, under its mutex. Every goroutine a request starts (one per
+// peer fetch) ends before the request returns.
+package debugpage

@@ -1,0 +1,135 @@
+package debugpage
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Handler returns an http.Handler serving the debug page of src, and the
+// same data as JSON with ?format=json (or Accept: application/json).
+// Query parameters: format=json, pretty=1 (indented JSON), epochs=1
+// (per-shard epochs in the JSON), peers=0 (do not fetch the peers'
+// states), part=body (the page's body alone, for its refresh).
+func Handler(src Source, cfg Config) http.Handler {
+	return &handler{src: src, cfg: cfg.withDefaults()}
+}
+
+type handler struct {
+	src   Source
+	cfg   Config
+	rates rateSampler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "the shardhost debug handler is read-only", http.StatusMethodNotAllowed)
+		return
+	}
+	q := req.URL.Query()
+	st := h.state(req.Context(), q.Get("epochs") == "1", q.Get("peers") != "0")
+	w.Header().Set("Cache-Control", "no-store")
+	out := compressed(w, req)
+	defer out.Close()
+	if q.Get("format") == "json" || (q.Get("format") == "" && q.Get("part") == "" && acceptsJSON(req)) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(out)
+		if q.Get("pretty") == "1" {
+			enc.SetIndent("", "  ")
+		}
+		_ = enc.Encode(st)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = render(out, st, h.cfg, q.Get("part") == "body")
+}
+
+func acceptsJSON(req *http.Request) bool {
+	a := req.Header.Get("Accept")
+	return strings.Contains(a, "application/json") && !strings.Contains(a, "text/html")
+}
+
+// compressed returns w, gzip-compressed when the client accepts it (a
+// shard map of 16 384 cells is ~300 KB of HTML, ~15 KB compressed).
+func compressed(w http.ResponseWriter, req *http.Request) io.WriteCloser {
+	if !strings.Contains(req.Header.Get("Accept-Encoding"), "gzip") {
+		return nopCloser{w}
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	w.Header().Add("Vary", "Accept-Encoding")
+	return gzip.NewWriter(w)
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// state takes a snapshot of the source, builds its State and, when peers
+// is set, fills in every listed peer's own state.
+func (h *handler) state(ctx context.Context, epochs, peers bool) *State {
+	now := time.Now()
+	st := build(h.src.Snapshot(), now, epochs, &h.rates)
+	var wg sync.WaitGroup
+	for i := range st.Runners {
+		r := &st.Runners[i]
+		if h.cfg.PeerURL != nil {
+			r.URL = h.cfg.PeerURL(r.ID)
+		}
+		switch {
+		case r.Self:
+			r.State = &st.Self
+		case r.URL != "" && peers:
+			wg.Go(func() { r.State, r.StateError = h.fetchPeer(ctx, r.ID, r.Incarnation, r.URL) })
+		}
+	}
+	wg.Wait()
+	return st
+}
+
+// fetchPeer returns the state runner id reports at its debug URL, or why
+// it has none.
+func (h *handler) fetchPeer(ctx context.Context, id, incarnation, base string) (*Self, string) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Sprintf("bad URL %q: %v", base, err)
+	}
+	q := u.Query()
+	q.Set("format", "json")
+	q.Set("peers", "0")
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.PeerTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err.Error()
+	}
+	resp, err := h.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, "unreachable: " + err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, "unreachable: " + resp.Status
+	}
+	var st State
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&st); err != nil {
+		return nil, "bad answer: " + err.Error()
+	}
+	switch {
+	case st.Schema != Schema:
+		return nil, fmt.Sprintf("bad answer: schema %q, want %q", st.Schema, Schema)
+	case st.Self.ID != id:
+		return nil, fmt.Sprintf("%s serves runner %q", base, st.Self.ID)
+	case st.Self.Incarnation != incarnation:
+		return &st.Self, "another incarnation answers (restarted?)"
+	}
+	return &st.Self, ""
+}

@@ -1,0 +1,75 @@
+package debugpage
+
+import (
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Source is what the page reads from a runner.
+//
+// The handler calls Snapshot once per request, from the request's
+// goroutine; calls for concurrent requests overlap. Snapshot should not
+// block beyond short critical sections, and returns data the page may keep
+// and modify: copies, sharing nothing the runner still writes.
+type Source interface {
+	Snapshot() Snapshot
+}
+
+// MaxEvents is how many of the latest events a State carries; a Source
+// returns at most that many in Snapshot.Events.
+const MaxEvents = 100
+
+// Snapshot is a runner's state as the page reads it: its identity and
+// configuration, its own state, and its view of the cluster (its watch
+// caches of the runner records, locks and handoff records, and the
+// assignment it computed last).
+type Snapshot struct {
+	// Identity and configuration.
+	ID           string
+	Incarnation  string
+	ClientOnly   bool
+	NumShards    int
+	Strategy     string // the sharding strategy's name
+	Weight       int
+	DetachMargin time.Duration
+
+	// Its own state.
+	Address  string    // where it serves ("" when it does not)
+	Phase    string    // new, starting, attached, detached, stopping or stopped
+	Attached bool      // Phase is attached
+	Detached *Detach   // why it detached; nil unless Phase is detached
+	Started  time.Time // when Run was called (zero before)
+	// Lease is its lease (storage.NoLease before the first grant), with
+	// the TTL the store granted and the time until which the lease is
+	// known to live. A client-only runner's lease is not shown.
+	Lease                  storage.LeaseID
+	LeaseTTL               time.Duration
+	LeaseDeadline          time.Time
+	KeepAliveFailureStreak int // consecutive failed renewals
+	Owned                  int // shards owned now
+	Pending                int // assigned, being acquired
+	Releasing              int // being released or handed off
+	InboundHandoffs        int // being warmed here
+	Entities               int // resident entities
+	Kinds                  []KindCount
+	Events                 []Event // the latest, newest first; at most MaxEvents
+
+	// Its view of the cluster.
+	Members         []storage.Runner           // registered runners, by ID
+	Locks           []storage.Lock             // shard locks held, any order
+	ByLease         map[storage.LeaseID]string // the runner ID of each registration lease
+	Handoffs        []storage.Handoff          // handoff records, by shard
+	Assignment      sharding.Assignment        // runner ID by shard; "" or short: unassigned
+	AssignmentError string                     // why the last assignment failed ("" when it did not)
+}
+
+// KindCount is one registered kind's resident entities and message
+// counters, in Snapshot.Kinds (by name).
+type KindCount struct {
+	Name     string
+	Active   int    // resident instances
+	Handled  uint64 // messages whose handler ran, since registration
+	Rejected uint64 // messages refused by a full mailbox
+}
