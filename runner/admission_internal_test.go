@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
 	"github.com/shardhost/shardhost/transport"
@@ -62,18 +63,18 @@ func TestDeliverHereRefusesEndedContext(t *testing.T) {
 	req := &transport.DeliverRequest{Kind: "echo", Method: "echo", Entity: "k", Shard: uint32(sharding.ShardOf("k", 16)), Payload: payload, Codec: entity.JSON.Name()}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	resp, written := a.deliverHere(ctx, req)
+	resp, written := a.router.Receiver().Deliver(ctx, req)
 	written()
 	if resp.Code != transport.CodeUndelivered {
 		t.Fatalf("deliverHere(ended context) = %v %q, want UNDELIVERED", resp.Code, resp.Message)
 	}
-	if err, retry := responseError("a", req, resp); !retry || err == nil {
+	if err, retry := routing.ResponseError("a", req, resp); !retry || err == nil {
 		t.Errorf("the sender reads %v (retry %v), want a not-delivered error", err, retry)
 	}
 	if n := a.EntityCount(); n != 0 {
 		t.Errorf("%d entities created for a delivery whose context had ended", n)
 	}
-	resp, written = a.deliverHere(context.Background(), req)
+	resp, written = a.router.Receiver().Deliver(context.Background(), req)
 	written()
 	if resp.Code != transport.CodeOK {
 		t.Fatalf("deliverHere = %v %q", resp.Code, resp.Message)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/registration"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -30,7 +31,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 				r.applyRunnerLocked(storage.EventPut, kv)
 			}
 			if !own {
-				r.noteOwnKeyLocked(ownKey{rev: u.Revision})
+				r.reg.Observe(registration.Observation{Rev: u.Revision})
 			}
 		}
 		for _, ev := range u.Events {
@@ -48,14 +49,14 @@ func (r *Runner) followRunners(ctx context.Context) {
 		if u.Reset { // a good listing ends the streak of failed watches and listings
 			r.storageResult("watch runners", nil)
 		}
-		r.routesChanged()
+		r.router.RoutesChanged()
 		signal(r.rebalance)
 	})
 }
 
 func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
 	if kv.Key == r.cfg.ID { // our own record: guarded (registration.go)
-		r.noteOwnKeyLocked(ownKey{exists: t == storage.EventPut, kv: kv, rev: kv.ModRevision})
+		r.reg.Observe(registration.Observation{Exists: t == storage.EventPut, KV: kv, Rev: kv.ModRevision})
 	}
 	if t == storage.EventDelete {
 		delete(r.members, kv.Key)
@@ -96,7 +97,7 @@ func (r *Runner) followLocks(ctx context.Context) {
 		}
 		r.flushLostLocked()
 		r.mu.Unlock()
-		r.routesChanged()
+		r.router.RoutesChanged()
 		if u.Reset { // a good listing ends the streak of failed watches and listings
 			r.storageResult("watch locks", nil)
 		}
@@ -111,7 +112,7 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
 			r.locks.set(l)
-			r.sawEpoch(l.Shard, l.Epoch)
+			r.router.SawEpoch(l.Shard, l.Epoch)
 		}
 	}
 	for id, s := range r.owned {
@@ -166,7 +167,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	_, leaving := r.releasing[id]
 	prev := r.locks[id].Lease
 	r.locks.set(l)
-	r.sawEpoch(id, l.Epoch)
+	r.router.SawEpoch(id, l.Epoch)
 	if r.concernsLocked(id, prev, l.Lease) {
 		r.markLocked(id)
 	}
@@ -398,7 +399,7 @@ func (r *Runner) registeredLocked() bool {
 // supersededLocked reports whether this runner gave up its ID to another
 // process (registration.go): it must give up everything.
 func (r *Runner) supersededLocked() bool {
-	return r.reg.fatal != nil
+	return r.fatal != nil
 }
 
 // assignedHereLocked reports whether the assignment gives shard id to this

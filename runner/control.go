@@ -362,7 +362,7 @@ func (r *Runner) beginDrainMode() time.Time {
 	h, _ := r.keeper.Health()
 	cctx, cancel := context.WithTimeout(sctx, r.cfg.OpTimeout)
 	defer cancel()
-	if _, err := r.writeRecord(cctx, leaseID, r.recordFor(h.TTL, true)); err != nil {
+	if _, err := r.reg.Write(cctx, leaseID, r.recordFor(h.TTL, true)); err != nil {
 		r.log.Warn("cannot register as draining; releasing shards plainly", "err", err)
 		return time.Time{}
 	}

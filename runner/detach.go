@@ -98,7 +98,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 		case <-changed:
 		case <-timer.C:
 		case <-r.tripKick:
-		case <-r.regKick: // the own record changed: a waiting registration retries
+		case <-r.reg.Retry(): // the own record changed: a waiting registration retries
 		}
 	}
 }
@@ -280,7 +280,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	rec := r.recordFor(h.TTL, drainMode)
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
-	regRev, err := r.register(cctx, h.Lease, rec)
+	regRev, err := r.reg.Register(cctx, h.Lease, rec)
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
@@ -322,7 +322,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	r.phase = phaseAttached
 	r.setReady() // start.go: the first registration
 	r.attachRev = regRev
-	r.reg.rev = max(r.reg.rev, regRev)
+	r.reg.NoteWritten(regRev)
 	r.setTrip(h)
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)

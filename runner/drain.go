@@ -87,19 +87,20 @@ func (r *Runner) publishDrain(ctx context.Context) {
 func (r *Runner) republishForDrain() {
 	on := r.opDrain.requested.Load()
 	r.mu.Lock()
-	seen, written, leaseID, actx := r.reg.seen, r.reg.rev, r.lease, r.attachCtx
+	seen, written := r.reg.Seen()
+	leaseID, actx := r.lease, r.attachCtx
 	ok := r.phase == phaseAttached && !r.stopping && !r.drainMode && leaseID != storage.NoLease
 	r.mu.Unlock()
-	if !ok || !seen.known || !seen.exists || seen.rev < written || seen.kv.Lease != leaseID {
+	if !ok || !seen.Known || !seen.Exists || seen.Rev < written || seen.KV.Lease != leaseID {
 		return // not registered, a write of ours not seen yet, or damage (guardRecord's)
 	}
-	if rec, err := storage.DecodeRunner(seen.kv); err != nil || rec.Incarnation != r.incarnation || rec.Draining == on {
+	if rec, err := storage.DecodeRunner(seen.KV); err != nil || rec.Incarnation != r.incarnation || rec.Draining == on {
 		return
 	}
 	h, _ := r.keeper.Health()
 	cctx, cancel := r.opCtx(actx)
 	defer cancel()
-	if _, err := r.writeRecord(cctx, leaseID, r.recordFor(h.TTL, false)); err != nil {
+	if _, err := r.reg.Write(cctx, leaseID, r.recordFor(h.TTL, false)); err != nil {
 		if actx.Err() == nil {
 			r.log.Warn("cannot publish the drain request in the runner record; retrying", "draining", on, "err", err)
 		}

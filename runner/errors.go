@@ -2,9 +2,11 @@ package runner
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/registration"
+	"github.com/shardhost/shardhost/internal/routing"
+	"github.com/shardhost/shardhost/transport"
 )
 
 // Sentinel errors. The cause errors (ErrDetached, ErrShardMoved,
@@ -36,46 +38,32 @@ var (
 	ErrAlreadyRunning = errors.New("runner: already running")
 	// ErrDuplicateRunnerID: another live process registered this runner's
 	// ID (Config.ID); Run returns it after giving the ID up.
-	ErrDuplicateRunnerID = errors.New("runner: another live process uses this runner ID")
+	ErrDuplicateRunnerID = registration.ErrDuplicateRunnerID
 	// ErrClusterMismatch: the runner's configuration disagrees with the
 	// cluster record (see *ClusterMismatchError); Run returns it.
-	ErrClusterMismatch = errors.New("runner: configuration differs from the cluster's")
+	ErrClusterMismatch = registration.ErrClusterMismatch
 	// ErrNoTransport: a shard's owner serves no transport (a hosting runner
 	// without ListenAddr/Address), so its entities cannot be reached from
 	// another runner; Run of such a runner returns it as soon as the
 	// cluster holds a runner of another process.
-	ErrNoTransport = errors.New("runner: no transport address")
+	ErrNoTransport = routing.ErrNoTransport
 	// ErrStartTimeout: Run was not ready within Config.StartTimeout.
 	ErrStartTimeout = errors.New("runner: not ready within StartTimeout")
 	// ErrNoOwner: no owner of the shard is known (yet); the error says why
 	// (the cluster not listed, no runner registered, the shard unowned for
 	// how long). Send retries it until its context ends.
-	ErrNoOwner = errors.New("runner: no owner known")
+	ErrNoOwner = routing.ErrNoOwner
 )
 
 // ClusterMismatchError reports a setting of this runner that differs from
 // the one the cluster record holds (Config.NumShards, Config.Strategy).
 // Every runner of a cluster must agree on them: Run fails with it at start
-// (and so do sends, which would otherwise wait for owners that never come).
-type ClusterMismatchError struct {
-	Setting   string // "NumShards" or "Strategy"
-	Cluster   string // the cluster's value
-	Runner    string // this runner's value
-	WrittenBy string // the runner that published the cluster's value ("" if unknown)
-}
-
-func (e *ClusterMismatchError) Error() string {
-	by := ""
-	if e.WrittenBy != "" {
-		by = fmt.Sprintf(" (published by runner %q)", e.WrittenBy)
-	}
-	return fmt.Sprintf("runner: %s mismatch: the cluster uses %s%s, this runner is configured with %s; "+
-		"every runner of a cluster must agree (to change it, stop every runner and delete the cluster record)",
-		e.Setting, e.Cluster, by, e.Runner)
-}
-
-// Is makes errors.Is(err, ErrClusterMismatch) true.
-func (e *ClusterMismatchError) Is(target error) bool { return target == ErrClusterMismatch }
+// (and so do sends, which would otherwise wait for owners that never
+// come). Its fields: Setting ("NumShards" or "Strategy"), Cluster (the
+// cluster's value), Runner (this runner's value) and WrittenBy (the runner
+// that published the cluster's value, "" if unknown); errors.Is(err,
+// ErrClusterMismatch) holds.
+type ClusterMismatchError = registration.ClusterMismatchError
 
 // NotOwnerError reports that this runner does not own Shard at its current
 // epoch. It is retryable: the message was not delivered. Its fields: Shard,
@@ -103,3 +91,24 @@ type UndeliveredError = hosting.UndeliveredError
 // and Cause, why the shard left (ErrDetached — also when the detach instant
 // passed —, ErrShardMoved or ErrShutdown).
 type StaleResultError = hosting.StaleResultError
+
+// Errors of remote delivery (the transport's, under the runner's names).
+var (
+	// ErrMessageTooLarge: a request or response exceeds MaxMessageSize.
+	// A too-large request is never sent.
+	ErrMessageTooLarge = transport.ErrMessageTooLarge
+	// ErrMaybeDelivered: the connection to the owner failed after the
+	// message was sent, or the caller's context ended while it waited;
+	// the handler may or may not have run. Not retried.
+	ErrMaybeDelivered = transport.ErrMaybeDelivered
+	// ErrNotSent: the owner could not be reached before sending (no
+	// connection). Retried until the caller's context ends.
+	ErrNotSent = transport.ErrNotSent
+	// ErrTooManyWaiting: MaxWaitingSends sends already wait for an owner.
+	ErrTooManyWaiting = routing.ErrTooManyWaiting
+)
+
+// RemoteError is a handler error that came back from another runner: only
+// its message survives the wire. Its fields: Runner, the runner the
+// handler ran on, and Message.
+type RemoteError = routing.RemoteError

@@ -25,10 +25,6 @@ func (e hostingEnv) PastDetach() bool { return e.r.pastTrip() }
 
 func (e hostingEnv) NotHere(id sharding.ShardID) error { return e.r.notHere(id) }
 
-func (e hostingEnv) SignalFailed(kind, method string, shard sharding.ShardID, err error) {
-	e.r.signalFailed(kind, method, shard, err)
-}
-
 // notHere is the error for a shard not hosted here.
 func (r *Runner) notHere(id sharding.ShardID) error {
 	r.mu.Lock()

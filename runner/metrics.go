@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/routing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -21,6 +22,7 @@ const meterName = "github.com/shardhost/shardhost"
 type metrics struct {
 	attrs metric.MeasurementOption
 	host  hosting.Metrics // the entity host's instruments (internal/hosting)
+	route routing.Metrics // the router's (internal/routing)
 
 	detached          metric.Int64Gauge
 	keepAliveFailures metric.Int64Counter
@@ -34,16 +36,14 @@ type metrics struct {
 	detaches          metric.Int64Counter
 	deadlineLagCB     metric.Registration
 
-	sendRetries    metric.Int64Counter
-	handoffPhase   metric.Float64Histogram
-	handoffs       metric.Int64Counter
-	signalFailures metric.Int64Counter
+	handoffPhase metric.Float64Histogram
+	handoffs     metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
 	m := mp.Meter(meterName)
 	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID))}
-	out.host.Attrs = out.attrs
+	out.host.Attrs, out.route.Attrs = out.attrs, out.attrs
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -83,7 +83,7 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	out.host.Dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithUnit("{message}"),
 		metric.WithDescription("messages dropped, by reason: shard_left (a signal whose shard left before it ran), stale_result (a handler finished after its shard left, or its reply came from an epoch older than one already seen: result withheld)"))
 	add(err)
-	out.sendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithUnit("{attempt}"), metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
+	out.route.SendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithUnit("{attempt}"), metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
 	add(err)
 	out.handoffPhase, err = m.Float64Histogram("sharding.handoff_duration", metric.WithUnit("s"),
 		metric.WithDescription("handoff duration by phase: warm (new owner), drain and cutover (old owner), total (new owner)"))
@@ -94,7 +94,7 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.host.CutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithUnit("{message}"), metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
 	add(err)
-	out.signalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithUnit("{message}"), metric.WithDescription("signal handlers that returned an error, by kind and method"))
+	out.host.SignalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithUnit("{message}"), metric.WithDescription("signal handlers that returned an error, by kind and method"))
 	add(err)
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))
@@ -111,6 +111,7 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 		}, lagGauge, activeGauge)
 		add(err)
 	}
+	out.route.Dropped = out.host.Dropped
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

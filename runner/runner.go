@@ -14,6 +14,8 @@ import (
 	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/registration"
+	"github.com/shardhost/shardhost/internal/routing"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -74,14 +76,12 @@ type Runner struct {
 	hub         hub
 
 	hosting  *hosting.Host                                                               // the entities of the owned shards (internal/hosting)
-	epochs   []atomic.Int64                                                              // by shard: the newest epoch seen (checkEpoch)
+	router   *routing.Router                                                             // sends calls to their entities (internal/routing)
 	net      transport.Transport                                                         // runner-to-runner delivery (Config.Transport, or gRPC)
 	served   bool                                                                        // the transport listens (set by Run before any goroutine)
 	onServe  atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
-	waiting  atomic.Int64
-	routeCh  atomic.Pointer[chan struct{}] // closed at every routing change
-	tripKick chan struct{}                 // 1-buffered: a sender saw the detach instant pass
-	tripAt   atomic.Int64                  // detach instant, ns since clockBase; MaxInt64: none
+	tripKick chan struct{}                                                               // 1-buffered: a sender saw the detach instant pass
+	tripAt   atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -91,10 +91,8 @@ type Runner struct {
 	stopOnce  sync.Once
 	closeOnce sync.Once
 
-	recordKick chan struct{} // 1-buffered: the own record changed (guardRecord)
-	opDrain    drainState    // the operator's drain request (drain.go)
-	regKick    chan struct{} // 1-buffered: the own record changed (a waiting registration)
-	running    atomic.Bool   // Run was called and has not returned
+	opDrain drainState  // the operator's drain request (drain.go)
+	running atomic.Bool // Run was called and has not returned
 
 	mu         sync.Mutex
 	phase      phase
@@ -152,13 +150,13 @@ type Runner struct {
 	runStarted       bool            // Run was called (done will be closed)
 	lastStreak       int             // keep-alive streak last logged
 	wouldDetach      detachment.Reason
-	reg              registration        // the own record (registration.go)
-	badKeys          map[string]struct{} // damaged keys already logged (keys.go)
+	reg              *registration.Record // the own record (internal/registration)
+	fatal            error                // set once: Run ends with it (failRun)
+	badKeys          map[string]struct{}  // damaged keys already logged (keys.go)
 	badKeysFull      bool
 	lostLocks        []lostLock   // dropped shards not logged yet
 	st               startState   // starting up (start.go)
 	ownLog           ownershipLog // ownership changes of a round (ownershiplog.go)
-	sigLog           signalLog    // failed signals, rate-limited (ownershiplog.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -199,9 +197,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		incarnation:     newIncarnation(),
 		kick:            make(chan struct{}, 1),
 		rebalance:       make(chan struct{}, 1),
-		recordKick:      make(chan struct{}, 1),
 		opDrain:         drainState{kick: make(chan struct{}, 1)},
-		regKick:         make(chan struct{}, 1),
 		badKeys:         make(map[string]struct{}),
 		stopReq:         make(chan struct{}),
 		closeReq:        make(chan struct{}),
@@ -228,12 +224,10 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r.st.init()
+	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
 	r.hub.observe = r.noteEvent
 	localIncarnations.Store(r.incarnation, struct{}{})
 	r.tripAt.Store(math.MaxInt64)
-	routes := make(chan struct{})
-	r.routeCh.Store(&routes)
-	r.epochs = make([]atomic.Int64, cfg.NumShards)
 	r.net = cfg.Transport
 	if r.net == nil {
 		listen := cfg.ListenAddr
@@ -255,6 +249,9 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval,
 	}, hostingEnv{r}, store, &r.met.host, r.log)
+	r.router = routing.New(routing.Config{
+		RunnerID: cfg.ID, NumShards: cfg.NumShards, MaxWaitingSends: cfg.MaxWaitingSends, MaxMessageSize: cfg.MaxMessageSize,
+	}, routingDir{r}, r.hosting, r.net, &r.met.route, r.log)
 	return r, nil
 }
 
@@ -394,6 +391,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.runStarted = true
 	r.phase = phaseStarting
 	r.started = time.Now()
+	r.reg.Start(r.started)
 	r.running.Store(true)
 	close(r.st.runCalled) // sends waiting for Run proceed
 	r.mu.Unlock()
@@ -401,7 +399,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.met.close()
 	defer func() {
 		r.running.Store(false)
-		r.routesChanged() // waiting sends see it and return ErrClosed
+		r.router.RoutesChanged() // waiting sends see it and return ErrClosed
 	}()
 
 	addr, err := r.net.Listen(receiver{r})
@@ -622,7 +620,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	delete(r.lastHosts, id)
 	r.owned[id] = s
 	r.hosting.Install(s.host)
-	r.sawEpoch(id, epoch)
+	r.router.SawEpoch(id, epoch)
 	delete(r.pending, id)
 	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)

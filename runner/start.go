@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/registration"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -217,7 +218,7 @@ func (r *Runner) startClient(ctx context.Context) {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 	for {
-		changed := r.routeWatch()
+		changed := r.router.RouteWatch()
 		r.mu.Lock()
 		listed := r.membersSeen
 		r.mu.Unlock()
@@ -253,50 +254,13 @@ func (r *Runner) verifyCluster(ctx context.Context) error {
 }
 
 // checkCluster compares this runner's NumShards and (hosting runners)
-// Strategy with the cluster record. It publishes the record when there is
-// none, adds the strategy when a client-only runner published it without
-// one, and replaces a record that does not decode (WARN); all writes are
-// conditional on the revision read. It returns a *ClusterMismatchError on
-// a disagreement, or the store's error.
+// Strategy with the cluster record (registration.CheckCluster).
 func (r *Runner) checkCluster(ctx context.Context) error {
 	want := storage.ClusterRecord{NumShards: r.cfg.NumShards, WrittenBy: r.cfg.ID}
 	if !r.cfg.ClientOnly {
 		want.Strategy = r.cfg.Strategy.Name()
 	}
-	for range 3 { // the record may change under us; each write is conditional
-		info, ok, err := r.store.ReadCluster(ctx)
-		var corrupt *storage.CorruptError
-		switch {
-		case errors.As(err, &corrupt) && ok:
-			r.log.Warn("replacing a damaged cluster record", "key", storage.ClusterKey, "err", err)
-			err = r.writeCluster(ctx, want, info.ModRevision)
-		case err != nil:
-			return fmt.Errorf("read the cluster record: %w", err)
-		case !ok:
-			if err = r.writeCluster(ctx, want, 0); err == nil {
-				r.log.Info("published the cluster record", "key", storage.ClusterKey, "shards", want.NumShards, "strategy", want.Strategy)
-			}
-		case info.NumShards != want.NumShards:
-			return &ClusterMismatchError{Setting: "NumShards", Cluster: fmt.Sprint(info.NumShards), Runner: fmt.Sprint(want.NumShards), WrittenBy: info.WrittenBy}
-		case want.Strategy == "" || info.Strategy == want.Strategy:
-			return nil
-		case info.Strategy != "":
-			return &ClusterMismatchError{Setting: "Strategy", Cluster: fmt.Sprintf("%q", info.Strategy), Runner: fmt.Sprintf("%q", want.Strategy), WrittenBy: info.WrittenBy}
-		default: // published by a client-only runner: add the strategy
-			err = r.writeCluster(ctx, want, info.ModRevision)
-		}
-		if !errors.Is(err, storage.ErrClusterConflict) {
-			return err
-		}
-	}
-	return fmt.Errorf("the cluster record %s keeps changing", storage.ClusterKey)
-}
-
-func (r *Runner) writeCluster(ctx context.Context, rec storage.ClusterRecord, rev storage.Revision) error {
-	if _, err := r.store.WriteCluster(ctx, rec, rev); err != nil {
-		return fmt.Errorf("write the cluster record: %w", err)
-	}
-	return nil
+	return registration.CheckCluster(ctx, r.store, want, r.log)
 }
 
 // foreignMemberGrace is how long a runner of another process must stay in
@@ -316,7 +280,7 @@ func (r *Runner) guardTransport(ctx context.Context) {
 	grace.Stop()
 	defer grace.Stop()
 	for {
-		changed := r.routeWatch()
+		changed := r.router.RouteWatch()
 		r.mu.Lock()
 		version := r.membersVersion
 		foreign := r.foreignMemberLocked()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
 	"github.com/shardhost/shardhost/transport"
@@ -239,7 +240,7 @@ func TestTypedErrorsSurviveTheWire(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		err, _ = responseError("a", req, resp)
+		err, _ = routing.ResponseError("a", req, resp)
 		return err
 	}
 	good, _ := entity.JSON.Marshal(echoReq{Text: "x"})

@@ -40,8 +40,6 @@ type Env interface {
 	PastDetach() bool
 	// NotHere is the error for a message to a shard not hosted here.
 	NotHere(id sharding.ShardID) error
-	// SignalFailed reports a signal whose handler returned err.
-	SignalFailed(kind, method string, shard sharding.ShardID, err error)
 }
 
 // Checkpoints is the part of storage.Store entities' lifecycle hooks use.
@@ -64,6 +62,7 @@ type Metrics struct {
 	Dropped           metric.Int64Counter // by reason: DropShardLeft, DropStaleResult
 	CutoverBuffered   metric.Int64Counter
 	CutoverRejected   metric.Int64Counter
+	SignalFailures    metric.Int64Counter // by kind and method
 }
 
 // Reasons of the sharding.messages_dropped counter.
@@ -94,6 +93,7 @@ type Host struct {
 	residents residents
 	waiters   sync.Pool     // of *waiter
 	evictKick chan struct{} // 1-buffered: the resident cap is exceeded
+	sigLog    signalLog     // failed signals, rate-limited (signal.go)
 }
 
 // New returns a Host hosting nothing yet.

@@ -27,8 +27,6 @@ func (e *testEnv) PastDetach() bool { return e.past.Load() }
 
 func (e *testEnv) NotHere(id sharding.ShardID) error { return &NotOwnerError{Shard: id} }
 
-func (e *testEnv) SignalFailed(string, string, sharding.ShardID, error) {}
-
 // worker is an entity whose handler blocks until released when asked to.
 type worker struct {
 	reasons  []entity.ActivateReason
@@ -96,6 +94,7 @@ func testMetrics(t *testing.T) *Metrics {
 	out.Dropped, _ = m.Int64Counter("d")
 	out.CutoverBuffered, _ = m.Int64Counter("cb")
 	out.CutoverRejected, _ = m.Int64Counter("cr")
+	out.SignalFailures, _ = m.Int64Counter("sf")
 	return out
 }
 

@@ -186,7 +186,7 @@ func (e *resident) process(m *message) {
 	if m.reply != nil {
 		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
 	} else if err != nil {
-		sh.h.env.SignalFailed(e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
+		sh.h.signalFailed(e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
 	}
 }
 

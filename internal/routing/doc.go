@@ -1,0 +1,33 @@
+// Package routing delivers calls to entities wherever their shard is
+// owned: locally through the entity host (package hosting) when this
+// runner hosts the shard, otherwise in one hop over the transport to the
+// owner its Directory names; and, on the receiving side, it turns a
+// transport request into a local delivery (Receiver). In DESIGN.md terms
+// it is the "routing" box between the sender, the lock view and the
+// transport.
+//
+// It guarantees:
+//
+//   - At most once. A call is retried — with jittered exponential backoff
+//     and a wake-up on every routing change (RoutesChanged) — only after a
+//     failure that proves no handler ran it (not the owner, undelivered,
+//     not sent, no owner yet); any other failure is returned as it is.
+//     Methods defined with entity.Idempotent are the exception: they are
+//     sent again after ErrMaybeDelivered until they succeed, fail
+//     otherwise, or the caller's context ends.
+//   - Admission first. A call whose context already ended is never
+//     delivered, locally or remotely, and a runner that is not running
+//     refuses at once (Directory.Running, WaitRun).
+//   - No acknowledged result of an older epoch from an ended lease. Every
+//     reply carries the epoch its handler ran under; a result older than
+//     an epoch of the shard already seen (lock watch, installs, replies:
+//     SawEpoch) is withheld (*hosting.StaleResultError) when its owner's
+//     lease has ended (Directory.LeaseLive), closing the gap between the
+//     owner's own check and its socket write. A live owner's older-epoch
+//     result is accepted: it moves a shard only after its drain.
+//   - One hop. A receiver delivers locally or answers not-owner (with a
+//     hint); it never forwards. Every outcome is an answer with a code,
+//     mapped back to the same typed error on the sender (ResponseError).
+//   - Bounded waiting. At most MaxWaitingSends sends wait for an owner at
+//     once; beyond that a send fails with ErrTooManyWaiting.
+package routing

@@ -1,0 +1,205 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/transport"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Config is what routing needs of the runner's configuration.
+type Config struct {
+	RunnerID        string
+	NumShards       int
+	MaxWaitingSends int // sends waiting for an owner at once
+	MaxMessageSize  int // bytes of a request or response received
+}
+
+// Directory is the runner's view of the cluster that routing reads.
+type Directory interface {
+	// Route returns the member owning shard id (its Address is "" if it
+	// serves no transport); ok is false when no other runner is known to
+	// own it.
+	Route(id sharding.ShardID) (owner storage.Runner, ok bool)
+	// Member returns the record of member id.
+	Member(id string) (storage.Runner, bool)
+	// NoRoute explains why shard id had no route after waited.
+	NoRoute(id sharding.ShardID, waited time.Duration) error
+	// NotHere is the error for a message to a shard not hosted here.
+	NotHere(id sharding.ShardID) error
+	// LeaseLive reports whether lease is a live member's.
+	LeaseLive(lease storage.LeaseID) bool
+	// Running reports whether the runner runs; WaitRun waits (briefly)
+	// for Run to be called and says why not when it is not running;
+	// ClosedErr is the error of a send to a runner that stopped.
+	Running() bool
+	WaitRun(ctx context.Context) error
+	ClosedErr() error
+}
+
+// Metrics are the instruments routing records to (created and documented
+// by the runner). Attrs is added to every measurement.
+type Metrics struct {
+	Attrs       metric.MeasurementOption
+	SendRetries metric.Int64Counter
+	Dropped     metric.Int64Counter // reason hosting.DropStaleResult
+}
+
+// Router sends calls to their entities.
+type Router struct {
+	cfg  Config
+	dir  Directory
+	host *hosting.Host
+	net  transport.Transport
+	met  *Metrics
+	log  *slog.Logger
+
+	epochs  []atomic.Int64                // by shard: the newest epoch seen (checkEpoch)
+	routeCh atomic.Pointer[chan struct{}] // closed at every routing change
+	waiting atomic.Int64                  // sends waiting for an owner
+}
+
+// New returns a Router delivering through host and net.
+func New(cfg Config, dir Directory, host *hosting.Host, net transport.Transport, met *Metrics, log *slog.Logger) *Router {
+	r := &Router{cfg: cfg, dir: dir, host: host, net: net, met: met, log: log, epochs: make([]atomic.Int64, cfg.NumShards)}
+	ch := make(chan struct{})
+	r.routeCh.Store(&ch)
+	return r
+}
+
+// Send delivers c to its entity (see runner.Runner.Send, which documents
+// it for users).
+func (r *Router) Send(ctx context.Context, c entity.Call) (any, error) {
+	v, err := r.sendOnce(ctx, c)
+	if err != nil && c.Handler != nil && c.Handler.Idempotent() && errors.Is(err, hosting.ErrMaybeDelivered) {
+		return r.sendIdempotent(ctx, c, err)
+	}
+	return v, err
+}
+
+// sendOnce is one Send: admission, routing and the retries that keep
+// delivery at most once.
+func (r *Router) sendOnce(ctx context.Context, c entity.Call) (any, error) {
+	if err := r.admit(ctx, c); err != nil {
+		return nil, err
+	}
+	k, h, err := r.resolve(c)
+	if err != nil {
+		return nil, err
+	}
+	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
+	var first error
+	if sh := r.host.Lookup(id); sh != nil { // fast path
+		res := sh.Deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
+		if !res.Undelivered || !retryable(res.Err) {
+			return res.V, res.Err
+		}
+		first = res.Err
+	}
+	return r.sendSlow(ctx, k, h, id, c, first)
+}
+
+// admit is the first check of every Send, before any routing: a call whose
+// context already ended is never delivered (no handler runs it, local or
+// remote); a call made before Run is called waits for it (WaitRun); and a
+// runner that has stopped refuses at once instead of waiting for an owner
+// it will never learn.
+func (r *Router) admit(ctx context.Context, c entity.Call) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runner: %s not sent: the context ended before admission: %w", nameOf(c), hosting.ContextError(ctx))
+	}
+	if !r.dir.Running() {
+		if err := r.dir.WaitRun(ctx); err != nil {
+			return fmt.Errorf("%w; %s not sent", err, nameOf(c))
+		}
+	}
+	return nil
+}
+
+// nameOf names a call for errors.
+func nameOf(c entity.Call) string {
+	kind, method := "?", "?"
+	if c.Kind != nil {
+		kind = c.Kind.Name()
+	}
+	if c.Handler != nil {
+		method = c.Handler.Name()
+	}
+	return callName(kind, method, c.Entity)
+}
+
+// resolve finds the registered kind and handler of a call.
+func (r *Router) resolve(c entity.Call) (*hosting.Kind, *entity.Handler, error) {
+	if c.Kind == nil {
+		return nil, nil, fmt.Errorf("%w: nil kind", entity.ErrUnknownKind)
+	}
+	k := r.host.Kind(c.Kind.Name())
+	if k == nil {
+		return nil, nil, fmt.Errorf("%w: %q is not registered on runner %s", entity.ErrUnknownKind, c.Kind.Name(), r.cfg.RunnerID)
+	}
+	h := c.Handler
+	if h == nil || k.Desc != c.Kind {
+		name := ""
+		if h != nil {
+			name = h.Name()
+		}
+		var ok bool
+		if h, ok = k.Desc.Handler(name); !ok {
+			return nil, nil, fmt.Errorf("%w: %s.%s", entity.ErrUnknownMethod, k.Desc.Name(), name)
+		}
+	}
+	return k, h, nil
+}
+
+// retryable reports whether a pre-delivery error from this runtime may be
+// retried (backpressure such as a full mailbox is not).
+func retryable(err error) bool {
+	var (
+		no *hosting.NotOwnerError
+		ud *hosting.UndeliveredError
+	)
+	return errors.As(err, &no) || errors.As(err, &ud) || errors.Is(err, transport.ErrNotSent) || errors.Is(err, ErrNoOwner)
+}
+
+func newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 5 * time.Millisecond
+	b.RandomizationFactor = 0.5
+	b.Multiplier = 2
+	b.MaxInterval = 250 * time.Millisecond
+	b.MaxElapsedTime = 0 // until the caller's context ends
+	b.Reset()
+	return b
+}
+
+// SawEpoch records that shard id was owned at epoch (a lock in the watch,
+// an ownership installed here, a reply).
+func (r *Router) SawEpoch(id sharding.ShardID, epoch storage.Epoch) {
+	p := &r.epochs[id]
+	for cur := p.Load(); int64(epoch) > cur; cur = p.Load() {
+		if p.CompareAndSwap(cur, int64(epoch)) {
+			return
+		}
+	}
+}
+
+// RouteWatch returns a channel closed at the next routing change.
+func (r *Router) RouteWatch() <-chan struct{} { return *r.routeCh.Load() }
+
+// RoutesChanged wakes every send waiting for a routing change. Each
+// channel is swapped out, hence closed, exactly once.
+func (r *Router) RoutesChanged() {
+	ch := make(chan struct{})
+	close(*r.routeCh.Swap(&ch))
+}

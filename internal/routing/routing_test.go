@@ -1,0 +1,248 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/memory"
+	"github.com/shardhost/shardhost/transport"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const numShards = 4
+
+type counterEntity struct{}
+
+var (
+	calls   atomic.Int64
+	kind    = entity.NewKind("counter", func(string) *counterEntity { return &counterEntity{} })
+	incr    = entity.Method(kind, "incr", func(_ *counterEntity, _ context.Context, n int) (int, error) { calls.Add(1); return n + 1, nil })
+	failing = entity.Method(kind, "fail", func(_ *counterEntity, _ context.Context, _ int) (int, error) {
+		calls.Add(1)
+		return 0, errors.New("boom")
+	})
+	noopMeta = noop.NewMeterProvider().Meter("test")
+)
+
+// dir is a Directory the test steers: the owner of every shard, live
+// leases, and whether the runner runs.
+type dir struct {
+	mu      sync.Mutex
+	owner   *storage.Runner
+	live    map[storage.LeaseID]bool
+	stopped bool
+}
+
+func (d *dir) Route(sharding.ShardID) (storage.Runner, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.owner == nil {
+		return storage.Runner{}, false
+	}
+	return *d.owner, true
+}
+
+func (d *dir) Member(string) (storage.Runner, bool) { return storage.Runner{}, false }
+
+func (d *dir) NoRoute(id sharding.ShardID, _ time.Duration) error {
+	return &hosting.UndeliveredError{Shard: id, Cause: ErrNoOwner}
+}
+
+func (d *dir) NotHere(id sharding.ShardID) error {
+	return &hosting.NotOwnerError{Shard: id, OwnerHint: "elsewhere"}
+}
+
+func (d *dir) LeaseLive(l storage.LeaseID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.live[l]
+}
+
+func (d *dir) Running() bool                 { return !d.stopped }
+func (d *dir) WaitRun(context.Context) error { return errors.New("not running") }
+func (d *dir) ClosedErr() error              { return errors.New("closed") }
+
+type hostEnv struct{}
+
+func (hostEnv) PastDetach() bool { return false }
+func (hostEnv) NotHere(id sharding.ShardID) error {
+	return &hosting.NotOwnerError{Shard: id}
+}
+
+func hostMetrics() *hosting.Metrics {
+	m := &hosting.Metrics{}
+	m.Activations, _ = noopMeta.Int64Counter("a")
+	m.Passivations, _ = noopMeta.Int64Counter("p")
+	m.Evictions, _ = noopMeta.Int64Counter("e")
+	m.MailboxRejections, _ = noopMeta.Int64Counter("m")
+	m.HandlerDuration, _ = noopMeta.Float64Histogram("h")
+	m.Panics, _ = noopMeta.Int64Counter("x")
+	m.Dropped, _ = noopMeta.Int64Counter("d")
+	m.CutoverBuffered, _ = noopMeta.Int64Counter("cb")
+	m.CutoverRejected, _ = noopMeta.Int64Counter("cr")
+	m.SignalFailures, _ = noopMeta.Int64Counter("sf")
+	return m
+}
+
+// node is one runner's hosting and routing on an in-memory network.
+type node struct {
+	host   *hosting.Host
+	router *Router
+	dir    *dir
+	net    *transport.Inmem
+}
+
+func newNode(t *testing.T, network *transport.InmemNetwork, addr string, epoch storage.Epoch, hostAll bool, maxWaiting int) *node {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n := &node{dir: &dir{live: map[storage.LeaseID]bool{}}, net: network.Transport(addr)}
+	n.host = hosting.New(hosting.Config{RunnerID: addr, NumShards: numShards, DrainTimeout: time.Second, CutoverWaiters: 4,
+		PassivationInterval: time.Hour}, hostEnv{}, memory.New(), hostMetrics(), log)
+	if err := n.host.Register(kind); err != nil {
+		t.Fatal(err)
+	}
+	met := &Metrics{}
+	met.SendRetries, _ = noopMeta.Int64Counter("r")
+	met.Dropped, _ = noopMeta.Int64Counter("d")
+	n.router = New(Config{RunnerID: addr, NumShards: numShards, MaxWaitingSends: maxWaiting, MaxMessageSize: 1 << 20},
+		n.dir, n.host, n.net, met, log)
+	if hostAll {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(hosting.ErrShutdown) })
+		for id := range numShards {
+			n.host.Install(n.host.NewShard(hosting.ShardSpec{ID: sharding.ShardID(id), Epoch: epoch, Ctx: ctx, Attachment: context.Background()}))
+		}
+	}
+	if _, err := n.net.Listen(n.router.Receiver()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.net.Close(0) })
+	return n
+}
+
+func TestResultOlderThanASeenEpochIsWithheldOnlyFromAnEndedLease(t *testing.T) {
+	network := transport.NewInmemNetwork()
+	a := newNode(t, network, "a:1", 0, false, 10)
+	newNode(t, network, "b:1", 5, true, 10) // b hosts every shard at epoch 5
+	owner := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "b", Address: "b:1"}, Lease: 42}
+	a.dir.owner = &owner
+	a.router.SawEpoch(sharding.ShardOf("x", numShards), 6) // a newer owner was seen
+
+	_, err := incr.Ask(context.Background(), a.router, "x", 1)
+	var stale *hosting.StaleResultError
+	if !errors.As(err, &stale) || stale.Epoch != 5 || stale.Newer != 6 || !errors.Is(err, hosting.ErrMaybeDelivered) {
+		t.Fatalf("result of epoch 5 from an ended lease after epoch 6 was seen: %v, want a withheld *StaleResultError", err)
+	}
+	a.dir.live[42] = true // a live owner moves a shard only after its drain
+	if v, err := incr.Ask(context.Background(), a.router, "x", 1); err != nil || v != 2 {
+		t.Fatalf("result of epoch 5 from a live owner = %v, %v; want it accepted", v, err)
+	}
+}
+
+func TestOnlyFailuresProvingNoHandlerRanAreRetried(t *testing.T) {
+	network := transport.NewInmemNetwork()
+	a := newNode(t, network, "a:1", 0, false, 10)
+	newNode(t, network, "b:1", 1, true, 10)
+	done := make(chan struct{})
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the send waits for an owner meanwhile
+		a.dir.mu.Lock()
+		a.dir.owner = &storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "b", Address: "b:1"}, Lease: 1}
+		a.dir.mu.Unlock()
+		a.router.RoutesChanged()
+		close(done)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if v, err := incr.Ask(ctx, a.router, "y", 1); err != nil || v != 2 {
+		t.Fatalf("ask retried until an owner was known = %v, %v", v, err)
+	}
+	<-done
+	before := calls.Load()
+	if _, err := failing.Ask(ctx, a.router, "y", 0); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("handler error = %v, want it returned", err)
+	}
+	if n := calls.Load() - before; n != 1 {
+		t.Fatalf("a failing handler ran %d times, want once (a handler error is never retried)", n)
+	}
+}
+
+func TestSendsWaitingForAnOwnerAreBounded(t *testing.T) {
+	network := transport.NewInmemNetwork()
+	a := newNode(t, network, "a:1", 0, false, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { _, err := incr.Ask(ctx, a.router, "z", 1); first <- err }()
+	for a.router.waiting.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := incr.Ask(ctx, a.router, "z", 1); !errors.Is(err, ErrTooManyWaiting) {
+		t.Errorf("second waiting send = %v, want ErrTooManyWaiting", err)
+	}
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNoOwner) {
+		t.Errorf("first send = %v, want its deadline joined with the last reason (no owner)", err)
+	}
+}
+
+func TestReceiverNeverForwards(t *testing.T) {
+	network := transport.NewInmemNetwork()
+	b := newNode(t, network, "b:1", 0, false, 10) // hosts nothing
+	b.dir.owner = &storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "c", Address: "c:1"}}
+	req := &transport.DeliverRequest{Kind: "counter", Method: "incr", Entity: "w", Shard: uint32(sharding.ShardOf("w", numShards)), Payload: []byte("1"), Codec: entity.JSON.Name()}
+	resp, written := b.router.Receiver().Deliver(context.Background(), req)
+	written()
+	if resp.Code != transport.CodeNotOwner || resp.OwnerHint != "elsewhere" {
+		t.Fatalf("delivery to a runner not hosting the shard = %v %q (hint %q), want NOT_OWNER with the directory's hint", resp.Code, resp.Message, resp.OwnerHint)
+	}
+}
+
+func TestWireMappingKeepsTypedErrors(t *testing.T) {
+	req := &transport.DeliverRequest{Kind: "k", Method: "m", Entity: "e", Shard: 3}
+	for _, c := range []struct {
+		err   error
+		sent  bool
+		retry bool
+		check func(error) bool
+	}{
+		{&hosting.NotOwnerError{Shard: 3, OwnerHint: "b"}, false, true, func(err error) bool {
+			var no *hosting.NotOwnerError
+			return errors.As(err, &no) && no.OwnerHint == "b" && no.Shard == 3
+		}},
+		{&hosting.UndeliveredError{Shard: 3, Cause: hosting.ErrDetached}, false, true, func(err error) bool { return errors.Is(err, hosting.ErrDetached) }},
+		{&hosting.UndeliveredError{Shard: 3, Cause: hosting.ErrShardMoved}, false, true, func(err error) bool { return errors.Is(err, hosting.ErrShardMoved) }},
+		{&hosting.UndeliveredError{Shard: 3, Cause: hosting.ErrShutdown}, false, true, func(err error) bool { return errors.Is(err, hosting.ErrShutdown) }},
+		{entity.ErrMailboxFull, false, false, func(err error) bool { return errors.Is(err, entity.ErrMailboxFull) }},
+		{&hosting.StaleResultError{Shard: 3, Reason: "late", Cause: hosting.ErrDetached}, true, false, func(err error) bool {
+			return errors.Is(err, hosting.ErrMaybeDelivered) && errors.Is(err, hosting.ErrDetached)
+		}},
+		{&entity.PanicError{Value: "oops"}, true, false, func(err error) bool {
+			var pe *entity.PanicError
+			return errors.As(err, &pe) && pe.Value == "oops" && pe.Kind == "k"
+		}},
+		{errors.New(strings.Repeat("x", 10000)), true, false, func(err error) bool {
+			var re *RemoteError
+			return errors.As(err, &re) && len(re.Message) < 5000 && re.Runner == "b"
+		}},
+	} {
+		resp := ErrorResponse(c.err, c.sent)
+		got, retry := ResponseError("b", req, resp)
+		if retry != c.retry || got == nil || !c.check(got) {
+			t.Errorf("%T %.60v through the wire: %.80v (retry %v), want the same type and causes (retry %v)", c.err, c.err, got, retry, c.retry)
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package routing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/transport"
+)
+
+// attempt is the state of one call across its routing attempts.
+type attempt struct {
+	k       *hosting.Kind
+	h       *entity.Handler
+	id      sharding.ShardID
+	c       entity.Call
+	payload []byte // encoded once, on the first remote attempt
+	hint    string // owner named by the last NotOwner answer
+	start   time.Time
+	badReq  bool // the request cannot be encoded: returned at once
+}
+
+// sendSlow is the routing loop with retries.
+func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handler, id sharding.ShardID, c entity.Call, last error) (any, error) {
+	var (
+		waiting bool // counted in r.waiting (MaxWaitingSends)
+		bo      *backoff.ExponentialBackOff
+		timer   *time.Timer
+		a       = attempt{k: k, h: h, id: id, c: c, start: time.Now()}
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for n := 0; ; n++ {
+		changed := r.RouteWatch()
+		v, err, sent := r.try(ctx, &a)
+		if a.badReq {
+			return nil, err
+		}
+		if err == nil || sent || !retryable(err) {
+			if n > 0 {
+				r.met.SendRetries.Add(context.Background(), int64(n), r.met.Attrs)
+			}
+			return v, err
+		}
+		if last == nil || !errors.Is(err, ErrNoOwner) || errors.Is(last, ErrNoOwner) {
+			last = err // keep the most informative reason for the caller
+		}
+		var no *hosting.NotOwnerError
+		if errors.As(err, &no) && no.OwnerHint != "" && no.OwnerHint != r.cfg.RunnerID {
+			a.hint = no.OwnerHint
+		}
+		if !waiting { // only sends that wait for an owner count
+			if r.waiting.Add(1) > int64(r.cfg.MaxWaitingSends) {
+				r.waiting.Add(-1)
+				return nil, fmt.Errorf("%w (%d): %w", ErrTooManyWaiting, r.cfg.MaxWaitingSends, last)
+			}
+			waiting = true
+			defer r.waiting.Add(-1)
+		}
+		if bo == nil {
+			bo = newBackoff()
+		}
+		d := bo.NextBackOff()
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("runner: %s %q not delivered: %w (last attempt: %w)", k.Desc.Name(), c.Entity, hosting.ContextError(ctx), last)
+		case <-changed:
+			if !r.dir.Running() {
+				return nil, fmt.Errorf("%w; %s %q not delivered (last attempt: %w)", r.dir.ClosedErr(), k.Desc.Name(), c.Entity, last)
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// try makes one attempt: here if the shard is hosted here, else one hop
+// to its owner (or the owner the last answer named). sent reports that a
+// handler may have run it.
+func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bool) {
+	if sh := r.host.Lookup(a.id); sh != nil {
+		res := sh.Deliver(ctx, a.k, a.h, a.c.Entity, a.c.Req, a.h.OneWay(), false)
+		return res.V, res.Err, !res.Undelivered
+	}
+	owner, ok := r.dir.Route(a.id)
+	if a.hint != "" && a.hint != owner.ID {
+		// The last receiver knew better than our watch: try its hint (one
+		// hop again, never forwarded further).
+		if m, known := r.dir.Member(a.hint); known && m.Address != "" {
+			owner, ok = m, true
+		}
+	}
+	a.hint = ""
+	switch {
+	case !ok:
+		return nil, r.dir.NoRoute(a.id, time.Since(a.start)), false
+	case owner.Address == "":
+		// The owner serves no transport: final, not retried.
+		return nil, fmt.Errorf("%w: shard %d is owned by runner %q, which serves no transport (its Config has neither ListenAddr nor Address), "+
+			"so no other runner can reach its entities", ErrNoTransport, a.id, owner.ID), true
+	}
+	if a.payload == nil {
+		if a.payload, err = a.k.Opts.Codec.Marshal(a.c.Req); err != nil {
+			a.badReq = true
+			return nil, fmt.Errorf("%w: encode %s.%s request: %w", entity.ErrBadRequest, a.k.Desc.Name(), a.h.Name(), err), true
+		}
+	}
+	return r.remote(ctx, owner, a)
+}
+
+// remote delivers to the owner over the transport.
+func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (any, error, bool) {
+	k, h := a.k, a.h
+	req := &transport.DeliverRequest{
+		Kind: k.Desc.Name(), Method: h.Name(), Entity: a.c.Entity, Payload: a.payload,
+		OneWay: h.OneWay(), Shard: uint32(a.id), Sender: r.cfg.RunnerID, Codec: k.Opts.Codec.Name(),
+	}
+	resp, sent, err := r.net.Call(ctx, owner.Address, req)
+	if err != nil {
+		if sent {
+			err = fmt.Errorf("to %s: %w", owner.ID, err)
+		}
+		return nil, err, sent
+	}
+	if resp.Epoch != 0 && resp.Code != transport.CodeStaleResult {
+		// A result (value, handler error or panic): withheld if it may
+		// come from a former owner that lost the shard while it ran.
+		if err := r.checkEpoch(a.id, owner, storage.Epoch(resp.Epoch)); err != nil {
+			return nil, err, true
+		}
+	}
+	if err, retry := ResponseError(owner.ID, req, resp); err != nil {
+		return nil, err, !retry
+	}
+	if h.OneWay() {
+		return nil, nil, true
+	}
+	v, err := h.DecodeResponse(k.Opts.Codec, resp.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("runner: response from %s: %w", owner.ID, err), true
+	}
+	return v, nil, true
+}
+
+// checkEpoch is the sender's half of the rule that no result of a former
+// owner is acknowledged after a newer owner started: a result computed
+// under epoch by owner is refused with a *StaleResultError when a newer
+// epoch of shard id was already seen (lock watch, installs, replies) and
+// owner's lease, under which it held the shard, has ended (expired or
+// revoked: the shard may have been taken while the handler ran). A result
+// from a live owner is accepted: a live owner moves a shard only after its
+// drain, in which every handler finished and every reply was written, so
+// its result ran before the newer epoch began. The owner's own check (the
+// detach instant and its shard's hosting, at the handler's end) covers the
+// rest; this one closes the gap between that check and the socket write.
+func (r *Router) checkEpoch(id sharding.ShardID, owner storage.Runner, epoch storage.Epoch) error {
+	newer := storage.Epoch(r.epochs[id].Load())
+	if newer <= epoch {
+		r.SawEpoch(id, epoch)
+		return nil
+	}
+	if r.dir.LeaseLive(owner.Lease) {
+		return nil
+	}
+	r.met.Dropped.Add(context.Background(), 1, r.met.Attrs, hosting.WithReason(hosting.DropStaleResult))
+	r.log.Warn("result from an ended lease, older than an epoch already seen; withheld",
+		"shard", id, "from", owner.ID, "epoch", epoch, "seen", newer)
+	return &hosting.StaleResultError{Shard: id, Runner: owner.ID, Epoch: epoch, Newer: newer, Cause: hosting.ErrShardMoved}
+}
+
+// sendIdempotent sends c, a call of an entity.Idempotent method whose
+// first attempt failed with ErrMaybeDelivered (first), again and again
+// after every ErrMaybeDelivered — the connection to the owner failed after
+// sending, or the owner withheld a stale result — with jittered
+// exponential backoff, until an attempt succeeds or fails otherwise, or
+// ctx ends. Then it returns ctx's error joined with the last attempt's.
+// Running an idempotent handler more than once is harmless by definition.
+func (r *Router) sendIdempotent(ctx context.Context, c entity.Call, first error) (any, error) {
+	last := first
+	bo := newBackoff()
+	timer := time.NewTimer(bo.NextBackOff())
+	defer timer.Stop()
+	for n := 1; ; n++ {
+		r.log.Debug("idempotent call may have run; sending it again", "kind", c.Kind.Name(), "method", c.Handler.Name(),
+			"attempt", n, "err", last)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("runner: idempotent %s.%s %q: %w (last attempt: %w)",
+				c.Kind.Name(), c.Handler.Name(), c.Entity, hosting.ContextError(ctx), last)
+		case <-timer.C:
+		}
+		r.met.SendRetries.Add(context.Background(), 1, r.met.Attrs)
+		v, err := r.sendOnce(ctx, c)
+		if err == nil || !errors.Is(err, hosting.ErrMaybeDelivered) || ctx.Err() != nil {
+			return v, err
+		}
+		last = err
+		timer.Reset(bo.NextBackOff())
+	}
+}
