@@ -286,24 +286,8 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	}
 	var kept []storage.AcquireResult
 	if !newLease {
-		// The lease survived the detach: its locks and handoff records are
-		// from before it. They are found in this runner's views (the
-		// watches run while detached), not by listing the cluster, which
-		// would cost every re-attaching runner a scan of every lock. Any
-		// the view misses is safe: a lock of ours that is wanted is
-		// rewritten when acquired (AlreadyOwned), one that is not is
-		// deleted as an orphan, and a stale record of ours is deleted by
-		// the stale-record rule once seen.
-		mine, records := r.heldUnder(h.Lease)
-		if len(records) > 0 {
-			// An old owner must not transfer to an attachment that did
-			// not warm.
-			_, _ = r.store.DeleteHandoffs(cctx, h.Lease, records)
-		}
-		if len(mine) > 0 {
-			if kept, err = r.store.Rewrite(cctx, h.Lease, r.owner(), mine); err != nil {
-				return fmt.Errorf("bump epochs of %d kept locks: %w", len(mine), err)
-			}
+		if kept, err = r.rewriteKept(cctx, h.Lease); err != nil {
+			return err
 		}
 	}
 	r.mu.Lock()
@@ -351,4 +335,29 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	r.attachedSince = true
 	signal(r.rebalance)
 	return nil
+}
+
+// rewriteKept gives new epochs to the locks still held under lease after a
+// detach. The lease survived the detach: its locks and handoff records are
+// from before it. They are found in this runner's views (the watches run
+// while detached), not by listing the cluster, which would cost every
+// re-attaching runner a scan of every lock. Any the view misses is safe: a
+// lock of ours that is wanted is rewritten when acquired (AlreadyOwned),
+// one that is not is deleted as an orphan, and a stale record of ours is
+// deleted by the stale-record rule once seen.
+func (r *Runner) rewriteKept(ctx context.Context, leaseID storage.LeaseID) ([]storage.AcquireResult, error) {
+	mine, records := r.heldUnder(leaseID)
+	if len(records) > 0 {
+		// An old owner must not transfer to an attachment that did not
+		// warm.
+		_, _ = r.store.DeleteHandoffs(ctx, leaseID, records)
+	}
+	if len(mine) == 0 {
+		return nil, nil
+	}
+	kept, err := r.store.Rewrite(ctx, leaseID, r.owner(), mine)
+	if err != nil {
+		return nil, fmt.Errorf("bump epochs of %d kept locks: %w", len(mine), err)
+	}
+	return kept, nil
 }

@@ -171,6 +171,40 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	keeper, err := newKeeper(store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := newRunner(store, cfg, keeper)
+	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	r.st.init()
+	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
+	r.hub.observe = r.noteEvent
+	localIncarnations.Store(r.incarnation, struct{}{})
+	r.tripAt.Store(math.MaxInt64)
+	r.net = cfg.Transport
+	if r.net == nil {
+		r.net = newTransport(cfg, r.log)
+	}
+	r.address = cfg.Address
+	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
+	if err != nil {
+		return nil, fmt.Errorf("runner: metrics: %w", err)
+	}
+	r.hosting = hosting.New(hosting.Config{
+		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
+		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval,
+	}, hostingEnv{r}, store, &r.met.host, r.log)
+	r.router = routing.New(routing.Config{
+		RunnerID: cfg.ID, NumShards: cfg.NumShards, MaxWaitingSends: cfg.MaxWaitingSends, MaxMessageSize: cfg.MaxMessageSize,
+	}, routingDir{r}, r.hosting, r.net, &r.met.route, r.log)
+	return r, nil
+}
+
+// newKeeper returns the lease keeper of a runner configured with cfg.
+func newKeeper(store storage.Store, cfg Config) (*lease.Keeper, error) {
 	keeper, err := lease.New(store, lease.Config{
 		TTL:           cfg.LeaseTTL,
 		RenewInterval: cfg.LeaseRenewInterval,
@@ -182,7 +216,25 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r := &Runner{
+	return keeper, nil
+}
+
+// newTransport returns the gRPC transport of a runner configured with cfg.
+func newTransport(cfg Config, log *slog.Logger) transport.Transport {
+	listen := cfg.ListenAddr
+	if cfg.ClientOnly {
+		listen = "" // routes only: serves nothing
+	}
+	return transport.NewGRPC(transport.GRPCConfig{
+		ListenAddr: listen, TLS: cfg.TLS, PeerTLS: cfg.PeerTLS, MaxMessageSize: cfg.MaxMessageSize,
+		RequestTimeout: cfg.RequestTimeout, ConnectTimeout: cfg.ConnectTimeout, MaxConnections: cfg.MaxConnections,
+		Logger: log,
+	})
+}
+
+// newRunner returns the runner's state before its parts are wired.
+func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
+	return &Runner{
 		store:  store,
 		cfg:    cfg,
 		log:    cfg.Logger.With("runner", cfg.ID),
@@ -220,39 +272,6 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		tripKick:        make(chan struct{}, 1),
 		locks:           make(lockView, cfg.NumShards),
 	}
-	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	r.st.init()
-	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
-	r.hub.observe = r.noteEvent
-	localIncarnations.Store(r.incarnation, struct{}{})
-	r.tripAt.Store(math.MaxInt64)
-	r.net = cfg.Transport
-	if r.net == nil {
-		listen := cfg.ListenAddr
-		if cfg.ClientOnly {
-			listen = "" // routes only: serves nothing
-		}
-		r.net = transport.NewGRPC(transport.GRPCConfig{
-			ListenAddr: listen, TLS: cfg.TLS, PeerTLS: cfg.PeerTLS, MaxMessageSize: cfg.MaxMessageSize,
-			RequestTimeout: cfg.RequestTimeout, ConnectTimeout: cfg.ConnectTimeout, MaxConnections: cfg.MaxConnections,
-			Logger: r.log,
-		})
-	}
-	r.address = cfg.Address
-	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
-	if err != nil {
-		return nil, fmt.Errorf("runner: metrics: %w", err)
-	}
-	r.hosting = hosting.New(hosting.Config{
-		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
-		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval,
-	}, hostingEnv{r}, store, &r.met.host, r.log)
-	r.router = routing.New(routing.Config{
-		RunnerID: cfg.ID, NumShards: cfg.NumShards, MaxWaitingSends: cfg.MaxWaitingSends, MaxMessageSize: cfg.MaxMessageSize,
-	}, routingDir{r}, r.hosting, r.net, &r.met.route, r.log)
-	return r, nil
 }
 
 // ID returns the runner's ID.
@@ -371,206 +390,6 @@ func (r *Runner) deadlineLag() (time.Duration, bool) {
 	}
 	return time.Until(h.Deadline), true
 }
-
-// Run registers the runner and hosts shards until ctx ends, Shutdown
-// completes or Close is called. It returns nil after Shutdown or Close and
-// ctx's error when ctx ended; an ended ctx stops the runner like Close (no
-// release, the lease expires on its own), so call Shutdown for a graceful
-// stop. Run retries registration until it succeeds: a store that is down at
-// start delays registration but does not fail Run.
-func (r *Runner) Run(ctx context.Context) error {
-	r.mu.Lock()
-	switch {
-	case r.runStarted:
-		r.mu.Unlock()
-		return ErrAlreadyRunning
-	case r.phase == phaseStopped: // Shutdown or Close came first
-		r.mu.Unlock()
-		return ErrClosed
-	}
-	r.runStarted = true
-	r.phase = phaseStarting
-	r.started = time.Now()
-	r.reg.Start(r.started)
-	r.running.Store(true)
-	close(r.st.runCalled) // sends waiting for Run proceed
-	r.mu.Unlock()
-	defer close(r.done)
-	defer r.met.close()
-	defer func() {
-		r.running.Store(false)
-		r.router.RoutesChanged() // waiting sends see it and return ErrClosed
-	}()
-
-	addr, err := r.net.Listen(receiver{r})
-	if err != nil {
-		r.net.Close(0)
-		r.mu.Lock()
-		r.phase = phaseStopped
-		r.mu.Unlock()
-		return fmt.Errorf("runner: %w", err)
-	}
-	r.served = addr != ""
-	r.mu.Lock()
-	if r.address == "" {
-		r.address = addr
-	}
-	r.mu.Unlock()
-
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { r.followRunners(ctx) })
-	wg.Go(func() { r.followLocks(ctx) })
-	loopDone := make(chan struct{})
-	if r.cfg.ClientOnly {
-		// Routes only: no lease, no registration, no shards.
-		wg.Go(func() {
-			defer close(loopDone)
-			select {
-			case <-ctx.Done():
-			case <-r.stopReq:
-			}
-		})
-	} else {
-		wg.Go(func() { _ = r.keeper.Run(ctx) })
-		wg.Go(func() { r.followHandoffs(ctx) })
-		wg.Go(func() { r.watchdog(ctx) })
-		wg.Go(func() { r.hosting.Janitor(ctx) })
-		wg.Go(func() { r.guardRecord(ctx) })
-		wg.Go(func() { r.followDrain(ctx) })
-		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
-	}
-	wg.Go(func() { r.startup(ctx) })
-
-	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
-		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)
-	err = nil
-	grace := time.Duration(0)
-	select {
-	case <-ctx.Done():
-		err = ctx.Err()
-		r.dropAll(ErrShutdown, "context ended")
-	case <-r.closeReq:
-		if err = r.fatalErr(); err != nil {
-			// This runner gave up its ID (registration.go): like Close,
-			// then the lease goes, with the locks still under it.
-			r.dropAll(err, err.Error())
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
-			if rerr := r.keeper.Revoke(rctx); rerr != nil && !errors.Is(rerr, storage.ErrLeaseNotFound) {
-				r.log.Warn("revoking the lease failed; it will expire on its own", "err", rerr)
-			}
-			rcancel()
-		} else {
-			r.dropAll(ErrShutdown, "closed")
-		}
-	case <-loopDone: // Shutdown finished releasing
-		grace = r.cfg.DrainTimeout
-	}
-	cancel(ErrShutdown)
-	// Stop serving before wg.Wait: gracefully after Shutdown (drained),
-	// abruptly after Close or an ended context (like a crash).
-	r.net.Close(grace)
-	r.mu.Lock()
-	r.phase = phaseStopped
-	r.mu.Unlock()
-	return err
-}
-
-// Shutdown stops the runner gracefully: it drains and releases every shard
-// (batched), revokes its lease (deleting its registration) and waits for
-// Run to return, all bounded by ctx. If ctx ends first, the runner is closed
-// abruptly and ctx's error returned. Safe to call concurrently and more than
-// once; before Run it makes Run return ErrClosed at once.
-func (r *Runner) Shutdown(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.runStarted {
-		r.phase = phaseStopped
-		r.mu.Unlock()
-		r.stopOnce.Do(func() { close(r.stopReq) })
-		return nil
-	}
-	if r.stopCtx == nil {
-		r.stopCtx = ctx
-	}
-	r.mu.Unlock()
-	r.stopOnce.Do(func() { close(r.stopReq) })
-	select {
-	case <-r.done:
-		return nil
-	case <-ctx.Done():
-		r.Close()
-		return ctx.Err()
-	}
-}
-
-func (r *Runner) shutdownContext() context.Context {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopCtx
-}
-
-// Close stops the runner abruptly: every entity is interrupted with
-// ErrShutdown, no lock is released and the lease is not revoked, so other
-// runners take over the shards only after the lease expires (this is also
-// how tests simulate a crash). Close waits for Run to return. Idempotent.
-func (r *Runner) Close() {
-	r.mu.Lock()
-	started := r.runStarted
-	if !started {
-		r.phase = phaseStopped
-	}
-	r.mu.Unlock()
-	r.closeOnce.Do(func() { close(r.closeReq) })
-	if started {
-		<-r.done
-	}
-}
-
-// dropAll ends every ownership with cause, without touching the store.
-func (r *Runner) dropAll(cause error, why string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.phase = phaseStopped
-	r.gen++
-	if r.attachStop != nil {
-		r.attachStop(cause)
-	}
-	r.dropOwnedLocked(cause)
-	r.log.Info("runner stopped", "why", why)
-}
-
-// dropOwnedLocked cancels every owned shard with cause and forgets it.
-func (r *Runner) dropOwnedLocked(cause error) {
-	ids := make([]sharding.ShardID, 0, len(r.owned))
-	for id := range r.owned {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		s := r.owned[id]
-		r.disownLocked(s, cause)
-		r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
-	}
-	clear(r.releasing)
-	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
-}
-
-// disownLocked ends the ownership of s: it stops being hosted (new
-// messages stop finding it, then its context is cancelled with cause:
-// running handlers see it, queued messages fail with it) and owned.
-func (r *Runner) disownLocked(s *shard, cause error) {
-	r.hosting.Uninstall(s.host)
-	s.host.Close()
-	s.cancel(cause)
-	r.lastHosts[s.id] = s.host
-	delete(r.owned, s.id)
-	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
-}
-
-// clockBase makes monotonic nanosecond readings: time.Since(clockBase).
-var clockBase = time.Now()
 
 // pastTrip reports whether the detach instant has passed; it then wakes the
 // watchdog, which detaches.

@@ -1,0 +1,240 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// The runner's lifecycle: Run, Shutdown, Close, and how ownership ends.
+
+// Run registers the runner and hosts shards until ctx ends, Shutdown
+// completes or Close is called. It returns nil after Shutdown or Close and
+// ctx's error when ctx ended; an ended ctx stops the runner like Close (no
+// release, the lease expires on its own), so call Shutdown for a graceful
+// stop. Run retries registration until it succeeds: a store that is down at
+// start delays registration but does not fail Run.
+func (r *Runner) Run(ctx context.Context) error {
+	if err := r.begin(); err != nil {
+		return err
+	}
+	defer close(r.done)
+	defer r.met.close()
+	defer func() {
+		r.running.Store(false)
+		r.router.RoutesChanged() // waiting sends see it and return ErrClosed
+	}()
+	if err := r.serve(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	loopDone := r.startLoops(ctx, &wg)
+	r.log.Info("runner starting", "incarnation", r.incarnation, "weight", r.cfg.Weight, "shards", r.cfg.NumShards,
+		"strategy", r.cfg.Strategy.Name(), "lease_ttl", r.cfg.LeaseTTL, "detach_margin", r.cfg.DetachMargin)
+	grace, err := r.waitStop(ctx, loopDone)
+	cancel(ErrShutdown)
+	// Stop serving before wg.Wait: gracefully after Shutdown (drained),
+	// abruptly after Close or an ended context (like a crash).
+	r.net.Close(grace)
+	r.mu.Lock()
+	r.phase = phaseStopped
+	r.mu.Unlock()
+	return err
+}
+
+// begin marks the runner started, or says why Run may not run.
+func (r *Runner) begin() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.runStarted:
+		return ErrAlreadyRunning
+	case r.phase == phaseStopped: // Shutdown or Close came first
+		return ErrClosed
+	}
+	r.runStarted = true
+	r.phase = phaseStarting
+	r.started = time.Now()
+	r.reg.Start(r.started)
+	r.running.Store(true)
+	close(r.st.runCalled) // sends waiting for Run proceed
+	return nil
+}
+
+// serve starts the transport's server (if the runner serves one) and
+// learns the address it listens at.
+func (r *Runner) serve() error {
+	addr, err := r.net.Listen(receiver{r})
+	if err != nil {
+		r.net.Close(0)
+		r.mu.Lock()
+		r.phase = phaseStopped
+		r.mu.Unlock()
+		return fmt.Errorf("runner: %w", err)
+	}
+	r.served = addr != ""
+	r.mu.Lock()
+	if r.address == "" {
+		r.address = addr
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// startLoops starts the runner's goroutines in wg; loopDone is closed
+// when the control loop returns (Shutdown finished releasing).
+func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone chan struct{}) {
+	wg.Go(func() { r.followRunners(ctx) })
+	wg.Go(func() { r.followLocks(ctx) })
+	loopDone = make(chan struct{})
+	if r.cfg.ClientOnly {
+		// Routes only: no lease, no registration, no shards.
+		wg.Go(func() {
+			defer close(loopDone)
+			select {
+			case <-ctx.Done():
+			case <-r.stopReq:
+			}
+		})
+	} else {
+		wg.Go(func() { _ = r.keeper.Run(ctx) })
+		wg.Go(func() { r.followHandoffs(ctx) })
+		wg.Go(func() { r.watchdog(ctx) })
+		wg.Go(func() { r.hosting.Janitor(ctx) })
+		wg.Go(func() { r.guardRecord(ctx) })
+		wg.Go(func() { r.followDrain(ctx) })
+		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
+	}
+	wg.Go(func() { r.startup(ctx) })
+	return loopDone
+}
+
+// waitStop waits for the end of the run: ctx, Close (or a fatal error,
+// which gives the lease up), or the end of Shutdown's releases. grace is
+// how long the transport may finish answering.
+func (r *Runner) waitStop(ctx context.Context, loopDone <-chan struct{}) (grace time.Duration, err error) {
+	select {
+	case <-ctx.Done():
+		r.dropAll(ErrShutdown, "context ended")
+		return 0, ctx.Err()
+	case <-r.closeReq:
+		if err = r.fatalErr(); err != nil {
+			// This runner gave up its ID (registration.go): like Close,
+			// then the lease goes, with the locks still under it.
+			r.dropAll(err, err.Error())
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.OpTimeout)
+			if rerr := r.keeper.Revoke(rctx); rerr != nil && !errors.Is(rerr, storage.ErrLeaseNotFound) {
+				r.log.Warn("revoking the lease failed; it will expire on its own", "err", rerr)
+			}
+			rcancel()
+			return 0, err
+		}
+		r.dropAll(ErrShutdown, "closed")
+		return 0, nil
+	case <-loopDone: // Shutdown finished releasing
+		return r.cfg.DrainTimeout, nil
+	}
+}
+
+// Shutdown stops the runner gracefully: it drains and releases every shard
+// (batched), revokes its lease (deleting its registration) and waits for
+// Run to return, all bounded by ctx. If ctx ends first, the runner is closed
+// abruptly and ctx's error returned. Safe to call concurrently and more than
+// once; before Run it makes Run return ErrClosed at once.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.runStarted {
+		r.phase = phaseStopped
+		r.mu.Unlock()
+		r.stopOnce.Do(func() { close(r.stopReq) })
+		return nil
+	}
+	if r.stopCtx == nil {
+		r.stopCtx = ctx
+	}
+	r.mu.Unlock()
+	r.stopOnce.Do(func() { close(r.stopReq) })
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		r.Close()
+		return ctx.Err()
+	}
+}
+
+func (r *Runner) shutdownContext() context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopCtx
+}
+
+// Close stops the runner abruptly: every entity is interrupted with
+// ErrShutdown, no lock is released and the lease is not revoked, so other
+// runners take over the shards only after the lease expires (this is also
+// how tests simulate a crash). Close waits for Run to return. Idempotent.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	started := r.runStarted
+	if !started {
+		r.phase = phaseStopped
+	}
+	r.mu.Unlock()
+	r.closeOnce.Do(func() { close(r.closeReq) })
+	if started {
+		<-r.done
+	}
+}
+
+// dropAll ends every ownership with cause, without touching the store.
+func (r *Runner) dropAll(cause error, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase = phaseStopped
+	r.gen++
+	if r.attachStop != nil {
+		r.attachStop(cause)
+	}
+	r.dropOwnedLocked(cause)
+	r.log.Info("runner stopped", "why", why)
+}
+
+// dropOwnedLocked cancels every owned shard with cause and forgets it.
+func (r *Runner) dropOwnedLocked(cause error) {
+	ids := make([]sharding.ShardID, 0, len(r.owned))
+	for id := range r.owned {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		s := r.owned[id]
+		r.disownLocked(s, cause)
+		r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
+	}
+	clear(r.releasing)
+	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
+}
+
+// disownLocked ends the ownership of s: it stops being hosted (new
+// messages stop finding it, then its context is cancelled with cause:
+// running handlers see it, queued messages fail with it) and owned.
+func (r *Runner) disownLocked(s *shard, cause error) {
+	r.hosting.Uninstall(s.host)
+	s.host.Close()
+	s.cancel(cause)
+	r.lastHosts[s.id] = s.host
+	delete(r.owned, s.id)
+	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
+}
+
+// clockBase makes monotonic nanosecond readings: time.Since(clockBase).
+var clockBase = time.Now()
