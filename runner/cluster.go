@@ -214,7 +214,7 @@ func (r *Runner) lockLostLocked(id sharding.ShardID, detail string) {
 	}
 	s.cancel(ErrShardMoved)
 	r.disownLocked(s, ErrShardMoved)
-	r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
+	r.hub.Publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
 	r.lostLocks = append(r.lostLocks, lostLock{shard: id, detail: detail})
 }
 

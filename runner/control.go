@@ -214,7 +214,7 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 			s.host.KeepLock() // waitStragglers below
 			r.disownLocked(s, cause)
 			r.lastReleased[s.id] = s.epoch
-			r.hub.publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Interrupted: s.host.Interrupted()})
+			r.hub.Publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Interrupted: s.host.Interrupted()})
 		}
 	}
 	r.mu.Unlock()

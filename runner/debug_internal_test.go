@@ -11,27 +11,6 @@ import (
 	"github.com/shardhost/shardhost/storage"
 )
 
-// TestEventRing: the ring keeps the last recentEvents events, newest first.
-func TestEventRing(t *testing.T) {
-	var ring eventRing
-	if got := ring.last(10); len(got) != 0 {
-		t.Fatalf("empty ring gave %d events", len(got))
-	}
-	for i := range recentEvents + 44 {
-		ring.add(ShardAcquired{Shard: sharding.ShardID(i)})
-	}
-	got := ring.last(3)
-	for i, want := range []int{recentEvents + 43, recentEvents + 42, recentEvents + 41} {
-		if s := got[i].(ShardAcquired).Shard; int(s) != want {
-			t.Errorf("last(3)[%d] = shard %d, want %d", i, s, want)
-		}
-	}
-	all := ring.last(10 * recentEvents)
-	if len(all) != recentEvents || int(all[len(all)-1].(ShardAcquired).Shard) != 44 {
-		t.Errorf("last(all) = %d events ending at %v, want %d ending at shard 44", len(all), all[len(all)-1], recentEvents)
-	}
-}
-
 // TestDebugEvent: each event type is listed on the debug page under its
 // type name, with its shard, epoch and detail where it has them.
 func TestDebugEvent(t *testing.T) {

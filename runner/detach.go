@@ -175,7 +175,7 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	clear(r.movedTo)
 	clear(r.storageErrs)
 	r.wouldDetach = detachment.ReasonNone
-	r.hub.publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
+	r.hub.Publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
 	ctx := context.Background()
 	r.met.detached.Record(ctx, 1, r.met.attrs)
 	r.met.detaches.Add(ctx, 1, r.met.attrs, withReason(reason.String()))
@@ -314,10 +314,10 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	clear(r.storageErrs)
 	r.met.detached.Record(context.Background(), 0, r.met.attrs)
 	if newLease {
-		r.hub.publish(Registered{EventBase: r.base(), Lease: h.Lease})
+		r.hub.Publish(Registered{EventBase: r.base(), Lease: h.Lease})
 	}
 	if from == phaseDetached {
-		r.hub.publish(Reattached{EventBase: r.base(), Lease: h.Lease, NewLease: newLease})
+		r.hub.Publish(Reattached{EventBase: r.base(), Lease: h.Lease, NewLease: newLease})
 		r.log.Info("re-attached", "lease", fmt.Sprintf("%x", h.Lease), "new_lease", newLease, "kept_shards", len(kept))
 	} else {
 		r.log.Info("registered", "lease", fmt.Sprintf("%x", h.Lease))

@@ -1,7 +1,7 @@
 package runner
 
 import (
-	"sync"
+	"github.com/shardhost/shardhost/internal/eventhub"
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
@@ -81,103 +81,8 @@ type Reattached struct {
 	NewLease bool // the old lease was lost and a new one granted
 }
 
-// Subscription receives a runner's events. Delivery never blocks the
-// runner: undelivered events queue in memory until read or Close.
-type Subscription struct {
-	ch     chan Event
-	done   chan struct{}
-	signal chan struct{}
-	wg     sync.WaitGroup
-	hub    *hub
-
-	mu     sync.Mutex
-	queue  []Event
-	closed bool
-}
-
-// Events returns the channel of events. It is closed after Close.
-func (s *Subscription) Events() <-chan Event { return s.ch }
-
-// Close ends the subscription and waits for its goroutine.
-func (s *Subscription) Close() {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.closed = true
-	s.mu.Unlock()
-	s.hub.remove(s)
-	close(s.done)
-	s.wg.Wait()
-}
-
-func (s *Subscription) push(ev Event) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.queue = append(s.queue, ev)
-	s.mu.Unlock()
-	signal(s.signal)
-}
-
-func (s *Subscription) forward() {
-	defer close(s.ch)
-	for {
-		s.mu.Lock()
-		batch := s.queue
-		s.queue = nil
-		s.mu.Unlock()
-		for _, ev := range batch {
-			select {
-			case s.ch <- ev:
-			case <-s.done:
-				return
-			}
-		}
-		select {
-		case <-s.signal:
-		case <-s.done:
-			return
-		}
-	}
-}
-
-type hub struct {
-	mu      sync.Mutex
-	subs    map[*Subscription]struct{}
-	recent  eventRing   // the last events, for the debug handler
-	observe func(Event) // if set, sees every event first (under mu; must not block)
-}
-
-func (h *hub) subscribe() *Subscription {
-	s := &Subscription{ch: make(chan Event), done: make(chan struct{}), signal: make(chan struct{}, 1), hub: h}
-	h.mu.Lock()
-	if h.subs == nil {
-		h.subs = make(map[*Subscription]struct{})
-	}
-	h.subs[s] = struct{}{}
-	h.mu.Unlock()
-	s.wg.Go(s.forward)
-	return s
-}
-
-func (h *hub) remove(s *Subscription) {
-	h.mu.Lock()
-	delete(h.subs, s)
-	h.mu.Unlock()
-}
-
-func (h *hub) publish(ev Event) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recent.add(ev)
-	if h.observe != nil {
-		h.observe(ev)
-	}
-	for s := range h.subs {
-		s.push(ev)
-	}
-}
+// Subscription receives a runner's events: Events returns the channel
+// (closed after Close), Close ends the subscription and waits for its
+// goroutine. Delivery never blocks the runner: undelivered events queue in
+// memory until read or Close (internal/eventhub).
+type Subscription = eventhub.Subscription[Event]

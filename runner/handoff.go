@@ -65,7 +65,7 @@ func (r *Runner) publishPhase(id sharding.ShardID, phase, from, to, detail strin
 	if phase == PhaseAborted { // every abort, by either side, counts once
 		r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("aborted"))
 	}
-	r.hub.publish(HandoffPhase{EventBase: r.base(), Shard: id, Phase: phase, From: from, To: to, Detail: detail})
+	r.hub.Publish(HandoffPhase{EventBase: r.base(), Shard: id, Phase: phase, From: from, To: to, Detail: detail})
 }
 
 // followHandoffs keeps r.handoffs equal to the handoff records.
@@ -430,7 +430,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	r.mu.Lock()
 	items = r.stillOwnedLocked(gen, items)
 	for _, it := range items {
-		r.hub.publish(ShardReleased{EventBase: r.base(), Shard: it.s.id, Epoch: it.s.epoch})
+		r.hub.Publish(ShardReleased{EventBase: r.base(), Shard: it.s.id, Epoch: it.s.epoch})
 		r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("drain"))
 	}
 	r.mu.Unlock()
@@ -567,7 +567,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o transferOutco
 		r.publishPhase(s.id, PhaseAborted, r.cfg.ID, h.To, fmt.Sprintf("transfer: %v", o.err))
 		s.unassignedSince = time.Now()
 		s.host.Reopen()
-		r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
+		r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
 	}
 }
 

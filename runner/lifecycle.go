@@ -218,7 +218,7 @@ func (r *Runner) dropOwnedLocked(cause error) {
 	for _, id := range ids {
 		s := r.owned[id]
 		r.disownLocked(s, cause)
-		r.hub.publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
+		r.hub.Publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
 	}
 	clear(r.releasing)
 	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)

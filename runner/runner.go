@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/eventhub"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/internal/registration"
 	"github.com/shardhost/shardhost/internal/routing"
@@ -73,7 +74,7 @@ type Runner struct {
 	incarnation string
 	ownerValue  []byte // the lock value this runner writes (storage.EncodeOwner)
 	started     time.Time
-	hub         hub
+	hub         eventhub.Hub[Event]
 
 	hosting  *hosting.Host                                                               // the entities of the owned shards (internal/hosting)
 	router   *routing.Router                                                             // sends calls to their entities (internal/routing)
@@ -181,7 +182,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	}
 	r.st.init()
 	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
-	r.hub.observe = r.noteEvent
+	r.hub.Observe = r.noteEvent
 	localIncarnations.Store(r.incarnation, struct{}{})
 	r.tripAt.Store(math.MaxInt64)
 	r.net = cfg.Transport
@@ -292,7 +293,7 @@ func (r *Runner) Address() string {
 }
 
 // Subscribe returns a subscription to the runner's events from now on.
-func (r *Runner) Subscribe() *Subscription { return r.hub.subscribe() }
+func (r *Runner) Subscribe() *Subscription { return r.hub.Subscribe() }
 
 func (r *Runner) owner() storage.Owner {
 	return storage.Owner{RunnerID: r.cfg.ID, Incarnation: r.incarnation}
@@ -441,7 +442,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	r.hosting.Install(s.host)
 	r.router.SawEpoch(id, epoch)
 	delete(r.pending, id)
-	r.hub.publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
+	r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 }
 

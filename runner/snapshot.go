@@ -14,45 +14,8 @@ import (
 // Read-only accessors for the debug handler. Each takes the lock it needs
 // briefly and copies; none changes the runner's state.
 
-// recentEvents is how many of the latest events a runner keeps for the
-// debug handler.
-const recentEvents = 256
-
-// eventRing keeps the last recentEvents events, under hub.mu.
-type eventRing struct {
-	buf  [recentEvents]Event
-	next int // where the next event goes
-	full bool
-}
-
-func (e *eventRing) add(ev Event) {
-	e.buf[e.next] = ev
-	e.next = (e.next + 1) % recentEvents
-	if e.next == 0 {
-		e.full = true
-	}
-}
-
-// last returns up to n of the latest events, newest first.
-func (e *eventRing) last(n int) []Event {
-	size := e.next
-	if e.full {
-		size = recentEvents
-	}
-	n = min(n, size)
-	out := make([]Event, 0, n)
-	for i := range n {
-		out = append(out, e.buf[(e.next-1-i+recentEvents)%recentEvents])
-	}
-	return out
-}
-
 // recentEvents returns up to n of the runner's latest events, newest first.
-func (r *Runner) recentEvents(n int) []Event {
-	r.hub.mu.Lock()
-	defer r.hub.mu.Unlock()
-	return r.hub.recent.last(n)
-}
+func (r *Runner) recentEvents(n int) []Event { return r.hub.Recent(n) }
 
 // clusterView is a copy of what a runner knows about the cluster and
 // about itself, taken under r.mu at one instant.
