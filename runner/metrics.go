@@ -43,7 +43,6 @@ type metrics struct {
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
 	m := mp.Meter(meterName)
 	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID))}
-	out.host.Attrs, out.route.Attrs = out.attrs, out.attrs
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -67,35 +66,16 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.detaches, err = m.Int64Counter("sharding.detaches", metric.WithUnit("{detach}"), metric.WithDescription("detach transitions, by reason"))
 	add(err)
-	out.host.Activations, err = m.Int64Counter("sharding.entity_activations", metric.WithUnit("{entity}"), metric.WithDescription("entity instances created"))
-	add(err)
-	out.host.Passivations, err = m.Int64Counter("sharding.entity_passivations", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated (idle or evicted)"))
-	add(err)
-	out.host.Evictions, err = m.Int64Counter("sharding.entity_evictions", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated by the resident cap"))
-	add(err)
-	out.host.MailboxRejections, err = m.Int64Counter("sharding.mailbox_rejections", metric.WithUnit("{message}"), metric.WithDescription("messages refused by a full mailbox"))
-	add(err)
-	out.host.HandlerDuration, err = m.Float64Histogram("sharding.handler_duration", metric.WithUnit("s"),
-		metric.WithDescription("handler run time, sampled 1 in 64 messages per entity"))
-	add(err)
-	out.host.Panics, err = m.Int64Counter("sharding.handler_panics", metric.WithUnit("{message}"), metric.WithDescription("handler panics (message failed, instance discarded)"))
-	add(err)
-	out.host.Dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithUnit("{message}"),
-		metric.WithDescription("messages dropped, by reason: shard_left (a signal whose shard left before it ran), stale_result (a handler finished after its shard left, or its reply came from an epoch older than one already seen: result withheld)"))
-	add(err)
-	out.route.SendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithUnit("{attempt}"), metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
-	add(err)
 	out.handoffPhase, err = m.Float64Histogram("sharding.handoff_duration", metric.WithUnit("s"),
 		metric.WithDescription("handoff duration by phase: warm (new owner), drain and cutover (old owner), total (new owner)"))
 	add(err)
 	out.handoffs, err = m.Int64Counter("sharding.handoffs", metric.WithUnit("{handoff}"), metric.WithDescription("handoffs by outcome: completed, aborted"))
 	add(err)
-	out.host.CutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithUnit("{message}"), metric.WithDescription("sends held while their shard cut over"))
+	host, err := hosting.NewMetrics(m, out.attrs)
 	add(err)
-	out.host.CutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithUnit("{message}"), metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
+	route, err := routing.NewMetrics(m, out.attrs, host.Dropped)
 	add(err)
-	out.host.SignalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithUnit("{message}"), metric.WithDescription("signal handlers that returned an error, by kind and method"))
-	add(err)
+	out.host, out.route = *host, *route
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))
 	add(err)
@@ -111,7 +91,6 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 		}, lagGauge, activeGauge)
 		add(err)
 	}
-	out.route.Dropped = out.host.Dropped
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package hosting
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -63,6 +64,39 @@ type Metrics struct {
 	CutoverBuffered   metric.Int64Counter
 	CutoverRejected   metric.Int64Counter
 	SignalFailures    metric.Int64Counter // by kind and method
+}
+
+// NewMetrics creates hosting's instruments on m (their names, units and
+// meanings are documented with the runner's); attrs is added to every
+// measurement.
+func NewMetrics(m metric.Meter, attrs metric.MeasurementOption) (*Metrics, error) {
+	out := &Metrics{Attrs: attrs}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	out.Activations, err = m.Int64Counter("sharding.entity_activations", metric.WithUnit("{entity}"), metric.WithDescription("entity instances created"))
+	add(err)
+	out.Passivations, err = m.Int64Counter("sharding.entity_passivations", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated (idle or evicted)"))
+	add(err)
+	out.Evictions, err = m.Int64Counter("sharding.entity_evictions", metric.WithUnit("{entity}"), metric.WithDescription("entities passivated by the resident cap"))
+	add(err)
+	out.MailboxRejections, err = m.Int64Counter("sharding.mailbox_rejections", metric.WithUnit("{message}"), metric.WithDescription("messages refused by a full mailbox"))
+	add(err)
+	out.HandlerDuration, err = m.Float64Histogram("sharding.handler_duration", metric.WithUnit("s"),
+		metric.WithDescription("handler run time, sampled 1 in 64 messages per entity"))
+	add(err)
+	out.Panics, err = m.Int64Counter("sharding.handler_panics", metric.WithUnit("{message}"), metric.WithDescription("handler panics (message failed, instance discarded)"))
+	add(err)
+	out.Dropped, err = m.Int64Counter("sharding.messages_dropped", metric.WithUnit("{message}"),
+		metric.WithDescription("messages dropped, by reason: shard_left (a signal whose shard left before it ran), stale_result (a handler finished after its shard left, or its reply came from an epoch older than one already seen: result withheld)"))
+	add(err)
+	out.CutoverBuffered, err = m.Int64Counter("sharding.cutover_buffered", metric.WithUnit("{message}"), metric.WithDescription("sends held while their shard cut over"))
+	add(err)
+	out.CutoverRejected, err = m.Int64Counter("sharding.cutover_rejected", metric.WithUnit("{message}"), metric.WithDescription("sends refused (retryable) because too many waited for a cutover"))
+	add(err)
+	out.SignalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithUnit("{message}"), metric.WithDescription("signal handlers that returned an error, by kind and method"))
+	add(err)
+	return out, errors.Join(errs...)
 }
 
 // Reasons of the sharding.messages_dropped counter.

@@ -13,6 +13,7 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/goleak"
 )
@@ -83,19 +84,11 @@ func newGate(t *testing.T) func() {
 
 func testMetrics(t *testing.T) *Metrics {
 	t.Helper()
-	m := noop.NewMeterProvider().Meter("test")
-	out := &Metrics{}
-	out.Activations, _ = m.Int64Counter("a")
-	out.Passivations, _ = m.Int64Counter("p")
-	out.Evictions, _ = m.Int64Counter("e")
-	out.MailboxRejections, _ = m.Int64Counter("m")
-	out.HandlerDuration, _ = m.Float64Histogram("h")
-	out.Panics, _ = m.Int64Counter("x")
-	out.Dropped, _ = m.Int64Counter("d")
-	out.CutoverBuffered, _ = m.Int64Counter("cb")
-	out.CutoverRejected, _ = m.Int64Counter("cr")
-	out.SignalFailures, _ = m.Int64Counter("sf")
-	return out
+	m, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 type fixture struct {

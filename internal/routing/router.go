@@ -56,6 +56,16 @@ type Metrics struct {
 	Dropped     metric.Int64Counter // reason hosting.DropStaleResult
 }
 
+// NewMetrics creates routing's instruments on m (documented with the
+// runner's); dropped is the entity host's sharding.messages_dropped
+// counter, which routing shares; attrs is added to every measurement.
+func NewMetrics(m metric.Meter, attrs metric.MeasurementOption, dropped metric.Int64Counter) (*Metrics, error) {
+	out := &Metrics{Attrs: attrs, Dropped: dropped}
+	var err error
+	out.SendRetries, err = m.Int64Counter("sharding.messages_retried", metric.WithUnit("{attempt}"), metric.WithDescription("send attempts retried (not delivered: not owner, moving, unreachable, no owner yet)"))
+	return out, err
+}
+
 // Router sends calls to their entities.
 type Router struct {
 	cfg  Config

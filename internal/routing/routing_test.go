@@ -17,6 +17,7 @@ import (
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 	"github.com/shardhost/shardhost/transport"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/goleak"
 )
@@ -84,17 +85,7 @@ func (hostEnv) NotHere(id sharding.ShardID) error {
 }
 
 func hostMetrics() *hosting.Metrics {
-	m := &hosting.Metrics{}
-	m.Activations, _ = noopMeta.Int64Counter("a")
-	m.Passivations, _ = noopMeta.Int64Counter("p")
-	m.Evictions, _ = noopMeta.Int64Counter("e")
-	m.MailboxRejections, _ = noopMeta.Int64Counter("m")
-	m.HandlerDuration, _ = noopMeta.Float64Histogram("h")
-	m.Panics, _ = noopMeta.Int64Counter("x")
-	m.Dropped, _ = noopMeta.Int64Counter("d")
-	m.CutoverBuffered, _ = noopMeta.Int64Counter("cb")
-	m.CutoverRejected, _ = noopMeta.Int64Counter("cr")
-	m.SignalFailures, _ = noopMeta.Int64Counter("sf")
+	m, _ := hosting.NewMetrics(noopMeta, metric.WithAttributes())
 	return m
 }
 
@@ -110,14 +101,13 @@ func newNode(t *testing.T, network *transport.InmemNetwork, addr string, epoch s
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n := &node{dir: &dir{live: map[storage.LeaseID]bool{}}, net: network.Transport(addr)}
+	hm := hostMetrics()
 	n.host = hosting.New(hosting.Config{RunnerID: addr, NumShards: numShards, DrainTimeout: time.Second, CutoverWaiters: 4,
-		PassivationInterval: time.Hour}, hostEnv{}, memory.New(), hostMetrics(), log)
+		PassivationInterval: time.Hour}, hostEnv{}, memory.New(), hm, log)
 	if err := n.host.Register(kind); err != nil {
 		t.Fatal(err)
 	}
-	met := &Metrics{}
-	met.SendRetries, _ = noopMeta.Int64Counter("r")
-	met.Dropped, _ = noopMeta.Int64Counter("d")
+	met, _ := NewMetrics(noopMeta, hm.Attrs, hm.Dropped)
 	n.router = New(Config{RunnerID: addr, NumShards: numShards, MaxWaitingSends: maxWaiting, MaxMessageSize: 1 << 20},
 		n.dir, n.host, n.net, met, log)
 	if hostAll {
