@@ -106,11 +106,11 @@ func (r *Runner) followLocks(ctx context.Context) {
 // resetLocksLocked replaces the lock view with a listed snapshot and asks
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
-	r.locks.reset()
+	r.locks.Reset()
 	r.forgetBadKeysLocked(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
-			r.locks.set(l)
+			r.locks.Set(l)
 			r.sawEpoch(l.Shard, l.Epoch)
 		}
 	}
@@ -118,13 +118,13 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 		if s.epoch > storage.Epoch(u.Revision) {
 			continue // acquired after the snapshot
 		}
-		l, ok := r.locks.get(id)
+		l, ok := r.locks.Get(id)
 		if !ok || l.Lease != r.lease || l.Epoch != s.epoch {
 			r.lockLostLocked(id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", id, u.Revision))
 		}
 	}
 	for id := range r.pending {
-		if l, held := r.locks.get(id); !held || l.Lease == storage.NoLease {
+		if l, held := r.locks.Get(id); !held || l.Lease == storage.NoLease {
 			r.pending[id] = &pending{since: time.Now()}
 		}
 	}
@@ -141,10 +141,10 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 			return
 		}
 		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
-		prev := r.locks[id].Lease
+		prev, _ := r.locks.Get(id)
 		s, owned := r.owned[id]
 		_, leaving := r.releasing[id]
-		r.locks.del(id)
+		r.locks.Del(id)
 		if owned && rev > s.epoch && !leaving {
 			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
@@ -152,7 +152,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 			// Watch-driven wake-up: a fresh window, acquire now.
 			*p = pending{since: time.Now()}
 		}
-		if r.concernsLocked(id, prev) {
+		if r.concernsLocked(id, prev.Lease) {
 			r.markLocked(id)
 		}
 		return
@@ -164,10 +164,10 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	id := l.Shard
 	s, owned := r.owned[id]
 	_, leaving := r.releasing[id]
-	prev := r.locks[id].Lease
-	r.locks.set(l)
+	prev, _ := r.locks.Get(id)
+	r.locks.Set(l)
 	r.sawEpoch(id, l.Epoch)
-	if r.concernsLocked(id, prev, l.Lease) {
+	if r.concernsLocked(id, prev.Lease, l.Lease) {
 		r.markLocked(id)
 	}
 	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
@@ -301,7 +301,7 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 	in = sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
 	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
 		in.Current = make(sharding.Assignment, r.cfg.NumShards)
-		for id, l := range r.locks {
+		for id, l := range r.locks.LockView {
 			if l.Epoch != 0 {
 				in.Current[id] = r.byLease[l.Lease].ID
 			}
@@ -362,27 +362,22 @@ func (r *Runner) selfLocked() selfState {
 // a handoff record of ours — whose decisions also depend on the other
 // runners' leases (a member that left or restarted).
 func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
-	me := r.cfg.ID
-	for id := range a {
-		if id < len(old) && (old[id] == me) != (a[id] == me) {
-			r.work.add(sharding.ShardID(id))
-		}
-	}
+	r.work.AddMoved(old, a, r.cfg.ID)
 	for id := range r.owned {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id := range r.pending {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id := range r.inbound {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id := range r.releasing {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id, h := range r.handoffs {
 		if h.Lease == r.lease {
-			r.work.add(id)
+			r.work.Add(id)
 		}
 	}
 	signal(r.kick)
@@ -412,7 +407,7 @@ func (r *Runner) assignedHereLocked(id sharding.ShardID) bool {
 func (r *Runner) OwnerOf(id sharding.ShardID) (string, storage.Epoch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l, ok := r.locks.get(id)
+	l, ok := r.locks.Get(id)
 	if !ok {
 		return "", 0
 	}

@@ -166,7 +166,7 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	n := len(r.owned)
 	r.dropOwnedLocked(ErrDetached)
 	clear(r.pending)
-	r.work.reset()
+	r.work.Reset()
 	for id, in := range r.inbound { // handoffs never block detachment
 		in.cancel()
 		delete(r.inbound, id)
@@ -238,7 +238,7 @@ var errLeaseChanged = errors.New("lease changed during attach")
 func (r *Runner) heldUnder(lease storage.LeaseID) (locks, records []sharding.ShardID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range r.locks {
+	for _, l := range r.locks.LockView {
 		if l.Epoch != 0 && l.Lease == lease {
 			locks = append(locks, l.Shard)
 		}

@@ -546,7 +546,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o transferOutco
 		r.movedTo[s.id] = h.To
 		r.lastReleased[s.id] = s.epoch
 		if o.epoch != 0 { // our view, ahead of the watch: not an orphan of ours
-			r.locks.set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.epoch})
+			r.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.epoch})
 			r.sawEpoch(s.id, o.epoch)
 		}
 		r.disownLocked(s, ErrShardMoved)

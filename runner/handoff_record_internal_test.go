@@ -47,7 +47,7 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 
 	// The shard becomes ours (a re-attachment installs what it kept) and
 	// is assigned to x.
-	r.locks.set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
+	r.locks.Set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
 	r.installWithLocked(shard, epoch, entity.ActivateNew, nil)
 	r.assignment = make([]string, 4)
 	r.assignment[shard] = "x"

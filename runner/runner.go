@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/control"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
@@ -50,6 +51,13 @@ type shard struct {
 	// cutoverRetryAt: no cutover before (a drain timed out on a handler).
 	cutoverRetryAt time.Time
 }
+
+// lockView is the runner's view of every shard's lock (control.LockView,
+// guarded by r.mu), with the lower-case accessor routing calls (route.go).
+type lockView struct{ control.LockView }
+
+// get is control.LockView.Get.
+func (v lockView) get(id sharding.ShardID) (storage.Lock, bool) { return v.Get(id) }
 
 // pending tracks an assigned shard this runner does not own yet.
 type pending struct {
@@ -121,7 +129,7 @@ type Runner struct {
 	// deletingHandoff: our leftover handoff records being deleted (by
 	// ModRevision), so each is deleted once.
 	deletingHandoff map[sharding.ShardID]storage.Revision
-	work            *workQueue // dirty shards and per-shard timers of the control loop
+	work            *control.Queue // dirty shards and per-shard timers of the control loop
 	// viewChanging: the membership changed since the assignment was
 	// computed; no new move starts until it is recomputed.
 	viewChanging bool
@@ -218,11 +226,11 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		deletingHandoff: make(map[sharding.ShardID]storage.Revision),
 		storageErrs:     make(map[string]int),
 		pending:         make(map[sharding.ShardID]*pending),
-		work:            newWorkQueue(cfg.NumShards),
+		work:            control.NewQueue(cfg.NumShards),
 		members:         make(map[string]storage.Runner),
 		byLease:         make(map[storage.LeaseID]storage.Runner),
 		tripKick:        make(chan struct{}, 1),
-		locks:           make(lockView, cfg.NumShards),
+		locks:           lockView{control.NewLockView(cfg.NumShards)},
 	}
 	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -98,8 +98,8 @@ func (r *Runner) view() clusterView {
 	for _, m := range r.members {
 		v.members = append(v.members, m)
 	}
-	for id := range r.locks {
-		if l, held := r.locks.get(sharding.ShardID(id)); held {
+	for id := range r.locks.LockView {
+		if l, held := r.locks.Get(sharding.ShardID(id)); held {
 			v.locks = append(v.locks, l)
 		}
 	}
