@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/internal/control"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -311,8 +312,7 @@ func (r *Runner) cancelAllInbound() {
 	defer r.mu.Unlock()
 	for id, in := range r.inbound {
 		delete(r.inbound, id)
-		in.cancel()
-		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "shutting down")
+		r.reportInbound(id, in, handoff.Aborted, "shutting down")
 	}
 }
 

@@ -2,12 +2,12 @@ package runner
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/internal/control"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -288,20 +288,14 @@ func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundSt
 
 // decideTakeoverLocked starts taking shard id over from its live owner
 // from, unless a takeover from that owner is already running or was
-// aborted recently.
+// aborted recently. A running takeover whose lock changed hands or was
+// rewritten starts over (handoff.Inbound.Restart).
 func (r *Runner) decideTakeoverLocked(id sharding.ShardID, from storage.Runner, l storage.Lock, st *roundState, p *plan) {
-	if in := r.inbound[id]; in != nil && (in.from.Lease != l.Lease || in.fromEpoch != l.Epoch) {
-		// The shard changed hands while we warmed, or its owner rewrote
-		// the lock (a re-attach under the same lease gives new epochs, and
-		// the old owner cuts over only to a record naming its epoch):
-		// start over with the current lock (our record is overwritten).
-		delete(r.inbound, id)
-		in.cancel()
-		why := "the old owner changed to " + from.ID
-		if in.from.Lease == l.Lease {
-			why = fmt.Sprintf("the old owner rewrote its lock (epoch %d, was %d)", l.Epoch, in.fromEpoch)
+	if in := r.inbound[id]; in != nil {
+		if why, restart := in.Restart(l, from.ID); restart {
+			delete(r.inbound, id)
+			r.reportInbound(id, in, handoff.Aborted, why) // our record is overwritten
 		}
-		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
 	}
 	if r.cfg.DisableHandoff || r.inbound[id] != nil {
 		return
@@ -322,8 +316,7 @@ func (r *Runner) decideInboundLocked(id sharding.ShardID, want bool, p *plan) {
 		return
 	}
 	delete(r.inbound, id)
-	in.cancel()
-	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "the shard was assigned elsewhere")
+	r.reportInbound(id, in, handoff.Aborted, "the shard was assigned elsewhere")
 	p.records = append(p.records, id)
 }
 
@@ -341,22 +334,18 @@ func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan)
 		s.unassignedSince = time.Time{}
 		return
 	}
-	h, cut, plain := r.outboundDecisionLocked(s, st.now)
-	switch {
-	case cut:
+	d := r.outboundDecisionLocked(s, st.now)
+	switch d.Action {
+	case handoff.CutOver:
 		r.releasing[s.id] = s.epoch
-		p.cutovers = append(p.cutovers, cutoverItem{s: s, h: h})
-	case plain:
+		p.cutovers = append(p.cutovers, cutoverItem{s: s, h: d.Record, m: handoff.NewMachine(handoff.OldOwner)})
+	case handoff.Release:
 		r.releasing[s.id] = s.epoch
 		p.release = append(p.release, s.id)
 	default:
 		// Wait for the ready record (the handoff watch marks the shard),
 		// or for HandoffWait to end.
-		at := s.unassignedSince.Add(r.cfg.HandoffWait)
-		if s.cutoverRetryAt.After(st.now) && s.cutoverRetryAt.Before(at) {
-			at = s.cutoverRetryAt
-		}
-		r.retryLocked(s.id, at)
+		r.retryLocked(s.id, d.Until)
 	}
 }
 

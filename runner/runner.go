@@ -14,6 +14,7 @@ import (
 	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/control"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
@@ -118,11 +119,11 @@ type Runner struct {
 	// decoded yet (foreign when they arrived); handoffLocked decodes one
 	// when it comes to matter (its shard became ours meanwhile).
 	handoffRaw   map[sharding.ShardID]storage.KeyValue
-	inbound      map[sharding.ShardID]*inbound  // handoffs this runner takes
-	inboundRetry map[sharding.ShardID]time.Time // no new inbound handoff before
-	movedTo      map[sharding.ShardID]string    // handed off to (until the watch shows it)
-	drainMode    bool                           // Shutdown: registered as draining, handing shards off
-	attachRev    storage.Revision               // revision of the current attachment's registration
+	inbound      map[sharding.ShardID]*handoff.Inbound // handoffs this runner takes (none ended)
+	inboundRetry map[sharding.ShardID]time.Time        // no new inbound handoff before
+	movedTo      map[sharding.ShardID]string           // handed off to (until the watch shows it)
+	drainMode    bool                                  // Shutdown: registered as draining, handing shards off
+	attachRev    storage.Revision                      // revision of the current attachment's registration
 	// lastReleased: the epoch at which each shard last left this runner
 	// (a late watch PUT at or below it is history, not an ownership).
 	lastReleased map[sharding.ShardID]storage.Epoch
@@ -219,7 +220,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		lastHosts:       make(map[sharding.ShardID]*hosting.Shard),
 		handoffs:        make(map[sharding.ShardID]storage.Handoff),
 		handoffRaw:      make(map[sharding.ShardID]storage.KeyValue),
-		inbound:         make(map[sharding.ShardID]*inbound),
+		inbound:         make(map[sharding.ShardID]*handoff.Inbound),
 		inboundRetry:    make(map[sharding.ShardID]time.Time),
 		movedTo:         make(map[sharding.ShardID]string),
 		lastReleased:    make(map[sharding.ShardID]storage.Epoch),
@@ -607,8 +608,10 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 	var warmed map[hosting.EntityKey]any
 	if in := r.inbound[id]; in != nil { // the old owner died mid-handoff
 		delete(r.inbound, id)
-		in.cancel()
-		warmed = in.takeWarmed()
+		if err := in.Advance(handoff.Acquired, nil); err != nil { // cancels it; no phase of its own
+			r.phaseRefused(id, err)
+		}
+		warmed = in.TakeWarmed()
 		r.markLocked(id) // the round deletes our record, now without an inbound
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
