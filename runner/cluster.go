@@ -107,11 +107,11 @@ func (r *Runner) followLocks(ctx context.Context) {
 // resetLocksLocked replaces the lock view with a listed snapshot and asks
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
-	r.locks.reset()
+	r.locks.Reset()
 	r.forgetBadKeysLocked(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
-			r.locks.set(l)
+			r.locks.Set(l)
 			r.router.SawEpoch(l.Shard, l.Epoch)
 		}
 	}
@@ -119,13 +119,13 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 		if s.epoch > storage.Epoch(u.Revision) {
 			continue // acquired after the snapshot
 		}
-		l, ok := r.locks.get(id)
+		l, ok := r.locks.Get(id)
 		if !ok || l.Lease != r.lease || l.Epoch != s.epoch {
 			r.lockLostLocked(id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", id, u.Revision))
 		}
 	}
 	for id := range r.pending {
-		if l, held := r.locks.get(id); !held || l.Lease == storage.NoLease {
+		if l, held := r.locks.Get(id); !held || l.Lease == storage.NoLease {
 			r.pending[id] = &pending{since: time.Now()}
 		}
 	}
@@ -142,10 +142,10 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 			return
 		}
 		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
-		prev := r.locks[id].Lease
+		prev, _ := r.locks.Get(id)
 		s, owned := r.owned[id]
 		_, leaving := r.releasing[id]
-		r.locks.del(id)
+		r.locks.Del(id)
 		if owned && rev > s.epoch && !leaving {
 			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
@@ -153,7 +153,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 			// Watch-driven wake-up: a fresh window, acquire now.
 			*p = pending{since: time.Now()}
 		}
-		if r.concernsLocked(id, prev) {
+		if r.concernsLocked(id, prev.Lease) {
 			r.markLocked(id)
 		}
 		return
@@ -165,10 +165,10 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	id := l.Shard
 	s, owned := r.owned[id]
 	_, leaving := r.releasing[id]
-	prev := r.locks[id].Lease
-	r.locks.set(l)
+	prev, _ := r.locks.Get(id)
+	r.locks.Set(l)
 	r.router.SawEpoch(id, l.Epoch)
-	if r.concernsLocked(id, prev, l.Lease) {
+	if r.concernsLocked(id, prev.Lease, l.Lease) {
 		r.markLocked(id)
 	}
 	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
@@ -363,27 +363,22 @@ func (r *Runner) selfLocked() selfState {
 // a handoff record of ours — whose decisions also depend on the other
 // runners' leases (a member that left or restarted).
 func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
-	me := r.cfg.ID
-	for id := range a {
-		if id < len(old) && (old[id] == me) != (a[id] == me) {
-			r.work.add(sharding.ShardID(id))
-		}
-	}
+	r.work.AddMoved(old, a, r.cfg.ID)
 	for id := range r.owned {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id := range r.pending {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id := range r.inbound {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id := range r.releasing {
-		r.work.add(id)
+		r.work.Add(id)
 	}
 	for id, h := range r.handoffs {
 		if h.Lease == r.lease {
-			r.work.add(id)
+			r.work.Add(id)
 		}
 	}
 	signal(r.kick)
@@ -413,7 +408,7 @@ func (r *Runner) assignedHereLocked(id sharding.ShardID) bool {
 func (r *Runner) OwnerOf(id sharding.ShardID) (string, storage.Epoch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l, ok := r.locks.get(id)
+	l, ok := r.locks.Get(id)
 	if !ok {
 		return "", 0
 	}

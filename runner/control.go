@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/control"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -156,20 +158,11 @@ func (r *Runner) verify() {
 	}
 	for _, l := range lost {
 		s, ok := r.owned[l.Shard]
-		if _, leaving := r.releasing[l.Shard]; ok && !leaving && s.epoch == epochOf(held, l.Shard) {
+		if _, leaving := r.releasing[l.Shard]; ok && !leaving && s.epoch == control.EpochOf(held, l.Shard) {
 			r.lockLostLocked(l.Shard, "verification found the lock gone or changed")
 		}
 	}
 	r.flushLostLocked()
-}
-
-func epochOf(held []storage.Held, id sharding.ShardID) storage.Epoch {
-	for _, h := range held {
-		if h.Shard == id {
-			return h.Epoch
-		}
-	}
-	return 0
 }
 
 // release drains shards (owned at gen), ends their ownership with cause
@@ -273,8 +266,8 @@ func (r *Runner) deleteLockChunk(actx context.Context, leaseID storage.LeaseID, 
 		epochs[h.Shard] = h.Epoch
 	}
 	for _, id := range released { // our view, ahead of the watch
-		if l := r.locks[id]; l.Lease == leaseID && l.Epoch == epochs[id] {
-			r.locks.del(id)
+		if l, _ := r.locks.Get(id); l.Lease == leaseID && l.Epoch == epochs[id] {
+			r.locks.Del(id)
 		}
 	}
 	retry := time.Now().Add(r.cfg.AcquireRetryInterval)
@@ -319,8 +312,7 @@ func (r *Runner) cancelAllInbound() {
 	defer r.mu.Unlock()
 	for id, in := range r.inbound {
 		delete(r.inbound, id)
-		in.cancel()
-		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "shutting down")
+		r.reportInbound(id, in, handoff.Aborted, "shutting down")
 	}
 }
 

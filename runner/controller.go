@@ -2,17 +2,18 @@ package runner
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/control"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
 
 // The control loop is a controller over a work queue of shards (see
-// workQueue). Its work per event is proportional to what the event
+// control.Queue). Its work per event is proportional to what the event
 // changed, never to the size of the cluster:
 //
 //   - Events become dirty shards in one place, markLocked: a lock or
@@ -56,7 +57,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 	verify := time.NewTicker(r.cfg.VerifyInterval)
 	resync := time.NewTicker(r.cfg.ResyncInterval)
 	defer func() { timer.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
-	var storm stormGate
+	var storm control.StormGate
 	stopReq := r.stopReq
 	var handoffDeadline time.Time // while Shutdown hands shards off
 	for {
@@ -80,14 +81,14 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			continue
 		case <-r.rebalance:
 			departure, owns := r.viewChange()
-			if now, quiet := storm.change(time.Now(), r.cfg.RebalanceDebounce, departure, owns); now {
+			if now, quiet := storm.Change(time.Now(), r.cfg.RebalanceDebounce, departure, owns); now {
 				debounce.Stop()
 				r.recompute()
 			} else {
 				debounce.Reset(quiet)
 			}
 		case <-debounce.C:
-			storm.settled()
+			storm.Settled()
 			r.recompute()
 		case <-r.kick:
 		case <-timer.C:
@@ -101,42 +102,6 @@ func (r *Runner) controlLoop(ctx context.Context) {
 		}
 	}
 }
-
-// stormGate decides when a membership change is acted on: an isolated
-// departure at once, anything else once the view has been quiet (the
-// debounce; 5 debounces for a runner that owns nothing yet) or, in a long
-// storm, after 10 debounces (50 for a runner that owns nothing).
-type stormGate struct {
-	last  time.Time // the last change
-	since time.Time // the first change not acted on (zero: none)
-}
-
-// change records a change at now; it reports whether to recompute now,
-// else how long the view must stay quiet before the debounce fires. A
-// runner that owns shards must shed them to newcomers even in a long
-// storm (10 debounces); one that owns nothing yet waits longer for a quiet
-// view (5 debounces, at most 50): it has nothing to hand over, and taking
-// shards on a view that is still growing — runners starting together
-// register over a second or more — would only start handoffs.
-func (g *stormGate) change(now time.Time, debounce time.Duration, departure, owns bool) (recompute bool, quiet time.Duration) {
-	wasQuiet := g.last.IsZero() || now.Sub(g.last) >= debounce
-	g.last = now
-	if g.since.IsZero() {
-		g.since = now
-	}
-	quiet, limit := 5*debounce, 50*debounce
-	if owns {
-		quiet, limit = debounce, 10*debounce
-	}
-	if (wasQuiet && departure) || now.Sub(g.since) >= limit {
-		g.since = time.Time{}
-		return true, 0
-	}
-	return false, quiet
-}
-
-// settled records that the debounce fired.
-func (g *stormGate) settled() { g.since = time.Time{} }
 
 // viewChange reports (and forgets) whether a member left the view while
 // this runner has an assignment to act on, and whether it acts like an
@@ -155,18 +120,7 @@ func (r *Runner) viewChange() (departure, owns bool) {
 // runner other than this one. O(shards), asked only by a runner that owns
 // nothing, once per membership change.
 func (r *Runner) clusterSettledLocked() bool {
-	if len(r.locks) == 0 {
-		return false
-	}
-	for _, l := range r.locks {
-		if l.Epoch == 0 || l.Lease == r.lease {
-			return false
-		}
-		if _, live := r.byLease[l.Lease]; !live {
-			return false
-		}
-	}
-	return true
+	return r.locks.SettledElsewhere(r.lease, r.byLease)
 }
 
 // resync is the safety net: every pending acquisition gets a fresh retry
@@ -184,20 +138,20 @@ func (r *Runner) resync() {
 // markLocked is where events become work: shard id is decided again in the
 // next round.
 func (r *Runner) markLocked(id sharding.ShardID) {
-	r.work.add(id)
+	r.work.Add(id)
 	signal(r.kick)
 }
 
 // markAllLocked asks for a full reconcile in the next round.
 func (r *Runner) markAllLocked() {
-	r.work.addAll()
+	r.work.AddAll()
 	signal(r.kick)
 }
 
 // retryLocked asks for shard id to be decided again at t (the loop re-arms
 // its timer in the next round).
 func (r *Runner) retryLocked(id sharding.ShardID, t time.Time) {
-	r.work.after(id, t)
+	r.work.After(id, t)
 	signal(r.kick)
 }
 
@@ -252,7 +206,7 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	now := time.Now()
-	next, hasNext := r.work.fire(now)
+	next, hasNext := r.work.Fire(now)
 	if r.viewChanging {
 		// A membership change is not acted on yet (storm): decide later,
 		// on the assignment of a quiet view (recompute marks everything).
@@ -264,7 +218,7 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 		now: now, lease: leaseID,
 		registered: r.registeredLocked(), superseded: r.supersededLocked(),
 	}
-	ids, all := r.work.take()
+	ids, all := r.work.Take()
 	var p plan
 	if all {
 		for id := range r.cfg.NumShards {
@@ -275,7 +229,7 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 			r.decideLocked(id, &st, &p)
 		}
 	}
-	next, hasNext = r.work.fire(now)
+	next, hasNext = r.work.Fire(now)
 	r.mu.Unlock()
 	r.execute(bg, gen, actx, leaseID, &p)
 	return next, hasNext
@@ -314,7 +268,7 @@ func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundSt
 		pd = &pending{since: st.now}
 		r.pending[id] = pd
 	}
-	if l, held := r.locks.get(id); held && l.Lease != st.lease {
+	if l, held := r.locks.Get(id); held && l.Lease != st.lease {
 		if from, live := r.byLease[l.Lease]; live && from.ID != r.cfg.ID {
 			r.decideTakeoverLocked(id, from, l, st, p)
 			pd.last = st.now
@@ -334,20 +288,14 @@ func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundSt
 
 // decideTakeoverLocked starts taking shard id over from its live owner
 // from, unless a takeover from that owner is already running or was
-// aborted recently.
+// aborted recently. A running takeover whose lock changed hands or was
+// rewritten starts over (handoff.Inbound.Restart).
 func (r *Runner) decideTakeoverLocked(id sharding.ShardID, from storage.Runner, l storage.Lock, st *roundState, p *plan) {
-	if in := r.inbound[id]; in != nil && (in.from.Lease != l.Lease || in.fromEpoch != l.Epoch) {
-		// The shard changed hands while we warmed, or its owner rewrote
-		// the lock (a re-attach under the same lease gives new epochs, and
-		// the old owner cuts over only to a record naming its epoch):
-		// start over with the current lock (our record is overwritten).
-		delete(r.inbound, id)
-		in.cancel()
-		why := "the old owner changed to " + from.ID
-		if in.from.Lease == l.Lease {
-			why = fmt.Sprintf("the old owner rewrote its lock (epoch %d, was %d)", l.Epoch, in.fromEpoch)
+	if in := r.inbound[id]; in != nil {
+		if why, restart := in.Restart(l, from.ID); restart {
+			delete(r.inbound, id)
+			r.reportInbound(id, in, handoff.Aborted, why) // our record is overwritten
 		}
-		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, why)
 	}
 	if r.cfg.DisableHandoff || r.inbound[id] != nil {
 		return
@@ -368,8 +316,7 @@ func (r *Runner) decideInboundLocked(id sharding.ShardID, want bool, p *plan) {
 		return
 	}
 	delete(r.inbound, id)
-	in.cancel()
-	r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "the shard was assigned elsewhere")
+	r.reportInbound(id, in, handoff.Aborted, "the shard was assigned elsewhere")
 	p.records = append(p.records, id)
 }
 
@@ -387,22 +334,18 @@ func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan)
 		s.unassignedSince = time.Time{}
 		return
 	}
-	h, cut, plain := r.outboundDecisionLocked(s, st.now)
-	switch {
-	case cut:
+	d := r.outboundDecisionLocked(s, st.now)
+	switch d.Action {
+	case handoff.CutOver:
 		r.releasing[s.id] = s.epoch
-		p.cutovers = append(p.cutovers, cutoverItem{s: s, h: h})
-	case plain:
+		p.cutovers = append(p.cutovers, cutoverItem{s: s, h: d.Record, m: handoff.NewMachine(handoff.OldOwner)})
+	case handoff.Release:
 		r.releasing[s.id] = s.epoch
 		p.release = append(p.release, s.id)
 	default:
 		// Wait for the ready record (the handoff watch marks the shard),
 		// or for HandoffWait to end.
-		at := s.unassignedSince.Add(r.cfg.HandoffWait)
-		if s.cutoverRetryAt.After(st.now) && s.cutoverRetryAt.Before(at) {
-			at = s.cutoverRetryAt
-		}
-		r.retryLocked(s.id, at)
+		r.retryLocked(s.id, d.Until)
 	}
 }
 
@@ -411,7 +354,7 @@ func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan)
 // acquire cut short): it is deleted. If we want it, it is pending and gets
 // rewritten on acquire.
 func (r *Runner) decideOrphanLocked(id sharding.ShardID, want bool, st *roundState, p *plan) {
-	l, held := r.locks.get(id)
+	l, held := r.locks.Get(id)
 	if !held || l.Lease != st.lease {
 		return
 	}

@@ -45,12 +45,12 @@ func benchController(b *testing.B, n int) *Runner {
 	for id, owner := range r.assignment {
 		sid := sharding.ShardID(id)
 		l := storage.Lock{Shard: sid, Lease: r.members[owner].Lease, Epoch: storage.Epoch(1 + id)}
-		r.locks.set(l)
+		r.locks.Set(l)
 		if owner == "me" {
 			r.installWithLocked(sid, l.Epoch, entity.ActivateNew, nil)
 		}
 	}
-	r.work.take()
+	r.work.Take()
 	return r
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -166,11 +167,10 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	n := len(r.owned)
 	r.dropOwnedLocked(ErrDetached)
 	clear(r.pending)
-	r.work.reset()
+	r.work.Reset()
 	for id, in := range r.inbound { // handoffs never block detachment
-		in.cancel()
 		delete(r.inbound, id)
-		r.publishPhase(id, PhaseAborted, in.from.ID, r.cfg.ID, "detached")
+		r.reportInbound(id, in, handoff.Aborted, "detached")
 	}
 	clear(r.movedTo)
 	clear(r.storageErrs)

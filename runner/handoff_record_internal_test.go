@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -47,11 +48,12 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 
 	// The shard becomes ours (a re-attachment installs what it kept) and
 	// is assigned to x.
-	r.locks.set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
+	r.locks.Set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
 	r.installWithLocked(shard, epoch, entity.ActivateNew, nil)
 	r.assignment = make([]string, 4)
 	r.assignment[shard] = "x"
-	h, cut, plain := r.outboundDecisionLocked(r.owned[shard], time.Now())
+	d := r.outboundDecisionLocked(r.owned[shard], time.Now())
+	h, cut, plain := d.Record, d.Action == handoff.CutOver, d.Action == handoff.Release
 	if !cut || plain || h.To != "x" || h.FromEpoch != epoch {
 		t.Fatalf("outbound decision: cut %v, plain %v, record %+v; want a cutover to x", cut, plain, h)
 	}

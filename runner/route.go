@@ -61,7 +61,7 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 			return m, true
 		}
 	}
-	l, held := r.locks.get(id)
+	l, held := r.locks.Get(id)
 	if !held {
 		return owner, false
 	}
@@ -88,7 +88,7 @@ func (d routingDir) NoRoute(id sharding.ShardID, waited time.Duration) error {
 	r.mu.Lock()
 	detached := r.phase == phaseDetached
 	_, ours := r.owned[id]
-	l, held := r.locks.get(id)
+	l, held := r.locks.Get(id)
 	mine := held && l.Lease == r.lease && r.lease != 0
 	r.mu.Unlock()
 	switch {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/control"
 	"github.com/shardhost/shardhost/internal/eventhub"
+	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/internal/registration"
 	"github.com/shardhost/shardhost/internal/routing"
@@ -109,18 +111,18 @@ type Runner struct {
 	// decoded yet (foreign when they arrived); handoffLocked decodes one
 	// when it comes to matter (its shard became ours meanwhile).
 	handoffRaw   map[sharding.ShardID]storage.KeyValue
-	inbound      map[sharding.ShardID]*inbound  // handoffs this runner takes
-	inboundRetry map[sharding.ShardID]time.Time // no new inbound handoff before
-	movedTo      map[sharding.ShardID]string    // handed off to (until the watch shows it)
-	drainMode    bool                           // Shutdown: registered as draining, handing shards off
-	attachRev    storage.Revision               // revision of the current attachment's registration
+	inbound      map[sharding.ShardID]*handoff.Inbound // handoffs this runner takes (none ended)
+	inboundRetry map[sharding.ShardID]time.Time        // no new inbound handoff before
+	movedTo      map[sharding.ShardID]string           // handed off to (until the watch shows it)
+	drainMode    bool                                  // Shutdown: registered as draining, handing shards off
+	attachRev    storage.Revision                      // revision of the current attachment's registration
 	// lastReleased: the epoch at which each shard last left this runner
 	// (a late watch PUT at or below it is history, not an ownership).
 	lastReleased map[sharding.ShardID]storage.Epoch
 	// deletingHandoff: our leftover handoff records being deleted (by
 	// ModRevision), so each is deleted once.
 	deletingHandoff map[sharding.ShardID]storage.Revision
-	work            *workQueue // dirty shards and per-shard timers of the control loop
+	work            *control.Queue // dirty shards and per-shard timers of the control loop
 	// viewChanging: the membership changed since the assignment was
 	// computed; no new move starts until it is recomputed.
 	viewChanging bool
@@ -130,7 +132,7 @@ type Runner struct {
 	pending      map[sharding.ShardID]*pending
 	members      map[string]storage.Runner
 	byLease      map[storage.LeaseID]storage.Runner
-	locks        lockView
+	locks        control.LockView // every shard's lock (the lock watch)
 	assignment   sharding.Assignment
 	assignDigest uint64 // assignment.Digest()
 	// assignedFrom: the sorted runners and weights the assignment was
@@ -260,18 +262,18 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		lastHosts:       make(map[sharding.ShardID]*hosting.Shard),
 		handoffs:        make(map[sharding.ShardID]storage.Handoff),
 		handoffRaw:      make(map[sharding.ShardID]storage.KeyValue),
-		inbound:         make(map[sharding.ShardID]*inbound),
+		inbound:         make(map[sharding.ShardID]*handoff.Inbound),
 		inboundRetry:    make(map[sharding.ShardID]time.Time),
 		movedTo:         make(map[sharding.ShardID]string),
 		lastReleased:    make(map[sharding.ShardID]storage.Epoch),
 		deletingHandoff: make(map[sharding.ShardID]storage.Revision),
 		storageErrs:     make(map[string]int),
 		pending:         make(map[sharding.ShardID]*pending),
-		work:            newWorkQueue(cfg.NumShards),
+		work:            control.NewQueue(cfg.NumShards),
 		members:         make(map[string]storage.Runner),
 		byLease:         make(map[storage.LeaseID]storage.Runner),
 		tripKick:        make(chan struct{}, 1),
-		locks:           make(lockView, cfg.NumShards),
+		locks:           control.NewLockView(cfg.NumShards),
 	}
 }
 
@@ -417,8 +419,10 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 	var warmed map[hosting.EntityKey]any
 	if in := r.inbound[id]; in != nil { // the old owner died mid-handoff
 		delete(r.inbound, id)
-		in.cancel()
-		warmed = in.takeWarmed()
+		if err := in.Advance(handoff.Acquired, nil); err != nil { // cancels it; no phase of its own
+			r.phaseRefused(id, err)
+		}
+		warmed = in.TakeWarmed()
 		r.markLocked(id) // the round deletes our record, now without an inbound
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)

@@ -62,7 +62,7 @@ func (r *Runner) view() clusterView {
 		v.members = append(v.members, m)
 	}
 	for id := range r.locks {
-		if l, held := r.locks.get(sharding.ShardID(id)); held {
+		if l, held := r.locks.Get(sharding.ShardID(id)); held {
 			v.locks = append(v.locks, l)
 		}
 	}

@@ -389,7 +389,7 @@ func (r *Runner) closedErr() error {
 func (r *Runner) noOwnerReason(id sharding.ShardID, waited time.Duration) string {
 	r.mu.Lock()
 	listed, members, phase := r.membersSeen, len(r.members), r.phase
-	l, held := r.locks.get(id)
+	l, held := r.locks.Get(id)
 	_, holderKnown := r.byLease[l.Lease]
 	assigned := ""
 	if int(id) < len(r.assignment) {

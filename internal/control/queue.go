@@ -1,35 +1,36 @@
-package runner
+package control
 
 import (
 	"container/heap"
 	"time"
 
 	"github.com/shardhost/shardhost/sharding"
-	"github.com/shardhost/shardhost/storage"
 )
 
-// workQueue is the control loop's queue of dirty shards, in the style of a
+// Queue is the control loop's queue of dirty shards, in the style of a
 // Kubernetes controller's work queue: events (a lock or handoff record
 // changed, an operation finished, a per-shard timer fired) mark the shards
 // they concern, and a round decides each marked shard once. A full
 // reconcile (membership changed, attach, resync) marks every shard: it
-// costs O(shards) once, never per event. Guarded by Runner.mu.
-type workQueue struct {
+// costs O(shards) once, never per event.
+type Queue struct {
 	queued []bool             // by shard
 	ids    []sharding.ShardID // the marked shards, in marking order
 	all    bool               // every shard is marked (ids is empty)
-	n      int                // NumShards
+	n      int                // the number of shards
 
 	timers timerHeap                      // per-shard re-checks, earliest first
 	at     map[sharding.ShardID]time.Time // each shard's earliest pending re-check
 }
 
-func newWorkQueue(n int) *workQueue {
-	return &workQueue{queued: make([]bool, n), n: n, at: map[sharding.ShardID]time.Time{}}
+// NewQueue returns an empty queue for shards 0 to n-1.
+func NewQueue(n int) *Queue {
+	return &Queue{queued: make([]bool, n), n: n, at: map[sharding.ShardID]time.Time{}}
 }
 
-// add marks shard id dirty.
-func (q *workQueue) add(id sharding.ShardID) {
+// Add marks shard id dirty. Marking a marked shard, or any shard during a
+// full reconcile, changes nothing; a shard out of range is ignored.
+func (q *Queue) Add(id sharding.ShardID) {
 	if q.all || int(id) >= q.n || q.queued[id] {
 		return
 	}
@@ -37,8 +38,20 @@ func (q *workQueue) add(id sharding.ShardID) {
 	q.ids = append(q.ids, id)
 }
 
-// addAll marks every shard dirty (a full reconcile).
-func (q *workQueue) addAll() {
+// AddMoved marks the shards that assignment a gives to runner me or takes
+// from it, compared with assignment old (one pass of string comparisons).
+// A shard beyond the end of old is not marked: a longer assignment is a
+// new cluster size, which a full reconcile handles.
+func (q *Queue) AddMoved(old, a sharding.Assignment, me string) {
+	for id := range a {
+		if id < len(old) && (old[id] == me) != (a[id] == me) {
+			q.Add(sharding.ShardID(id))
+		}
+	}
+}
+
+// AddAll marks every shard dirty (a full reconcile).
+func (q *Queue) AddAll() {
 	for _, id := range q.ids {
 		q.queued[id] = false
 	}
@@ -46,12 +59,12 @@ func (q *workQueue) addAll() {
 	q.all = true
 }
 
-// empty reports whether no shard is marked.
-func (q *workQueue) empty() bool { return !q.all && len(q.ids) == 0 }
+// Empty reports whether no shard is marked.
+func (q *Queue) Empty() bool { return !q.all && len(q.ids) == 0 }
 
-// take returns the marked shards and unmarks them; all reports a full
-// reconcile (ids is then nil: every shard).
-func (q *workQueue) take() (ids []sharding.ShardID, all bool) {
+// Take returns the marked shards, in marking order, and unmarks them; all
+// reports a full reconcile (ids is then nil: every shard).
+func (q *Queue) Take() (ids []sharding.ShardID, all bool) {
 	if q.all {
 		q.all = false
 		return nil, true
@@ -64,10 +77,10 @@ func (q *workQueue) take() (ids []sharding.ShardID, all bool) {
 	return ids, false
 }
 
-// after asks for shard id to be marked at t (a retry, a deadline). Only
+// After asks for shard id to be marked at t (a retry, a deadline). Only
 // the earliest request per shard is kept; a later decision asks again if it
 // still needs one.
-func (q *workQueue) after(id sharding.ShardID, t time.Time) {
+func (q *Queue) After(id sharding.ShardID, t time.Time) {
 	if cur, ok := q.at[id]; ok && !t.Before(cur) {
 		return
 	}
@@ -75,9 +88,9 @@ func (q *workQueue) after(id sharding.ShardID, t time.Time) {
 	heap.Push(&q.timers, timerEntry{at: t, id: id})
 }
 
-// fire marks the shards whose re-check is due at now and returns when the
+// Fire marks the shards whose re-check is due at now and returns when the
 // next one is (ok false: none).
-func (q *workQueue) fire(now time.Time) (next time.Time, ok bool) {
+func (q *Queue) Fire(now time.Time) (next time.Time, ok bool) {
 	for len(q.timers) > 0 {
 		e := q.timers[0]
 		if cur, live := q.at[e.id]; !live || !cur.Equal(e.at) {
@@ -89,14 +102,14 @@ func (q *workQueue) fire(now time.Time) (next time.Time, ok bool) {
 		}
 		heap.Pop(&q.timers)
 		delete(q.at, e.id)
-		q.add(e.id)
+		q.Add(e.id)
 	}
 	return time.Time{}, false
 }
 
-// reset forgets every mark and timer (detach).
-func (q *workQueue) reset() {
-	q.take()
+// Reset forgets every mark and timer (detach).
+func (q *Queue) Reset() {
+	q.Take()
 	q.timers = q.timers[:0]
 	clear(q.at)
 }
@@ -118,25 +131,3 @@ func (h *timerHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
-
-// lockView is this runner's view of every shard's lock (the lock watch),
-// indexed by shard: every runner holds the whole table, and the control
-// loop and routing read it on every decision, so it is a slice, not a map.
-// A shard without a lock has Epoch 0 (epochs are revisions, > 0). Guarded
-// by Runner.mu.
-type lockView []storage.Lock
-
-// get returns shard id's lock; held is false when it has none.
-func (v lockView) get(id sharding.ShardID) (l storage.Lock, held bool) {
-	l = v[id]
-	return l, l.Epoch != 0
-}
-
-// set records l as its shard's lock.
-func (v lockView) set(l storage.Lock) { v[l.Shard] = l }
-
-// del records that shard id has no lock.
-func (v lockView) del(id sharding.ShardID) { v[id] = storage.Lock{} }
-
-// reset forgets every lock.
-func (v lockView) reset() { clear(v) }

@@ -1,0 +1,42 @@
+package control
+
+import "time"
+
+// StormGate decides when a membership change is acted on: an isolated
+// departure at once, anything else once the view has been quiet (the
+// debounce; 5 debounces for a runner that owns nothing yet) or, in a long
+// storm, after 10 debounces (50 for a runner that owns nothing). The zero
+// value is a gate that has seen no change.
+type StormGate struct {
+	last  time.Time // the last change
+	since time.Time // the first change not acted on (zero: none)
+}
+
+// Change records a change at now; it reports whether to recompute now,
+// else how long the view must stay quiet before the debounce fires. A
+// runner that owns shards (owns) must shed them to newcomers even in a
+// long storm (10 debounces); one that owns nothing yet waits longer for a
+// quiet view (5 debounces, at most 50): it has nothing to hand over, and
+// taking shards on a view that is still growing — runners starting
+// together register over a second or more — would only start handoffs. A
+// departure (a runner left: its shards are free) after a quiet period is
+// acted on at once.
+func (g *StormGate) Change(now time.Time, debounce time.Duration, departure, owns bool) (recompute bool, quiet time.Duration) {
+	wasQuiet := g.last.IsZero() || now.Sub(g.last) >= debounce
+	g.last = now
+	if g.since.IsZero() {
+		g.since = now
+	}
+	quiet, limit := 5*debounce, 50*debounce
+	if owns {
+		quiet, limit = debounce, 10*debounce
+	}
+	if (wasQuiet && departure) || now.Sub(g.since) >= limit {
+		g.since = time.Time{}
+		return true, 0
+	}
+	return false, quiet
+}
+
+// Settled records that the debounce fired (the change was acted on).
+func (g *StormGate) Settled() { g.since = time.Time{} }

@@ -1,0 +1,276 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// The old owner's side of a handoff (DESIGN.md "Handoff", step 3): an
+// owned shard assigned elsewhere is cut over once its new owner is ready
+// (stop admission, drain, release, move the lock in one transaction), or
+// released plainly. Its phases and decisions are package handoff's; the
+// store calls, drains and r.owned are the runner's.
+
+// outboundDecisionLocked decides (handoff.DecideOutbound), for an owned
+// shard assigned elsewhere, whether to cut over now (the new owner is
+// ready), release it plainly (no usable handoff in time, or handoff
+// disabled), or keep serving until when. The wait for a handoff counts
+// from the first round that saw the shard assigned elsewhere.
+func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) handoff.Decision {
+	if s.unassignedSince.IsZero() {
+		s.unassignedSince = now
+	}
+	assignee := ""
+	if int(s.id) < len(r.assignment) {
+		assignee = r.assignment[s.id]
+	}
+	d := handoff.DecideOutbound(handoff.Outbound{
+		Self: r.cfg.ID, Epoch: s.epoch, Assignee: assignee,
+		NoHandoff:       r.cfg.DisableHandoff || r.supersededLocked(),
+		UnassignedSince: s.unassignedSince, CutoverRetryAt: s.cutoverRetryAt,
+		Now: now, HandoffWait: r.cfg.HandoffWait,
+	}, func() (handoff.Seen, bool) {
+		h, has := r.handoffLocked(s.id)
+		return handoff.Seen{Record: h, Holder: r.byLease[h.Lease].ID}, has
+	})
+	if d.TimedOut {
+		h := d.Record
+		r.log.Warn("no handoff ready in time; releasing the shard plainly", "shard", s.id, "assignee", assignee,
+			"wait", r.cfg.HandoffWait, "record", d.HasRecord, "record_to", h.To, "record_phase", h.Phase, "record_from", h.From)
+	}
+	return d
+}
+
+// cutoverItem is one owned shard to hand over with its ready record, and
+// the phase of that handoff on this (the old owner's) side.
+type cutoverItem struct {
+	s *shard
+	h storage.Handoff
+	m handoff.Machine
+}
+
+// cutover is the old owner's side of the handoffs decided in one round:
+// stop admitting (senders wait), drain the shards concurrently, release
+// their entities and run ReleaseShard, then move the locks to their new
+// owners, one transaction per MaxShardsPerTxn shards, each shard's move
+// also deleting its handoff record. A shard whose move fails reopens here
+// (or is dropped when the outcome stays unknown).
+func (r *Runner) cutover(gen uint64, items []cutoverItem) {
+	r.mu.Lock()
+	actx, leaseID := r.attachCtx, r.lease
+	items = r.stillOwnedLocked(gen, items)
+	r.mu.Unlock()
+	if len(items) == 0 {
+		return
+	}
+	start := time.Now()
+	shards := make([]*shard, len(items))
+	for i, it := range items {
+		r.log.Debug("handoff: cutting over", "shard", it.s.id, "to", it.h.To)
+		it.s.host.BeginCutover(it.h.To)
+		shards[i] = it.s
+	}
+	drainStart := time.Now()
+	r.drain(actx, shards, ErrShardMoved)
+	items = r.abortBusy(gen, items, time.Since(drainStart))
+	var wg sync.WaitGroup
+	for _, it := range items {
+		wg.Go(func() { r.releaseShardHook(actx, it.s, it.h.To) })
+	}
+	wg.Wait()
+	// Our ownership ends here, before the locks move: observers must never
+	// see a new owner start before this.
+	r.mu.Lock()
+	items = r.stillOwnedLocked(gen, items)
+	for _, it := range items {
+		r.hub.Publish(ShardReleased{EventBase: r.base(), Shard: it.s.id, Epoch: it.s.epoch})
+		r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("drain"))
+	}
+	r.mu.Unlock()
+	if len(items) == 0 {
+		return
+	}
+	reqs := make([]storage.TransferRequest, len(items))
+	for i, it := range items {
+		r.reportOutbound(&items[i], handoff.Drained, "")
+		reqs[i] = storage.TransferRequest{
+			Shard: it.s.id, FromLease: leaseID, FromEpoch: it.s.epoch, ToLease: it.h.Lease,
+			HandoffRevision: it.h.ModRevision, ToOwner: storage.Owner{RunnerID: it.h.To, Incarnation: it.h.ToIncarnation},
+		}
+	}
+	cutStart := time.Now()
+	cctx, cancel := r.opCtx(actx)
+	res, err := r.store.Transfer(cctx, reqs)
+	cancel()
+	if res == nil { // invalid arguments: nothing moved
+		res = make([]storage.TransferResult, len(reqs))
+		for i := range res {
+			res[i] = storage.TransferResult{Shard: reqs[i].Shard, Err: err}
+		}
+	}
+	outcomes := make([]handoff.Transfer, len(items))
+	var unknown []int
+	for i, tr := range res {
+		outcomes[i] = handoff.TransferOf(tr.Err, tr.Epoch)
+		if !outcomes[i].Definite {
+			unknown = append(unknown, i)
+		}
+	}
+	if len(unknown) > 0 {
+		// Those transfers may or may not have committed: ask the store
+		// (linearizable, read-only) before serving them again.
+		r.resolveTransfers(actx, leaseID, items, unknown, outcomes)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, it := range items {
+		r.finishCutoverLocked(gen, it, outcomes[i], cutStart)
+	}
+}
+
+// stillOwnedLocked returns the items still owned in attachment gen; the
+// others lose their releasing mark (a detach came first: detachment wins).
+func (r *Runner) stillOwnedLocked(gen uint64, items []cutoverItem) []cutoverItem {
+	out := items[:0:0]
+	for _, it := range items {
+		if r.gen == gen && r.owned[it.s.id] == it.s {
+			out = append(out, it)
+			continue
+		}
+		r.clearReleasingLocked(it.s)
+	}
+	return out
+}
+
+// abortBusy reopens the shards whose handlers still run after their
+// drain — moving their locks now could let the new owner run the same
+// entities concurrently — and returns the others. A reopened shard keeps
+// serving; it is cut over again after as long as the drain took (at least
+// ProbeInterval, at most DrainTimeout: a drain cut short by the detach
+// instant, its handlers stalled in an etcd leader failover, is retried
+// soon, a straggler that outlived DrainTimeout gets as long again), or
+// HandoffWait ends in a plain release, which interrupts
+// (handoff.CutoverRetryIn).
+func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duration) []cutoverItem {
+	retryIn := handoff.CutoverRetryIn(drained, r.cfg.ProbeInterval, r.cfg.DrainTimeout)
+	out := items[:0:0]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, it := range items {
+		busy := it.s.host.Running()
+		if busy == 0 {
+			out = append(out, it)
+			continue
+		}
+		r.clearReleasingLocked(it.s)
+		if r.gen == gen && r.owned[it.s.id] == it.s {
+			it.s.cutoverRetryAt = time.Now().Add(retryIn) // let the straggler finish first
+			it.s.host.Reopen()
+			r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("%d handlers still running after the drain (%v)", busy, drained.Round(time.Millisecond)))
+			r.markLocked(it.s.id)
+		}
+	}
+	return out
+}
+
+// finishCutoverLocked applies the outcome of one shard's transfer
+// (handoff.Transfer.Verdict).
+func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Transfer, cutStart time.Time) {
+	s, h := it.s, it.h
+	r.clearReleasingLocked(s)
+	if r.gen != gen || r.owned[s.id] != s {
+		return // detached meanwhile: detachment wins
+	}
+	r.markLocked(s.id)
+	switch o.Verdict() {
+	case handoff.Moved:
+		r.movedTo[s.id] = h.To
+		r.lastReleased[s.id] = s.epoch
+		if o.Epoch != 0 { // our view, ahead of the watch: not an orphan of ours
+			r.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.Epoch})
+			r.router.SawEpoch(s.id, o.Epoch)
+		}
+		r.disownLocked(s, ErrShardMoved)
+		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, withPhase("cutover"))
+		r.reportOutbound(&it, handoff.Cutover, "")
+	case handoff.Lost:
+		// Our lock is not ours any more: never serve it again here.
+		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, o.Err))
+	case handoff.Unknown:
+		// Unknown outcome and the store unreachable: drop the shard (our
+		// lock, if it survived, is released by the orphan safety net).
+		r.log.Error("handoff transfer outcome unknown; dropping the shard", "shard", s.id, "to", h.To, "err", o.Err)
+		r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("transfer outcome unknown: %v", o.Err))
+		r.disownLocked(s, ErrShardMoved)
+	default: // handoff.Reopen
+		// The lock is still ours at our epoch: serve again.
+		r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", o.Err)
+		r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("transfer: %v", o.Err))
+		s.unassignedSince = time.Now()
+		s.host.Reopen()
+		r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
+	}
+}
+
+// resolveTransfers finds out, read-only, whether our locks of the items
+// at indexes idx still stand at their epochs after transfer calls with an
+// unknown outcome, and records it in outcomes. It retries until the detach
+// instant; outcomes it never learns stay not definite.
+func (r *Runner) resolveTransfers(actx context.Context, leaseID storage.LeaseID, items []cutoverItem, idx []int, outcomes []handoff.Transfer) {
+	held := make([]storage.Held, len(idx))
+	for k, i := range idx {
+		held[k] = storage.Held{Shard: items[i].s.id, Epoch: items[i].s.epoch}
+	}
+	for attempt := 0; actx.Err() == nil && attempt < 5; attempt++ {
+		cctx, cancel := r.opCtx(actx)
+		lost, err := r.store.Verify(cctx, leaseID, held)
+		cancel()
+		if err == nil {
+			gone := make(map[sharding.ShardID]bool, len(lost))
+			for _, l := range lost {
+				gone[l.Shard] = true
+			}
+			for _, i := range idx {
+				outcomes[i].Moved, outcomes[i].Definite = gone[items[i].s.id], true
+			}
+			return
+		}
+		select {
+		case <-actx.Done():
+		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+		}
+	}
+}
+
+// clearReleasingLocked ends the releasing mark of s (if it is still ours).
+func (r *Runner) clearReleasingLocked(s *shard) {
+	if e, ok := r.releasing[s.id]; ok && e == s.epoch {
+		delete(r.releasing, s.id)
+	}
+}
+
+// releaseShardHook runs the ReleaseShard hook for s (epoch still valid),
+// bounded by DrainTimeout and the detach instant; its context carries the
+// shard's ShardInfo (for fenced shard-level writes at info.Epoch).
+func (r *Runner) releaseShardHook(actx context.Context, s *shard, to string) {
+	if r.cfg.ReleaseShard == nil {
+		return
+	}
+	rctx, cancel := r.boundedCtx(actx, r.cfg.DrainTimeout)
+	defer cancel()
+	rctx = context.WithValue(rctx, shardInfoKey{}, ShardInfo{Runner: r.cfg.ID, Shard: s.id, Epoch: s.epoch})
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("ReleaseShard hook panicked", "shard", s.id, "panic", p)
+		}
+	}()
+	if err := r.cfg.ReleaseShard(rctx, s.id, to); err != nil {
+		r.log.Warn("ReleaseShard hook failed", "shard", s.id, "to", to, "err", err)
+	}
+}
