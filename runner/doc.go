@@ -276,6 +276,25 @@
 // reads the runner through short copies under its mutex and never changes
 // anything.
 //
+// # Structure
+//
+// Package runner is the public face and the wiring; each part with a
+// guarantee of its own lives in a package of its own, which this one
+// feeds through a small interface and whose public errors and types it
+// re-exports under the names above: internal/hosting (the entities of the
+// owned shards: mailboxes, passivation, drains, cutover, no handler and
+// no acknowledged result after the shard left), internal/routing (Send:
+// local or one hop, retries that keep delivery at most once, the sender's
+// epoch rule), internal/registration (the own record and the cluster
+// record), internal/control (the control loop's work queue, lock view and
+// storm gate), internal/handoff (the planned-move protocol's phases and
+// decisions), internal/eventhub (events), internal/debugpage. What stays
+// here shares the runner's one view of the cluster under its mutex: the
+// watches, the control loop's decisions and their store calls, and
+// detachment — the detach rule (clear owned, cancel every shard context,
+// before any further store call) is detachLocked in detach.go, and only
+// there.
+//
 // # Concurrency
 //
 // A Runner is safe for concurrent use. Run starts its goroutines (lease
