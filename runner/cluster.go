@@ -55,7 +55,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 }
 
 func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
-	if kv.Key == r.cfg.ID { // our own record: guarded (registration.go)
+	if kv.Key == r.cfg.ID { // our own record: guarded (internal/registration)
 		r.reg.Observe(registration.Observation{Exists: t == storage.EventPut, KV: kv, Rev: kv.ModRevision})
 	}
 	if t == storage.EventDelete {

@@ -32,33 +32,14 @@ func (r *Runner) watchdog(ctx context.Context) {
 		var wait time.Duration
 		switch ph {
 		case phaseStarting:
-			if err := r.attach(ctx, h); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				idWait, fatal := r.registrationWait(err)
-				switch {
-				case fatal:
-					return // Run ends with ErrDuplicateRunnerID
-				case idWait > 0:
-					wait = idWait
-				default:
-					r.startFailed("register", err, backoff) // WARN now and every minute
-					wait, backoff = backoff, min(2*backoff, 5*time.Second)
-				}
-			} else {
-				r.mu.Lock()
-				still := r.phase == phaseStarting
-				r.mu.Unlock()
-				if still {
-					// Shutdown began before the runner registered: it
-					// never will; nothing is left to watch.
-					<-ctx.Done()
-					return
-				}
-				backoff = r.cfg.ProbeInterval
+			w, stop, again := r.tryAttach(ctx, h, &backoff)
+			switch {
+			case stop:
+				return
+			case again:
 				continue
 			}
+			wait = w
 		case phaseAttached, phaseStopping:
 			r.setTrip(h)
 			r.observeLease(h)
@@ -102,6 +83,39 @@ func (r *Runner) watchdog(ctx context.Context) {
 		case <-r.reg.Retry(): // the own record changed: a waiting registration retries
 		}
 	}
+}
+
+// tryAttach makes one registration attempt of a starting runner. It says
+// how long to wait before the next one (it failed), to stop watching (ctx
+// ended, a fatal error ends Run, or Shutdown began before the runner
+// registered), or to go on at once (registered).
+func (r *Runner) tryAttach(ctx context.Context, h lease.Health, backoff *time.Duration) (wait time.Duration, stop, again bool) {
+	if err := r.attach(ctx, h); err != nil {
+		if ctx.Err() != nil {
+			return 0, true, false
+		}
+		idWait, fatal := r.registrationWait(err)
+		switch {
+		case fatal:
+			return 0, true, false // Run ends with ErrDuplicateRunnerID
+		case idWait > 0:
+			return idWait, false, false
+		}
+		r.startFailed("register", err, *backoff) // WARN now and every minute
+		wait, *backoff = *backoff, min(2**backoff, 5*time.Second)
+		return wait, false, false
+	}
+	r.mu.Lock()
+	still := r.phase == phaseStarting
+	r.mu.Unlock()
+	if still {
+		// Shutdown began before the runner registered: it never will;
+		// nothing is left to watch.
+		<-ctx.Done()
+		return 0, true, false
+	}
+	*backoff = r.cfg.ProbeInterval
+	return 0, false, true
 }
 
 func leaseDetail(h lease.Health) string {

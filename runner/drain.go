@@ -15,7 +15,7 @@ import (
 // weight kept) while the key exists; every runner assigns a draining runner
 // no shard, so its shards leave by handoff, the graceful path. The request
 // lives in its own lease-less key, not in the record, because the record is
-// the runner's alone (it repairs foreign writes, registration.go) and dies
+// the runner's alone (it repairs foreign writes: internal/registration) and dies
 // with its lease: a drained runner that restarts, loses its lease or
 // re-attaches registers drained again.
 
