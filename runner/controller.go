@@ -400,7 +400,7 @@ func (r *Runner) execute(bg *sync.WaitGroup, gen uint64, actx context.Context, l
 		bg.Go(func() { r.deleteLocks(actx, leaseID, p.orphans) })
 	}
 	if len(p.inbound) > 0 {
-		bg.Go(func() { r.runInbound(gen, leaseID, p.inbound) })
+		bg.Go(func() { r.runInbound(gen, actx, leaseID, p.inbound) })
 	}
 	slices.Sort(p.acquire)
 	for chunk := range slices.Chunk(p.acquire, shardsPerCall) {

@@ -41,9 +41,9 @@ func (r *Runner) newInboundLocked(id sharding.ShardID, from storage.Runner, from
 // cutover itself arrives through the lock watch. A takeover cancelled
 // meanwhile (reassigned, detached) is skipped from then on: whoever
 // cancelled it cleans up.
-func (r *Runner) runInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem) {
+func (r *Runner) runInbound(gen uint64, actx context.Context, leaseID storage.LeaseID, items []inboundItem) {
 	start := time.Now()
-	items = r.putInbound(gen, leaseID, items, storage.HandoffWarming)
+	items = r.putInbound(gen, actx, leaseID, items, storage.HandoffWarming)
 	for _, it := range items {
 		r.reportInbound(it.id, it.in, handoff.Warming, "")
 	}
@@ -81,7 +81,7 @@ func (r *Runner) runInbound(gen uint64, leaseID storage.LeaseID, items []inbound
 		}
 		ready = append(ready, it)
 	}
-	r.putInbound(gen, leaseID, ready, storage.HandoffReady)
+	r.putInbound(gen, actx, leaseID, ready, storage.HandoffReady)
 }
 
 // warmParallelism bounds the shards one runner warms at once.
@@ -89,7 +89,11 @@ const warmParallelism = 16
 
 // putInbound writes the handoff records of the takeovers still running at
 // phase, in batches, aborts those whose write failed and returns the rest.
-func (r *Runner) putInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem, phase storage.HandoffPhase) []inboundItem {
+// The call runs under the attachment's context actx, not under one
+// takeover's: a takeover that ends meanwhile (its lock came, it was
+// restarted or abandoned) must not fail the others' records; a record it
+// leaves behind is deleted by the stale-record rule (decideRecordLocked).
+func (r *Runner) putInbound(gen uint64, actx context.Context, leaseID storage.LeaseID, items []inboundItem, phase storage.HandoffPhase) []inboundItem {
 	live := items[:0:0]
 	puts := make([]storage.HandoffPut, 0, len(items))
 	for _, it := range items {
@@ -103,7 +107,6 @@ func (r *Runner) putInbound(gen uint64, leaseID storage.LeaseID, items []inbound
 	if len(live) == 0 {
 		return nil
 	}
-	actx := live[0].in.Context()
 	cctx, cancel := r.opCtx(actx)
 	res, err := r.store.PutHandoffs(cctx, leaseID, puts)
 	cancel()
