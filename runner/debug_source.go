@@ -2,10 +2,13 @@ package runner
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/shardhost/shardhost/internal/debugpage"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // debugSource is a runner as its debug page reads it.
@@ -14,35 +17,57 @@ type debugSource struct{ r *Runner }
 var _ debugpage.Source = debugSource{}
 
 // Snapshot copies the runner's state for one request of its debug page:
-// its view of the cluster under r.mu (O(shards)), its lease keeper's and
-// detachment machine's states, its kinds' counters and resident entities
-// (O(entities)), and its latest events. It changes nothing.
+// its view of the cluster under r.mu (O(shards): the lock view, without an
+// allocation per shard), its lease keeper's and detachment machine's
+// states, its kinds' counters and resident entities (O(entities)), and its
+// latest events. It changes nothing.
 func (s debugSource) Snapshot() debugpage.Snapshot {
 	r := s.r
-	v := r.view()
-	health, det := r.health()
+	health, _ := r.keeper.Health()
 	snap := debugpage.Snapshot{
 		ID: r.cfg.ID, Incarnation: r.incarnation, ClientOnly: r.cfg.ClientOnly, NumShards: r.cfg.NumShards,
 		Strategy: r.cfg.Strategy.Name(), Weight: r.cfg.Weight, DetachMargin: r.cfg.DetachMargin,
-		Address: v.address, Phase: v.phase.String(), Attached: v.phase == phaseAttached, Started: v.started,
 		Lease: health.Lease, LeaseTTL: health.TTL, LeaseDeadline: health.Deadline, KeepAliveFailureStreak: health.FailureStreak,
-		Owned: len(v.owned), Pending: v.pending, Releasing: v.releasing, InboundHandoffs: v.inbound,
-		Members: v.members, Locks: v.locks, ByLease: v.byLease, Handoffs: v.handoffs, Assignment: v.assignment,
 	}
-	if v.phase == phaseDetached {
+	detached := r.copyView(&snap)
+	if detached {
+		det := r.machine.State()
 		snap.Detached = &debugpage.Detach{Reason: det.Reason.String(), Detail: det.Detail, Since: det.Since}
 	}
-	if v.assignErr != nil {
-		snap.AssignmentError = v.assignErr.Error()
-	}
-	for _, k := range r.kindCounts() {
-		snap.Kinds = append(snap.Kinds, debugpage.KindCount{Name: k.name, Active: k.active, Handled: k.handled, Rejected: k.rejected})
+	for _, k := range r.hosting.KindCounts() {
+		snap.Kinds = append(snap.Kinds, debugpage.KindCount{Name: k.Name, Active: k.Active, Handled: k.Handled, Rejected: k.Rejected})
 	}
 	snap.Entities = r.EntityCount()
-	for _, ev := range r.recentEvents(debugpage.MaxEvents) {
+	for _, ev := range r.hub.Recent(debugpage.MaxEvents) {
 		snap.Events = append(snap.Events, debugEvent(ev))
 	}
 	return snap
+}
+
+// copyView copies the runner's own state and its view of the cluster into
+// snap, under r.mu, and reports whether the runner is detached.
+func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	snap.Address, snap.Phase, snap.Attached, snap.Started = r.address, r.phase.String(), r.phase == phaseAttached, r.started
+	snap.Owned, snap.Pending, snap.Releasing, snap.InboundHandoffs = len(r.owned), len(r.pending), len(r.releasing), len(r.inbound)
+	snap.Members = slices.SortedFunc(maps.Values(r.members), func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
+	snap.Locks = make([]storage.Lock, 0, len(r.owned)*2)
+	for _, l := range r.locks {
+		if l.Epoch != 0 { // held
+			snap.Locks = append(snap.Locks, l)
+		}
+	}
+	snap.ByLease = make(map[storage.LeaseID]string, len(r.byLease))
+	for id, m := range r.byLease {
+		snap.ByLease[id] = m.ID
+	}
+	snap.Handoffs = slices.SortedFunc(maps.Values(r.handoffs), func(a, b storage.Handoff) int { return int(a.Shard) - int(b.Shard) })
+	snap.Assignment = slices.Clone(r.assignment)
+	if r.assignErr != nil {
+		snap.AssignmentError = r.assignErr.Error()
+	}
+	return r.phase == phaseDetached
 }
 
 // debugEvent is ev as the debug page lists it.

@@ -93,9 +93,6 @@ func (h *Host) NewShard(s ShardSpec) *Shard {
 	return sh
 }
 
-// ID returns the shard's ID.
-func (sh *Shard) ID() sharding.ShardID { return sh.id }
-
 // Running returns the number of the shard's entities with a goroutine.
 func (sh *Shard) Running() int64 { return sh.running.Load() }
 

@@ -87,9 +87,6 @@ func (c *Record) Start(t time.Time) {
 	c.mu.Unlock()
 }
 
-// Key returns the record's key.
-func (c *Record) Key() string { return c.key }
-
 // Changed receives after an observation, for the goroutine repairing the
 // record (Repair); Retry likewise for a registration that waits.
 func (c *Record) Changed() <-chan struct{} { return c.guard }

@@ -1,9 +1,6 @@
 package routing
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // Errors of routing; package runner re-exports them under the same names.
 var (
@@ -24,8 +21,3 @@ type RemoteError struct {
 }
 
 func (e *RemoteError) Error() string { return e.Message }
-
-// callName names a call for errors: kind.method to "entity".
-func callName(kind, method, entity string) string {
-	return fmt.Sprintf("%s.%s to %q", kind, method, entity)
-}

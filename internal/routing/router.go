@@ -137,7 +137,7 @@ func (r *Router) admit(ctx context.Context, c entity.Call) error {
 	return nil
 }
 
-// nameOf names a call for errors.
+// nameOf names a call for errors: kind.method to "entity".
 func nameOf(c entity.Call) string {
 	kind, method := "?", "?"
 	if c.Kind != nil {
@@ -146,7 +146,7 @@ func nameOf(c entity.Call) string {
 	if c.Handler != nil {
 		method = c.Handler.Name()
 	}
-	return callName(kind, method, c.Entity)
+	return fmt.Sprintf("%s.%s to %q", kind, method, c.Entity)
 }
 
 // resolve finds the registered kind and handler of a call.
