@@ -88,3 +88,34 @@ func TestDeliverHereRefusesEndedContext(t *testing.T) {
 		t.Errorf("deliver(ended context) = %v (undelivered %v), want a not-sent *UndeliveredError matching context.Canceled", res.Err, res.Undelivered)
 	}
 }
+
+// A send that saw "not running" just before Run began (`go r.Run(ctx)`
+// then an Ask, the README's pattern) is admitted, not refused with
+// ErrClosed as if Run had returned: the interleaving that made
+// examples/metrics fail once in CI, replayed step by step.
+func TestAdmissionRacingRunsBeginIsAdmitted(t *testing.T) {
+	c := memory.NewCluster()
+	t.Cleanup(c.Close)
+	r, err := New(c.NewStore("a"), Config{ID: "a", NumShards: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.running.Load() {
+		t.Fatal("running before Run")
+	}
+	// The send's admission read "not running" here; Run begins now.
+	if err := r.begin(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := r.waitRun(ctx); err != nil {
+		t.Fatalf("waitRun after Run began = %v; want the send admitted", err)
+	}
+	// After Run has returned, the same admission refuses with ErrClosed.
+	r.running.Store(false)
+	close(r.done)
+	if err := r.waitRun(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("waitRun after Run returned = %v; want ErrClosed", err)
+	}
+}

@@ -84,8 +84,8 @@ func startOn(t *testing.T, s *memory.Store, rec *recorder, cfg runner.Config) *s
 	return st
 }
 
-// waitRunning waits until Run has been called on r (Send fails with
-// ErrClosed before that). It yields rather than sleeps, so that inside a
+// waitRunning waits until Run has been called on r (a send made before
+// that waits for Run, at most runCallGrace). It yields rather than sleeps, so that inside a
 // synctest bubble no fake time passes.
 func waitRunning(t testing.TB, r *runner.Runner) {
 	t.Helper()

@@ -349,6 +349,11 @@ func (r *Runner) waitRun(ctx context.Context) error {
 	r.mu.Lock()
 	called, stopped := r.runStarted, r.phase == phaseStopped
 	r.mu.Unlock()
+	if called && r.running.Load() {
+		// Run began after the caller saw "not running" (`go r.Run` then a
+		// send): the send goes on, it is not refused as if Run had returned.
+		return nil
+	}
 	if !called && !stopped {
 		t := time.NewTimer(runCallGrace)
 		defer t.Stop()
