@@ -1,0 +1,81 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Listing and watching a keyspace.
+
+// List implements storage.Lister.
+func (s *Store) List(ctx context.Context, ks storage.Keyspace) (storage.Snapshot, error) {
+	prefix := s.key(ks, "")
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return storage.Snapshot{}, fmt.Errorf("list %s: %w", ks, translate(err))
+	}
+	snap := storage.Snapshot{Revision: storage.Revision(resp.Header.Revision), KVs: make([]storage.KeyValue, len(resp.Kvs))}
+	for i, kv := range resp.Kvs {
+		snap.KVs[i] = keyValue(kv, len(prefix))
+	}
+	return snap, nil
+}
+
+// Watch implements storage.Lister. The watch requires a leader: if the
+// member it is connected to loses its leader, the watch fails with
+// storage.ErrUnavailable instead of stalling.
+func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Revision) <-chan storage.WatchResponse {
+	out := make(chan storage.WatchResponse)
+	prefix := s.key(ks, "")
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(from)))
+	go func() {
+		defer close(out)
+		defer cancel()
+		send := func(r storage.WatchResponse) bool {
+			select {
+			case out <- r:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				if wr.CompactRevision != 0 {
+					err = fmt.Errorf("watch %s from %d: %w (compacted at %d)", ks, from, storage.ErrCompacted, wr.CompactRevision)
+				} else {
+					err = fmt.Errorf("watch %s: %w", ks, translate(err))
+				}
+				send(storage.WatchResponse{Err: err})
+				return
+			}
+			if len(wr.Events) == 0 {
+				continue
+			}
+			evs := make([]storage.Event, len(wr.Events))
+			for i, ev := range wr.Events {
+				evs[i].KV = keyValue(ev.Kv, len(prefix))
+				if ev.Type == mvccpb.DELETE {
+					evs[i].Type = storage.EventDelete
+				} else {
+					evs[i].Type = storage.EventPut
+				}
+			}
+			if !send(storage.WatchResponse{Events: evs}) {
+				return
+			}
+		}
+		if ctx.Err() == nil {
+			send(storage.WatchResponse{Err: fmt.Errorf("watch %s: %w: watch channel closed", ks, storage.ErrUnavailable)})
+		}
+	}()
+	return out
+}

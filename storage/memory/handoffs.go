@@ -1,0 +1,103 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Handoff records and checkpoints.
+
+// PutHandoffs implements storage.Handoffs.
+func (s *Store) PutHandoffs(ctx context.Context, leaseID storage.LeaseID, puts []storage.HandoffPut) ([]storage.HandoffResult, error) {
+	vals, err := storage.EncodeHandoffs(leaseID, puts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]storage.HandoffResult, len(puts))
+	err = s.batchedEach(ctx, OpHandoff, len(puts), func(c *Cluster, tx *txn, lo, hi int) error {
+		if _, ok := c.leases[leaseID]; !ok {
+			return storage.ErrLeaseNotFound
+		}
+		for i := lo; i < hi; i++ {
+			key := handoffKey(puts[i].Shard)
+			out[i].Shard = puts[i].Shard
+			if e, ok := c.kvs[key]; ok && e.lease != leaseID {
+				out[i].Err = &storage.HandoffConflictError{Shard: puts[i].Shard, Existing: handoffOf(key, e)}
+				continue
+			}
+			_ = tx.put(key, vals[i], leaseID) // the lease exists
+			out[i].Revision = tx.rev
+		}
+		return nil
+	}, func(lo, hi int, err error) error {
+		err = fmt.Errorf("put %d handoff records: %w", hi-lo, err)
+		for i := lo; i < hi; i++ {
+			out[i] = storage.HandoffResult{Shard: puts[i].Shard, Err: err}
+		}
+		return err
+	})
+	return out, err
+}
+
+// DeleteHandoffs implements storage.Handoffs.
+func (s *Store) DeleteHandoffs(ctx context.Context, leaseID storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
+	if err := storage.CheckShardsFor(leaseID, shards); err != nil {
+		return nil, err
+	}
+	var deleted []sharding.ShardID
+	err := s.batched(ctx, OpHandoff, len(shards), func(c *Cluster, tx *txn, lo, hi int) error {
+		for _, sh := range shards[lo:hi] {
+			key := handoffKey(sh)
+			if e, ok := c.kvs[key]; ok && e.lease == leaseID {
+				tx.del(key)
+				deleted = append(deleted, sh)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return deleted, fmt.Errorf("delete %d handoff records: %w", len(shards), err)
+	}
+	return deleted, nil
+}
+
+// WriteCheckpoint implements storage.Checkpoints.
+func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
+	if err := storage.CheckEpoch(shard, epoch); err != nil {
+		return 0, err
+	}
+	c, err := s.enter(ctx, OpCheckpoint)
+	if err != nil {
+		return 0, err
+	}
+	defer c.mu.Unlock()
+	e, ok := c.kvs[shardKey(shard)]
+	if !ok || storage.Epoch(e.mod) != epoch {
+		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
+		if ok {
+			fe.Current = storage.Epoch(e.mod)
+		}
+		return 0, fe
+	}
+	tx := c.begin()
+	_ = tx.put(storage.CheckpointKey(shard, name), storage.EncodeCheckpoint(epoch, data), storage.NoLease)
+	return tx.commit(), nil
+}
+
+// ReadCheckpoint implements storage.Checkpoints.
+func (s *Store) ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (storage.Checkpoint, bool, error) {
+	c, err := s.enter(ctx, OpCheckpoint)
+	if err != nil {
+		return storage.Checkpoint{}, false, err
+	}
+	defer c.mu.Unlock()
+	e, ok := c.kvs[storage.CheckpointKey(shard, name)]
+	if !ok {
+		return storage.Checkpoint{}, false, nil
+	}
+	cp, err := storage.DecodeCheckpoint(shard, name, e.value, e.mod)
+	return cp, err == nil, err
+}
