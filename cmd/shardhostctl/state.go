@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/etcd"
+)
+
+// Connecting to the cluster and reading its state in one revision.
+
+// cluster is a connection to one namespace.
+type cluster struct {
+	o     options
+	cli   *clientv3.Client
+	store *etcd.Store
+	ns    string
+}
+
+func (c *cluster) close() { _ = c.cli.Close() }
+
+// ctx bounds one etcd call.
+func (c *cluster) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.o.timeout)
+}
+
+// connect opens a client, checks that etcd answers and picks the namespace.
+func connect(ctx context.Context, o options, stderr io.Writer) (*cluster, error) {
+	var eps []string
+	for e := range strings.SplitSeq(o.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, fmt.Errorf("%w: no etcd endpoint (-endpoints or $%s)", errUsage, envEndpoints)
+	}
+	cfg := etcd.ClientConfig(eps)
+	cfg.DialTimeout = o.timeout
+	cfg.Logger = zap.NewNop()
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", o.endpoints, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	found, err := etcd.Namespaces(cctx, cli, 100000)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("cannot reach etcd at %s within %v: %w (is etcd running there? set -endpoints or $%s)",
+			o.endpoints, o.timeout, err, envEndpoints)
+	}
+	ns := o.namespace
+	if ns == "" {
+		switch len(found) {
+		case 0:
+			cli.Close()
+			return nil, fmt.Errorf("etcd at %s holds no shardhost namespace (no runner has registered there); set -namespace or $%s", o.endpoints, envNamespace)
+		case 1:
+			ns = found[0]
+			fmt.Fprintf(stderr, "shardhostctl: namespace %q (the only one at %s)\n", ns, o.endpoints)
+		default:
+			cli.Close()
+			return nil, fmt.Errorf("etcd at %s holds several shardhost namespaces (%s): pick one with -namespace or $%s",
+				o.endpoints, strings.Join(found, ", "), envNamespace)
+		}
+	}
+	store, err := etcd.New(cli, ns, etcd.Config{OpTimeout: o.timeout})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return &cluster{o: o, cli: cli, store: store, ns: ns}, nil
+}
+
+// state is one reading of a namespace.
+type state struct {
+	rev      storage.Revision
+	runners  []storage.Runner // valid records, by ID
+	corrupt  []string         // keys of undecodable runner records
+	byLease  map[storage.LeaseID]storage.Runner
+	locks    map[sharding.ShardID]storage.Lock
+	handoffs map[sharding.ShardID]storage.Handoff
+	drains   map[string]storage.DrainRequest // by runner ID (a corrupt value still requests)
+}
+
+// read lists the namespace. It fails when the namespace holds nothing, or
+// holds shards beyond -shards.
+func (c *cluster) read(ctx context.Context) (*state, error) {
+	st := &state{byLease: map[storage.LeaseID]storage.Runner{}, locks: map[sharding.ShardID]storage.Lock{},
+		handoffs: map[sharding.ShardID]storage.Handoff{}, drains: map[string]storage.DrainRequest{}}
+	var snaps [4]storage.Snapshot
+	for i, ks := range []storage.Keyspace{storage.KeyspaceRunners, storage.KeyspaceShards, storage.KeyspaceHandoffs, storage.KeyspaceDrains} {
+		cctx, cancel := c.ctx(ctx)
+		snap, err := c.store.List(cctx, ks)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read %s of namespace %q: %w", ks, c.ns, err)
+		}
+		snaps[i] = snap
+		st.rev = max(st.rev, snap.Revision)
+	}
+	if len(snaps[0].KVs)+len(snaps[1].KVs)+len(snaps[2].KVs)+len(snaps[3].KVs) == 0 {
+		hint := ""
+		cctx, cancel := c.ctx(ctx)
+		if found, err := etcd.Namespaces(cctx, c.cli, 100000); err == nil && len(found) > 0 {
+			hint = "; namespaces with runners or locks there: " + strings.Join(found, ", ")
+		}
+		cancel()
+		return nil, fmt.Errorf("namespace %q is empty at %s: no runner is registered and no shard is locked "+
+			"(wrong -namespace, or every runner stopped)%s", c.ns, c.o.endpoints, hint)
+	}
+	for _, kv := range snaps[0].KVs {
+		r, err := storage.DecodeRunner(kv)
+		if err != nil {
+			st.corrupt = append(st.corrupt, kv.Key)
+			continue
+		}
+		st.runners = append(st.runners, r)
+		st.byLease[r.Lease] = r
+	}
+	slices.SortFunc(st.runners, func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
+	for _, kv := range snaps[1].KVs {
+		l, err := storage.DecodeLock(kv)
+		if err != nil && l.Lease == storage.NoLease {
+			continue // not even the key parses
+		}
+		if int(l.Shard) >= c.o.shards {
+			return nil, fmt.Errorf("%w: shard %d is locked but -shards is %d: pass the cluster's NumShards with -shards or $%s",
+				errUsage, l.Shard, c.o.shards, envShards)
+		}
+		st.locks[l.Shard] = l
+	}
+	for _, kv := range snaps[2].KVs {
+		if h, err := storage.DecodeHandoff(kv); err == nil && int(h.Shard) < c.o.shards {
+			st.handoffs[h.Shard] = h
+		}
+	}
+	for _, kv := range snaps[3].KVs {
+		if id, req, _ := storage.DecodeDrain(kv); id != "" {
+			st.drains[id] = req
+		}
+	}
+	return st, nil
+}
+
+// owner names the owner of a lock: the registered runner whose lease holds
+// it, else the lock's value marked as not registered.
+func (st *state) owner(l storage.Lock) (id string, registered bool) {
+	if r, ok := st.byLease[l.Lease]; ok {
+		return r.ID, true
+	}
+	return l.Owner.RunnerID, false
+}
+
+func (st *state) runner(id string) (storage.Runner, bool) {
+	i := slices.IndexFunc(st.runners, func(r storage.Runner) bool { return r.ID == id })
+	if i < 0 {
+		return storage.Runner{}, false
+	}
+	return st.runners[i], true
+}
+
+func (st *state) runnerIDs() string {
+	ids := make([]string, len(st.runners))
+	for i, r := range st.runners {
+		ids[i] = r.ID
+	}
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}
+
+// runnerState says how a runner takes part in the assignment: active,
+// draining (an operator's request it published), drain requested (not
+// published yet), shutting down (drains itself with weight 0), weight 0.
+func runnerState(r storage.Runner, requested bool) string {
+	switch {
+	case r.Draining && r.Weight == 0:
+		return "shutting down"
+	case r.Draining:
+		return "draining"
+	case requested:
+		return "drain requested"
+	case r.Weight == 0:
+		return "weight 0"
+	default:
+		return "active"
+	}
+}
