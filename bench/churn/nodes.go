@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage/etcd"
+)
+
+// The churn's runners: started, stopped, crashed, and what each sees.
+
+// node is one runner with its own etcd client, as if in its own process.
+// Its subscription stays open until the end, so every event it emitted is
+// recorded.
+type node struct {
+	id     string
+	r      *runner.Runner // nil for a runner in a child process (-procs)
+	proc   *procNode      // the child process (-procs), else nil
+	cli    *clientv3.Client
+	sub    *runner.Subscription
+	ran    chan struct{} // closed when Run returned
+	runErr error         // Run's result, set before ran is closed
+
+	closeCli sync.Once
+}
+
+// closeClient closes the node's etcd client (once).
+func (n *node) closeClient() { n.closeCli.Do(func() { _ = n.cli.Close() }) }
+
+// recorder merges the events of every runner, stamped by the runners.
+type recorder struct {
+	mu     sync.Mutex
+	events []runner.Event
+	last   time.Time // when the last event arrived
+	wg     sync.WaitGroup
+}
+
+func (rec *recorder) follow(sub *runner.Subscription) {
+	rec.wg.Go(func() {
+		for ev := range sub.Events() {
+			rec.add(ev)
+		}
+	})
+}
+
+// lastRegistered returns how long after since the last Registered event
+// came (0: none).
+func (rec *recorder) lastRegistered(since time.Time) time.Duration {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var last time.Duration
+	for _, ev := range rec.events {
+		if r, ok := ev.(runner.Registered); ok && r.Time.After(since) {
+			last = max(last, r.Time.Sub(since))
+		}
+	}
+	return last
+}
+
+func (rec *recorder) add(ev runner.Event) {
+	rec.mu.Lock()
+	rec.events = append(rec.events, ev)
+	rec.last = time.Now()
+	rec.mu.Unlock()
+}
+
+// quiet waits until no event arrived for d (at most limit).
+func (rec *recorder) quiet(d, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		rec.mu.Lock()
+		since := time.Since(rec.last)
+		rec.mu.Unlock()
+		if since >= d {
+			return
+		}
+		time.Sleep(d - since)
+	}
+}
+
+// all returns the events sorted by their time (stable: one runner's events
+// keep their order).
+func (rec *recorder) all() []runner.Event {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	out := slices.Clone(rec.events)
+	slices.SortStableFunc(out, func(a, b runner.Event) int { return a.Base().Time.Compare(b.Base().Time) })
+	return out
+}
+
+// startNodes starts n hosting runners concurrently.
+func (h *harness) startNodes(n int) ([]*node, error) {
+	ids := make([]string, n)
+	for i := range ids {
+		h.ids++
+		ids[i] = fmt.Sprintf("r%d", h.ids)
+	}
+	nodes := make([]*node, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { nodes[i], errs[i] = h.newNode(ids[i]) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		h.nodes = append(h.nodes, nodes[i])
+	}
+	return nodes, nil
+}
+
+// startNode creates a runner (a client-only gateway, or a hosting runner
+// with the next ID), subscribes to its events and starts Run.
+func (h *harness) startNode(gateway bool) (*node, error) {
+	id := "gateway"
+	if !gateway {
+		h.ids++
+		id = fmt.Sprintf("r%d", h.ids)
+	}
+	n, err := h.newNode(id)
+	if err != nil {
+		return nil, err
+	}
+	h.nodes = append(h.nodes, n)
+	return n, nil
+}
+
+// newNode creates and runs the runner id ("gateway": client-only). Safe
+// for concurrent use.
+func (h *harness) newNode(id string) (*node, error) {
+	if h.p.Procs && id != "gateway" {
+		pn, err := h.startProc(id)
+		if err != nil {
+			return nil, err
+		}
+		ran := make(chan struct{})
+		go func() { <-pn.p.Done(); close(ran) }()
+		return &node{id: id, proc: pn, ran: ran}, nil
+	}
+	cli, err := newEtcdClient(h.etcd.Endpoint, h.p.Verbose)
+	if err != nil {
+		return nil, err
+	}
+	store, err := etcd.New(cli, h.etcd.Namespace, etcd.Config{})
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	cfg := runner.Config{ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL, Logger: h.log}
+	if id == "gateway" {
+		cfg.ClientOnly = true
+	} else {
+		cfg.ListenAddr = "127.0.0.1:0"
+	}
+	r, err := runner.New(store, cfg)
+	if err == nil {
+		err = r.Register(counterKind, runnerproc.Kind)
+	}
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("runner %s: %w", cfg.ID, err)
+	}
+	n := &node{id: cfg.ID, r: r, cli: cli, sub: r.Subscribe(), ran: make(chan struct{})}
+	h.rec.follow(n.sub) // subscribed before Run: no event is missed
+	go func() {
+		defer close(n.ran)
+		n.runErr = r.Run(context.Background())
+	}()
+	return n, nil
+}
+
+// stopNode shuts n down gracefully (bounded by stopTimeout) and closes its
+// client.
+func (h *harness) stopNode(n *node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if n.proc != nil {
+		err := n.proc.p.Stop(ctx) // SIGTERM: the child shuts down gracefully
+		n.proc.sync(&h.rec)
+		return err
+	}
+	err := n.r.Shutdown(ctx)
+	<-n.ran
+	n.closeClient()
+	return errors.Join(err, n.runErr)
+}
+
+// crash stops n abruptly at at: Close in process, SIGKILL for a child.
+func (n *node) crash(rec *recorder, at time.Time) {
+	if n.proc != nil {
+		_ = n.proc.p.Kill()
+		n.proc.crashed(rec, at)
+		return
+	}
+	n.r.Close()
+	n.closeClient()
+}
+
+// view returns the shards n owns and the digest of its assignment.
+func (n *node) view(rec *recorder) (map[sharding.ShardID]bool, uint64) {
+	if n.proc != nil {
+		n.proc.sync(rec)
+		return n.proc.status()
+	}
+	owned := map[sharding.ShardID]bool{}
+	for id := range n.r.Owned() {
+		owned[id] = true
+	}
+	return owned, n.r.Status().AssignmentDigest
+}
+
+// stopAll ends the run: the live runners shut down gracefully, together
+// (or are closed when interrupted), then the gateway.
+func (h *harness) stopAll(abrupt bool) {
+	var wg sync.WaitGroup
+	for _, n := range h.live {
+		if abrupt {
+			wg.Go(func() { n.crash(&h.rec, time.Now()) })
+			continue
+		}
+		wg.Go(func() {
+			if err := h.stopNode(n); err != nil {
+				h.say("final shutdown of %s: %v", n.id, err)
+			}
+		})
+	}
+	wg.Wait()
+	h.live = nil
+	h.gw.r.Close()
+}
+
+// cleanup closes every runner, subscription and client (idempotent calls).
+func (h *harness) cleanup() {
+	for _, n := range h.nodes {
+		if n.proc != nil {
+			_ = n.proc.p.Kill()
+			<-n.ran
+			continue
+		}
+		n.r.Close()
+		n.sub.Close()
+		n.closeClient()
+	}
+	h.rec.wg.Wait()
+}
