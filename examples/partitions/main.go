@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/examples/internal/demo"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
@@ -194,31 +195,8 @@ func runScenario(ctx context.Context, o options, endpoints []string, namespace s
 
 	// First read of every partition: builds the views of the initial
 	// owners (cold, unless a handoff at start-up warmed them already).
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var firstErr error
-	for p := range numShards {
-		wg.Go(func() {
-			actx, cancel := context.WithTimeout(ctx, askTimeout)
-			defer cancel()
-			t := time.Now()
-			resp, err := get.Ask(actx, gw.Runner(), l.keys[l.byPart[p][0]], GetReq{})
-			lat := time.Since(t)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				firstErr = errors.Join(firstErr, err)
-				return
-			}
-			if resp.Replayed >= sc.ColdRecords {
-				sc.FirstCold++
-			}
-			sc.FirstMax = max(sc.FirstMax, lat)
-		})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, fmt.Errorf("first reads: %w", firstErr)
+	if err := sc.firstReads(ctx, gw, get, l); err != nil {
+		return nil, err
 	}
 	note := ""
 	if sc.FirstCold < numShards {
@@ -269,6 +247,57 @@ func runScenario(ctx context.Context, o options, endpoints []string, namespace s
 	end := time.Now()
 
 	// Analysis of the reads and hooks from the join on.
+	sc.analyze(w, []*demo.Node{r1, r2, r3}, after, join, end)
+	say("traffic stopped after %v: %d reads ok, %d failed, %d stale; %d records appended",
+		round(end.Sub(trafficStart)), len(sc.Reads.Samples), sc.Reads.Failed, sc.Reads.Stale, sc.Appended)
+	sc.Exact, sc.Mismatch = verify(ctx, gw.Runner(), get, l)
+	say("check: %d/%d keys equal the sums of their partition's log", sc.Exact, sc.Keys)
+
+	stopping := nodes
+	nodes = nil
+	if sc.Stop, err = demo.StopAll(stopping); err != nil {
+		return nil, err
+	}
+	say("all runners shut down in %v", round(sc.Stop))
+	return sc, nil
+}
+
+// firstReads reads every partition once through the gateway and counts
+// the reads that replayed their whole log (cold) and the slowest.
+func (sc *scenario) firstReads(ctx context.Context, gw *demo.Node, get *entity.MethodRef[Key, GetReq, GetResp], l *logService) error {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	for p := range numShards {
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, askTimeout)
+			defer cancel()
+			t := time.Now()
+			resp, err := get.Ask(actx, gw.Runner(), l.keys[l.byPart[p][0]], GetReq{})
+			lat := time.Since(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = errors.Join(firstErr, err)
+				return
+			}
+			if resp.Replayed >= sc.ColdRecords {
+				sc.FirstCold++
+			}
+			sc.FirstMax = max(sc.FirstMax, lat)
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return fmt.Errorf("first reads: %w", firstErr)
+	}
+	return nil
+}
+
+// analyze sorts the reads into before the join, while shards moved (and
+// those served by a moved shard's new owner), and after; and counts the
+// handoff phases and hook calls between join and end.
+func (sc *scenario) analyze(w *world, nodes []*demo.Node, after []string, join, end time.Time) {
 	sc.Window = min(sc.Settle+moveTail, end.Sub(join))
 	var steady, during, onNew, later []sample
 	first := map[sharding.ShardID]bool{}
@@ -295,7 +324,7 @@ func runScenario(ctx context.Context, o options, endpoints []string, namespace s
 	}
 	sc.Steady, sc.During, sc.OnNew, sc.After = statsOf(steady), statsOf(during), statsOf(onNew), statsOf(later)
 	sc.Phases = map[string]int{}
-	for _, n := range []*demo.Node{r1, r2, r3} {
+	for _, n := range nodes {
 		h := w.hosts[n.Runner().ID()]
 		for _, p := range h.handoffPhases() {
 			if p.Time.Before(join) || p.Time.After(end) || (p.Phase == runner.PhaseCutover && p.Runner != p.To) {
@@ -307,18 +336,6 @@ func runScenario(ctx context.Context, o options, endpoints []string, namespace s
 		sc.Warms = append(sc.Warms, ws...)
 		sc.Releases += rs
 	}
-	say("traffic stopped after %v: %d reads ok, %d failed, %d stale; %d records appended",
-		round(end.Sub(trafficStart)), len(sc.Reads.Samples), sc.Reads.Failed, sc.Reads.Stale, sc.Appended)
-	sc.Exact, sc.Mismatch = verify(ctx, gw.Runner(), get, l)
-	say("check: %d/%d keys equal the sums of their partition's log", sc.Exact, sc.Keys)
-
-	stopping := nodes
-	nodes = nil
-	if sc.Stop, err = demo.StopAll(stopping); err != nil {
-		return nil, err
-	}
-	say("all runners shut down in %v", round(sc.Stop))
-	return sc, nil
 }
 
 // owners returns the owner of each shard among nodes ("" if none).
