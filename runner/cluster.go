@@ -8,12 +8,45 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/control"
 	"github.com/shardhost/shardhost/internal/registration"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
 
-// followRunners keeps r.members equal to the registry (list, then watch).
+// clusterView is this runner's view of the cluster, kept by the watches,
+// and the assignment computed from it; guarded by Runner.mu.
+type clusterView struct {
+	members  map[string]storage.Runner
+	byLease  map[storage.LeaseID]storage.Runner
+	locks    control.LockView                     // every shard's lock (the lock watch)
+	handoffs map[sharding.ShardID]storage.Handoff // view of handoffs/
+	// handoffRaw holds the stored form of the records in handoffs not
+	// decoded yet (foreign when they arrived); handoffLocked decodes one
+	// when it comes to matter (its shard became ours meanwhile).
+	handoffRaw  map[sharding.ShardID]storage.KeyValue
+	membersSeen bool // the membership view has been listed at least once
+
+	assignment   sharding.Assignment
+	assignDigest uint64 // assignment.Digest()
+	// assignedFrom: the sorted runners and weights the assignment was
+	// computed from; membersVersion counts membership updates.
+	assignedFrom   []sharding.Runner
+	membersVersion uint64
+	assignErr      error
+	// assignedWithSelf: the assignment was computed from a view holding
+	// this incarnation (later changes are debounced; the first is not).
+	assignedWithSelf bool
+	assignedSelf     selfState // this runner's own state when the assignment was installed
+	// viewChanging: the membership changed since the assignment was
+	// computed; no new move starts until it is recomputed.
+	viewChanging bool
+	// departed: a member left the view since the assignment was computed
+	// (the control loop acts on an isolated departure at once).
+	departed bool
+}
+
+// followRunners keeps r.view.members equal to the registry (list, then watch).
 func (r *Runner) followRunners(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceRunners, func(u storage.Update) {
 		if u.Err != nil {
@@ -21,9 +54,9 @@ func (r *Runner) followRunners(ctx context.Context) {
 			return
 		}
 		r.mu.Lock()
-		before := len(r.members)
+		before := len(r.view.members)
 		if u.Reset {
-			clear(r.members)
+			clear(r.view.members)
 			r.forgetBadKeysLocked(storage.KeyspaceRunners)
 			own := false
 			for _, kv := range u.KVs {
@@ -37,11 +70,11 @@ func (r *Runner) followRunners(ctx context.Context) {
 		for _, ev := range u.Events {
 			r.applyRunnerLocked(ev.Type, ev.KV)
 		}
-		r.membersSeen = true
-		r.membersVersion++
-		r.viewChanging = true // until the control loop recomputes the assignment
-		if len(r.members) < before {
-			r.departed = true // a runner left: its shards are free at once
+		r.view.membersSeen = true
+		r.view.membersVersion++
+		r.view.viewChanging = true // until the control loop recomputes the assignment
+		if len(r.view.members) < before {
+			r.view.departed = true // a runner left: its shards are free at once
 		}
 		live := r.rebuildByLeaseLocked()
 		r.mu.Unlock()
@@ -59,7 +92,7 @@ func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
 		r.reg.Observe(registration.Observation{Exists: t == storage.EventPut, KV: kv, Rev: kv.ModRevision})
 	}
 	if t == storage.EventDelete {
-		delete(r.members, kv.Key)
+		delete(r.view.members, kv.Key)
 		r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
 		return
 	}
@@ -69,17 +102,17 @@ func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
 	}
 	if err != nil {
 		// Not a member: it gets no shards.
-		delete(r.members, kv.Key)
+		delete(r.view.members, kv.Key)
 		if kv.Key != r.cfg.ID {
 			r.badKeyLocked(storage.KeyspaceRunners, kv.Key, "ignoring a runner record that is no live registration", err)
 		}
 		return
 	}
 	r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
-	r.members[kv.Key] = rec
+	r.view.members[kv.Key] = rec
 }
 
-// followLocks keeps r.locks equal to the shard locks, wakes the acquirer
+// followLocks keeps r.view.locks equal to the shard locks, wakes the acquirer
 // when an assigned shard's lock is deleted, and fences owned shards whose
 // lock was deleted or taken behind the runner's back.
 func (r *Runner) followLocks(ctx context.Context) {
@@ -107,11 +140,11 @@ func (r *Runner) followLocks(ctx context.Context) {
 // resetLocksLocked replaces the lock view with a listed snapshot and asks
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
-	r.locks.Reset()
+	r.view.locks.Reset()
 	r.forgetBadKeysLocked(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
-			r.locks.Set(l)
+			r.view.locks.Set(l)
 			r.router.SawEpoch(l.Shard, l.Epoch)
 		}
 	}
@@ -119,13 +152,13 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 		if s.epoch > storage.Epoch(u.Revision) {
 			continue // acquired after the snapshot
 		}
-		l, ok := r.locks.Get(id)
+		l, ok := r.view.locks.Get(id)
 		if !ok || l.Lease != r.lease || l.Epoch != s.epoch {
 			r.lockLostLocked(id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", id, u.Revision))
 		}
 	}
 	for id := range r.pending {
-		if l, held := r.locks.Get(id); !held || l.Lease == storage.NoLease {
+		if l, held := r.view.locks.Get(id); !held || l.Lease == storage.NoLease {
 			r.pending[id] = &pending{since: time.Now()}
 		}
 	}
@@ -142,10 +175,10 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 			return
 		}
 		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
-		prev, _ := r.locks.Get(id)
+		prev, _ := r.view.locks.Get(id)
 		s, owned := r.owned[id]
 		_, leaving := r.releasing[id]
-		r.locks.Del(id)
+		r.view.locks.Del(id)
 		if owned && rev > s.epoch && !leaving {
 			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
@@ -165,8 +198,8 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	id := l.Shard
 	s, owned := r.owned[id]
 	_, leaving := r.releasing[id]
-	prev, _ := r.locks.Get(id)
-	r.locks.Set(l)
+	prev, _ := r.view.locks.Get(id)
+	r.view.locks.Set(l)
 	r.router.SawEpoch(id, l.Epoch)
 	if r.concernsLocked(id, prev.Lease, l.Lease) {
 		r.markLocked(id)
@@ -287,11 +320,11 @@ func (r *Runner) recomputeLocked() {
 // strategy ignores Current: the assignment is then still valid, and only
 // the reconcile is done.
 func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool) {
-	if !r.membersSeen {
+	if !r.view.membersSeen {
 		return in, 0, false
 	}
-	runners := make([]sharding.Runner, 0, len(r.members))
-	for _, m := range r.members {
+	runners := make([]sharding.Runner, 0, len(r.view.members))
+	for _, m := range r.view.members {
 		w := m.Weight
 		if m.Draining {
 			w = 0
@@ -302,16 +335,16 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 	in = sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
 	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
 		in.Current = make(sharding.Assignment, r.cfg.NumShards)
-		for id, l := range r.locks {
+		for id, l := range r.view.locks {
 			if l.Epoch != 0 {
-				in.Current[id] = r.byLease[l.Lease].ID
+				in.Current[id] = r.view.byLease[l.Lease].ID
 			}
 		}
-	} else if r.assignment != nil && r.assignErr == nil && slices.Equal(runners, r.assignedFrom) {
-		r.installAssignmentLocked(runners, r.assignment, nil, r.membersVersion)
+	} else if r.view.assignment != nil && r.view.assignErr == nil && slices.Equal(runners, r.view.assignedFrom) {
+		r.installAssignmentLocked(runners, r.view.assignment, nil, r.view.membersVersion)
 		return in, 0, false
 	}
-	return in, r.membersVersion, true
+	return in, r.view.membersVersion, true
 }
 
 // installAssignmentLocked installs assignment a computed from runners at
@@ -321,19 +354,19 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 // assigned ones become pending, owned ones assigned elsewhere start
 // waiting for their handoff.
 func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.Assignment, err error, version uint64) {
-	if version == r.membersVersion {
-		r.viewChanging = false
+	if version == r.view.membersVersion {
+		r.view.viewChanging = false
 	}
 	if err != nil {
-		if r.assignErr == nil || r.assignErr.Error() != err.Error() {
+		if r.view.assignErr == nil || r.view.assignErr.Error() != err.Error() {
 			r.log.Error("cannot compute the shard assignment; keeping the previous one", "err", err)
 		}
-		r.assignErr = err
+		r.view.assignErr = err
 		return
 	}
-	r.assignErr = nil
-	old, self := r.assignment, r.selfLocked()
-	if old == nil || self != r.assignedSelf || r.attachedSince {
+	r.view.assignErr = nil
+	old, self := r.view.assignment, r.selfLocked()
+	if old == nil || self != r.view.assignedSelf || r.attachedSince {
 		// Every shard's wanting may have changed, or this attachment has
 		// not decided them yet (a detach forgot everything).
 		r.markAllLocked()
@@ -342,10 +375,10 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 		r.markReassignedLocked(old, a)
 	}
 	if !slices.Equal(a, old) {
-		r.assignment, r.assignDigest = a, a.Digest()
+		r.view.assignment, r.view.assignDigest = a, a.Digest()
 	}
-	r.assignedFrom, r.assignedSelf = runners, self
-	r.assignedWithSelf = self.registered
+	r.view.assignedFrom, r.view.assignedSelf = runners, self
+	r.view.assignedWithSelf = self.registered
 }
 
 // selfState is what, besides the assignment, decides which shards this
@@ -376,7 +409,7 @@ func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
 	for id := range r.releasing {
 		r.work.Add(id)
 	}
-	for id, h := range r.handoffs {
+	for id, h := range r.view.handoffs {
 		if h.Lease == r.lease {
 			r.work.Add(id)
 		}
@@ -387,7 +420,7 @@ func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
 // registeredLocked reports whether the membership view holds this
 // incarnation's record under the current lease.
 func (r *Runner) registeredLocked() bool {
-	m, ok := r.members[r.cfg.ID]
+	m, ok := r.view.members[r.cfg.ID]
 	return ok && m.Incarnation == r.incarnation && m.Lease == r.lease
 }
 
@@ -400,7 +433,7 @@ func (r *Runner) supersededLocked() bool {
 // assignedHereLocked reports whether the assignment gives shard id to this
 // runner.
 func (r *Runner) assignedHereLocked(id sharding.ShardID) bool {
-	return int(id) < len(r.assignment) && r.assignment[id] == r.cfg.ID
+	return int(id) < len(r.view.assignment) && r.view.assignment[id] == r.cfg.ID
 }
 
 // OwnerOf returns the ID of the runner whose lease holds shard id's lock in
@@ -408,19 +441,19 @@ func (r *Runner) assignedHereLocked(id sharding.ShardID) bool {
 func (r *Runner) OwnerOf(id sharding.ShardID) (string, storage.Epoch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l, ok := r.locks.Get(id)
+	l, ok := r.view.locks.Get(id)
 	if !ok {
 		return "", 0
 	}
-	return r.byLease[l.Lease].ID, l.Epoch
+	return r.view.byLease[l.Lease].ID, l.Epoch
 }
 
 // Members returns the runner records in this runner's view, by ID.
 func (r *Runner) Members() []storage.Runner {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]storage.Runner, 0, len(r.members))
-	for _, m := range r.members {
+	out := make([]storage.Runner, 0, len(r.view.members))
+	for _, m := range r.view.members {
 		out = append(out, m)
 	}
 	slices.SortFunc(out, func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })

@@ -188,8 +188,8 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 		for _, s := range shards {
 			to := ""
 			r.mu.Lock()
-			if int(s.id) < len(r.assignment) && r.assignment[s.id] != r.cfg.ID {
-				to = r.assignment[s.id]
+			if int(s.id) < len(r.view.assignment) && r.view.assignment[s.id] != r.cfg.ID {
+				to = r.view.assignment[s.id]
 			}
 			r.mu.Unlock()
 			wg.Go(func() { r.releaseShardHook(actx, s, to) })
@@ -266,8 +266,8 @@ func (r *Runner) deleteLockChunk(actx context.Context, leaseID storage.LeaseID, 
 		epochs[h.Shard] = h.Epoch
 	}
 	for _, id := range released { // our view, ahead of the watch
-		if l, _ := r.locks.Get(id); l.Lease == leaseID && l.Epoch == epochs[id] {
-			r.locks.Del(id)
+		if l, _ := r.view.locks.Get(id); l.Lease == leaseID && l.Epoch == epochs[id] {
+			r.view.locks.Del(id)
 		}
 	}
 	retry := time.Now().Add(r.cfg.AcquireRetryInterval)
@@ -330,7 +330,7 @@ func (r *Runner) ownedCount() int {
 func (r *Runner) beginDrainMode() time.Time {
 	r.mu.Lock()
 	peers := false
-	for _, m := range r.members {
+	for _, m := range r.view.members {
 		if m.ID != r.cfg.ID && m.Weight > 0 && !m.Draining {
 			peers = true
 		}

@@ -111,8 +111,8 @@ func (r *Runner) controlLoop(ctx context.Context) {
 func (r *Runner) viewChange() (departure, owns bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	departure = r.departed && r.assignedWithSelf
-	r.departed = false
+	departure = r.view.departed && r.view.assignedWithSelf
+	r.view.departed = false
 	return departure, len(r.owned) > 0 || r.clusterSettledLocked()
 }
 
@@ -120,7 +120,7 @@ func (r *Runner) viewChange() (departure, owns bool) {
 // runner other than this one. O(shards), asked only by a runner that owns
 // nothing, once per membership change.
 func (r *Runner) clusterSettledLocked() bool {
-	return r.locks.SettledElsewhere(r.lease, r.byLease)
+	return r.view.locks.SettledElsewhere(r.lease, r.view.byLease)
 }
 
 // resync is the safety net: every pending acquisition gets a fresh retry
@@ -174,7 +174,7 @@ func (r *Runner) concernsLocked(id sharding.ShardID, leases ...storage.LeaseID) 
 			return true
 		}
 	}
-	return int(id) < len(r.assignment) && r.assignment[id] == r.cfg.ID
+	return int(id) < len(r.view.assignment) && r.view.assignment[id] == r.cfg.ID
 }
 
 // plan collects the decisions of one round, carried out after r.mu is
@@ -207,7 +207,7 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 	}
 	now := time.Now()
 	next, hasNext := r.work.Fire(now)
-	if r.viewChanging {
+	if r.view.viewChanging {
 		// A membership change is not acted on yet (storm): decide later,
 		// on the assignment of a quiet view (recompute marks everything).
 		r.mu.Unlock()
@@ -268,8 +268,8 @@ func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundSt
 		pd = &pending{since: st.now}
 		r.pending[id] = pd
 	}
-	if l, held := r.locks.Get(id); held && l.Lease != st.lease {
-		if from, live := r.byLease[l.Lease]; live && from.ID != r.cfg.ID {
+	if l, held := r.view.locks.Get(id); held && l.Lease != st.lease {
+		if from, live := r.view.byLease[l.Lease]; live && from.ID != r.cfg.ID {
 			r.decideTakeoverLocked(id, from, l, st, p)
 			pd.last = st.now
 			return
@@ -354,7 +354,7 @@ func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan)
 // acquire cut short): it is deleted. If we want it, it is pending and gets
 // rewritten on acquire.
 func (r *Runner) decideOrphanLocked(id sharding.ShardID, want bool, st *roundState, p *plan) {
-	l, held := r.locks.Get(id)
+	l, held := r.view.locks.Get(id)
 	if !held || l.Lease != st.lease {
 		return
 	}
@@ -371,7 +371,7 @@ func (r *Runner) decideOrphanLocked(id sharding.ShardID, want bool, st *roundSta
 // takeover (an abort whose delete failed, a late write): it would block
 // other targets and could lure an old owner into a cold cutover.
 func (r *Runner) decideRecordLocked(id sharding.ShardID, st *roundState, p *plan) {
-	h, ok := r.handoffs[id]
+	h, ok := r.view.handoffs[id]
 	if !ok || h.Lease != st.lease || r.inbound[id] != nil || r.deletingHandoff[id] == h.ModRevision {
 		return
 	}

@@ -37,15 +37,15 @@ func benchController(b *testing.B, n int) *Runner {
 		if id == "me" {
 			m.Incarnation = r.incarnation
 		}
-		r.members[id] = m
+		r.view.members[id] = m
 	}
-	r.membersSeen = true
+	r.view.membersSeen = true
 	r.rebuildByLeaseLocked()
 	r.recomputeLocked()
-	for id, owner := range r.assignment {
+	for id, owner := range r.view.assignment {
 		sid := sharding.ShardID(id)
-		l := storage.Lock{Shard: sid, Lease: r.members[owner].Lease, Epoch: storage.Epoch(1 + id)}
-		r.locks.Set(l)
+		l := storage.Lock{Shard: sid, Lease: r.view.members[owner].Lease, Epoch: storage.Epoch(1 + id)}
+		r.view.locks.Set(l)
 		if owner == "me" {
 			r.installWithLocked(sid, l.Epoch, entity.ActivateNew, nil)
 		}
@@ -78,13 +78,13 @@ func BenchmarkControlRoundAfterLockEvent(b *testing.B) {
 		b.Run(fmt.Sprintf("foreign/shards=%d", n), func(b *testing.B) {
 			r := benchController(b, n)
 			var foreign sharding.ShardID
-			for id, owner := range r.assignment {
+			for id, owner := range r.view.assignment {
 				if owner == "x" {
 					foreign = sharding.ShardID(id)
 					break
 				}
 			}
-			lease := r.members["x"].Lease
+			lease := r.view.members["x"].Lease
 			rev := storage.Revision(n + 1)
 			var bg sync.WaitGroup
 			b.ReportAllocs()
@@ -107,7 +107,7 @@ func BenchmarkControlRoundAfterLockEvent(b *testing.B) {
 				mine = id
 				break
 			}
-			lease := r.members["x"].Lease
+			lease := r.view.members["x"].Lease
 			rev := storage.Revision(n + 1)
 			var bg sync.WaitGroup
 			b.ReportAllocs()

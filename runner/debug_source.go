@@ -51,21 +51,21 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	defer r.mu.Unlock()
 	snap.Address, snap.Phase, snap.Attached, snap.Started = r.address, r.phase.String(), r.phase == phaseAttached, r.started
 	snap.Owned, snap.Pending, snap.Releasing, snap.InboundHandoffs = len(r.owned), len(r.pending), len(r.releasing), len(r.inbound)
-	snap.Members = slices.SortedFunc(maps.Values(r.members), func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
+	snap.Members = slices.SortedFunc(maps.Values(r.view.members), func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
 	snap.Locks = make([]storage.Lock, 0, len(r.owned)*2)
-	for _, l := range r.locks {
+	for _, l := range r.view.locks {
 		if l.Epoch != 0 { // held
 			snap.Locks = append(snap.Locks, l)
 		}
 	}
-	snap.ByLease = make(map[storage.LeaseID]string, len(r.byLease))
-	for id, m := range r.byLease {
+	snap.ByLease = make(map[storage.LeaseID]string, len(r.view.byLease))
+	for id, m := range r.view.byLease {
 		snap.ByLease[id] = m.ID
 	}
-	snap.Handoffs = slices.SortedFunc(maps.Values(r.handoffs), func(a, b storage.Handoff) int { return int(a.Shard) - int(b.Shard) })
-	snap.Assignment = slices.Clone(r.assignment)
-	if r.assignErr != nil {
-		snap.AssignmentError = r.assignErr.Error()
+	snap.Handoffs = slices.SortedFunc(maps.Values(r.view.handoffs), func(a, b storage.Handoff) int { return int(a.Shard) - int(b.Shard) })
+	snap.Assignment = slices.Clone(r.view.assignment)
+	if r.view.assignErr != nil {
+		snap.AssignmentError = r.view.assignErr.Error()
 	}
 	return r.phase == phaseDetached
 }

@@ -252,12 +252,12 @@ var errLeaseChanged = errors.New("lease changed during attach")
 func (r *Runner) heldUnder(lease storage.LeaseID) (locks, records []sharding.ShardID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, l := range r.locks {
+	for _, l := range r.view.locks {
 		if l.Epoch != 0 && l.Lease == lease {
 			locks = append(locks, l.Shard)
 		}
 	}
-	for id, h := range r.handoffs {
+	for id, h := range r.view.handoffs {
 		if h.Lease == lease {
 			records = append(records, id)
 		}
@@ -345,7 +345,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	// quiet (its own registration is a membership change too): a runner
 	// that starts with others acts on the membership they end up with, not
 	// on whichever part of it registered first.
-	r.viewChanging = true
+	r.view.viewChanging = true
 	r.attachedSince = true
 	signal(r.rebalance)
 	return nil

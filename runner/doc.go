@@ -289,9 +289,9 @@
 // record), internal/control (the control loop's work queue, lock view and
 // storm gate), internal/handoff (the planned-move protocol's phases and
 // decisions), internal/eventhub (events), internal/debugpage. What stays
-// here shares the runner's one view of the cluster under its mutex: the
-// watches, the control loop's decisions and their store calls, and
-// detachment — the detach rule (clear owned, cancel every shard context,
+// here shares the runner's one view of the cluster (clusterView, kept by
+// the watches) under its mutex: the watches, the control loop's decisions
+// and their store calls, and detachment — the detach rule (clear owned, cancel every shard context,
 // before any further store call) is detachLocked in detach.go, and only
 // there.
 //

@@ -85,7 +85,7 @@ func (r *Runner) publishPhase(id sharding.ShardID, phase handoff.Phase, from, to
 	r.hub.Publish(HandoffPhase{EventBase: r.base(), Shard: id, Phase: phase.String(), From: from, To: to, Detail: detail})
 }
 
-// followHandoffs keeps r.handoffs equal to the handoff records.
+// followHandoffs keeps r.view.handoffs equal to the handoff records.
 func (r *Runner) followHandoffs(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceHandoffs, func(u storage.Update) {
 		if u.Err != nil {
@@ -93,8 +93,8 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 		}
 		r.mu.Lock()
 		if u.Reset {
-			clear(r.handoffs)
-			clear(r.handoffRaw)
+			clear(r.view.handoffs)
+			clear(r.view.handoffRaw)
 			r.forgetBadKeysLocked(storage.KeyspaceHandoffs)
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
@@ -113,15 +113,15 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	if !ok {
 		return
 	}
-	prev := r.handoffs[id].Lease
+	prev := r.view.handoffs[id].Lease
 	defer func() {
-		if r.concernsLocked(id, prev, r.handoffs[id].Lease) {
+		if r.concernsLocked(id, prev, r.view.handoffs[id].Lease) {
 			r.markLocked(id)
 		}
 	}()
-	delete(r.handoffRaw, id)
+	delete(r.view.handoffRaw, id)
 	if t == storage.EventDelete {
-		delete(r.handoffs, id)
+		delete(r.view.handoffs, id)
 		r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 		return
 	}
@@ -131,37 +131,37 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 		// ours before the record changes again (handoffLocked) — a record
 		// written while this runner was detached, or just before its
 		// re-attachment installed the shards it kept.
-		r.handoffs[id] = storage.Handoff{Shard: id, Lease: kv.Lease, ModRevision: kv.ModRevision}
-		r.handoffRaw[id] = kv
+		r.view.handoffs[id] = storage.Handoff{Shard: id, Lease: kv.Lease, ModRevision: kv.ModRevision}
+		r.view.handoffRaw[id] = kv
 		return
 	}
 	r.decodeHandoffLocked(id, kv)
 }
 
-// decodeHandoffLocked decodes a handoff record into r.handoffs (a corrupt
+// decodeHandoffLocked decodes a handoff record into r.view.handoffs (a corrupt
 // one is logged and dropped) and reports whether it is there.
 func (r *Runner) decodeHandoffLocked(id sharding.ShardID, kv storage.KeyValue) bool {
 	h, err := storage.DecodeHandoff(kv)
 	if err != nil {
 		r.badKeyLocked(storage.KeyspaceHandoffs, kv.Key, "ignoring a corrupt handoff record", err)
-		delete(r.handoffs, id)
+		delete(r.view.handoffs, id)
 		return false
 	}
 	r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
-	r.handoffs[id] = h
+	r.view.handoffs[id] = h
 	return true
 }
 
 // handoffLocked returns shard id's handoff record, decoding it first if
 // it arrived while it did not concern this runner.
 func (r *Runner) handoffLocked(id sharding.ShardID) (storage.Handoff, bool) {
-	if kv, raw := r.handoffRaw[id]; raw {
-		delete(r.handoffRaw, id)
+	if kv, raw := r.view.handoffRaw[id]; raw {
+		delete(r.view.handoffRaw, id)
 		if !r.decodeHandoffLocked(id, kv) {
 			return storage.Handoff{}, false
 		}
 	}
-	h, ok := r.handoffs[id]
+	h, ok := r.view.handoffs[id]
 	return h, ok
 }
 

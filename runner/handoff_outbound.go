@@ -27,8 +27,8 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) handoff.Decisio
 		s.unassignedSince = now
 	}
 	assignee := ""
-	if int(s.id) < len(r.assignment) {
-		assignee = r.assignment[s.id]
+	if int(s.id) < len(r.view.assignment) {
+		assignee = r.view.assignment[s.id]
 	}
 	d := handoff.DecideOutbound(handoff.Outbound{
 		Self: r.cfg.ID, Epoch: s.epoch, Assignee: assignee,
@@ -37,7 +37,7 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) handoff.Decisio
 		Now: now, HandoffWait: r.cfg.HandoffWait,
 	}, func() (handoff.Seen, bool) {
 		h, has := r.handoffLocked(s.id)
-		return handoff.Seen{Record: h, Holder: r.byLease[h.Lease].ID}, has
+		return handoff.Seen{Record: h, Holder: r.view.byLease[h.Lease].ID}, has
 	})
 	if d.TimedOut {
 		h := d.Record
@@ -193,7 +193,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 		r.movedTo[s.id] = h.To
 		r.lastReleased[s.id] = s.epoch
 		if o.Epoch != 0 { // our view, ahead of the watch: not an orphan of ours
-			r.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.Epoch})
+			r.view.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.Epoch})
 			r.router.SawEpoch(s.id, o.Epoch)
 		}
 		r.disownLocked(s, ErrShardMoved)

@@ -31,9 +31,9 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 	defer r.mu.Unlock()
 	r.phase, r.gen, r.attachCtx = phaseAttached, 1, t.Context()
 	r.lease = 100
-	r.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: 100}
-	r.members["x"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Weight: 1, Incarnation: "x1"}, Lease: 101}
-	r.membersSeen = true
+	r.view.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: 100}
+	r.view.members["x"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Weight: 1, Incarnation: "x1"}, Lease: 101}
+	r.view.membersSeen = true
 	r.rebuildByLeaseLocked()
 
 	const shard, epoch = sharding.ShardID(2), storage.Epoch(40)
@@ -42,16 +42,16 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.applyHandoffLocked(storage.EventPut, storage.KeyValue{Key: shard.String(), Value: val, Lease: 101, ModRevision: 41})
-	if h := r.handoffs[shard]; h.To != "" {
+	if h := r.view.handoffs[shard]; h.To != "" {
 		t.Fatalf("a record for a shard not ours was decoded at once: %+v", h)
 	}
 
 	// The shard becomes ours (a re-attachment installs what it kept) and
 	// is assigned to x.
-	r.locks.Set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
+	r.view.locks.Set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
 	r.installWithLocked(shard, epoch, entity.ActivateNew, nil)
-	r.assignment = make([]string, 4)
-	r.assignment[shard] = "x"
+	r.view.assignment = make([]string, 4)
+	r.view.assignment[shard] = "x"
 	d := r.outboundDecisionLocked(r.owned[shard], time.Now())
 	h, cut, plain := d.Record, d.Action == handoff.CutOver, d.Action == handoff.Release
 	if !cut || plain || h.To != "x" || h.FromEpoch != epoch {

@@ -57,15 +57,15 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if to, moved := r.movedTo[id]; moved { // we just handed it off
-		if m, ok := r.members[to]; ok {
+		if m, ok := r.view.members[to]; ok {
 			return m, true
 		}
 	}
-	l, held := r.locks.Get(id)
+	l, held := r.view.locks.Get(id)
 	if !held {
 		return owner, false
 	}
-	m, known := r.byLease[l.Lease]
+	m, known := r.view.byLease[l.Lease]
 	if !known || (m.ID == r.cfg.ID && m.Incarnation == r.incarnation) {
 		return owner, false
 	}
@@ -77,7 +77,7 @@ func (d routingDir) Member(id string) (storage.Runner, bool) {
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m, ok := r.members[id]
+	m, ok := r.view.members[id]
 	return m, ok
 }
 
@@ -88,7 +88,7 @@ func (d routingDir) NoRoute(id sharding.ShardID, waited time.Duration) error {
 	r.mu.Lock()
 	detached := r.phase == phaseDetached
 	_, ours := r.owned[id]
-	l, held := r.locks.Get(id)
+	l, held := r.view.locks.Get(id)
 	mine := held && l.Lease == r.lease && r.lease != 0
 	r.mu.Unlock()
 	switch {
@@ -108,7 +108,7 @@ func (d routingDir) NotHere(id sharding.ShardID) error { return d.r.notHere(id) 
 func (d routingDir) LeaseLive(lease storage.LeaseID) bool {
 	d.r.mu.Lock()
 	defer d.r.mu.Unlock()
-	_, live := d.r.byLease[lease]
+	_, live := d.r.view.byLease[lease]
 	return live
 }
 
@@ -137,10 +137,10 @@ func (rc receiver) Hot(shard uint32, limit int) []transport.EntityRef {
 // rebuildByLeaseLocked indexes the members by lease and drops connections
 // to addresses that left.
 func (r *Runner) rebuildByLeaseLocked() map[string]bool {
-	clear(r.byLease)
-	live := make(map[string]bool, len(r.members))
-	for _, m := range r.members {
-		r.byLease[m.Lease] = m
+	clear(r.view.byLease)
+	live := make(map[string]bool, len(r.view.members))
+	for _, m := range r.view.members {
+		r.view.byLease[m.Lease] = m
 		if m.Address != "" {
 			live[m.Address] = true
 		}

@@ -97,20 +97,16 @@ type Runner struct {
 	opDrain drainState  // the operator's drain request (drain.go)
 	running atomic.Bool // Run was called and has not returned
 
-	mu         sync.Mutex
-	phase      phase
-	gen        uint64 // incremented on every attach and detach
-	attachCtx  context.Context
-	attachStop context.CancelCauseFunc
-	lease      storage.LeaseID
-	owned      map[sharding.ShardID]*shard
-	releasing  map[sharding.ShardID]storage.Epoch   // being released or rewritten by us
-	lastHosts  map[sharding.ShardID]*hosting.Shard  // each shard's last host here (for its stragglers)
-	handoffs   map[sharding.ShardID]storage.Handoff // view of handoffs/
-	// handoffRaw holds the stored form of the records in handoffs not
-	// decoded yet (foreign when they arrived); handoffLocked decodes one
-	// when it comes to matter (its shard became ours meanwhile).
-	handoffRaw   map[sharding.ShardID]storage.KeyValue
+	mu           sync.Mutex
+	view         clusterView // the watches' view of the cluster and the assignment (cluster.go)
+	phase        phase
+	gen          uint64 // incremented on every attach and detach
+	attachCtx    context.Context
+	attachStop   context.CancelCauseFunc
+	lease        storage.LeaseID
+	owned        map[sharding.ShardID]*shard
+	releasing    map[sharding.ShardID]storage.Epoch    // being released or rewritten by us
+	lastHosts    map[sharding.ShardID]*hosting.Shard   // each shard's last host here (for its stragglers)
 	inbound      map[sharding.ShardID]*handoff.Inbound // handoffs this runner takes (none ended)
 	inboundRetry map[sharding.ShardID]time.Time        // no new inbound handoff before
 	movedTo      map[sharding.ShardID]string           // handed off to (until the watch shows it)
@@ -123,43 +119,22 @@ type Runner struct {
 	// ModRevision), so each is deleted once.
 	deletingHandoff map[sharding.ShardID]storage.Revision
 	work            *control.Queue // dirty shards and per-shard timers of the control loop
-	// viewChanging: the membership changed since the assignment was
-	// computed; no new move starts until it is recomputed.
-	viewChanging bool
-	// departed: a member left the view since the assignment was computed
-	// (the control loop acts on an isolated departure at once).
-	departed     bool
-	pending      map[sharding.ShardID]*pending
-	members      map[string]storage.Runner
-	byLease      map[storage.LeaseID]storage.Runner
-	locks        control.LockView // every shard's lock (the lock watch)
-	assignment   sharding.Assignment
-	assignDigest uint64 // assignment.Digest()
-	// assignedFrom: the sorted runners and weights the assignment was
-	// computed from; membersVersion counts membership updates.
-	assignedFrom   []sharding.Runner
-	membersVersion uint64
-	assignErr      error
-	// assignedWithSelf: the assignment was computed from a view holding
-	// this incarnation (later changes are debounced; the first is not).
-	assignedWithSelf bool
-	assignedSelf     selfState       // this runner's own state when the assignment was installed
-	attachedSince    bool            // attached since the last assignment install: the next one decides every shard
-	membersSeen      bool            // the membership view has been listed at least once
-	storageErrs      map[string]int  // consecutive failed calls, by operation
-	stopping         bool            // Shutdown started: no more attaching or acquiring
-	stopCtx          context.Context // the context of the first Shutdown call
-	address          string          // advertised transport address (Config.Address or the listener's)
-	runStarted       bool            // Run was called (done will be closed)
-	lastStreak       int             // keep-alive streak last logged
-	wouldDetach      detachment.Reason
-	reg              *registration.Record // the own record (internal/registration)
-	fatal            error                // set once: Run ends with it (failRun)
-	badKeys          map[string]struct{}  // damaged keys already logged (keys.go)
-	badKeysFull      bool
-	lostLocks        []lostLock   // dropped shards not logged yet
-	st               startState   // starting up (start.go)
-	ownLog           ownershipLog // ownership changes of a round (ownershiplog.go)
+	pending         map[sharding.ShardID]*pending
+	attachedSince   bool            // attached since the last assignment install: the next one decides every shard
+	storageErrs     map[string]int  // consecutive failed calls, by operation
+	stopping        bool            // Shutdown started: no more attaching or acquiring
+	stopCtx         context.Context // the context of the first Shutdown call
+	address         string          // advertised transport address (Config.Address or the listener's)
+	runStarted      bool            // Run was called (done will be closed)
+	lastStreak      int             // keep-alive streak last logged
+	wouldDetach     detachment.Reason
+	reg             *registration.Record // the own record (internal/registration)
+	fatal           error                // set once: Run ends with it (failRun)
+	badKeys         map[string]struct{}  // damaged keys already logged (keys.go)
+	badKeysFull     bool
+	lostLocks       []lostLock   // dropped shards not logged yet
+	st              startState   // starting up (start.go)
+	ownLog          ownershipLog // ownership changes of a round (ownershiplog.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -260,8 +235,6 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		owned:           make(map[sharding.ShardID]*shard),
 		releasing:       make(map[sharding.ShardID]storage.Epoch),
 		lastHosts:       make(map[sharding.ShardID]*hosting.Shard),
-		handoffs:        make(map[sharding.ShardID]storage.Handoff),
-		handoffRaw:      make(map[sharding.ShardID]storage.KeyValue),
 		inbound:         make(map[sharding.ShardID]*handoff.Inbound),
 		inboundRetry:    make(map[sharding.ShardID]time.Time),
 		movedTo:         make(map[sharding.ShardID]string),
@@ -270,10 +243,14 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		storageErrs:     make(map[string]int),
 		pending:         make(map[sharding.ShardID]*pending),
 		work:            control.NewQueue(cfg.NumShards),
-		members:         make(map[string]storage.Runner),
-		byLease:         make(map[storage.LeaseID]storage.Runner),
 		tripKick:        make(chan struct{}, 1),
-		locks:           control.NewLockView(cfg.NumShards),
+		view: clusterView{
+			members:    make(map[string]storage.Runner),
+			byLease:    make(map[storage.LeaseID]storage.Runner),
+			locks:      control.NewLockView(cfg.NumShards),
+			handoffs:   make(map[sharding.ShardID]storage.Handoff),
+			handoffRaw: make(map[sharding.ShardID]storage.KeyValue),
+		},
 	}
 }
 
@@ -355,7 +332,7 @@ func (r *Runner) ShardContext(id sharding.ShardID) (context.Context, storage.Epo
 func (r *Runner) Assignment() sharding.Assignment {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.assignment)
+	return slices.Clone(r.view.assignment)
 }
 
 // Status is a snapshot of a runner's state.
@@ -381,8 +358,8 @@ func (r *Runner) Status() Status {
 	defer r.mu.Unlock()
 	return Status{
 		Phase: r.phase.String(), Detached: r.phase == phaseDetached, Reason: st.Reason,
-		Lease: r.lease, Deadline: h.Deadline, Owned: len(r.owned), Members: len(r.members),
-		AssignmentDigest: r.assignDigest,
+		Lease: r.lease, Deadline: h.Deadline, Owned: len(r.owned), Members: len(r.view.members),
+		AssignmentDigest: r.view.assignDigest,
 	}
 }
 

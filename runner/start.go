@@ -220,7 +220,7 @@ func (r *Runner) startClient(ctx context.Context) {
 	for {
 		changed := r.router.RouteWatch()
 		r.mu.Lock()
-		listed := r.membersSeen
+		listed := r.view.membersSeen
 		r.mu.Unlock()
 		if listed {
 			r.setReady()
@@ -282,7 +282,7 @@ func (r *Runner) guardTransport(ctx context.Context) {
 	for {
 		changed := r.router.RouteWatch()
 		r.mu.Lock()
-		version := r.membersVersion
+		version := r.view.membersVersion
 		foreign := r.foreignMemberLocked()
 		r.mu.Unlock()
 		if version != seen {
@@ -324,7 +324,7 @@ func (r *Runner) guardTransport(ctx context.Context) {
 // runner's ID: a predecessor of this runner is waited for at
 // registration), or nil.
 func (r *Runner) foreignMemberLocked() *storage.Runner {
-	for _, m := range r.members {
+	for _, m := range r.view.members {
 		if m.ID == r.cfg.ID {
 			continue
 		}
@@ -393,12 +393,12 @@ func (r *Runner) closedErr() error {
 // for as long as the send waited (with who holds its lock, if anyone).
 func (r *Runner) noOwnerReason(id sharding.ShardID, waited time.Duration) string {
 	r.mu.Lock()
-	listed, members, phase := r.membersSeen, len(r.members), r.phase
-	l, held := r.locks.Get(id)
-	_, holderKnown := r.byLease[l.Lease]
+	listed, members, phase := r.view.membersSeen, len(r.view.members), r.phase
+	l, held := r.view.locks.Get(id)
+	_, holderKnown := r.view.byLease[l.Lease]
 	assigned := ""
-	if int(id) < len(r.assignment) {
-		assigned = r.assignment[id]
+	if int(id) < len(r.view.assignment) {
+		assigned = r.view.assignment[id]
 	}
 	r.mu.Unlock()
 	failure := ""

@@ -206,9 +206,9 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 	// Make c's lock view stale: it believes b owns the shard.
 	shard := sharding.ShardOf(id, 16)
 	c.mu.Lock()
-	l := c.locks[shard]
+	l := c.view.locks[shard]
 	l.Lease = b.lease
-	c.locks[shard] = l
+	c.view.locks[shard] = l
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
