@@ -21,10 +21,12 @@ import (
 //     finished, a per-shard timer fired. Only a membership change (a new
 //     assignment), an attach, a lock listing and the periodic resync mark
 //     every shard — one O(shards) pass, not one per event.
-//   - A round takes the dirty shards and decides each one in decideLocked,
-//     a small function per concern (acquire, take over by handoff, hand
-//     off or release, delete what we no longer want). Decisions are
-//     collected in a plan and carried out, batched, once r.mu is released.
+//   - A round takes the dirty shards and decides each one: decideLocked
+//     reads what the runner knows about the shard, control.Decide (pure)
+//     decides (acquire, take over by handoff, hand off or release, delete
+//     what we no longer want), and applyLocked records the decisions.
+//     They are collected in a plan and carried out, batched, once r.mu is
+//     released.
 //   - A shard that must be looked at again later (an acquire retry, the
 //     end of HandoffWait) asks for a timer instead of being rescanned.
 //
@@ -188,14 +190,6 @@ type plan struct {
 	records  []sharding.ShardID // our handoff records to delete
 }
 
-// roundState is what every decision of a round reads.
-type roundState struct {
-	now        time.Time
-	lease      storage.LeaseID
-	registered bool // the view holds this incarnation under its lease
-	superseded bool // another incarnation took this runner's ID
-}
-
 // round decides every dirty shard and starts what was decided. It returns
 // when the next per-shard timer is due.
 func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
@@ -214,9 +208,10 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 		return next, hasNext
 	}
 	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
-	st := roundState{
-		now: now, lease: leaseID,
-		registered: r.registeredLocked(), superseded: r.supersededLocked(),
+	st := control.Round{
+		Now: now, Self: r.cfg.ID, Lease: leaseID, Interval: r.cfg.AcquireRetryInterval,
+		Registered: r.registeredLocked(), Superseded: r.supersededLocked(),
+		NoHandoff: r.cfg.DisableHandoff,
 	}
 	ids, all := r.work.Take()
 	var p plan
@@ -235,106 +230,99 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 	return next, hasNext
 }
 
-// decideLocked decides shard id: the one place where a dirty shard becomes
-// decisions.
-func (r *Runner) decideLocked(id sharding.ShardID, st *roundState, p *plan) {
-	want := st.registered && !r.drainMode && r.assignedHereLocked(id)
-	r.decidePendingLocked(id, want, st, p)
-	r.decideInboundLocked(id, want, p)
-	if s, ok := r.owned[id]; ok {
-		r.decideOwnedLocked(s, want, st, p)
-	}
-	r.decideOrphanLocked(id, want, st, p)
-	r.decideRecordLocked(id, st, p)
+// decideLocked decides shard id: it reads what the round knows about the
+// shard (shardLocked), control.Decide decides, and applyLocked records
+// the decisions in the runner's state and the round's plan.
+func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
+	var (
+		sh control.Shard
+		d  control.Decision
+	)
+	in := r.shardLocked(id, st, &sh)
+	control.Decide(st, &sh, &d)
+	r.applyLocked(id, &d, in, st, p)
 }
 
-// decidePendingLocked handles an assigned shard this runner does not own:
-// it is acquired when free (or held by a dead incarnation, retried every
-// AcquireRetryInterval within AcquireRetryWindow) and taken over by
-// handoff when another live runner holds it.
-func (r *Runner) decidePendingLocked(id sharding.ShardID, want bool, st *roundState, p *plan) {
-	_, owned := r.owned[id]
-	_, leaving := r.releasing[id]
-	pd := r.pending[id]
-	switch {
-	case !want:
-		delete(r.pending, id)
-		return
-	case owned:
-		return
-	case pd == nil && leaving:
-		return // pending again once the release finished (deleteLocks marks it)
-	case pd == nil:
-		pd = &pending{since: st.now}
-		r.pending[id] = pd
+// shardLocked gathers control.Decide's input for shard id into sh and
+// returns the running takeover it read.
+func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control.Shard) *handoff.Inbound {
+	sh.Want = st.Registered && !r.drainMode && r.assignedHereLocked(id)
+	_, sh.Owned = r.owned[id]
+	_, sh.Leaving = r.releasing[id]
+	if pd := r.pending[id]; pd != nil {
+		sh.Pending, sh.LastTry, sh.Exhausted = true, pd.last, pd.exhausted
 	}
-	if l, held := r.view.locks.Get(id); held && l.Lease != st.lease {
-		if from, live := r.view.byLease[l.Lease]; live && from.ID != r.cfg.ID {
-			r.decideTakeoverLocked(id, from, l, st, p)
-			pd.last = st.now
-			return
-		}
-	}
-	if leaving || pd.exhausted {
-		return // a DELETE of the lock (watch) or the resync tries again
-	}
-	if due := pd.last.Add(r.cfg.AcquireRetryInterval); !pd.last.IsZero() && st.now.Before(due) {
-		r.retryLocked(id, due) // at most one attempt per AcquireRetryInterval
-		return
-	}
-	p.acquire = append(p.acquire, id)
-	pd.last = st.now
-}
-
-// decideTakeoverLocked starts taking shard id over from its live owner
-// from, unless a takeover from that owner is already running or was
-// aborted recently. A running takeover whose lock changed hands or was
-// rewritten starts over (handoff.Inbound.Restart).
-func (r *Runner) decideTakeoverLocked(id sharding.ShardID, from storage.Runner, l storage.Lock, st *roundState, p *plan) {
-	if in := r.inbound[id]; in != nil {
-		if why, restart := in.Restart(l, from.ID); restart {
-			delete(r.inbound, id)
-			r.reportInbound(id, in, handoff.Aborted, why) // our record is overwritten
-		}
-	}
-	if r.cfg.DisableHandoff || r.inbound[id] != nil {
-		return
-	}
-	if retry := r.inboundRetry[id]; st.now.Before(retry) {
-		r.retryLocked(id, retry)
-		return
-	}
-	delete(r.inboundRetry, id)
-	p.inbound = append(p.inbound, r.newInboundLocked(id, from, l.Epoch))
-}
-
-// decideInboundLocked abandons a takeover of a shard no longer assigned
-// here.
-func (r *Runner) decideInboundLocked(id sharding.ShardID, want bool, p *plan) {
+	l, held := r.view.locks.Get(id)
+	sh.Held, sh.Lease = held, l.Lease
 	in := r.inbound[id]
-	if in == nil || want {
-		return
+	sh.Inbound = in != nil
+	if sh.Want && !sh.Owned && held && l.Lease != st.Lease {
+		// What only a takeover decision reads (see control.Shard).
+		sh.Holder = r.view.byLease[l.Lease].ID
+		if in != nil && sh.Holder != "" {
+			sh.Stale, _ = in.Restart(l, sh.Holder)
+		}
+		sh.NoTakeoverBefore = r.inboundRetry[id]
 	}
-	delete(r.inbound, id)
-	r.reportInbound(id, in, handoff.Aborted, "the shard was assigned elsewhere")
-	p.records = append(p.records, id)
+	h, ok := r.view.handoffs[id]
+	if sh.OurRecord = ok && h.Lease == st.Lease; sh.OurRecord {
+		sh.RecordDeleting = r.deletingHandoff[id] == h.ModRevision
+	}
+	return in
 }
 
-// decideOwnedLocked handles an owned shard: kept while assigned here;
-// otherwise cut over when the new owner is ready, released plainly when no
-// handoff comes within HandoffWait, served meanwhile. It releases only on a
-// membership view holding this incarnation (an incomplete view must not
-// shed every shard), or everything once another incarnation took over this
-// runner's ID.
-func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan) {
-	if _, leaving := r.releasing[s.id]; leaving {
-		return
+// applyLocked carries decision d on shard id into the runner's state and
+// the round's plan p, in the order control.Decision lists.
+func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *handoff.Inbound, st *control.Round, p *plan) {
+	switch d.Pending {
+	case control.PendingDropped:
+		delete(r.pending, id)
+	case control.PendingStarted:
+		r.pending[id] = &pending{since: st.Now}
 	}
-	if !st.superseded && (!st.registered || want) {
-		s.unassignedSince = time.Time{}
-		return
+	if d.Abort != "" {
+		delete(r.inbound, id)
+		r.reportInbound(id, in, handoff.Aborted, d.Abort)
+		if d.AbortRecord {
+			p.records = append(p.records, id)
+		}
 	}
-	d := r.outboundDecisionLocked(s, st.now)
+	if d.TakeOver {
+		l, _ := r.view.locks.Get(id)
+		delete(r.inboundRetry, id)
+		p.inbound = append(p.inbound, r.newInboundLocked(id, r.view.byLease[l.Lease], l.Epoch))
+	}
+	if d.Tried {
+		r.pending[id].last = st.Now
+	}
+	if d.Acquire {
+		p.acquire = append(p.acquire, id)
+	}
+	if !d.RetryAt.IsZero() {
+		r.retryLocked(id, d.RetryAt)
+	}
+	switch d.Owned {
+	case control.Keep:
+		r.owned[id].unassignedSince = time.Time{}
+	case control.HandOff:
+		r.handOffLocked(r.owned[id], st.Now, p)
+	}
+	if d.Orphan {
+		l, _ := r.view.locks.Get(id)
+		p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch})
+		r.releasing[id] = l.Epoch
+	}
+	if d.DeleteRecord {
+		r.deletingHandoff[id] = r.view.handoffs[id].ModRevision
+		p.records = append(p.records, id)
+	}
+}
+
+// handOffLocked hands off owned shard s, now assigned elsewhere: cut over
+// when the new owner is ready, released plainly when no handoff comes
+// within HandoffWait, served meanwhile.
+func (r *Runner) handOffLocked(s *shard, now time.Time, p *plan) {
+	d := r.outboundDecisionLocked(s, now)
 	switch d.Action {
 	case handoff.CutOver:
 		r.releasing[s.id] = s.epoch
@@ -347,36 +335,6 @@ func (r *Runner) decideOwnedLocked(s *shard, want bool, st *roundState, p *plan)
 		// or for HandoffWait to end.
 		r.retryLocked(s.id, d.Until)
 	}
-}
-
-// decideOrphanLocked is the safety net for a lock under our lease that we
-// neither own nor release nor want (a release whose reply was lost, an
-// acquire cut short): it is deleted. If we want it, it is pending and gets
-// rewritten on acquire.
-func (r *Runner) decideOrphanLocked(id sharding.ShardID, want bool, st *roundState, p *plan) {
-	l, held := r.view.locks.Get(id)
-	if !held || l.Lease != st.lease {
-		return
-	}
-	_, owned := r.owned[id]
-	_, leaving := r.releasing[id]
-	if owned || leaving || !(st.superseded || st.registered && !want) {
-		return
-	}
-	p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch})
-	r.releasing[id] = l.Epoch
-}
-
-// decideRecordLocked deletes a handoff record of ours without a running
-// takeover (an abort whose delete failed, a late write): it would block
-// other targets and could lure an old owner into a cold cutover.
-func (r *Runner) decideRecordLocked(id sharding.ShardID, st *roundState, p *plan) {
-	h, ok := r.view.handoffs[id]
-	if !ok || h.Lease != st.lease || r.inbound[id] != nil || r.deletingHandoff[id] == h.ModRevision {
-		return
-	}
-	r.deletingHandoff[id] = h.ModRevision
-	p.records = append(p.records, id)
 }
 
 // execute carries out a round's plan: the store calls are batched (one

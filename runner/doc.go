@@ -286,14 +286,15 @@
 // no acknowledged result after the shard left), internal/routing (Send:
 // local or one hop, retries that keep delivery at most once, the sender's
 // epoch rule), internal/registration (the own record and the cluster
-// record), internal/control (the control loop's work queue, lock view and
-// storm gate), internal/handoff (the planned-move protocol's phases and
-// decisions), internal/eventhub (events), internal/debugpage. What stays
-// here shares the runner's one view of the cluster (clusterView, kept by
-// the watches) under its mutex: the watches, the control loop's decisions
-// and their store calls, and detachment — the detach rule (clear owned, cancel every shard context,
-// before any further store call) is detachLocked in detach.go, and only
-// there.
+// record), internal/control (the control loop's work queue, the decision
+// on each dirty shard, the lock view and the storm gate), internal/handoff
+// (the planned-move protocol's phases and decisions), internal/eventhub
+// (events), internal/debugpage. What stays here shares the runner's one
+// view of the cluster (clusterView, kept by the watches) under its mutex:
+// the watches, gathering each dirty shard's state for control.Decide and
+// carrying the decisions out (the store calls), and detachment — the
+// detach rule (clear owned, cancel every shard context, before any
+// further store call) is detachLocked in detach.go, and only there.
 //
 // # Concurrency
 //
