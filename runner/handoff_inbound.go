@@ -15,7 +15,7 @@ import (
 )
 
 // The new owner's side of a handoff (DESIGN.md "Handoff", steps 1, 2 and
-// 4): takeovers are decided in a round (decideTakeoverLocked), run here
+// 4): takeovers are decided in a round (control.Decide), run here
 // (record warming, warm, record ready) and completed when the lock
 // arrives under this runner's lease. Their phases and decisions are
 // package handoff's; the store calls and r.inbound are the runner's.
@@ -92,7 +92,7 @@ const warmParallelism = 16
 // The call runs under the attachment's context actx, not under one
 // takeover's: a takeover that ends meanwhile (its lock came, it was
 // restarted or abandoned) must not fail the others' records; a record it
-// leaves behind is deleted by the stale-record rule (decideRecordLocked).
+// leaves behind is deleted by the stale-record rule (control.Decide's DeleteRecord).
 func (r *Runner) putInbound(gen uint64, actx context.Context, leaseID storage.LeaseID, items []inboundItem, phase storage.HandoffPhase) []inboundItem {
 	live := items[:0:0]
 	puts := make([]storage.HandoffPut, 0, len(items))
