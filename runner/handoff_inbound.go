@@ -92,7 +92,8 @@ const warmParallelism = 16
 // The call runs under the attachment's context actx, not under one
 // takeover's: a takeover that ends meanwhile (its lock came, it was
 // restarted or abandoned) must not fail the others' records; a record it
-// leaves behind is deleted by the stale-record rule (control.Decide's DeleteRecord).
+// leaves behind is deleted by the stale-record rule
+// (control.Decision.DeleteRecord).
 func (r *Runner) putInbound(gen uint64, actx context.Context, leaseID storage.LeaseID, items []inboundItem, phase storage.HandoffPhase) []inboundItem {
 	live := items[:0:0]
 	puts := make([]storage.HandoffPut, 0, len(items))
