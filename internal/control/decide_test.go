@@ -44,6 +44,8 @@ func TestDecideAcquiresAFreeAssignedShardAtMostOncePerInterval(t *testing.T) {
 			Decision{Acquire: true, Tried: true}},
 		{"window exhausted", Shard{Want: true, Pending: true, Exhausted: true},
 			Decision{}},
+		{"pending, never tried", Shard{Want: true, Pending: true},
+			Decision{Acquire: true, Tried: true}},
 		{"being released, not pending", Shard{Want: true, Leaving: true},
 			Decision{}},
 		{"being released, pending", Shard{Want: true, Leaving: true, Pending: true},
@@ -54,6 +56,10 @@ func TestDecideAcquiresAFreeAssignedShardAtMostOncePerInterval(t *testing.T) {
 			Decision{Owned: Keep}},
 		{"not assigned here", Shard{Pending: true, LastTry: t0.Add(-time.Hour)},
 			Decision{Pending: PendingDropped}},
+		{"owned, assigned elsewhere, still pending", Shard{Owned: true, Pending: true, Held: true, Lease: ours},
+			Decision{Pending: PendingDropped, Owned: HandOff}},
+		{"owned, a takeover's record", Shard{Want: true, Owned: true, Inbound: true, OurRecord: true, Held: true, Lease: ours},
+			Decision{Owned: Keep}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := round()
@@ -94,6 +100,11 @@ func TestDecideTakesOverFromALiveOwnerByHandoffOnly(t *testing.T) {
 			Decision{Tried: true}},
 		{"handoff disabled, stale takeover", func(r *Round) { r.NoHandoff = true }, with(held, func(s *Shard) { s.Pending, s.Inbound, s.Stale = true, true, "x" }),
 			Decision{Abort: "x", Tried: true}},
+		{"being released: still taken over", nil, with(held, func(s *Shard) { s.Pending, s.Leaving = true, true }),
+			Decision{TakeOver: true, Tried: true}},
+		{"handoff disabled, stale takeover with our record", func(r *Round) { r.NoHandoff = true },
+			with(held, func(s *Shard) { s.Pending, s.Inbound, s.Stale, s.OurRecord = true, true, "x", true }),
+			Decision{Abort: "x", Tried: true, DeleteRecord: true}},
 		{"exhausted window: still taken over", nil, with(held, func(s *Shard) { s.Pending, s.Exhausted = true, true }),
 			Decision{TakeOver: true, Tried: true}},
 		{"reassigned while taking over", nil, with(held, func(s *Shard) { s.Want, s.Pending, s.Inbound = false, true, true }),
