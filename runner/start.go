@@ -90,16 +90,6 @@ func (r *Runner) setReady() {
 	})
 }
 
-// isReady reports whether Ready is closed.
-func (r *Runner) isReady() bool {
-	select {
-	case <-r.st.ready:
-		return true
-	default:
-		return false
-	}
-}
-
 // endpoints names the store's endpoints for logs ("" when it has none to
 // name, as the in-memory store).
 func (r *Runner) endpoints() string {
@@ -349,11 +339,6 @@ func (r *Runner) waitRun(ctx context.Context) error {
 	r.mu.Lock()
 	called, stopped := r.runStarted, r.phase == phaseStopped
 	r.mu.Unlock()
-	if called && r.running.Load() {
-		// Run began after the caller saw "not running" (`go r.Run` then a
-		// send): the send goes on, it is not refused as if Run had returned.
-		return nil
-	}
 	if !called && !stopped {
 		t := time.NewTimer(runCallGrace)
 		defer t.Stop()
@@ -366,9 +351,11 @@ func (r *Runner) waitRun(ctx context.Context) error {
 		case <-t.C:
 			return fmt.Errorf("%w: runner %s: Run was not called (waited %v)", ErrClosed, r.cfg.ID, runCallGrace)
 		}
-		if r.running.Load() {
-			return nil
-		}
+	}
+	if r.running.Load() {
+		// Run began, perhaps after the caller saw "not running" (`go r.Run`
+		// then a send): the send goes on, not refused as if Run had returned.
+		return nil
 	}
 	return r.closedErr()
 }
