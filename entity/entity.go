@@ -145,6 +145,10 @@ type Options struct {
 	IdleAfter time.Duration // passivate after this long without messages
 	Mailbox   int           // bound of queued messages per entity
 	Codec     Codec         // used only when a message leaves the process
+	// TicksAreActivity: timer and reminder deliveries count as activity
+	// for idle passivation (by default they do not: a periodic tick does
+	// not keep an otherwise idle entity resident).
+	TicksAreActivity bool
 }
 
 // Option configures a kind.
@@ -158,6 +162,11 @@ func Mailbox(n int) Option { return func(o *Options) { o.Mailbox = n } }
 
 // WithCodec sets the codec of the kind's messages. Default JSON.
 func WithCodec(c Codec) Option { return func(o *Options) { o.Codec = c } }
+
+// TicksAreActivity makes the kind's timer and reminder deliveries count as
+// activity for idle passivation, like messages: an entity with a periodic
+// timer then stays resident until the timer stops.
+func TicksAreActivity() Option { return func(o *Options) { o.TicksAreActivity = true } }
 
 // Descriptor is the type-erased view of a kind that runtimes use.
 // *Kind[E] implements it.
@@ -181,6 +190,8 @@ type Handler struct {
 	invoke     func(inst any, ctx context.Context, req any) (any, error)
 	decReq     func(c Codec, b []byte) (any, error)
 	decRsp     func(c Codec, b []byte) (any, error)
+	tick       TickKind                           // timer or reminder handler (time.go)
+	mkTick     func(c Codec, t Tick) (any, error) // builds a tick handler's request
 }
 
 // Name returns the method's name.

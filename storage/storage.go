@@ -389,6 +389,7 @@ type Store interface {
 	Locks
 	Handoffs
 	Checkpoints
+	ShardStates
 	Clusters
 	Lister
 	// Ping performs a linearizable read: it succeeds only if the store can

@@ -90,7 +90,20 @@ const batchParallelism = 8
 // batchParallelism at a time, and returns the first error (the other
 // batches still complete: each is atomic on its own).
 func forBatches(n int, fn func(lo, hi int) error) error {
-	batches := storage.Batches(n, storage.MaxShardsPerTxn)
+	return forBatchesOf(n, storage.MaxShardsPerTxn, fn)
+}
+
+// forBatchesOf is forBatches with batches of size items.
+func forBatchesOf(n, size int, fn func(lo, hi int) error) error {
+	return forRanges(storage.Batches(n, size), fn)
+}
+
+// forRanges calls fn for each [lo, hi) of batches, up to batchParallelism
+// at a time, and returns the first error.
+func forRanges(batches [][2]int, fn func(lo, hi int) error) error {
+	if len(batches) == 0 {
+		return nil
+	}
 	if len(batches) == 1 {
 		return fn(batches[0][0], batches[0][1])
 	}

@@ -28,7 +28,8 @@ const (
 	OpTransfer   Op = "transfer"
 	OpHandoff    Op = "handoff"
 	OpCheckpoint Op = "checkpoint"
-	OpCluster    Op = "cluster" // ReadCluster and WriteCluster
+	OpShardState Op = "shard-state" // ReadShardStates and WriteShardStates
+	OpCluster    Op = "cluster"     // ReadCluster and WriteCluster
 	OpList       Op = "list"
 	OpWatch      Op = "watch"
 	OpPing       Op = "ping"

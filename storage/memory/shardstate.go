@@ -1,0 +1,120 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// ReadShardStates implements storage.ShardStates.
+func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID) ([]storage.ShardState, error) {
+	if err := storage.CheckShards(shards); err != nil {
+		return nil, err
+	}
+	out := make([]storage.ShardState, 0, len(shards))
+	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn/2) {
+		c, err := s.enter(ctx, OpShardState)
+		if err != nil {
+			return nil, fmt.Errorf("read the state of %d shards: %w", len(shards), err)
+		}
+		batch := shards[b[0]:b[1]]
+		rem := make(map[sharding.ShardID][]storage.KeyValue, len(batch))
+		mem := make(map[sharding.ShardID][]storage.KeyValue, len(batch))
+		want := make(map[sharding.ShardID]bool, len(batch))
+		for _, id := range batch {
+			want[id] = true
+		}
+		for k, e := range c.kvs {
+			ks, rest, _ := strings.Cut(k, "/")
+			if ks != string(storage.KeyspaceReminders) && ks != string(storage.KeyspaceRemembered) {
+				continue
+			}
+			id, ok := shardOfStateKey(rest, want)
+			if !ok {
+				continue
+			}
+			if ks == string(storage.KeyspaceReminders) {
+				rem[id] = append(rem[id], e.keyValue(k))
+			} else {
+				mem[id] = append(mem[id], e.keyValue(k))
+			}
+		}
+		rev := c.rev
+		c.mu.Unlock()
+		for _, id := range batch {
+			byKey := func(a, b storage.KeyValue) int { return strings.Compare(a.Key, b.Key) }
+			slices.SortFunc(rem[id], byKey)
+			slices.SortFunc(mem[id], byKey)
+			out = append(out, storage.DecodeShardState(id, rev, rem[id], mem[id]))
+		}
+	}
+	return out, nil
+}
+
+// shardOfStateKey returns the shard whose state-family range holds the
+// key rest (relative to its keyspace), if it is one of want: the range of
+// shard N is [N, N0), which holds N, N/... and anything else sorting
+// between them (e.g. "N-x": corrupt, reported by the decoder).
+func shardOfStateKey(rest string, want map[sharding.ShardID]bool) (sharding.ShardID, bool) {
+	for id := range want {
+		start := id.String()
+		if rest >= start && rest < start+"0" {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// WriteShardStates implements storage.ShardStates.
+func (s *Store) WriteShardStates(ctx context.Context, writes []storage.ShardWrite) ([]storage.ShardWriteResult, error) {
+	ops, ids, err := storage.CheckShardWrites(writes)
+	if err != nil {
+		return nil, err
+	}
+	batches, err := storage.StateBatches(ids, ops)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]storage.ShardWriteResult, len(writes))
+	var first error
+	for _, b := range batches {
+		err := s.txn(ctx, OpShardState, func(c *Cluster, tx *txn) error {
+			for i := b[0]; i < b[1]; i++ {
+				w := writes[i]
+				res[i].Shard = w.Shard
+				e, ok := c.kvs[shardKey(w.Shard)]
+				if !ok || storage.Epoch(e.mod) != w.Epoch {
+					fe := &storage.FencedError{Shard: w.Shard, Epoch: w.Epoch}
+					if ok {
+						fe.Current = storage.Epoch(e.mod)
+					}
+					res[i].Err = fe
+					continue
+				}
+				for _, op := range ops[i] {
+					if op.Delete {
+						tx.del(op.Key)
+					} else {
+						_ = tx.put(op.Key, op.Value, storage.NoLease)
+					}
+				}
+				res[i].Revision = tx.rev
+			}
+			return nil
+		})
+		if err != nil {
+			err = fmt.Errorf("write the state of %d shards: %w", b[1]-b[0], err)
+			for i := b[0]; i < b[1]; i++ {
+				res[i] = storage.ShardWriteResult{Shard: writes[i].Shard, Err: err}
+			}
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return res, first
+}

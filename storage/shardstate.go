@@ -1,0 +1,654 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// The per-shard state layout. Besides its lock and checkpoints, a shard's
+// owner keeps durable state of the shard's entities in families of keys
+// that all follow one layout, relative to the namespace:
+//
+//	{family}/{shard}                               the shard's own record of the family
+//	{family}/{shard}/{escaped kind/id}             an entity's record
+//	{family}/{shard}/{escaped kind/id}/{escaped name}   a named record of an entity
+//
+// where an escaped segment is url.PathEscape of it (so "/" inside a kind,
+// an ID or a name never splits a key), and every write and delete is
+// fenced by the shard's epoch: Compare(ModRevision(shards/{shard}) ==
+// epoch) in the same transaction. One range read,
+// [{family}/{shard}, {family}/{shard}0), returns a shard's whole family
+// ('/' sorts just below '0'), and a read-only transaction of such ranges
+// reads many shards at one revision. The families:
+//
+//	checkpoints/{shard}[/{kind/id}]         fenced checkpoints (Checkpoints)
+//	reminders/{shard}                       the shard's ReminderProgress
+//	reminders/{shard}/{kind/id}/{name}      one Reminder
+//	remembered/{shard}/{kind/id}            one RememberedEntity
+const (
+	KeyspaceReminders  Keyspace = "reminders"
+	KeyspaceRemembered Keyspace = "remembered"
+)
+
+// EntityRef names an entity in stored records: its kind's name and its ID.
+type EntityRef struct{ Kind, ID string }
+
+func (e EntityRef) String() string { return e.Kind + "/" + e.ID }
+
+// validate checks that the entity can be named in a key: a kind of 1-128
+// bytes of UTF-8 without '/' or control characters, an ID of valid UTF-8
+// of at most 1024 bytes.
+func (e EntityRef) validate() error {
+	if !validName(e.Kind) {
+		return fmt.Errorf("%w: entity kind %q: want 1-128 bytes of UTF-8 without '/' or control characters", ErrInvalidArgument, e.Kind)
+	}
+	if len(e.ID) > 1024 || !utf8.ValidString(e.ID) {
+		return fmt.Errorf("%w: entity ID of %s: want valid UTF-8 of at most 1024 bytes", ErrInvalidArgument, e.Kind)
+	}
+	return nil
+}
+
+// entitySegment is the escaped key segment of an entity.
+func entitySegment(e EntityRef) string { return url.PathEscape(e.Kind + "/" + e.ID) }
+
+// parseEntitySegment is the inverse of entitySegment, strict.
+func parseEntitySegment(seg string) (EntityRef, error) {
+	raw, err := url.PathUnescape(seg)
+	if err != nil {
+		return EntityRef{}, fmt.Errorf("entity segment %q: %w", seg, err)
+	}
+	kind, id, ok := strings.Cut(raw, "/")
+	e := EntityRef{Kind: kind, ID: id}
+	if !ok || e.validate() != nil || entitySegment(e) != seg {
+		return EntityRef{}, fmt.Errorf("entity segment %q: want an escaped kind/id", seg)
+	}
+	return e, nil
+}
+
+// ShardFamilyRange returns the [start, end) keys, relative to the
+// namespace, of shard's records of family ks.
+func ShardFamilyRange(ks Keyspace, shard sharding.ShardID) (start, end string) {
+	start = string(ks) + "/" + shard.String()
+	return start, start + "0"
+}
+
+// ReminderKey is the key of an entity's reminder relative to the namespace.
+func ReminderKey(shard sharding.ShardID, e EntityRef, name string) string {
+	return string(KeyspaceReminders) + "/" + shard.String() + "/" + entitySegment(e) + "/" + url.PathEscape(name)
+}
+
+// ProgressKey is the key of a shard's ReminderProgress relative to the
+// namespace.
+func ProgressKey(shard sharding.ShardID) string {
+	return string(KeyspaceReminders) + "/" + shard.String()
+}
+
+// RememberedKey is the key of a remembered entity relative to the
+// namespace.
+func RememberedKey(shard sharding.ShardID, e EntityRef) string {
+	return string(KeyspaceRemembered) + "/" + shard.String() + "/" + entitySegment(e)
+}
+
+// Reminder is one durable reminder of an entity, the value of
+// reminders/{shard}/{kind/id}/{name}.
+type Reminder struct {
+	Shard  sharding.ShardID
+	Entity EntityRef
+	Name   string // 1-128 bytes of UTF-8 without control characters
+	Method string // the kind's reminder handler
+	First  time.Time
+	// Period between ticks; 0 for a one-shot reminder.
+	Period time.Duration
+	// Skip: ticks missed during an unplanned loss are skipped, not fired
+	// once (entity.Skip).
+	Skip    bool
+	Payload []byte
+	// Epoch of the writer; Revision of the write (set when read).
+	Epoch    Epoch
+	Revision Revision
+}
+
+// maxReminderHorizon bounds First (from the Unix epoch, either way) and
+// Period: a century, as entity.MaxReminderHorizon allows from now.
+const maxReminderHorizon = 200 * 365 * 24 * time.Hour
+
+// MaxReminderPayload bounds a stored reminder's payload (entity's limit
+// with room to spare for other codecs' framing).
+const MaxReminderPayload = 8192
+
+// Validate reports whether r can be stored.
+func (r Reminder) Validate() error {
+	if err := r.Entity.validate(); err != nil {
+		return err
+	}
+	if !validTimerName(r.Name) {
+		return fmt.Errorf("%w: reminder name %q: want 1-128 bytes of UTF-8 without control characters", ErrInvalidArgument, r.Name)
+	}
+	switch {
+	case !validTimerName(r.Method):
+		return fmt.Errorf("%w: reminder %q: method %q", ErrInvalidArgument, r.Name, r.Method)
+	case r.Period < 0 || r.Period > maxReminderHorizon:
+		return fmt.Errorf("%w: reminder %q: period %v", ErrInvalidArgument, r.Name, r.Period)
+	case r.First.IsZero() || r.First.Year() < 1900 || r.First.Year() > 2500:
+		return fmt.Errorf("%w: reminder %q: first fire %v outside years 1900-2500", ErrInvalidArgument, r.Name, r.First)
+	case len(r.Payload) > MaxReminderPayload:
+		return fmt.Errorf("%w: reminder %q: payload of %d bytes, at most %d", ErrInvalidArgument, r.Name, len(r.Payload), MaxReminderPayload)
+	}
+	return nil
+}
+
+// LastDue returns the number of the last tick of r due at or before t
+// (ticks count from 1; 0 when none is due yet). A one-shot reminder has
+// one tick.
+func (r Reminder) LastDue(t time.Time) uint64 {
+	if t.Before(r.First) {
+		return 0
+	}
+	if r.Period <= 0 {
+		return 1
+	}
+	return 1 + uint64(t.Sub(r.First)/r.Period)
+}
+
+// DueOf returns the due time of tick n (n >= 1) of r.
+func (r Reminder) DueOf(n uint64) time.Time {
+	if n <= 1 || r.Period <= 0 {
+		return r.First
+	}
+	return r.First.Add(time.Duration(n-1) * r.Period)
+}
+
+// reminderValue is the stored form of a reminder (the key holds its shard,
+// entity and name).
+type reminderValue struct {
+	Method  string `json:"method"`
+	First   int64  `json:"first"` // Unix nanoseconds
+	Period  int64  `json:"period,omitempty"`
+	Skip    bool   `json:"skip,omitempty"`
+	Payload []byte `json:"payload,omitempty"`
+	Epoch   Epoch  `json:"epoch"`
+}
+
+// EncodeReminder returns the stored form of r.
+func EncodeReminder(r Reminder) ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(reminderValue{Method: r.Method, First: r.First.UnixNano(), Period: int64(r.Period), Skip: r.Skip, Payload: r.Payload, Epoch: r.Epoch})
+}
+
+// DecodeReminder decodes a key of KeyspaceReminders that names a reminder
+// (not a shard's progress: see DecodeProgress). Errors are *CorruptError.
+func DecodeReminder(kv KeyValue) (Reminder, error) {
+	corrupt := func(err error) (Reminder, error) {
+		return Reminder{}, &CorruptError{Keyspace: KeyspaceReminders, Key: kv.Key, Err: err}
+	}
+	parts := strings.Split(kv.Key, "/")
+	if len(parts) != 3 {
+		return corrupt(errors.New("key: want {shard}/{kind%2Fid}/{name}"))
+	}
+	shard, err := sharding.ParseShardID(parts[0])
+	if err != nil {
+		return corrupt(fmt.Errorf("key: %w", err))
+	}
+	ent, err := parseEntitySegment(parts[1])
+	if err != nil {
+		return corrupt(fmt.Errorf("key: %w", err))
+	}
+	name, err := url.PathUnescape(parts[2])
+	if err != nil || url.PathEscape(name) != parts[2] {
+		return corrupt(fmt.Errorf("key: name segment %q not canonically escaped", parts[2]))
+	}
+	obj, err := parseObject(kv.Value)
+	if err != nil {
+		return corrupt(err)
+	}
+	var v reminderValue
+	if err := errors.Join(
+		member(obj, "method", true, &v.Method),
+		member(obj, "first", true, &v.First),
+		member(obj, "period", false, &v.Period),
+		member(obj, "skip", false, &v.Skip),
+		member(obj, "payload", false, &v.Payload),
+		member(obj, "epoch", true, &v.Epoch),
+	); err != nil {
+		return corrupt(err)
+	}
+	if v.Epoch <= 0 {
+		return corrupt(fmt.Errorf("epoch %d, want > 0", v.Epoch))
+	}
+	r := Reminder{
+		Shard: shard, Entity: ent, Name: name, Method: v.Method, First: time.Unix(0, v.First).UTC(),
+		Period: time.Duration(v.Period), Skip: v.Skip, Payload: v.Payload, Epoch: v.Epoch, Revision: kv.ModRevision,
+	}
+	if err := r.Validate(); err != nil {
+		return corrupt(err)
+	}
+	return r, nil
+}
+
+// ReminderProgress is the value of reminders/{shard}: which ticks of the
+// shard's reminders were fired, as far as an owner knew when it wrote it.
+//
+// Every tick due at or before Cut of a reminder written at or before the
+// progress (Revision) fired, except for the reminders listed in Fired,
+// whose last fired tick is given there. An owner writes a Final progress
+// after it stopped firing for good at its epoch (a handoff or a release);
+// the next owner rewrites it with Final false before it fires anything, so
+// a Final progress is exact, and any other is only a lower bound (its
+// writer, or a later owner, may have fired more).
+type ReminderProgress struct {
+	Shard sharding.ShardID
+	Epoch Epoch // the writer's
+	Final bool
+	Cut   time.Time
+	Fired []FiredTick
+	// Revision of the write (set when read).
+	Revision Revision
+}
+
+// FiredTick is the last fired tick of one reminder, at the reminder
+// record's revision.
+type FiredTick struct {
+	Entity   EntityRef
+	Name     string
+	Revision Revision // of the reminder record this applies to
+	Tick     uint64
+}
+
+// MaxProgressFired bounds ReminderProgress.Fired (the reminders not in
+// step with Cut when the progress was written).
+const MaxProgressFired = 20000
+
+type progressValue struct {
+	Epoch Epoch       `json:"epoch"`
+	Final bool        `json:"final"`
+	Cut   int64       `json:"cut"` // Unix nanoseconds
+	Fired []firedTick `json:"fired,omitempty"`
+}
+
+type firedTick struct {
+	Entity string   `json:"entity"` // escaped kind/id
+	Name   string   `json:"name"`
+	Rev    Revision `json:"rev"`
+	Tick   uint64   `json:"tick"`
+}
+
+// Validate reports whether p can be stored.
+func (p ReminderProgress) Validate() error {
+	if p.Cut.Year() < 1900 || p.Cut.Year() > 2500 {
+		return fmt.Errorf("%w: shard %d: progress cut %v outside years 1900-2500", ErrInvalidArgument, p.Shard, p.Cut)
+	}
+	if len(p.Fired) > MaxProgressFired {
+		return fmt.Errorf("%w: shard %d: progress lists %d reminders, at most %d", ErrInvalidArgument, p.Shard, len(p.Fired), MaxProgressFired)
+	}
+	for _, f := range p.Fired {
+		if err := f.Entity.validate(); err != nil {
+			return err
+		}
+		if !validTimerName(f.Name) || f.Revision <= 0 {
+			return fmt.Errorf("%w: shard %d: progress of reminder %q at revision %d", ErrInvalidArgument, p.Shard, f.Name, f.Revision)
+		}
+	}
+	return nil
+}
+
+// EncodeProgress returns the stored form of p.
+func EncodeProgress(p ReminderProgress) ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	v := progressValue{Epoch: p.Epoch, Final: p.Final, Cut: p.Cut.UnixNano()}
+	for _, f := range p.Fired {
+		v.Fired = append(v.Fired, firedTick{Entity: entitySegment(f.Entity), Name: f.Name, Rev: f.Revision, Tick: f.Tick})
+	}
+	return json.Marshal(v)
+}
+
+// DecodeProgress decodes the key reminders/{shard}. Errors are
+// *CorruptError.
+func DecodeProgress(kv KeyValue) (ReminderProgress, error) {
+	corrupt := func(err error) (ReminderProgress, error) {
+		return ReminderProgress{}, &CorruptError{Keyspace: KeyspaceReminders, Key: kv.Key, Err: err}
+	}
+	shard, err := sharding.ParseShardID(kv.Key)
+	if err != nil {
+		return corrupt(fmt.Errorf("key: %w", err))
+	}
+	obj, err := parseObject(kv.Value)
+	if err != nil {
+		return corrupt(err)
+	}
+	var v progressValue
+	if err := errors.Join(
+		member(obj, "epoch", true, &v.Epoch),
+		member(obj, "final", true, &v.Final),
+		member(obj, "cut", true, &v.Cut),
+		member(obj, "fired", false, &v.Fired),
+	); err != nil {
+		return corrupt(err)
+	}
+	if v.Epoch <= 0 {
+		return corrupt(fmt.Errorf("epoch %d, want > 0", v.Epoch))
+	}
+	p := ReminderProgress{Shard: shard, Epoch: v.Epoch, Final: v.Final, Cut: time.Unix(0, v.Cut).UTC(), Revision: kv.ModRevision}
+	for _, f := range v.Fired {
+		e, err := parseEntitySegment(f.Entity)
+		if err != nil {
+			return corrupt(err)
+		}
+		p.Fired = append(p.Fired, FiredTick{Entity: e, Name: f.Name, Revision: f.Rev, Tick: f.Tick})
+	}
+	if err := p.Validate(); err != nil {
+		return corrupt(err)
+	}
+	return p, nil
+}
+
+// RememberedEntity is an entity its shard's owner activates without a
+// message, the value of remembered/{shard}/{kind/id}.
+type RememberedEntity struct {
+	Shard  sharding.ShardID
+	Entity EntityRef
+	// Epoch of the writer; Revision of the write (set when read).
+	Epoch    Epoch
+	Revision Revision
+}
+
+type rememberedValue struct {
+	Epoch Epoch `json:"epoch"`
+}
+
+// EncodeRemembered returns the stored form of r.
+func EncodeRemembered(r RememberedEntity) ([]byte, error) {
+	if err := r.Entity.validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(rememberedValue{Epoch: r.Epoch})
+}
+
+// DecodeRemembered decodes a key of KeyspaceRemembered. Errors are
+// *CorruptError.
+func DecodeRemembered(kv KeyValue) (RememberedEntity, error) {
+	corrupt := func(err error) (RememberedEntity, error) {
+		return RememberedEntity{}, &CorruptError{Keyspace: KeyspaceRemembered, Key: kv.Key, Err: err}
+	}
+	shardPart, seg, ok := strings.Cut(kv.Key, "/")
+	if !ok {
+		return corrupt(errors.New("key: want {shard}/{kind%2Fid}"))
+	}
+	shard, err := sharding.ParseShardID(shardPart)
+	if err != nil {
+		return corrupt(fmt.Errorf("key: %w", err))
+	}
+	e, err := parseEntitySegment(seg)
+	if err != nil {
+		return corrupt(fmt.Errorf("key: %w", err))
+	}
+	obj, err := parseObject(kv.Value)
+	if err != nil {
+		return corrupt(err)
+	}
+	var v rememberedValue
+	if err := member(obj, "epoch", true, &v.Epoch); err != nil {
+		return corrupt(err)
+	}
+	if v.Epoch <= 0 {
+		return corrupt(fmt.Errorf("epoch %d, want > 0", v.Epoch))
+	}
+	return RememberedEntity{Shard: shard, Entity: e, Epoch: v.Epoch, Revision: kv.ModRevision}, nil
+}
+
+// ShardState is the durable per-shard state of one shard (reminders,
+// their progress, remembered entities) as read at one revision. Records
+// that failed to decode are not in it: each is a *CorruptError in Corrupt.
+type ShardState struct {
+	Shard      sharding.ShardID
+	Reminders  []Reminder
+	Progress   *ReminderProgress // nil when none was written
+	Remembered []RememberedEntity
+	Corrupt    []error
+	Revision   Revision // the store revision the state was read at
+}
+
+// DecodeShardState sorts the keys of shard's families (relative to their
+// keyspace, as ShardFamilyRange returns them) into a ShardState.
+func DecodeShardState(shard sharding.ShardID, rev Revision, reminders, remembered []KeyValue) ShardState {
+	st := ShardState{Shard: shard, Revision: rev}
+	for _, kv := range reminders {
+		if !strings.Contains(kv.Key, "/") {
+			p, err := DecodeProgress(kv)
+			if err == nil && p.Shard == shard {
+				st.Progress = &p
+			} else if err != nil {
+				st.Corrupt = append(st.Corrupt, err)
+			}
+			continue
+		}
+		r, err := DecodeReminder(kv)
+		switch {
+		case err != nil:
+			st.Corrupt = append(st.Corrupt, err)
+		case r.Shard == shard:
+			st.Reminders = append(st.Reminders, r)
+		}
+	}
+	for _, kv := range remembered {
+		r, err := DecodeRemembered(kv)
+		switch {
+		case err != nil:
+			st.Corrupt = append(st.Corrupt, err)
+		case r.Shard == shard:
+			st.Remembered = append(st.Remembered, r)
+		}
+	}
+	return st
+}
+
+// ShardWrite is a set of changes to one shard's state, all or nothing,
+// fenced by the shard's epoch. Its Puts and Deletes hold at most
+// MaxShardWriteOps operations together.
+type ShardWrite struct {
+	Shard sharding.ShardID
+	Epoch Epoch
+	// Reminders to put (Epoch set to the write's) and to delete.
+	PutReminders    []Reminder
+	DeleteReminders []ReminderRef
+	// Progress, if set, replaces the shard's progress.
+	Progress *ReminderProgress
+	// Remembered entities to put and to delete.
+	PutRemembered    []EntityRef
+	DeleteRemembered []EntityRef
+}
+
+// ReminderRef names one reminder of a shard.
+type ReminderRef struct {
+	Entity EntityRef
+	Name   string
+}
+
+// MaxShardWriteOps bounds the operations of one ShardWrite.
+const MaxShardWriteOps = MaxShardsPerTxn
+
+// Ops returns the number of store operations of w.
+func (w ShardWrite) Ops() int {
+	n := len(w.PutReminders) + len(w.DeleteReminders) + len(w.PutRemembered) + len(w.DeleteRemembered)
+	if w.Progress != nil {
+		n++
+	}
+	return n
+}
+
+// ShardWriteResult is the outcome of one ShardWrite.
+type ShardWriteResult struct {
+	Shard    sharding.ShardID
+	Revision Revision // of the write, when Err is nil
+	Err      error    // a *FencedError, or the transaction's error
+}
+
+// StateOp is one encoded operation of a ShardWrite: a put of Value at Key
+// (relative to the namespace) or, with Delete, a delete of Key.
+type StateOp struct {
+	Key    string
+	Value  []byte
+	Delete bool
+}
+
+// EncodeShardWrite validates w and returns its operations, in the order
+// the store applies them.
+func EncodeShardWrite(w ShardWrite) ([]StateOp, error) {
+	if err := CheckEpoch(w.Shard, w.Epoch); err != nil {
+		return nil, err
+	}
+	if n := w.Ops(); n == 0 || n > MaxShardWriteOps {
+		return nil, fmt.Errorf("%w: shard %d: a state write of %d operations, want 1-%d", ErrInvalidArgument, w.Shard, n, MaxShardWriteOps)
+	}
+	var ops []StateOp
+	seen := make(map[string]bool, w.Ops())
+	add := func(op StateOp) error {
+		if seen[op.Key] {
+			return fmt.Errorf("%w: shard %d: key %s written twice", ErrInvalidArgument, w.Shard, op.Key)
+		}
+		seen[op.Key] = true
+		ops = append(ops, op)
+		return nil
+	}
+	for _, r := range w.PutReminders {
+		r.Epoch = w.Epoch
+		if r.Shard != w.Shard {
+			return nil, fmt.Errorf("%w: reminder of shard %d in a write of shard %d", ErrInvalidArgument, r.Shard, w.Shard)
+		}
+		v, err := EncodeReminder(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(StateOp{Key: ReminderKey(w.Shard, r.Entity, r.Name), Value: v}); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range w.DeleteReminders {
+		if err := r.Entity.validate(); err != nil {
+			return nil, err
+		}
+		if !validTimerName(r.Name) {
+			return nil, fmt.Errorf("%w: reminder name %q", ErrInvalidArgument, r.Name)
+		}
+		if err := add(StateOp{Key: ReminderKey(w.Shard, r.Entity, r.Name), Delete: true}); err != nil {
+			return nil, err
+		}
+	}
+	if w.Progress != nil {
+		p := *w.Progress
+		p.Shard, p.Epoch = w.Shard, w.Epoch
+		v, err := EncodeProgress(p)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(StateOp{Key: ProgressKey(w.Shard), Value: v}); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range w.PutRemembered {
+		v, err := EncodeRemembered(RememberedEntity{Shard: w.Shard, Entity: e, Epoch: w.Epoch})
+		if err != nil {
+			return nil, err
+		}
+		if err := add(StateOp{Key: RememberedKey(w.Shard, e), Value: v}); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range w.DeleteRemembered {
+		if err := e.validate(); err != nil {
+			return nil, err
+		}
+		if err := add(StateOp{Key: RememberedKey(w.Shard, e), Delete: true}); err != nil {
+			return nil, err
+		}
+	}
+	return ops, nil
+}
+
+// MaxStateTxnBytes bounds the encoded size of the writes batched into one
+// transaction (etcd refuses requests above --max-request-bytes, 1.5 MiB by
+// default); a single ShardWrite above it is refused.
+const MaxStateTxnBytes = 1 << 20
+
+// StateBatches splits encoded writes into transactions: at most
+// MaxShardsPerTxn writes and MaxStateTxnBytes of keys and values each, in
+// order. It returns [lo, hi) index pairs, or an ErrInvalidArgument naming
+// a write that alone exceeds the byte bound.
+func StateBatches(shards []sharding.ShardID, ops [][]StateOp) ([][2]int, error) {
+	var out [][2]int
+	lo, size := 0, 0
+	for i, w := range ops {
+		n := 0
+		for _, op := range w {
+			n += len(op.Key) + len(op.Value) + 16
+		}
+		if n > MaxStateTxnBytes {
+			return nil, fmt.Errorf("%w: shard %d: a state write of %d bytes, at most %d", ErrInvalidArgument, shards[i], n, MaxStateTxnBytes)
+		}
+		if i > lo && (i-lo >= MaxShardsPerTxn || size+n > MaxStateTxnBytes) {
+			out = append(out, [2]int{lo, i})
+			lo, size = i, 0
+		}
+		size += n
+	}
+	if lo < len(ops) {
+		out = append(out, [2]int{lo, len(ops)})
+	}
+	return out, nil
+}
+
+// ShardStates reads and writes the per-shard state of the shards' owners
+// (see the layout above).
+type ShardStates interface {
+	// ReadShardStates reads the state of each shard (distinct), one
+	// read-only transaction per MaxShardsPerTxn/2 shards, each at one
+	// revision. Results are in the order of shards.
+	ReadShardStates(ctx context.Context, shards []sharding.ShardID) ([]ShardState, error)
+	// WriteShardStates applies each write if its shard's lock is at its
+	// epoch, atomically per write (shards distinct), several writes per
+	// transaction (StateBatches). Results are in the order of writes: a
+	// *FencedError when the epoch is not current, or the transaction's
+	// error (the outcome of a failed transaction is unknown), the first of
+	// which is also returned. Invalid writes fail the call with
+	// ErrInvalidArgument before anything is written.
+	WriteShardStates(ctx context.Context, writes []ShardWrite) ([]ShardWriteResult, error)
+}
+
+// CheckShardWrites validates writes and encodes them (see
+// EncodeShardWrite); shards must be distinct.
+func CheckShardWrites(writes []ShardWrite) ([][]StateOp, []sharding.ShardID, error) {
+	ids := make([]sharding.ShardID, len(writes))
+	ops := make([][]StateOp, len(writes))
+	for i, w := range writes {
+		o, err := EncodeShardWrite(w)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids[i], ops[i] = w.Shard, o
+	}
+	if err := CheckShards(ids); err != nil {
+		return nil, nil, err
+	}
+	return ops, ids, nil
+}
+
+// validTimerName reports whether s is 1-128 bytes of valid UTF-8 without
+// control characters ('/' allowed: names are escaped in keys).
+func validTimerName(s string) bool {
+	if len(s) == 0 || len(s) > 128 || !utf8.ValidString(s) {
+		return false
+	}
+	return !strings.ContainsFunc(s, unicode.IsControl)
+}
