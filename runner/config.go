@@ -32,6 +32,8 @@ const (
 	DefaultProbeInterval          = 500 * time.Millisecond
 	DefaultStorageErrorThreshold  = 3
 	DefaultMaxConnections         = 1024
+	DefaultReminderCatchUpRate    = 5000
+	DefaultMaxRemindersPerShard   = 10000
 )
 
 // SingleAttempt as AcquireRetryWindow makes every acquisition a single
@@ -266,6 +268,18 @@ type Config struct {
 	// PassivationInterval between sweeps for idle entities. Default 1 s.
 	PassivationInterval time.Duration
 
+	// ReminderCatchUpRate bounds, per second, the reminders this runner
+	// fires that were already due when their shard's reminders were loaded
+	// (a cold start, a takeover after a crash): they queue and fire at this
+	// rate, oldest load first, so a restart with many overdue reminders is
+	// no thundering herd. Reminders due later fire on time whatever the
+	// backlog. Default 5000.
+	ReminderCatchUpRate int
+	// MaxRemindersPerShard bounds the reminders stored per shard:
+	// registering one more fails with entity.ErrTooManyReminders. Default
+	// 10000, at most 20000 (storage.MaxProgressFired).
+	MaxRemindersPerShard int
+
 	// Logger for lifecycle events. Default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider for metrics. Default otel.GetMeterProvider().
@@ -369,6 +383,12 @@ func (c Config) withDefaults() Config {
 	if c.PassivationInterval == 0 {
 		c.PassivationInterval = time.Second
 	}
+	if c.ReminderCatchUpRate == 0 {
+		c.ReminderCatchUpRate = DefaultReminderCatchUpRate
+	}
+	if c.MaxRemindersPerShard == 0 {
+		c.MaxRemindersPerShard = DefaultMaxRemindersPerShard
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -402,7 +422,8 @@ func (c Config) counts() []namedValue[int] {
 		{"MaxConnections", c.MaxConnections}, {"Weight", c.Weight}, {"NumShards", c.NumShards},
 		{"KeepAliveFailureThreshold", c.KeepAliveFailureThreshold}, {"StorageErrorThreshold", c.StorageErrorThreshold},
 		{"HotSetLimit", c.HotSetLimit}, {"CutoverWaiters", c.CutoverWaiters},
-		{"MaxResidentEntities", c.MaxResidentEntities},
+		{"MaxResidentEntities", c.MaxResidentEntities}, {"ReminderCatchUpRate", c.ReminderCatchUpRate},
+		{"MaxRemindersPerShard", c.MaxRemindersPerShard},
 	}
 }
 
@@ -468,6 +489,8 @@ func (c Config) validate() error {
 		return bad("negative failure threshold")
 	case c.MaxResidentEntities < 0:
 		return bad("negative MaxResidentEntities")
+	case c.MaxRemindersPerShard > storage.MaxProgressFired:
+		return bad("MaxRemindersPerShard %d above %d (a shard's reminder progress must fit one record)", c.MaxRemindersPerShard, storage.MaxProgressFired)
 	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0 || c.HotSetLimit < 0 || c.CutoverWaiters < 0 || c.MaxConnections < 0:
 		return bad("negative MaxMessageSize, MaxWaitingSends, HotSetLimit, CutoverWaiters or MaxConnections")
 	}

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/shardhost/shardhost/internal/control"
 	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
@@ -204,7 +207,8 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	}
 	for _, s := range shards {
 		if cur, ok := r.owned[s.id]; ok && cur == s {
-			s.host.KeepLock() // waitStragglers below
+			s.host.KeepLock()     // waitStragglers below
+			s.plainRelease = true // its reminders stay for the progress below
 			r.disownLocked(s, cause)
 			r.lastReleased[s.id] = s.epoch
 			r.hub.Publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Interrupted: s.host.Interrupted()})
@@ -216,6 +220,14 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	// same entities concurrently. Only a detach (or Close) ends the wait.
 	for _, s := range shards {
 		r.waitStragglers(actx, s)
+	}
+	// No handler of these shards can start any more: record which
+	// reminder ticks fired (fenced, while the locks are still ours). A
+	// failed write leaves the store's progress as it was: the next owner
+	// then fires at least once instead of exactly once.
+	r.writeProgress(actx, shards)
+	for _, s := range shards {
+		r.reminders.Forget(s.id, s.epoch)
 	}
 
 	held := make([]storage.Held, len(shards))
@@ -420,4 +432,46 @@ func (r *Runner) linger() {
 	case <-t.C:
 	case <-done:
 	}
+}
+
+// writeProgress writes, fenced by their epochs, the final reminder
+// progress of shards that stopped firing for good at those epochs
+// (reminders.Service.Progress), batched, and returns the shards whose
+// progress could not be written. Shards with nothing to write are not
+// written and do not fail.
+func (r *Runner) writeProgress(actx context.Context, shards []*shard) map[sharding.ShardID]error {
+	var writes []storage.ShardWrite
+	for _, s := range shards {
+		if p, ok := r.reminders.Progress(s.id, s.epoch); ok {
+			writes = append(writes, storage.ShardWrite{Shard: s.id, Epoch: s.epoch, Progress: &p})
+		}
+	}
+	if len(writes) == 0 {
+		return nil
+	}
+	cctx, cancel := r.opCtx(actx)
+	res, err := r.store.WriteShardStates(cctx, writes)
+	cancel()
+	failed := map[sharding.ShardID]error{}
+	for i, w := range writes {
+		switch {
+		case res == nil:
+			failed[w.Shard] = err
+		case res[i].Err != nil:
+			failed[w.Shard] = res[i].Err
+		default:
+			r.met.rem.Writes.Add(context.Background(), 1, r.met.attrs, metric.WithAttributes(attribute.String("op", "progress")))
+		}
+	}
+	if len(failed) > 0 {
+		r.log.Warn("cannot record which reminder ticks fired", "shards", len(failed), "of", len(writes), "err", errors.Join(err, firstErr(failed)))
+	}
+	return failed
+}
+
+func firstErr(m map[sharding.ShardID]error) error {
+	for _, err := range m {
+		return err
+	}
+	return nil
 }

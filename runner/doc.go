@@ -263,6 +263,12 @@
 //	sharding.signal_failures                 counter           {message}  kind, method  signal handlers that returned an error (also logged at WARN, rate-limited)
 //	sharding.messages_dropped                counter           {message}  reason        messages dropped; reason: shard_left (a signal whose shard left before it ran), stale_result (a result withheld: its handler finished after the shard left, or its reply came from an epoch older than one already seen)
 //	sharding.messages_retried                counter           {attempt}  -             send attempts retried (not delivered: not owner, moving, unreachable, no owner yet; idempotent calls after ErrMaybeDelivered)
+//	sharding.timers                          gauge (observed)  {timer}    -             running entity timers (in memory)
+//	sharding.reminders                       gauge (observed)  {reminder} -             reminders loaded for the shards the runner owns
+//	sharding.reminder_fires                  counter           {tick}     -             reminder ticks fired (their handler started)
+//	sharding.reminder_fire_lag               histogram         s          -             how late reminder ticks fired after their due time (ticks on schedule; catch-up fires after a load are not counted)
+//	sharding.reminder_writes                 counter           {write}    op            store writes of reminders; op: register, cancel, delete (a one-shot that fired), progress (which ticks fired, at a planned move, and its rewrite by the next owner)
+//	sharding.reminders_corrupt               counter           {record}   -             stored reminder records skipped: undecodable, or naming a kind or method not registered on the runner (logged at WARN with the key)
 //
 // # Debug page
 //

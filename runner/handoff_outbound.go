@@ -74,6 +74,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	for i, it := range items {
 		r.log.Debug("handoff: cutting over", "shard", it.s.id, "to", it.h.To)
 		it.s.host.BeginCutover(it.h.To)
+		r.reminders.Pause(it.s.id, it.s.epoch)
 		shards[i] = it.s
 	}
 	drainStart := time.Now()
@@ -84,6 +85,10 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 		wg.Go(func() { r.releaseShardHook(actx, it.s, it.h.To) })
 	}
 	wg.Wait()
+	// The drain left no handler running and admission is stopped: no
+	// reminder tick of these shards can fire here any more. The new owner
+	// must know which did before the locks move.
+	items = r.abortUnrecorded(gen, items)
 	// Our ownership ends here, before the locks move: observers must never
 	// see a new owner start before this.
 	r.mu.Lock()
@@ -168,13 +173,50 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duratio
 			out = append(out, it)
 			continue
 		}
-		r.clearReleasingLocked(it.s)
-		if r.gen == gen && r.owned[it.s.id] == it.s {
-			it.s.cutoverRetryAt = time.Now().Add(retryIn) // let the straggler finish first
-			it.s.host.Reopen()
-			r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("%d handlers still running after the drain (%v)", busy, drained.Round(time.Millisecond)))
-			r.markLocked(it.s.id)
+		r.reopenLocked(gen, it, retryIn, fmt.Sprintf("%d handlers still running after the drain (%v)", busy, drained.Round(time.Millisecond)))
+	}
+	return out
+}
+
+// reopenLocked gives up the cutover of it: the shard serves here again
+// (its reminders fire again once their progress is no longer final) and
+// is cut over again after retryIn at the earliest.
+func (r *Runner) reopenLocked(gen uint64, it cutoverItem, retryIn time.Duration, why string) {
+	r.clearReleasingLocked(it.s)
+	if r.gen == gen && r.owned[it.s.id] == it.s {
+		it.s.cutoverRetryAt = time.Now().Add(retryIn)
+		it.s.host.Reopen()
+		r.reminders.Resume(it.s.id, it.s.epoch)
+		r.reportOutbound(&it, handoff.Aborted, why)
+		r.markLocked(it.s.id)
+	}
+}
+
+// abortUnrecorded writes the reminder progress of the items' shards and
+// reopens those whose progress could not be written: moving their locks
+// would let the new owner fire ticks twice or not at all.
+func (r *Runner) abortUnrecorded(gen uint64, items []cutoverItem) []cutoverItem {
+	shards := make([]*shard, len(items))
+	for i, it := range items {
+		shards[i] = it.s
+	}
+	r.mu.Lock()
+	actx := r.attachCtx
+	r.mu.Unlock()
+	failed := r.writeProgress(actx, shards)
+	if len(failed) == 0 {
+		return items
+	}
+	out := items[:0:0]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, it := range items {
+		err, bad := failed[it.s.id]
+		if !bad {
+			out = append(out, it)
+			continue
 		}
+		r.reopenLocked(gen, it, r.cfg.ProbeInterval, fmt.Sprintf("reminder progress not recorded: %v", err))
 	}
 	return out
 }
@@ -214,6 +256,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 		r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("transfer: %v", o.Err))
 		s.unassignedSince = time.Now()
 		s.host.Reopen()
+		r.reminders.Resume(s.id, s.epoch)
 		r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
 	}
 }

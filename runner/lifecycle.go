@@ -110,6 +110,8 @@ func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone c
 		wg.Go(func() { r.followHandoffs(ctx) })
 		wg.Go(func() { r.watchdog(ctx) })
 		wg.Go(func() { r.hosting.Janitor(ctx) })
+		wg.Go(func() { r.sched.Run(ctx) })
+		wg.Go(func() { r.reminders.Run(ctx) })
 		wg.Go(func() { r.guardRecord(ctx) })
 		wg.Go(func() { r.followDrain(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
@@ -229,6 +231,7 @@ func (r *Runner) dropOwnedLocked(cause error) {
 // running handlers see it, queued messages fail with it) and owned.
 func (r *Runner) disownLocked(s *shard, cause error) {
 	r.hosting.Uninstall(s.host)
+	r.reminders.Stop(s.id, s.epoch, s.plainRelease)
 	s.host.Close()
 	s.cancel(cause)
 	r.lastHosts[s.id] = s.host

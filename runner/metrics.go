@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/reminders"
 	"github.com/shardhost/shardhost/internal/routing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,8 +22,9 @@ const meterName = "github.com/shardhost/shardhost"
 // keeps both in step with this file.
 type metrics struct {
 	attrs metric.MeasurementOption
-	host  hosting.Metrics // the entity host's instruments (internal/hosting)
-	route routing.Metrics // the router's (internal/routing)
+	host  hosting.Metrics   // the entity host's instruments (internal/hosting)
+	route routing.Metrics   // the router's (internal/routing)
+	rem   reminders.Metrics // the reminder service's (internal/reminders)
 
 	detached          metric.Int64Gauge
 	keepAliveFailures metric.Int64Counter
@@ -40,7 +42,13 @@ type metrics struct {
 	handoffs     metric.Int64Counter
 }
 
-func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), entities func() int) (*metrics, error) {
+// gaugeReadings are what the observed gauges report.
+type gaugeReadings struct {
+	entities          int
+	reminders, timers int64
+}
+
+func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), gauges func() gaugeReadings) (*metrics, error) {
 	m := mp.Meter(meterName)
 	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID))}
 	var errs []error
@@ -75,20 +83,29 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	route, err := routing.NewMetrics(m, out.attrs, host.Dropped)
 	add(err)
-	out.host, out.route = *host, *route
+	rem, err := reminders.NewMetrics(m, out.attrs)
+	add(err)
+	out.host, out.route, out.rem = *host, *route, *rem
 	lagGauge, err := m.Float64ObservableGauge("sharding.lease_deadline_lag", metric.WithUnit("s"),
 		metric.WithDescription("lease deadline minus now; the runner detaches when it falls to the detach margin"))
 	add(err)
 	activeGauge, err2 := m.Int64ObservableGauge("sharding.entities_active", metric.WithUnit("{entity}"), metric.WithDescription("resident entities"))
 	add(err2)
-	if err == nil && err2 == nil {
+	remGauge, err3 := m.Int64ObservableGauge("sharding.reminders", metric.WithUnit("{reminder}"), metric.WithDescription("reminders loaded for the owned shards"))
+	add(err3)
+	timerGauge, err4 := m.Int64ObservableGauge("sharding.timers", metric.WithUnit("{timer}"), metric.WithDescription("running entity timers"))
+	add(err4)
+	if errors.Join(err, err2, err3, err4) == nil {
 		out.deadlineLagCB, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			if d, ok := lag(); ok {
 				o.ObserveFloat64(lagGauge, d.Seconds(), out.attrs)
 			}
-			o.ObserveInt64(activeGauge, int64(entities()), out.attrs)
+			g := gauges()
+			o.ObserveInt64(activeGauge, int64(g.entities), out.attrs)
+			o.ObserveInt64(remGauge, g.reminders, out.attrs)
+			o.ObserveInt64(timerGauge, g.timers, out.attrs)
 			return nil
-		}, lagGauge, activeGauge)
+		}, lagGauge, activeGauge, remGauge, timerGauge)
 		add(err)
 	}
 	if err := errors.Join(errs...); err != nil {

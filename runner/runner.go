@@ -18,7 +18,9 @@ import (
 	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/internal/registration"
+	"github.com/shardhost/shardhost/internal/reminders"
 	"github.com/shardhost/shardhost/internal/routing"
+	"github.com/shardhost/shardhost/internal/schedule"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -54,6 +56,9 @@ type shard struct {
 	unassignedSince time.Time
 	// cutoverRetryAt: no cutover before (a drain timed out on a handler).
 	cutoverRetryAt time.Time
+	// releasing plainly (release): its reminders are kept, stopped, for
+	// the progress written once its handlers returned.
+	plainRelease bool
 }
 
 // pending tracks an assigned shard this runner does not own yet.
@@ -78,13 +83,15 @@ type Runner struct {
 	started     time.Time
 	hub         eventhub.Hub[Event]
 
-	hosting  *hosting.Host                                                               // the entities of the owned shards (internal/hosting)
-	router   *routing.Router                                                             // sends calls to their entities (internal/routing)
-	net      transport.Transport                                                         // runner-to-runner delivery (Config.Transport, or gRPC)
-	served   bool                                                                        // the transport listens (set by Run before any goroutine)
-	onServe  atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
-	tripKick chan struct{}                                                               // 1-buffered: a sender saw the detach instant pass
-	tripAt   atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
+	hosting   *hosting.Host                                                               // the entities of the owned shards (internal/hosting)
+	sched     *schedule.Scheduler                                                         // the one timer structure: entity timers and reminders (internal/schedule)
+	reminders *reminders.Service                                                          // the owned shards' reminders (internal/reminders)
+	router    *routing.Router                                                             // sends calls to their entities (internal/routing)
+	net       transport.Transport                                                         // runner-to-runner delivery (Config.Transport, or gRPC)
+	served    bool                                                                        // the transport listens (set by Run before any goroutine)
+	onServe   atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
+	tripKick  chan struct{}                                                               // 1-buffered: a sender saw the detach instant pass
+	tripAt    atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -167,14 +174,18 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		r.net = newTransport(cfg, r.log)
 	}
 	r.address = cfg.Address
-	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.EntityCount)
+	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.gaugeReadings)
 	if err != nil {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
+	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
 	r.hosting = hosting.New(hosting.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
-		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval,
+		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
 	}, hostingEnv{r}, store, &r.met.host, r.log)
+	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout},
+		store, r.hosting, r.sched, &r.met.rem, r.log)
+	r.hosting.SetReminders(r.reminders)
 	r.router = routing.New(routing.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, MaxWaitingSends: cfg.MaxWaitingSends, MaxMessageSize: cfg.MaxMessageSize,
 	}, routingDir{r}, r.hosting, r.net, &r.met.route, r.log)
@@ -423,8 +434,14 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	r.hosting.Install(s.host)
 	r.router.SawEpoch(id, epoch)
 	delete(r.pending, id)
+	r.reminders.Acquired(id, epoch, ctx)
 	r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
 	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
+}
+
+// gaugeReadings are the values of the runner's observed gauges.
+func (r *Runner) gaugeReadings() gaugeReadings {
+	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers()}
 }
 
 // opCtx returns the context for one storage call of the attachment gen:

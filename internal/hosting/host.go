@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/schedule"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"go.opentelemetry.io/otel/attribute"
@@ -31,6 +32,9 @@ type Config struct {
 	MaxResidentEntities int
 	// PassivationInterval is the janitor's period.
 	PassivationInterval time.Duration
+	// Scheduler fires the entities' timers (the runner's one timer
+	// structure; its Run is the runner's).
+	Scheduler *schedule.Scheduler
 }
 
 // Env is what hosting asks of the runner around it.
@@ -124,18 +128,22 @@ type Host struct {
 	kinds   atomic.Pointer[map[string]*Kind] // copy on write
 	shards  []atomic.Pointer[Shard]          // by shard ID; nil when not hosted
 
-	residents residents
-	waiters   sync.Pool     // of *waiter
-	evictKick chan struct{} // 1-buffered: the resident cap is exceeded
-	sigLog    signalLog     // failed signals, rate-limited (signal.go)
+	residents  residents
+	sched      *schedule.Scheduler
+	reminders  Reminders // set by SetReminders
+	timerCount atomic.Int64
+	waiters    sync.Pool     // of *waiter
+	evictKick  chan struct{} // 1-buffered: the resident cap is exceeded
+	sigLog     signalLog     // failed signals, rate-limited (signal.go)
 }
 
 // New returns a Host hosting nothing yet.
 func New(cfg Config, env Env, store Checkpoints, met *Metrics, log *slog.Logger) *Host {
 	h := &Host{
-		cfg: cfg, env: env, store: store, met: met, log: log,
+		cfg: cfg, env: env, store: store, met: met, log: log, sched: cfg.Scheduler,
 		shards: make([]atomic.Pointer[Shard], cfg.NumShards), evictKick: make(chan struct{}, 1),
 	}
+
 	h.kinds.Store(&map[string]*Kind{})
 	h.residents.h = h
 	h.waiters.New = func() any { return &waiter{ch: make(chan Result, 1)} }

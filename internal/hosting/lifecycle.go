@@ -95,7 +95,7 @@ func (sh *Shard) release(ctx context.Context, e *resident, reason error) {
 				err = fmt.Errorf("release hook panicked: %v", p)
 			}
 		}()
-		return rel.Release(ctx, entity.ReleaseInfo{
+		return rel.Release(entity.WithRuntime(ctx, e), entity.ReleaseInfo{
 			Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Checkpoint: sh.checkpointFunc(e.key),
 			DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
 		})
@@ -151,6 +151,7 @@ func (sh *Shard) Drain(ctx context.Context, reason error) {
 			busy++
 		} else {
 			e.dead = true
+			e.stopTimersLocked()
 			es = append(es, e)
 		}
 		e.mu.Unlock()
@@ -193,6 +194,7 @@ func (sh *Shard) Close() {
 	for _, e := range es {
 		e.mu.Lock()
 		e.dead = true
+		e.stopTimersLocked()
 		e.mu.Unlock()
 		sh.h.residents.remove(e)
 	}
@@ -215,6 +217,7 @@ func (sh *Shard) retire(e *resident, reason error) bool {
 		return false
 	}
 	e.dead = true
+	e.stopTimersLocked()
 	e.mu.Unlock()
 	delete(sh.entities, e.key)
 	done := make(chan struct{})

@@ -31,6 +31,7 @@ type resident struct {
 	key  EntityKey
 	kind *Kind
 	host *Shard
+	ctx  context.Context // the shard's, carrying the entity's runtime (this)
 
 	mu       sync.Mutex
 	queue    []message
@@ -39,6 +40,7 @@ type resident struct {
 	dead     bool          // retired: pushes fail with errRetired
 	hot      bool          // restarted within hotWindow: linger before exiting
 	lastExit time.Duration // since clockBase
+	timers   map[string]*timer
 
 	// Owned by the entity's goroutine (or by the retiring goroutine once
 	// dead and idle).
@@ -59,16 +61,25 @@ type resident struct {
 // off, and enqueue checks both under host.mu before pushing.
 func (e *resident) push(msg message) error {
 	e.mu.Lock()
+	start, err := e.pushLocked(msg)
+	e.mu.Unlock()
+	if start {
+		e.start()
+	}
+	return err
+}
+
+// pushLocked appends msg under e.mu and reports whether the caller must
+// start the goroutine (start, after unlocking).
+func (e *resident) pushLocked(msg message) (bool, error) {
 	if e.dead {
-		e.mu.Unlock()
-		return errRetired
+		return false, errRetired
 	}
 	if len(e.queue) >= e.kind.Opts.Mailbox {
-		e.mu.Unlock()
 		e.kind.stats.rejected.add(e.host.id)
 		met := e.host.h.met
 		met.MailboxRejections.Add(context.Background(), 1, met.Attrs)
-		return fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.Kind, e.key.ID, e.kind.Opts.Mailbox)
+		return false, fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.Kind, e.key.ID, e.kind.Opts.Mailbox)
 	}
 	e.queue = append(e.queue, msg)
 	start := !e.running
@@ -76,17 +87,22 @@ func (e *resident) push(msg message) error {
 		e.running = true
 		e.hot = e.lastExit > 0 && time.Since(clockBase)-e.lastExit < hotWindow
 	}
-	e.mu.Unlock()
-	if start {
-		e.host.running.Add(1)
-		go e.run()
-	}
-	return nil
+	return start, nil
 }
 
-// run drains the mailbox in batches, then exits.
+// start runs the entity's goroutine (pushLocked said so).
+func (e *resident) start() {
+	e.host.running.Add(1)
+	go e.run()
+}
+
+// run drains the mailbox in batches, then exits. The entity counts as used
+// (idle passivation, the resident cap's LRU) when a message other than a
+// timer or reminder tick ran, or any message of a kind whose ticks are
+// activity.
 func (e *resident) run() {
 	var batch []message // the last batch processed, handed back as spare
+	active := false
 	for {
 		e.mu.Lock()
 		if batch != nil {
@@ -106,7 +122,9 @@ func (e *resident) run() {
 			e.running = false
 			e.lastExit = time.Since(clockBase)
 			e.mu.Unlock()
-			e.host.h.residents.touch(e)
+			if active {
+				e.host.h.residents.touch(e)
+			}
 			if e.host.running.Add(-1) == 0 && e.host.draining.Load() {
 				signal(e.host.idle)
 			}
@@ -116,6 +134,9 @@ func (e *resident) run() {
 		e.queue = e.spare[:0]
 		e.mu.Unlock()
 		for i := range batch {
+			if !active && (batch[i].h.TickKind() == entity.NotTick || e.kind.Opts.TicksAreActivity) {
+				active = true
+			}
 			e.process(&batch[i])
 			batch[i] = message{}
 		}
@@ -182,6 +203,9 @@ func (e *resident) process(m *message) {
 			return
 		}
 	}
+	if m.done != nil {
+		m.done(true) // a reminder tick: fired from here on
+	}
 	v, err := e.handle(m)
 	if m.reply != nil {
 		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
@@ -214,7 +238,7 @@ func (e *resident) handle(m *message) (any, error) {
 	// runner may already serve the entity, so its result is never
 	// acknowledged and the instance, which may hold that result, is
 	// discarded.
-	e.inst, e.activated, e.restart = nil, false, true
+	e.discard()
 	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropStaleResult))
 	sh.h.log.Warn("handler finished after its shard left this runner; result withheld, instance discarded",
 		"kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "epoch", sh.epoch, "why", why)
@@ -227,6 +251,9 @@ func (e *resident) fail(m *message, err error, undelivered bool) {
 		m.reply.ch <- Result{Err: err, Undelivered: undelivered}
 		return
 	}
+	if m.done != nil {
+		m.done(false)
+	}
 	met := e.host.h.met
 	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropShardLeft))
 }
@@ -238,12 +265,12 @@ func (e *resident) invoke(m *message) (v any, err error) {
 		if p := recover(); p != nil {
 			sh := e.host
 			err = &entity.PanicError{Kind: e.key.Kind, Method: m.h.Name(), Entity: e.key.ID, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
-			e.inst, e.activated, e.restart = nil, false, true
+			e.discard()
 			sh.h.met.Panics.Add(context.Background(), 1, sh.h.met.Attrs)
 			sh.h.log.Error("entity handler panicked; instance discarded", "kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
 		}
 	}()
-	ctx, cancel := e.host.handlerContext(m)
+	ctx, cancel := e.handlerContext(m)
 	if cancel != nil {
 		defer cancel()
 	}
@@ -268,7 +295,7 @@ func (e *resident) activate() error {
 					err = &entity.PanicError{Kind: e.key.Kind, Method: "Activate", Entity: e.key.ID, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
 				}
 			}()
-			return a.Activate(sh.ctx, entity.ActivateInfo{
+			return a.Activate(e.ctx, entity.ActivateInfo{
 				Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
 				Restore: sh.h.restoreFunc(sh.id, e.key), Checkpoint: sh.checkpointFunc(e.key),
 				DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
@@ -281,6 +308,13 @@ func (e *resident) activate() error {
 	}
 	e.inst, e.activated, e.restart = inst, true, false
 	return nil
+}
+
+// discard drops the instance (a panic, a withheld result): the next
+// message activates a new one. Its timers end with it.
+func (e *resident) discard() {
+	e.inst, e.activated, e.restart = nil, false, true
+	e.stopTimers()
 }
 
 func (e *resident) idle() bool {

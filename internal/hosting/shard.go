@@ -146,6 +146,9 @@ type message struct {
 	req   any
 	reply *waiter         // nil for a signal
 	ctx   context.Context // the asker's; an ask whose ctx ended is not run
+	// done, for a reminder tick, is called once: with true right before
+	// its handler runs, with false if it never will.
+	done func(started bool)
 }
 
 // Deliver enqueues a message for entity id of kind k and waits for the
@@ -155,6 +158,10 @@ type message struct {
 // the shard's replies until the transport reports its answer written
 // (ReplyWritten): drains wait for it.
 func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id string, req any, oneWay, remote bool) Result {
+	if h.TickKind() != entity.NotTick {
+		// Timer and reminder handlers are the runtime's to call.
+		return Result{Err: fmt.Errorf("%w: %s.%s is a timer or reminder handler", entity.ErrUnknownMethod, k.Desc.Name(), h.Name()), Undelivered: true}
+	}
 	msg := message{h: h, req: req}
 	if !oneWay {
 		msg.reply, msg.ctx = sh.h.waiters.Get().(*waiter), ctx
@@ -237,7 +244,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg messag
 				return fmt.Errorf("runner: waiting for %s %q to passivate: %w", key.Kind, key.ID, context.Cause(ctx))
 			}
 		}
-		e := &resident{key: key, kind: k, host: sh}
+		e := sh.newResident(k, key)
 		if inst, ok := sh.warmed[key]; ok {
 			e.inst = inst // warmed during the handoff; Activate still runs
 			delete(sh.warmed, key)
@@ -287,22 +294,36 @@ func (sh *Shard) lostWhileRunning() (string, error) {
 	}
 }
 
-// handlerContext returns the context a handler runs m under: the shard's
-// context (its causes — ErrDetached, ErrShardMoved, ErrShutdown — and its
-// ShardInfo) bounded by the asker's deadline, if it has one, with cause
-// ErrCallerDeadline. A remote asker's deadline arrives with its request
-// (the frame's timeout); signals carry none. The returned cancel is nil
-// when the shard's context is used as it is.
-func (sh *Shard) handlerContext(m *message) (context.Context, context.CancelFunc) {
+// newResident returns a resident entity of the shard (not listed yet).
+func (sh *Shard) newResident(k *Kind, key EntityKey) *resident {
+	e := &resident{key: key, kind: k, host: sh}
+	e.ctx = entity.WithRuntime(sh.ctx, e) // once per resident, not per message
+	return e
+}
+
+// handlerContext returns the context a handler runs m under: the entity's
+// (the shard's context — its causes, ErrDetached, ErrShardMoved,
+// ErrShutdown, and its ShardInfo — carrying the entity's runtime: its
+// timers and reminders) bounded by the asker's deadline, if it has one,
+// with cause ErrCallerDeadline. A remote asker's deadline arrives with its
+// request (the frame's timeout); signals carry none. The returned cancel is
+// nil when the entity's context is used as it is.
+func (e *resident) handlerContext(m *message) (context.Context, context.CancelFunc) {
 	if m.ctx == nil {
-		return sh.ctx, nil
+		return e.ctx, nil
 	}
 	dl, ok := m.ctx.Deadline()
 	if !ok {
-		return sh.ctx, nil
+		return e.ctx, nil
 	}
-	return context.WithDeadlineCause(sh.ctx, dl, ErrCallerDeadline)
+	return context.WithDeadlineCause(e.ctx, dl, ErrCallerDeadline)
 }
+
+// ID returns the shard's ID.
+func (sh *Shard) ID() sharding.ShardID { return sh.id }
+
+// Epoch returns the epoch the shard is hosted at.
+func (sh *Shard) Epoch() storage.Epoch { return sh.epoch }
 
 func (sh *Shard) checkpointFunc(key EntityKey) func(context.Context, []byte) error {
 	return func(ctx context.Context, data []byte) error {

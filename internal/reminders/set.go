@@ -1,0 +1,462 @@
+package reminders
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/schedule"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Retry delays of a tick that could not be delivered.
+const (
+	deliverRetry   = 20 * time.Millisecond // the shard was not admitting (a cutover), or the mailbox was full
+	activateRetry  = 100 * time.Millisecond
+	maxRetryDelay  = time.Minute
+	unknownRetry   = time.Minute // the reminder's kind or method is not registered here
+	loadRetry      = 500 * time.Millisecond
+	maxLoadRetry   = 5 * time.Second
+	loadBatch      = 512 // shards per load call
+	warnEvery      = time.Minute
+	maxDeleteBatch = storage.MaxShardWriteOps
+)
+
+// MaxClockSkew is how far apart the runners' wall clocks are assumed to be
+// at most: reminders' due times are wall times.
+const MaxClockSkew = time.Second
+
+// shardSet holds the reminders of one shard owned at one epoch.
+//
+// Its states: loading (created by Acquired until its load is installed),
+// blocked (loaded; a final progress must be rewritten as not final before
+// anything fires: the predecessor's, or ours after a failed cutover),
+// firing, paused (a cutover: nothing fires, Resume undoes it) and stopped
+// (the ownership ended: nothing fires ever again). Only a firing set has
+// entries in the scheduler.
+type shardSet struct {
+	s        *Service
+	id       sharding.ShardID
+	epoch    storage.Epoch
+	ctx      context.Context // the shard's: ends with the ownership
+	loadedCh chan struct{}   // closed when loaded
+
+	writeMu sync.Mutex // serializes this set's reminder writes with their application
+
+	mu      sync.Mutex
+	loaded  bool
+	blocked bool // a final progress must be rewritten before firing
+	paused  bool
+	stopped bool
+	final   bool // a final progress may have been written by us (Progress)
+	// finalP is the content of the final progress the store may hold for
+	// the shard (the predecessor's, loaded, or ours): rewritten as not
+	// final before the set fires.
+	finalP  *storage.ReminderProgress
+	writers int // registrations and cancellations in flight
+	byKey   map[storage.ReminderRef]*reminder
+	failed  int // load attempts failed in a row
+}
+
+// reminder is one loaded reminder and its firing state.
+type reminder struct {
+	schedule.Entry
+	set *shardSet
+	ref storage.ReminderRef
+	rec storage.Reminder
+
+	// Under set.mu.
+	kind      *hosting.Kind
+	h         *entity.Handler
+	lastFired uint64 // the last tick whose handler started (0: none)
+	next      uint64 // the next tick to fire
+	firing    uint64 // the tick in flight
+	inFlight  bool
+	catchUp   bool // the first fire after a load, overdue at the load
+	redeliver bool // the first fire after an uncertain load
+	removed   bool // replaced, cancelled, deleted, or its set stopped
+	deleting  bool // a one-shot that fired, queued for deletion
+	failures  int
+}
+
+func (set *shardSet) active() bool {
+	return set.loaded && !set.blocked && !set.paused && !set.stopped
+}
+
+// beginWrite admits a registration (put) or cancellation of ref: the set
+// must be firing or blocked (not paused or stopped), hold fewer than
+// MaxPerShard reminders for a new one, and hold ref for a cancellation.
+func (set *shardSet) beginWrite(ref storage.ReminderRef, put bool) error {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	switch {
+	case set.stopped || set.paused:
+		return errMoving
+	case put && set.byKey[ref] == nil && len(set.byKey)+set.writers >= set.s.cfg.MaxPerShard:
+		return fmt.Errorf("%w: shard %d holds %d reminders, at most %d", entity.ErrTooManyReminders, set.id, len(set.byKey), set.s.cfg.MaxPerShard)
+	case !put && (set.byKey[ref] == nil || set.byKey[ref].deleting):
+		return fmt.Errorf("%w: %s %q has no reminder %q", entity.ErrNoReminder, ref.Entity.Kind, ref.Entity.ID, ref.Name)
+	}
+	set.writers++
+	set.writeMu.Lock()
+	return nil
+}
+
+func (set *shardSet) endWrite() {
+	set.writeMu.Unlock()
+	set.mu.Lock()
+	set.writers--
+	set.mu.Unlock()
+}
+
+// put installs a registered (written) reminder, replacing one of the same
+// key, and schedules it. A new registration starts from tick 1, certain.
+func (set *shardSet) put(rec storage.Reminder) {
+	ref := storage.ReminderRef{Entity: rec.Entity, Name: rec.Name}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.stopped {
+		return
+	}
+	if old := set.byKey[ref]; old != nil {
+		set.dropLocked(old)
+	}
+	r := &reminder{set: set, ref: ref, rec: rec, next: 1}
+	r.F = r
+	set.resolveLocked(r)
+	set.byKey[ref] = r
+	set.s.loaded.Add(1)
+	set.scheduleLocked(r, time.Now())
+}
+
+// remove drops a cancelled reminder.
+func (set *shardSet) remove(ref storage.ReminderRef) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if r := set.byKey[ref]; r != nil {
+		set.dropLocked(r)
+	}
+}
+
+func (set *shardSet) dropLocked(r *reminder) {
+	r.removed = true
+	set.s.sched.Stop(&r.Entry)
+	if set.byKey[r.ref] == r {
+		delete(set.byKey, r.ref)
+		set.s.loaded.Add(-1)
+	}
+}
+
+// resolveLocked finds the reminder's kind and handler among the kinds
+// registered here (nil when unknown: the reminder waits).
+func (set *shardSet) resolveLocked(r *reminder) {
+	r.kind, r.h = nil, nil
+	k := set.s.host.Kind(r.rec.Entity.Kind)
+	if k == nil {
+		return
+	}
+	h, ok := k.Desc.Handler(r.rec.Method)
+	if !ok || h.TickKind() != entity.ReminderHandler {
+		return
+	}
+	r.kind, r.h = k, h
+}
+
+// scheduleLocked puts r's next tick in the scheduler, if the set fires and
+// r has a tick left: at its due time, or through the catch-up queue when
+// it was overdue at the load (a Skip reminder after an uncertain load
+// skips to its next tick due after now).
+func (set *shardSet) scheduleLocked(r *reminder, now time.Time) {
+	if !set.active() || r.removed || r.inFlight || r.deleting {
+		return
+	}
+	if r.rec.Period <= 0 && r.next > 1 {
+		return // a one-shot that fired
+	}
+	if r.h == nil {
+		set.resolveLocked(r)
+		if r.h == nil {
+			set.s.corrupt(set.id, r.rec, "its kind or reminder method is not registered on this runner; retried every minute")
+			set.s.sched.Schedule(&r.Entry, schedule.Now()+int64(unknownRetry))
+			return
+		}
+	}
+	due := r.rec.DueOf(r.next)
+	switch {
+	case due.After(now):
+		set.s.sched.Schedule(&r.Entry, schedule.At(due))
+	case r.catchUp && r.rec.Skip && r.redeliver && r.rec.Period > 0:
+		r.next = r.rec.LastDue(now) + 1
+		r.catchUp = false
+		set.s.sched.Schedule(&r.Entry, schedule.At(r.rec.DueOf(r.next)))
+	case r.catchUp:
+		set.s.sched.CatchUp(&r.Entry)
+	default:
+		set.s.sched.Schedule(&r.Entry, schedule.Now())
+	}
+}
+
+// scheduleAllLocked schedules every reminder (the set became active).
+func (set *shardSet) scheduleAllLocked() {
+	now := time.Now()
+	for _, r := range set.byKey {
+		set.scheduleLocked(r, now)
+	}
+}
+
+// unscheduleAllLocked takes every reminder out of the scheduler.
+func (set *shardSet) unscheduleAllLocked() {
+	for _, r := range set.byKey {
+		set.s.sched.Stop(&r.Entry)
+	}
+}
+
+// Fire implements schedule.Firer: deliver r's due tick to its entity.
+func (r *reminder) Fire(_ *schedule.Entry, _ int64) {
+	set := r.set
+	s := set.s
+	set.mu.Lock()
+	if !set.active() || r.removed || r.inFlight || r.deleting {
+		set.mu.Unlock()
+		return
+	}
+	if r.h == nil {
+		set.scheduleLocked(r, time.Now()) // unknown: retried later
+		set.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	last := r.rec.LastDue(now)
+	if last < r.next { // not due on the wall clock yet (the clocks drifted)
+		s.sched.Schedule(&r.Entry, schedule.At(r.rec.DueOf(r.next)))
+		set.mu.Unlock()
+		return
+	}
+	tick := last
+	if r.rec.Period <= 0 {
+		tick = 1
+	}
+	t := entity.Tick{Name: r.rec.Name, Tick: tick, Due: r.rec.DueOf(tick), Missed: tick - r.next, Redelivered: r.redeliver, Payload: r.rec.Payload}
+	catchUp := r.catchUp
+	r.inFlight, r.firing = true, tick
+	kind, h, id, epoch := r.kind, r.h, set.id, set.epoch
+	set.mu.Unlock()
+
+	req, err := h.TickRequest(kind.Opts.Codec, t)
+	if err != nil {
+		// A payload this handler cannot decode never will: the tick is
+		// dropped (counted as fired), the reminder goes on.
+		s.corrupt(id, r.rec, fmt.Sprintf("payload: %v", err))
+		r.done(true)
+		return
+	}
+	sh := s.host.Lookup(id)
+	if sh == nil || sh.Epoch() != epoch || !sh.Fire(kind, h, r.rec.Entity.ID, req, r.done) {
+		set.mu.Lock()
+		r.inFlight = false
+		if set.active() && !r.removed {
+			s.sched.Schedule(&r.Entry, schedule.Now()+int64(deliverRetry))
+		}
+		set.mu.Unlock()
+		return
+	}
+	if !catchUp {
+		s.met.FireLag.Record(context.Background(), max(0, time.Since(t.Due).Seconds()), s.met.Attrs)
+	}
+}
+
+// done is the delivered tick's outcome (hosting.Shard.Fire): started, it
+// counts as fired and the next tick is scheduled; else it is tried again
+// after a back-off while the set fires.
+func (r *reminder) done(started bool) {
+	set := r.set
+	s := set.s
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	r.inFlight = false
+	if !started {
+		r.failures++
+		if set.active() && !r.removed {
+			d := min(activateRetry<<min(r.failures-1, 10), maxRetryDelay)
+			s.sched.Schedule(&r.Entry, schedule.Now()+int64(d))
+		}
+		return
+	}
+	r.failures = 0
+	r.lastFired, r.next = r.firing, r.firing+1
+	r.catchUp, r.redeliver = false, false
+	s.met.Fires.Add(context.Background(), 1, s.met.Attrs)
+	if r.rec.Period <= 0 {
+		if !r.removed {
+			r.deleting = true
+			s.queueDelete(r)
+		}
+		return
+	}
+	set.scheduleLocked(r, time.Now())
+}
+
+// pause stops firing (a cutover began).
+func (set *shardSet) pause() {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	set.paused = true
+	set.unscheduleAllLocked()
+}
+
+// resume undoes pause; it reports whether a final progress must first be
+// rewritten (the set stays blocked until then).
+func (set *shardSet) resume() bool {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.stopped || !set.paused {
+		return false
+	}
+	set.paused = false
+	if set.final {
+		set.blocked = true
+		return true
+	}
+	set.scheduleAllLocked()
+	return false
+}
+
+// stop ends the set: nothing fires any more. Its reminders are kept (for
+// a last Progress) unless clear.
+func (set *shardSet) stop(clear bool) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if !set.stopped {
+		set.stopped = true
+		set.unscheduleAllLocked()
+	}
+	if clear && len(set.byKey) > 0 {
+		for _, r := range set.byKey {
+			r.removed = true
+		}
+		set.s.loaded.Add(-int64(len(set.byKey)))
+		set.byKey = map[storage.ReminderRef]*reminder{}
+	}
+}
+
+// progress computes the set's final progress (see Service.Progress).
+func (set *shardSet) progress() (storage.ReminderProgress, bool) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	p := storage.ReminderProgress{Shard: set.id, Epoch: set.epoch, Final: true, Cut: time.Now().UTC()}
+	if !set.loaded || set.writers > 0 || len(set.byKey) == 0 {
+		return p, false
+	}
+	set.unscheduleAllLocked()
+	for _, r := range set.byKey {
+		if r.lastFired != r.rec.LastDue(p.Cut) {
+			p.Fired = append(p.Fired, storage.FiredTick{Entity: r.ref.Entity, Name: r.ref.Name, Revision: r.rec.Revision, Tick: r.lastFired})
+		}
+	}
+	slices.SortFunc(p.Fired, func(a, b storage.FiredTick) int {
+		return strings.Compare(a.Entity.String()+"/"+a.Name, b.Entity.String()+"/"+b.Name)
+	})
+	set.final, set.finalP = true, &p
+	return p, true
+}
+
+// install applies the loaded state st: each reminder starts after the last
+// tick the store knows fired — exactly when the progress is final (the
+// predecessor stopped firing at its cut), at least once otherwise.
+func (set *shardSet) install(st storage.ShardState) (unfinal bool) {
+	s := set.s
+	for _, err := range st.Corrupt {
+		s.corruptRecord(set.id, err)
+	}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.stopped || set.loaded {
+		return false
+	}
+	p := st.Progress
+	certain := p != nil && p.Final
+	fired := map[storage.ReminderRef]storage.FiredTick{}
+	if p != nil {
+		for _, f := range p.Fired {
+			fired[storage.ReminderRef{Entity: f.Entity, Name: f.Name}] = f
+		}
+	}
+	now := time.Now()
+	for _, rec := range st.Reminders {
+		ref := storage.ReminderRef{Entity: rec.Entity, Name: rec.Name}
+		r := &reminder{set: set, ref: ref, rec: rec}
+		r.F = r
+		known, info := uint64(0), false
+		if p != nil && rec.Revision < p.Revision {
+			info = true
+			if f, ok := fired[ref]; ok && f.Revision == rec.Revision {
+				known = f.Tick
+			} else {
+				known = rec.LastDue(p.Cut)
+			}
+		}
+		r.lastFired, r.next = known, known+1
+		r.catchUp = !rec.DueOf(r.next).After(now)
+		// Without an exact progress, a tick due before the load (or
+		// within the clock skew allowed after it) may have fired on the
+		// previous owner, which stopped before this one acquired.
+		r.redeliver = !(certain && info) && !rec.DueOf(r.next).After(now.Add(MaxClockSkew))
+		set.resolveLocked(r)
+		set.byKey[ref] = r
+		s.loaded.Add(1)
+		if rec.Period <= 0 && known >= 1 {
+			r.deleting = true // fired before the move: delete it, fire nothing
+			s.queueDelete(r)
+		}
+	}
+	set.loaded = true
+	close(set.loadedCh)
+	if certain {
+		set.blocked, set.finalP = true, p
+		return true
+	}
+	set.scheduleAllLocked()
+	return false
+}
+
+// unblock makes the set fire after its final progress written was
+// rewritten as not final — unless a newer final progress was computed
+// meanwhile (a cutover), which needs its own rewrite (Resume).
+func (set *shardSet) unblock(written *storage.ReminderProgress) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if set.finalP != written {
+		return
+	}
+	set.blocked, set.final, set.finalP = false, false, nil
+	set.scheduleAllLocked()
+}
+
+// list returns the infos of e's reminders.
+func (set *shardSet) list(e storage.EntityRef) []entity.ReminderInfo {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	var out []entity.ReminderInfo
+	for _, r := range set.byKey {
+		if r.ref.Entity != e {
+			continue
+		}
+		info := entity.ReminderInfo{Name: r.rec.Name, Method: r.rec.Method,
+			Schedule: entity.Schedule{First: r.rec.First, Period: r.rec.Period}}
+		if r.rec.Skip {
+			info.Schedule.Missed = entity.Skip
+		}
+		if !(r.rec.Period <= 0 && r.next > 1) && !r.deleting {
+			info.Next = r.rec.DueOf(r.next)
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b entity.ReminderInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
