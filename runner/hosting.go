@@ -16,6 +16,13 @@ func (r *Runner) Register(kinds ...entity.Descriptor) error {
 // EntityCount returns the number of resident entities.
 func (r *Runner) EntityCount() int { return r.hosting.EntityCount() }
 
+// TimerCount returns the number of running entity timers.
+func (r *Runner) TimerCount() int64 { return r.hosting.Timers() }
+
+// ReminderCount returns the number of reminders loaded for the shards
+// this runner owns.
+func (r *Runner) ReminderCount() int64 { return r.reminders.Loaded() }
+
 // hostingEnv is what the entity host (package hosting) asks of the runner.
 type hostingEnv struct{ r *Runner }
 
