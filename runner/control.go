@@ -224,10 +224,13 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	// No handler of these shards can start any more: record which
 	// reminder ticks fired (fenced, while the locks are still ours). A
 	// failed write leaves the store's progress as it was: the next owner
-	// then fires at least once instead of exactly once.
-	r.writeProgress(actx, shards)
+	// then fires at least once instead of exactly once (published).
+	failed := r.writeProgress(actx, shards)
 	for _, s := range shards {
 		r.reminders.Forget(s.id, s.epoch)
+		if err, bad := failed[s.id]; bad {
+			r.hub.Publish(RemindersUnrecorded{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Err: err})
+		}
 	}
 
 	held := make([]storage.Held, len(shards))
@@ -441,18 +444,22 @@ func (r *Runner) linger() {
 // written and do not fail.
 func (r *Runner) writeProgress(actx context.Context, shards []*shard) map[sharding.ShardID]error {
 	var writes []storage.ShardWrite
+	failed := map[sharding.ShardID]error{}
 	for _, s := range shards {
-		if p, ok := r.reminders.Progress(s.id, s.epoch); ok {
+		p, write, err := r.reminders.Progress(s.id, s.epoch)
+		switch {
+		case err != nil:
+			failed[s.id] = err
+		case write:
 			writes = append(writes, storage.ShardWrite{Shard: s.id, Epoch: s.epoch, Progress: &p})
 		}
 	}
 	if len(writes) == 0 {
-		return nil
+		return failed
 	}
 	cctx, cancel := r.opCtx(actx)
 	res, err := r.store.WriteShardStates(cctx, writes)
 	cancel()
-	failed := map[sharding.ShardID]error{}
 	for i, w := range writes {
 		switch {
 		case res == nil:
@@ -464,7 +471,7 @@ func (r *Runner) writeProgress(actx context.Context, shards []*shard) map[shardi
 		}
 	}
 	if len(failed) > 0 {
-		r.log.Warn("cannot record which reminder ticks fired", "shards", len(failed), "of", len(writes), "err", errors.Join(err, firstErr(failed)))
+		r.log.Warn("cannot record which reminder ticks fired", "shards", len(failed), "err", firstErr(failed))
 	}
 	return failed
 }

@@ -84,6 +84,11 @@ func debugEvent(ev Event) debugpage.Event {
 		if e.Cause != nil {
 			out.Detail = e.Cause.Error()
 		}
+	case RemindersUnrecorded:
+		out.Type, out.Shard, out.Epoch = "RemindersUnrecorded", shard(e.Shard), e.Epoch
+		if e.Err != nil {
+			out.Detail = e.Err.Error()
+		}
 	case Registered:
 		out.Type, out.Detail = "Registered", fmt.Sprintf("lease %x", e.Lease)
 	case Detached:

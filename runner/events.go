@@ -10,8 +10,8 @@ import (
 )
 
 // Event is one entry of a runner's event stream. The concrete types are
-// ShardAcquired, ShardReleased, ShardLost, Registered, Detached and
-// Reattached. Events of one runner are delivered in the order the state
+// ShardAcquired, ShardReleased, ShardLost, RemindersUnrecorded,
+// Registered, Detached and Reattached. Events of one runner are delivered in the order the state
 // changed; Time is taken at the change (local clock, monotonic reading).
 type Event interface {
 	// Base returns the fields every event has.
@@ -57,6 +57,18 @@ type ShardLost struct {
 	Shard sharding.ShardID
 	Epoch storage.Epoch
 	Cause error
+}
+
+// RemindersUnrecorded: the runner released Shard (plainly) without being
+// able to record which of its reminders' ticks had fired (Err: the store
+// call failed, or a registration was still being written). The next owner
+// fires each of them at least once instead of exactly once: the ticks it
+// cannot be sure of arrive with ReminderTick.Redelivered.
+type RemindersUnrecorded struct {
+	EventBase
+	Shard sharding.ShardID
+	Epoch storage.Epoch
+	Err   error
 }
 
 // Registered: the runner registered under Lease (first start, or after its

@@ -24,6 +24,7 @@ type simWorld struct {
 	started    map[int64]time.Time                    // when each execution started
 	lost       []time.Time                            // release checkpoints that failed
 	violations []string
+	rem        *simReminders // the reminders' fires (simulation_reminders_test.go)
 }
 
 type simExec struct {
@@ -128,6 +129,18 @@ func (s *simRun) checkFencing() {
 			lockEpoch[rest] = int64(e.KV.ModRevision)
 		case ks == string(storage.KeyspaceShards):
 			delete(lockEpoch, rest)
+		case (ks == string(storage.KeyspaceReminders) || ks == string(storage.KeyspaceRemembered)) && e.Type == storage.EventPut:
+			shardStr, _, _ := strings.Cut(rest, "/")
+			epoch, err := stateEpoch(ks, rest, e.KV)
+			if err != nil {
+				s.w.violate("state record %q: %v", e.KV.Key, err)
+				continue
+			}
+			s.stats.stateWrites++
+			if int64(epoch) != lockEpoch[shardStr] {
+				s.w.violate("stale write accepted: %q at revision %d under epoch %d, the lock's epoch then was %d",
+					e.KV.Key, e.KV.ModRevision, epoch, lockEpoch[shardStr])
+			}
 		case ks == "checkpoints" && e.Type == storage.EventPut:
 			shardStr, name, _ := strings.Cut(rest, "/")
 			id, err := sharding.ParseShardID(shardStr)
@@ -213,8 +226,29 @@ func (s *simRun) check(l *simLoad) {
 	for _, acks := range l.acks {
 		s.stats.asksOK += len(acks)
 	}
+}
+
+// reportViolations fails the run with every violation the checks found.
+func (s *simRun) reportViolations() {
 	if len(s.w.violations) > 0 {
 		s.t.Errorf("seed %d (replay: go test -run 'TestSimulation' -sim.seed=%d -sim.log ./runner/): %d violations:\n  %s\nschedule:\n  %s",
 			s.seed, s.seed, len(s.w.violations), strings.Join(s.w.violations[:min(len(s.w.violations), 10)], "\n  "), strings.Join(s.sched, "\n  "))
+	}
+}
+
+// stateEpoch decodes the writer's epoch of a per-shard state record (key
+// relative to its keyspace ks).
+func stateEpoch(ks, key string, kv storage.KeyValue) (storage.Epoch, error) {
+	kv.Key = key
+	switch {
+	case ks == string(storage.KeyspaceRemembered):
+		r, err := storage.DecodeRemembered(kv)
+		return r.Epoch, err
+	case !strings.Contains(key, "/"):
+		p, err := storage.DecodeProgress(kv)
+		return p.Epoch, err
+	default:
+		r, err := storage.DecodeReminder(kv)
+		return r.Epoch, err
 	}
 }

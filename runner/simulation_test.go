@@ -80,6 +80,10 @@ type simStats struct {
 	withheld         int // results withheld (StaleResultError)
 	stubborn         int // handlers that ignored their context
 	checkpoints      int // checkpoint writes the store accepted (each checked against the lock's epoch)
+
+	reminderFires       int // reminder ticks fired (each checked: owner, order, exactness)
+	reminderRedelivered int // of which after an unplanned loss (at least once)
+	stateWrites         int // reminder writes the store accepted (each checked against the lock's epoch)
 }
 
 func (s *simStats) add(o simStats) {
@@ -94,6 +98,9 @@ func (s *simStats) add(o simStats) {
 	s.withheld += o.withheld
 	s.stubborn += o.stubborn
 	s.checkpoints += o.checkpoints
+	s.reminderFires += o.reminderFires
+	s.reminderRedelivered += o.reminderRedelivered
+	s.stateWrites += o.stateWrites
 }
 
 func (s simStats) String() string {
@@ -106,8 +113,9 @@ func (s simStats) String() string {
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
-	return fmt.Sprintf("faults [%s]; asks %d ok, %d failed; %d results withheld, %d stubborn handlers; %d checkpoints accepted, each under its lock's epoch",
-		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn, s.checkpoints)
+	return fmt.Sprintf("faults [%s]; asks %d ok, %d failed; %d results withheld, %d stubborn handlers; %d checkpoints accepted, each under its lock's epoch"+
+		"; reminders: %d ticks fired (%d redelivered after an unplanned loss), %d reminder writes accepted, each under its lock's epoch",
+		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn, s.checkpoints, s.reminderFires, s.reminderRedelivered, s.stateWrites)
 }
 
 // Simulation parameters.
@@ -235,17 +243,21 @@ func simulate(t *testing.T, seed uint64) simStats {
 	}
 	s.kind = entity.NewKind("counter", func(id string) *simCounter { return &simCounter{id: id, w: s.w} })
 	s.inc = entity.Method(s.kind, "inc", (*simCounter).Inc)
+	s.w.rem = newSimReminders(s.kind)
 	defer s.c.Close()
 	gw := s.startNode("gw", true)
 	for range 3 {
 		s.startNode("", false)
 	}
+	s.armAll(gw)
 	load := s.drive(gw)
 	s.schedule()
 	close(load.stop)
 	load.wg.Wait()
 	s.heal()
 	s.converge()
+	converged := time.Now()
+	time.Sleep(simRemindersPeriod + 2*time.Second) // reminders fire again
 	for _, n := range s.nodes {
 		if !n.dead {
 			n.r.Close()
@@ -260,6 +272,8 @@ func simulate(t *testing.T, seed uint64) simStats {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.check(load)
+	s.checkReminders(converged)
+	s.reportViolations()
 	return s.stats
 }
 

@@ -241,7 +241,7 @@ func DecodeReminder(kv KeyValue) (Reminder, error) {
 //
 // Every tick due at or before Cut of a reminder written at or before the
 // progress (Revision) fired, except for the reminders listed in Fired,
-// whose last fired tick is given there. An owner writes a Final progress
+// whose last fired tick is given there (a lower bound when Uncertain). An owner writes a Final progress
 // after it stopped firing for good at its epoch (a handoff or a release);
 // the next owner rewrites it with Final false before it fires anything, so
 // a Final progress is exact, and any other is only a lower bound (its
@@ -257,12 +257,16 @@ type ReminderProgress struct {
 }
 
 // FiredTick is the last fired tick of one reminder, at the reminder
-// record's revision.
+// record's revision. Uncertain says the writer did not know whether ticks
+// after Tick had fired (it loaded the reminder after an unplanned loss and
+// had not fired it since): Tick is then only a lower bound, and the next
+// owner's first fire of it is a redelivery.
 type FiredTick struct {
-	Entity   EntityRef
-	Name     string
-	Revision Revision // of the reminder record this applies to
-	Tick     uint64
+	Entity    EntityRef
+	Name      string
+	Revision  Revision // of the reminder record this applies to
+	Tick      uint64
+	Uncertain bool
 }
 
 // MaxProgressFired bounds ReminderProgress.Fired (the reminders not in
@@ -277,10 +281,11 @@ type progressValue struct {
 }
 
 type firedTick struct {
-	Entity string   `json:"entity"` // escaped kind/id
-	Name   string   `json:"name"`
-	Rev    Revision `json:"rev"`
-	Tick   uint64   `json:"tick"`
+	Entity    string   `json:"entity"` // escaped kind/id
+	Name      string   `json:"name"`
+	Rev       Revision `json:"rev"`
+	Tick      uint64   `json:"tick"`
+	Uncertain bool     `json:"uncertain,omitempty"`
 }
 
 // Validate reports whether p can be stored.
@@ -309,7 +314,7 @@ func EncodeProgress(p ReminderProgress) ([]byte, error) {
 	}
 	v := progressValue{Epoch: p.Epoch, Final: p.Final, Cut: p.Cut.UnixNano()}
 	for _, f := range p.Fired {
-		v.Fired = append(v.Fired, firedTick{Entity: entitySegment(f.Entity), Name: f.Name, Rev: f.Revision, Tick: f.Tick})
+		v.Fired = append(v.Fired, firedTick{Entity: entitySegment(f.Entity), Name: f.Name, Rev: f.Revision, Tick: f.Tick, Uncertain: f.Uncertain})
 	}
 	return json.Marshal(v)
 }
@@ -346,7 +351,7 @@ func DecodeProgress(kv KeyValue) (ReminderProgress, error) {
 		if err != nil {
 			return corrupt(err)
 		}
-		p.Fired = append(p.Fired, FiredTick{Entity: e, Name: f.Name, Revision: f.Rev, Tick: f.Tick})
+		p.Fired = append(p.Fired, FiredTick{Entity: e, Name: f.Name, Revision: f.Rev, Tick: f.Tick, Uncertain: f.Uncertain})
 	}
 	if err := p.Validate(); err != nil {
 		return corrupt(err)

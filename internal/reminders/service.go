@@ -159,17 +159,19 @@ func (s *Service) Resume(id sharding.ShardID, epoch storage.Epoch) {
 }
 
 // Progress returns the final progress of shard id at epoch, to be written
-// (fenced by epoch) before its lock moves or is deleted; ok is false when
-// there is nothing exact to write (its reminders were not loaded, it has
-// none, or a registration is still being written) — the store's progress
-// then stays as it is, which is safe: the next owner fires at least once.
-// Call it only once no handler of the shard can start any more (after a
-// handoff's drain, or after a release's handlers returned). The set is
-// marked: firing again needs Resume.
-func (s *Service) Progress(id sharding.ShardID, epoch storage.Epoch) (p storage.ReminderProgress, ok bool) {
+// (fenced by epoch) before its lock moves or is deleted. write is false
+// when there is nothing to write: the set fired nothing (not loaded) or
+// holds no reminder, and the store's progress is as exact as it was. err
+// says the progress cannot be known exactly now (a registration or
+// cancellation is still being written): written anyway it could lose or
+// repeat ticks, so nothing is written and the next owner fires at least
+// once. Call it only once no handler of the shard can start any more
+// (after a handoff's drain, or after a release's handlers returned). The
+// set is marked: firing again needs Resume.
+func (s *Service) Progress(id sharding.ShardID, epoch storage.Epoch) (p storage.ReminderProgress, write bool, err error) {
 	set := s.current(id, epoch)
 	if set == nil {
-		return p, false
+		return p, false, nil
 	}
 	return set.progress()
 }

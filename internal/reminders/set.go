@@ -346,24 +346,30 @@ func (set *shardSet) stop(clear bool) {
 }
 
 // progress computes the set's final progress (see Service.Progress).
-func (set *shardSet) progress() (storage.ReminderProgress, bool) {
+func (set *shardSet) progress() (storage.ReminderProgress, bool, error) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	p := storage.ReminderProgress{Shard: set.id, Epoch: set.epoch, Final: true, Cut: time.Now().UTC()}
-	if !set.loaded || set.writers > 0 || len(set.byKey) == 0 {
-		return p, false
+	switch {
+	case set.writers > 0:
+		return p, false, fmt.Errorf("shard %d: %d reminder registrations or cancellations still being written", set.id, set.writers)
+	case !set.loaded || len(set.byKey) == 0:
+		return p, false, nil
 	}
 	set.unscheduleAllLocked()
 	for _, r := range set.byKey {
-		if r.lastFired != r.rec.LastDue(p.Cut) {
-			p.Fired = append(p.Fired, storage.FiredTick{Entity: r.ref.Entity, Name: r.ref.Name, Revision: r.rec.Revision, Tick: r.lastFired})
+		// A reminder loaded without an exact progress and not fired since
+		// is only known to have fired up to lastFired: the next owner
+		// must treat its first fire as a redelivery too.
+		if r.redeliver || r.lastFired != r.rec.LastDue(p.Cut) {
+			p.Fired = append(p.Fired, storage.FiredTick{Entity: r.ref.Entity, Name: r.ref.Name, Revision: r.rec.Revision, Tick: r.lastFired, Uncertain: r.redeliver})
 		}
 	}
 	slices.SortFunc(p.Fired, func(a, b storage.FiredTick) int {
 		return strings.Compare(a.Entity.String()+"/"+a.Name, b.Entity.String()+"/"+b.Name)
 	})
 	set.final, set.finalP = true, &p
-	return p, true
+	return p, true, nil
 }
 
 // install applies the loaded state st: each reminder starts after the last
@@ -392,11 +398,11 @@ func (set *shardSet) install(st storage.ShardState) (unfinal bool) {
 		ref := storage.ReminderRef{Entity: rec.Entity, Name: rec.Name}
 		r := &reminder{set: set, ref: ref, rec: rec}
 		r.F = r
-		known, info := uint64(0), false
+		known, exact := uint64(0), false
 		if p != nil && rec.Revision < p.Revision {
-			info = true
+			exact = certain
 			if f, ok := fired[ref]; ok && f.Revision == rec.Revision {
-				known = f.Tick
+				known, exact = f.Tick, certain && !f.Uncertain
 			} else {
 				known = rec.LastDue(p.Cut)
 			}
@@ -406,7 +412,7 @@ func (set *shardSet) install(st storage.ShardState) (unfinal bool) {
 		// Without an exact progress, a tick due before the load (or
 		// within the clock skew allowed after it) may have fired on the
 		// previous owner, which stopped before this one acquired.
-		r.redeliver = !(certain && info) && !rec.DueOf(r.next).After(now.Add(MaxClockSkew))
+		r.redeliver = !exact && !rec.DueOf(r.next).After(now.Add(MaxClockSkew))
 		set.resolveLocked(r)
 		set.byKey[ref] = r
 		s.loaded.Add(1)
