@@ -21,6 +21,7 @@ type checkInput struct {
 	etcd         []kvEvent           // the namespace's history read back from etcd
 	deleteSeen   func(rev int64) int64
 	incarnations map[int]*incarnation // by PID
+	converged    int64                // when the cluster converged after the last fault (Mono; 0: never)
 }
 
 // stats are one run's figures.
@@ -51,6 +52,12 @@ type stats struct {
 	// handlers admitted just before their runner's detach instant whose
 	// first record came after it (< admitSlack), result not acknowledged
 	AdmittedAtInstant int
+	// Reminders (check 8): ticks fired, of which redelivered after an
+	// unplanned loss, and how long after each SIGKILL the killed runner's
+	// reminders fired again.
+	ReminderFires       int
+	ReminderRedelivered int
+	ReminderRecovery    []time.Duration
 }
 
 func (s *stats) failedTotal() int {
@@ -75,6 +82,7 @@ type execution struct {
 	ended      bool
 	value      int64
 	err        string
+	tick       bool // a reminder tick's handler (no reply comes of it)
 }
 
 const never = int64(1<<63 - 1)
@@ -96,7 +104,15 @@ const never = int64(1<<63 - 1)
 //     epoch of its shard had started serving;
 //  6. no handler started after its runner's detach instant (lease deadline
 //     - margin) or after its lease expired on the server, and every detach
-//     instant precedes the server-side expiry of its lease.
+//     instant precedes the server-side expiry of its lease;
+//  8. reminders (check_reminders.go): every tick fired on the owner of its
+//     shard inside that ownership; a reminder's ticks never go backwards, a
+//     tick not marked redelivered follows the previous one exactly (its
+//     missed count explains any gap), a redelivered one covers every tick
+//     after the previous fire and follows an unplanned loss of the shard;
+//     every reminder fires again after the cluster converged, and within
+//     2 x TTL of a SIGKILL of the runner it fired on (which restarts with
+//     the same ID at once).
 func check(in *checkInput) ([]string, stats) {
 	c := &checker{in: in, margin: in.p.TTL / 3}
 	c.st.AsksFailed, c.st.Examples = map[string]int{}, map[string]string{}
@@ -108,6 +124,7 @@ func check(in *checkInput) ([]string, stats) {
 	c.lateReplies()
 	c.detachBeforeExpiry()
 	c.healthBeforeReattach()
+	c.reminders()
 	c.countAsks()
 	return c.violations, c.st
 }
@@ -183,6 +200,7 @@ func (c *checker) index() {
 		case runnerproc.HistEnd:
 			if x := open[key]; x != nil {
 				x.end, x.ended, x.value, x.err = r.Mono, true, r.Value, r.Err
+				x.tick = r.Detail == runnerproc.TickDetail
 				delete(open, key)
 			}
 		case runnerproc.HistActivate:

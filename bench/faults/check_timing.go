@@ -35,7 +35,7 @@ func (c *checker) lateReplies() {
 		xs := c.byInst[[2]int64{int64(a.Resp.PID), a.Resp.Inst}]
 		var x *execution
 		for _, y := range xs { // the last execution that ended before the reply with this value
-			if y.ended && y.end <= a.Done && y.value == a.Resp.Value && y.err == "" {
+			if y.ended && y.end <= a.Done && y.value == a.Resp.Value && y.err == "" && !y.tick {
 				x = y
 			}
 		}

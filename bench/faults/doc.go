@@ -69,7 +69,22 @@
 //     handoff pending, all runners attached and agreeing on the
 //     assignment, one counter of every shard answering) within 2 x TTL
 //     after the last fault was healed, and every counter answers the final
-//     read (no hang, no stuck shard); a restarted runner registers.
+//     read (no hang, no stuck shard); a restarted runner registers;
+//  8. reminders: the first 200 counters (-reminders) register a reminder
+//     firing every second before the faults, and each tick's handler
+//     records its tick (between a start and an end record, so checks 1 and
+//     6 apply to it too). Every tick fired on the owner of its shard,
+//     inside that ownership by the runners' own records; a reminder's
+//     ticks never go backwards; a tick not marked redelivered follows the
+//     previous one exactly (its missed count explains any gap: a planned
+//     move loses and repeats nothing); a redelivered tick stands for every
+//     tick after the previous fire (at least once) and follows an
+//     unplanned loss of the shard (a SIGKILL or SIGSTOP of its owner, a
+//     detach, a lost lock, a release that could not record its progress);
+//     every reminder fires again after the cluster re-converged, and
+//     within 2 x TTL of a SIGKILL of the runner it fired on (which the
+//     schedule restarts with the same ID at once: its shards wait for the
+//     old lease to expire, then for the new process).
 //
 // A violation makes the run fail; its files (histories, runner logs, etcd
 // and toxiproxy logs) are kept and their directory printed. The summary

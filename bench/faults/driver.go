@@ -237,3 +237,22 @@ func (d *driver) all() []ask {
 	defer d.mu.Unlock()
 	return append([]ask(nil), d.asks...)
 }
+
+// reminderPeriod is the period of the counters' reminders.
+const reminderPeriod = time.Second
+
+// armReminders makes the first Reminders counters register a periodic
+// reminder ("tick", every reminderPeriod), before the faults: Arm is
+// idempotent, so each is retried until it succeeds (the cluster just
+// converged).
+func (d *driver) armReminders(ctx context.Context) error {
+	for i := range min(d.p.Reminders, d.p.Entities) {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := runnerproc.Arm.Ask(actx, d.gw, entityID(i), runnerproc.ArmReq{Name: "tick", Period: reminderPeriod})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("arm the reminder of %s: %w", entityID(i), err)
+		}
+	}
+	return nil
+}

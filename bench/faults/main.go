@@ -40,6 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&p.TTL, "ttl", p.TTL, "runners' LeaseTTL")
 	fs.DurationVar(&p.Work, "work", p.Work, "how long each increment's handler runs")
 	fs.DurationVar(&p.AskTimeout, "ask-timeout", p.AskTimeout, "each ask's deadline")
+	fs.IntVar(&p.Reminders, "reminders", p.Reminders, "counters that register a periodic reminder (every second) before the faults")
 	fs.StringVar(&p.Dir, "dir", "", "where runs keep their files (default: the temp dir)")
 	fs.BoolVar(&p.Keep, "keep", false, "keep every run's files (a failed run's are always kept)")
 	if err := fs.Parse(args); err != nil {

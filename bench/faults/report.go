@@ -21,9 +21,9 @@ func (r *result) line() string {
 		fmt.Fprintf(&b, "ok (%v)", r.Took.Round(time.Second))
 	}
 	if r.Err == nil {
-		fmt.Fprintf(&b, ": asks %d ok / %d failed, handlers %d, pauses %d (hit a handler %d, late handlers %d, withheld %d), lost planned %d / crash %d, fenced %d, detaches %d, converged %v",
+		fmt.Fprintf(&b, ": asks %d ok / %d failed, handlers %d, pauses %d (hit a handler %d, late handlers %d, withheld %d), lost planned %d / crash %d, fenced %d, detaches %d, reminder ticks %d (%d redelivered), converged %v",
 			st.AsksOK, st.failedTotal(), st.Handlers, st.Pauses, st.PausesHit, st.LateHandlers, st.LateWithheld,
-			st.LostPlanned, st.LostCrash, st.FencedWrites, st.Detaches, r.Converge.Round(time.Millisecond))
+			st.LostPlanned, st.LostCrash, st.FencedWrites, st.Detaches, st.ReminderFires, st.ReminderRedelivered, r.Converge.Round(time.Millisecond))
 	}
 	if r.Dir != "" {
 		fmt.Fprintf(&b, "; files in %s", r.Dir)
@@ -89,6 +89,9 @@ func (s *summary) add(r *result) {
 	s.st.AdmittedAtInstant += st.AdmittedAtInstant
 	s.st.StaleActivations += st.StaleActivations
 	s.st.DetachMargins = append(s.st.DetachMargins, st.DetachMargins...)
+	s.st.ReminderFires += st.ReminderFires
+	s.st.ReminderRedelivered += st.ReminderRedelivered
+	s.st.ReminderRecovery = append(s.st.ReminderRecovery, st.ReminderRecovery...)
 	if r.Converge >= 0 {
 		s.converge = append(s.converge, r.Converge)
 	}
@@ -147,6 +150,8 @@ func (s *summary) print(w io.Writer) {
 	if st.Ambiguous > 0 {
 		fmt.Fprintf(w, "handler starts a SIGSTOP may have separated from their admission (not judged): %d\n", st.Ambiguous)
 	}
+	fmt.Fprintf(w, "reminders (%d counters, every %v): %d ticks fired, %d redelivered after an unplanned loss; fired again after a SIGKILL of their runner (worst per kill): %s (limit 2 x TTL)\n",
+		min(p.Reminders, p.Entities), reminderPeriod, st.ReminderFires, st.ReminderRedelivered, dist(st.ReminderRecovery))
 	fmt.Fprintf(w, "converged after the last fault: %s (limit 2 x TTL = %v)\n", dist(s.converge), 2*p.TTL)
 	fmt.Fprintf(w, "violations: %d\n", len(s.violations))
 	for _, v := range s.violations {

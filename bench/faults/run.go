@@ -32,11 +32,12 @@ type params struct {
 	Warmup          time.Duration
 	Dir             string // where runs keep their files ("": the temp dir)
 	Keep            bool   // keep every run's files (a failed run's are always kept)
+	Reminders       int    // counters that register a periodic reminder (every second) before the faults
 }
 
 func defaultParams() params {
 	return params{Runners: 4, Shards: 64, Entities: 2000, Rate: 1500, MaxInFlight: 4000, TTL: 5 * time.Second, Work: 5 * time.Millisecond,
-		AskTimeout: 12 * time.Second, Faults: 4, CheckpointEvery: 3, Warmup: 2 * time.Second}
+		AskTimeout: 12 * time.Second, Faults: 4, CheckpointEvery: 3, Warmup: 2 * time.Second, Reminders: 200}
 }
 
 // applied is one injected fault with its instants.
@@ -120,6 +121,9 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	if _, why := e.waitConverged(ctx, d, 30*time.Second); why != "" {
 		return fmt.Errorf("the cluster did not converge before the faults: %s", why)
 	}
+	if err := d.armReminders(ctx); err != nil {
+		return err
+	}
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan struct{})
@@ -146,6 +150,8 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 		lastHeal = max(lastHeal, a.Healed)
 	}
 	took, why := e.waitConverged(ctx, d, max(30*time.Second, 6*p.TTL))
+	converged := runnerproc.Mono()
+	sleepCtx(ctx, reminderPeriod+time.Second) // the reminders fire again (check 8)
 	if why != "" {
 		violate("no convergence %v after the last fault: %s", max(30*time.Second, 6*p.TTL), why)
 	} else {
@@ -172,6 +178,10 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	}
 	in := &checkInput{
 		p: p, asks: d.all(), etcd: events, deleteSeen: e.obs.seen, incarnations: e.incarnations(),
+		converged: converged,
+	}
+	if why != "" {
+		in.converged = 0 // never converged: check 8's liveness part does not apply
 	}
 	for _, inc := range in.incarnations {
 		recs, err := runnerproc.ReadHistory(inc.history)

@@ -138,17 +138,25 @@ func (s *Service) unfinal(ctx context.Context, sets []*shardSet) error {
 	}
 	writes := make([]storage.ShardWrite, 0, len(sets))
 	written := make([]*storage.ReminderProgress, 0, len(sets))
+	wsets := make([]*shardSet, 0, len(sets))
 	for _, set := range sets {
 		set.mu.Lock()
 		fp := set.finalP
+		// A paused set (a cutover) writes its own final progress next:
+		// Resume queues the rewrite again if the cutover fails.
+		skip := fp == nil || set.paused || set.stopped
+		if !skip {
+			set.unfinaling = true
+		}
 		set.mu.Unlock()
-		if fp == nil { // rewritten meanwhile
+		if skip {
 			continue
 		}
 		p := *fp
 		p.Final = false
 		writes = append(writes, storage.ShardWrite{Shard: set.id, Epoch: set.epoch, Progress: &p})
 		written = append(written, fp)
+		wsets = append(wsets, set)
 	}
 	if len(writes) == 0 {
 		return nil
@@ -158,14 +166,7 @@ func (s *Service) unfinal(ctx context.Context, sets []*shardSet) error {
 	cancel()
 	var retry []*shardSet
 	var first error
-	sets = sets[:0:0]
-	for _, w := range writes {
-		sets = append(sets, s.current(w.Shard, w.Epoch))
-	}
-	for i, set := range sets {
-		if set == nil {
-			continue
-		}
+	for i, set := range wsets {
 		var e error
 		switch {
 		case res == nil:
@@ -179,7 +180,9 @@ func (s *Service) unfinal(ctx context.Context, sets []*shardSet) error {
 			set.unblock(written[i])
 		case errors.Is(e, storage.ErrFenced):
 			// The shard moved on: the runner drops the set.
+			set.endUnfinal()
 		default:
+			set.endUnfinal()
 			retry = append(retry, set)
 			if first == nil {
 				first = fmt.Errorf("rewrite the reminder progress of shard %d: %w", set.id, e)

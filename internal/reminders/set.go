@@ -60,8 +60,11 @@ type shardSet struct {
 	// final before the set fires.
 	finalP  *storage.ReminderProgress
 	writers int // registrations and cancellations in flight
-	byKey   map[storage.ReminderRef]*reminder
-	failed  int // load attempts failed in a row
+	// unfinaling: a rewrite of finalP as not final is in flight; a new
+	// final progress must wait for it (the two writes would race).
+	unfinaling bool
+	byKey      map[storage.ReminderRef]*reminder
+	failed     int // load attempts failed in a row
 }
 
 // reminder is one loaded reminder and its firing state.
@@ -353,6 +356,8 @@ func (set *shardSet) progress() (storage.ReminderProgress, bool, error) {
 	switch {
 	case set.writers > 0:
 		return p, false, fmt.Errorf("shard %d: %d reminder registrations or cancellations still being written", set.id, set.writers)
+	case set.unfinaling:
+		return p, false, fmt.Errorf("shard %d: the previous reminder progress is still being rewritten", set.id)
 	case !set.loaded || len(set.byKey) == 0:
 		return p, false, nil
 	}
@@ -437,11 +442,19 @@ func (set *shardSet) install(st storage.ShardState) (unfinal bool) {
 func (set *shardSet) unblock(written *storage.ReminderProgress) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
+	set.unfinaling = false
 	if set.finalP != written {
 		return
 	}
 	set.blocked, set.final, set.finalP = false, false, nil
 	set.scheduleAllLocked()
+}
+
+// endUnfinal ends a failed rewrite of the final progress (it is retried).
+func (set *shardSet) endUnfinal() {
+	set.mu.Lock()
+	set.unfinaling = false
+	set.mu.Unlock()
 }
 
 // list returns the infos of e's reminders.

@@ -287,6 +287,11 @@ func recordEvent(hist *historyFile, ev runner.Event) {
 		if v.Cause != nil {
 			rec.Detail = v.Cause.Error()
 		}
+	case runner.RemindersUnrecorded:
+		rec.Kind, rec.Shard, rec.Epoch = HistUnrecorded, int(v.Shard), int64(v.Epoch)
+		if v.Err != nil {
+			rec.Err = v.Err.Error()
+		}
 	default:
 		return
 	}

@@ -67,6 +67,38 @@ var Inc = entity.Method(Counter, "inc", (*counter).Inc)
 // Get reads a counter.
 var Get = entity.Method(Counter, "get", (*counter).Get, entity.Idempotent())
 
+// ArmReq registers a periodic reminder of a counter: Name, every Period
+// from the registration on.
+type ArmReq struct {
+	Name   string        `json:"name"`
+	Period time.Duration `json:"period"`
+}
+
+// Arm registers a reminder of a counter (replacing one of the same name).
+var Arm = entity.Method(Counter, "arm", (*counter).Arm, entity.Idempotent())
+
+// Remind is the counters' reminder handler: it records the tick (between
+// a handler start and end record, so the checks of handlers apply to it)
+// and leaves the count alone.
+var Remind = entity.Reminder(Counter, "remind", (*counter).Remind)
+
+func (c *counter) Arm(ctx context.Context, req ArmReq) (bool, error) {
+	return true, Remind.Register(ctx, req.Name, entity.Schedule{Period: req.Period}, req.Name)
+}
+
+func (c *counter) Remind(ctx context.Context, t entity.ReminderTick[string]) error {
+	info := c.start(ctx)
+	counterChild.hist.append(Record{Kind: HistFire, Shard: int(info.Shard), Epoch: int64(info.Epoch), Entity: c.id, Inst: c.inst,
+		Detail: t.Name, Tick: t.Tick, Missed: t.Missed, Redelivered: t.Redelivered})
+	rec := Record{Kind: HistEnd, Shard: int(info.Shard), Epoch: int64(info.Epoch), Entity: c.id, Inst: c.inst, Value: c.n, Detail: TickDetail}
+	counterChild.hist.append(rec)
+	return nil
+}
+
+// TickDetail marks the end record of a reminder tick's handler (no reply
+// comes of it).
+const TickDetail = "tick"
+
 func (c *counter) Activate(ctx context.Context, info entity.ActivateInfo) error {
 	c.inst, c.epoch, c.persist = instances.Add(1), info.Epoch, info.Checkpoint
 	if info.Restore != nil {

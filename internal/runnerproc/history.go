@@ -27,6 +27,13 @@ const (
 	HistAcquired   = "acquired"   // a shard became owned: Shard, Epoch
 	HistReleased   = "released"   // a shard was released or handed off: Shard, Epoch
 	HistLost       = "lost"       // a shard was lost: Shard, Epoch, Detail
+	// A reminder tick's handler ran (between its start and end records):
+	// Shard, Epoch, Entity, Inst, Detail (the reminder's name), Tick,
+	// Missed, Redelivered.
+	HistFire = "fire"
+	// A plain release could not record which reminder ticks fired (the
+	// next owner fires them at least once): Shard, Epoch, Err.
+	HistUnrecorded = "unrecorded"
 )
 
 // Record is one line of a history file. Times are CLOCK_MONOTONIC
@@ -48,6 +55,10 @@ type Record struct {
 	OK       bool   `json:"ok,omitempty"`
 	Err      string `json:"err,omitempty"`
 	Detail   string `json:"d,omitempty"`
+	// A reminder tick (HistFire).
+	Tick        uint64 `json:"tk,omitempty"`
+	Missed      uint64 `json:"ms,omitempty"`
+	Redelivered bool   `json:"rd,omitempty"`
 }
 
 // Mono returns CLOCK_MONOTONIC in nanoseconds.

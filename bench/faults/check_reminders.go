@@ -1,0 +1,183 @@
+package main
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
+)
+
+// fire is one recorded reminder tick, timed by its handler's start.
+type fire struct {
+	pid         int
+	runner      string
+	shard       int
+	epoch       int64
+	tick        uint64
+	missed      uint64
+	redelivered bool
+	start       int64
+}
+
+// ownership is one (process, shard, epoch) ownership by the runners' own
+// records: from its acquisition to its release, its loss, the runner's
+// detach or the process's death.
+type ownership struct {
+	from, until int64
+}
+
+// reminders is check 8.
+func (c *checker) reminders() {
+	type okey struct {
+		pid   int
+		shard int
+		epoch int64
+	}
+	owned := map[okey]*ownership{}
+	open := map[int]map[okey]*ownership{} // pid -> its ownerships not ended
+	unplanned := map[int][]int64{}         // shard -> instants of unplanned losses
+	endAll := func(pid int, t int64, planned bool) {
+		for k, o := range open[pid] {
+			o.until = t
+			if !planned {
+				unplanned[k.shard] = append(unplanned[k.shard], t)
+			}
+		}
+		open[pid] = nil
+	}
+	byEntity := map[string][]fire{}
+	execStart := map[[2]int64]int64{} // (pid, inst) -> its last handler start
+	for pid, recs := range c.perPID {
+		for _, r := range recs {
+			k := okey{pid, r.Shard, r.Epoch}
+			switch r.Kind {
+			case runnerproc.HistStart:
+				execStart[[2]int64{int64(pid), r.Inst}] = r.Mono
+			case runnerproc.HistAcquired:
+				o := &ownership{from: r.Mono, until: never}
+				owned[k] = o
+				if open[pid] == nil {
+					open[pid] = map[okey]*ownership{}
+				}
+				open[pid][k] = o
+			case runnerproc.HistReleased:
+				if o := owned[k]; o != nil {
+					o.until = r.Mono
+					delete(open[pid], k)
+				}
+			case runnerproc.HistLost:
+				if o := owned[k]; o != nil {
+					o.until = r.Mono
+					delete(open[pid], k)
+				}
+				unplanned[r.Shard] = append(unplanned[r.Shard], r.Mono)
+			case runnerproc.HistUnrecorded:
+				unplanned[r.Shard] = append(unplanned[r.Shard], r.Mono)
+			case runnerproc.HistDetached:
+				endAll(pid, r.Mono, false)
+			case runnerproc.HistFire:
+				start := execStart[[2]int64{int64(pid), r.Inst}]
+				byEntity[r.Entity+"/"+r.Detail] = append(byEntity[r.Entity+"/"+r.Detail], fire{pid: pid, runner: r.Runner, shard: r.Shard,
+					epoch: r.Epoch, tick: r.Tick, missed: r.Missed, redelivered: r.Redelivered, start: start})
+			}
+		}
+		if d := c.deathOf(pid); d != never {
+			endAll(pid, d, false)
+		}
+	}
+	// A SIGSTOP longer than the TTL loses the process's shards while it
+	// cannot record anything: each shard it owned when stopped counts as
+	// lost then.
+	for k, o := range owned {
+		inc := c.in.incarnations[k.pid]
+		if inc == nil {
+			continue
+		}
+		for _, p := range inc.pauses {
+			if o.from <= p[0] && p[0] <= o.until {
+				unplanned[k.shard] = append(unplanned[k.shard], p[0])
+			}
+		}
+	}
+	lossBetween := func(shard int, a, b int64) bool {
+		return slices.ContainsFunc(unplanned[shard], func(t int64) bool { return t >= a && t <= b })
+	}
+	keys := make([]string, 0, len(byEntity))
+	for k := range byEntity {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		fs := byEntity[key]
+		sort.SliceStable(fs, func(i, j int) bool { return fs[i].start < fs[j].start })
+		c.st.ReminderFires += len(fs)
+		for i, f := range fs {
+			if f.redelivered {
+				c.st.ReminderRedelivered++
+			}
+			o := owned[okey{f.pid, f.shard, f.epoch}]
+			if o == nil || f.start < o.from || f.start > o.until {
+				c.violate("reminder %s: tick %d fired on %s (pid %d) under epoch %d of shard %d at %s, outside that ownership",
+					key, f.tick, f.runner, f.pid, f.epoch, f.shard, at(f.start))
+			}
+			if i == 0 {
+				continue
+			}
+			p := fs[i-1]
+			switch {
+			case f.tick < p.tick:
+				c.violate("reminder %s went backwards: tick %d on %s at %s after tick %d on %s at %s", key, f.tick, f.runner, at(f.start), p.tick, p.runner, at(p.start))
+			case !f.redelivered && f.tick != p.tick+f.missed+1:
+				c.violate("reminder %s: tick %d (missed %d) on %s at %s after tick %d on %s at %s: a tick lost or fired twice, not marked redelivered",
+					key, f.tick, f.missed, f.runner, at(f.start), p.tick, p.runner, at(p.start))
+			case f.redelivered && f.tick-f.missed > p.tick+1:
+				c.violate("reminder %s: redelivered tick %d (missed %d) leaves ticks after %d unfired", key, f.tick, f.missed, p.tick)
+			case f.redelivered && !lossBetween(f.shard, p.start, f.start):
+				c.violate("reminder %s: tick %d redelivered on %s at %s after tick %d on %s at %s with no unplanned loss of shard %d between",
+					key, f.tick, f.runner, at(f.start), p.tick, p.runner, at(p.start), f.shard)
+			}
+		}
+	}
+	// Liveness: every reminder fires after the cluster converged, and
+	// within 2 x TTL of a SIGKILL of the runner it last fired on.
+	for i := range min(c.in.p.Reminders, c.in.p.Entities) {
+		key := entityID(i) + "/tick"
+		fs := byEntity[key]
+		if c.in.converged != 0 && !slices.ContainsFunc(fs, func(f fire) bool { return f.start > c.in.converged }) {
+			c.violate("reminder %s did not fire after the cluster converged at %s", key, at(c.in.converged))
+		}
+	}
+	for pid, inc := range c.in.incarnations {
+		if inc.killed == 0 {
+			continue
+		}
+		var worst time.Duration
+		n := 0
+		for _, key := range keys {
+			fs := byEntity[key]
+			j := sort.Search(len(fs), func(j int) bool { return fs[j].start > inc.killed })
+			if j == 0 || fs[j-1].pid != pid {
+				continue // not on the killed runner when it died
+			}
+			n++
+			if j == len(fs) {
+				c.violate("reminder %s never fired again after %s (pid %d) was killed at %s", key, inc.id, pid, at(inc.killed))
+				continue
+			}
+			worst = max(worst, time.Duration(fs[j].start-inc.killed))
+		}
+		if n == 0 {
+			continue
+		}
+		c.st.ReminderRecovery = append(c.st.ReminderRecovery, worst)
+		// The bound is the suite's convergence limit: the killed runner
+		// restarts with its ID at once, so its shards wait for the old
+		// lease to expire (TTL), then for the new process to register,
+		// acquire them and activate their entities under the suite's load
+		// (BENCHMARKS.md gives the measured distribution).
+		if limit := 2 * c.in.p.TTL; worst > limit {
+			c.violate("the reminders of %s (pid %d, killed at %s) fired again up to %v later, more than 2 x TTL (%v)", inc.id, pid, at(inc.killed), worst.Round(time.Millisecond), limit)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/shardhost/shardhost/internal/runnerproc"
+)
+
+// Histories that keep or break the reminder rules (check 8).
+
+func (h *hist) owns(pid, shard int, epoch int64, from, until float64) {
+	id := h.in.incarnations[pid].id
+	h.rec(runnerproc.Record{Kind: runnerproc.HistAcquired, Mono: int64(from * 1e9), PID: pid, Runner: id, Shard: shard, Epoch: epoch})
+	if until >= 0 {
+		h.rec(runnerproc.Record{Kind: runnerproc.HistReleased, Mono: int64(until * 1e9), PID: pid, Runner: id, Shard: shard, Epoch: epoch})
+	}
+}
+
+// tick records a reminder tick of entity c0 fired at t.
+func (h *hist) tick(pid, shard int, epoch int64, t float64, tick, missed uint64, redelivered bool) {
+	id := h.in.incarnations[pid].id
+	h.rec(runnerproc.Record{Kind: runnerproc.HistStart, Mono: int64(t * 1e9), PID: pid, Runner: id, Shard: shard, Epoch: epoch,
+		Entity: "c0", Inst: int64(pid), Deadline: int64(t*1e9) + 10*sec})
+	h.rec(runnerproc.Record{Kind: runnerproc.HistFire, Mono: int64(t*1e9) + 1000, PID: pid, Runner: id, Shard: shard, Epoch: epoch,
+		Entity: "c0", Inst: int64(pid), Detail: "tick", Tick: tick, Missed: missed, Redelivered: redelivered})
+	h.rec(runnerproc.Record{Kind: runnerproc.HistEnd, Mono: int64(t*1e9) + 2000, PID: pid, Runner: id, Shard: shard, Epoch: epoch,
+		Entity: "c0", Inst: int64(pid), Detail: runnerproc.TickDetail})
+}
+
+func reminderHist() *hist {
+	h := newHist()
+	h.in.p.Reminders = 1
+	h.runner(1, "r1", 100, 0)
+	h.runner(2, "r2", 200, 0)
+	h.owns(1, 7, 10, 0.5, 3.5)
+	h.owns(2, 7, 20, 3.6, -1)
+	return h
+}
+
+func TestCheckerAcceptsRemindersExactAcrossAPlannedMove(t *testing.T) {
+	h := reminderHist()
+	h.tick(1, 7, 10, 1, 1, 0, false)
+	h.tick(1, 7, 10, 2, 2, 0, false)
+	h.tick(1, 7, 10, 3, 3, 0, false)
+	h.tick(2, 7, 20, 4, 4, 0, false)
+	h.tick(2, 7, 20, 6, 6, 1, false) // one tick missed, counted
+	if st := wantClean(t, h); st.ReminderFires != 5 {
+		t.Fatalf("ReminderFires = %d, want 5", st.ReminderFires)
+	}
+}
+
+func TestCheckerFlagsATickFiredTwiceAcrossAPlannedMove(t *testing.T) {
+	h := reminderHist()
+	h.tick(1, 7, 10, 3, 3, 0, false)
+	h.tick(2, 7, 20, 4, 3, 0, false)
+	wantViolation(t, h, "a tick lost or fired twice")
+}
+
+func TestCheckerFlagsATickLostAcrossAPlannedMove(t *testing.T) {
+	h := reminderHist()
+	h.tick(1, 7, 10, 3, 3, 0, false)
+	h.tick(2, 7, 20, 5, 5, 0, false)
+	wantViolation(t, h, "a tick lost or fired twice")
+}
+
+func TestCheckerFlagsARedeliveryWithoutAnUnplannedLoss(t *testing.T) {
+	h := reminderHist()
+	h.tick(1, 7, 10, 3, 3, 0, false)
+	h.tick(2, 7, 20, 4, 4, 0, true)
+	wantViolation(t, h, "with no unplanned loss")
+}
+
+func TestCheckerAcceptsARedeliveryAfterAKillButNotAGap(t *testing.T) {
+	h := newHist()
+	h.in.p.Reminders = 1
+	h.runner(1, "r1", 100, 0)
+	h.runner(2, "r2", 200, 0)
+	h.owns(1, 7, 10, 0.5, -1)
+	h.in.incarnations[1].killed = int64(3.2 * 1e9)
+	h.owns(2, 7, 20, 8, -1)
+	h.tick(1, 7, 10, 3, 3, 0, false)
+	h.tick(2, 7, 20, 8.1, 8, 7, true) // stands for ticks 1..8: covers 4..8
+	h.tick(2, 7, 20, 9, 9, 0, false)
+	if st := wantClean(t, h); st.ReminderRedelivered != 1 || len(st.ReminderRecovery) != 1 {
+		t.Fatalf("stats %+v: want one redelivery and one recovery measured", st)
+	}
+	h = newHist()
+	h.in.p.Reminders = 1
+	h.runner(1, "r1", 100, 0)
+	h.runner(2, "r2", 200, 0)
+	h.owns(1, 7, 10, 0.5, -1)
+	h.in.incarnations[1].killed = int64(3.2 * 1e9)
+	h.owns(2, 7, 20, 8, -1)
+	h.tick(1, 7, 10, 3, 3, 0, false)
+	h.tick(2, 7, 20, 8.1, 8, 2, true) // stands for 6..8 only: 4 and 5 never fired
+	wantViolation(t, h, "leaves ticks after 3 unfired")
+}
+
+func TestCheckerFlagsATickFiredOutsideItsOwnership(t *testing.T) {
+	h := reminderHist()
+	h.tick(1, 7, 10, 3.55, 3, 0, false) // after r1 released shard 7 at 3.5
+	wantViolation(t, h, "outside that ownership")
+}
+
+func TestCheckerFlagsAReminderSlowToRecoverFromAKill(t *testing.T) {
+	h := newHist()
+	h.in.p.Reminders = 1
+	h.runner(1, "r1", 100, 0)
+	h.runner(2, "r2", 200, 0)
+	h.owns(1, 7, 10, 0.5, -1)
+	h.in.incarnations[1].killed = int64(3.2 * 1e9)
+	h.owns(2, 7, 20, 14, -1)
+	h.tick(1, 7, 10, 3, 3, 0, false)
+	h.tick(2, 7, 20, 14.5, 14, 10, true) // 11.3 s after the kill: more than 2 x TTL
+	wantViolation(t, h, "more than 2 x TTL")
+}
