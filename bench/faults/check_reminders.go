@@ -36,7 +36,7 @@ func (c *checker) reminders() {
 	}
 	owned := map[okey]*ownership{}
 	open := map[int]map[okey]*ownership{} // pid -> its ownerships not ended
-	unplanned := map[int][]int64{}         // shard -> instants of unplanned losses
+	unplanned := map[int][]int64{}        // shard -> instants of unplanned losses
 	endAll := func(pid int, t int64, planned bool) {
 		for k, o := range open[pid] {
 			o.until = t
