@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup browser test simulate faults vet fmt-check bench demo demo-partitions demo-cluster screenshots clean-bin
+.PHONY: setup browser test simulate faults vet fmt-check bench demo demo-partitions demo-carts demo-cluster screenshots clean-bin
 
 ## setup: download Go modules, build the pinned etcd + toxiproxy binaries into ./bin, and install
 ## Debian's chromium for the browser checks when apt-get can (best effort, ~30 s once; never fails)
@@ -68,6 +68,10 @@ screenshots:
 	chromium --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \
 		--disable-sync --no-first-run --hide-scrollbars --user-data-dir="$$(mktemp -d)" --window-size=1200,1500 \
 		--screenshot=$(CURDIR)/docs/churn-report.png file://$(CURDIR)/docs/churn-report.html 2>/dev/null
+
+## demo-carts: carts that expire after inactivity and a periodic summary: durable reminders and timers across a graceful stop and a crash (~15 s)
+demo-carts:
+	cd examples && $(GO) run ./carts
 
 ## demo-partitions: run the warming demo (log partitions as shards; scale-up 2 -> 3 with and without handoff; ~15 s)
 demo-partitions:
