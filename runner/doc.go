@@ -155,7 +155,61 @@
 // cause ErrCallerDeadline (a remote asker's deadline travels with its
 // request; signals carry none): whichever ends first cancels the handler,
 // with its own cause. A panic fails its message with an *entity.PanicError
-// and restarts the instance.
+// and restarts the instance. The handler's context also carries the
+// entity's runtime (entity.RuntimeFrom): its timers and reminders.
+//
+// # Timers and reminders
+//
+// Timers (entity.Timer) live in the runner's memory, in one heap for the
+// whole runner (internal/schedule: no goroutine or runtime timer each).
+// A timer's tick enters the entity's mailbox like a signal, one at a time
+// with its other messages, and does not count as activity for idle
+// passivation (unless the kind says entity.TicksAreActivity). Timers end
+// with the entity's instance: when it passivates, is discarded after a
+// panic, or its shard leaves the runner (moved, released, lost, detached).
+//
+// Reminders (entity.Reminder) are durable: each is a record
+// reminders/{shard}/{kind/id}/{name} written — registered, replaced or
+// cancelled — in one transaction fenced by the shard's epoch, so a handler
+// whose shard moved cannot register one (its error matches ErrShardMoved
+// or storage.ErrFenced). The owner of a shard loads its reminders when it
+// acquires the shard (batched, in the background: the shard's messages
+// never wait for it) and fires each due tick by delivering it to the
+// entity, activating it if it is not resident. What is guaranteed:
+//
+//   - Fired by the owner only. A tick passes the same start gate as every
+//     handler: the shard still hosted at the epoch the reminder was loaded
+//     under, the detach instant not passed. A tick counts as fired when its
+//     handler starts; a handler error is logged like a signal's.
+//   - Exactly once across planned moves. When a shard is handed off or
+//     released with its entities drained, the old owner writes, fenced by
+//     its epoch, before the lock moves or is deleted, a final record of
+//     which ticks fired (reminders/{shard}); the new owner rewrites it as
+//     not final, fenced by its own epoch, before it fires anything, and
+//     continues with the next tick of each reminder. A cutover whose record
+//     cannot be written is given up and tried again (the shard keeps
+//     serving here); a plain release whose record cannot be written
+//     publishes RemindersUnrecorded (the next owner fires at least once).
+//   - At least once after an unplanned loss (a crash, a detach, a lost
+//     lock): the new owner fires the ticks the store cannot show to have
+//     fired, marked ReminderTick.Redelivered, with their number; a
+//     periodic reminder's ticks due meanwhile are one fire with their count
+//     in Missed (entity.FireOnce), or skipped (entity.Skip). A crashed
+//     owner's reminders fire again as soon as the shard is re-owned (about
+//     LeaseTTL after the crash) and its record is loaded. Reminders'
+//     due times are wall times: the runners' clocks are assumed to agree
+//     within reminders.MaxClockSkew (1 s), ticks due that close after an
+//     acquisition are marked Redelivered too.
+//   - No write per tick, no herd. A periodic reminder's next due time
+//     follows from its first due time and period; only registration,
+//     cancellation, the deletion of a one-shot reminder that fired and the
+//     progress record of a planned move write. Reminders already due when
+//     a shard is loaded fire through a queue drained at
+//     ReminderCatchUpRate per runner; reminders due later fire on time.
+//   - Bad records stay contained: a stored reminder that does not decode,
+//     or names a kind or reminder this runner does not have, is logged
+//     with its key (WARN) and skipped, retried every minute if it names an
+//     unknown kind; the shard's other reminders fire.
 //
 // # Routing and delivery
 //
