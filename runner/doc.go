@@ -208,8 +208,9 @@
 //     ReminderCatchUpRate per runner; reminders due later fire on time.
 //   - Bad records stay contained: a stored reminder that does not decode,
 //     or names a kind or reminder this runner does not have, is logged
-//     with its key (WARN) and skipped, retried every minute if it names an
-//     unknown kind; the shard's other reminders fire.
+//     once with its key (WARN), counted (sharding.reminders_corrupt) and
+//     skipped — one naming an unknown kind is tried again every minute (a
+//     rolling upgrade may register it) —; the shard's other reminders fire.
 //
 // # Routing and delivery
 //

@@ -264,15 +264,40 @@ func (s *Service) deleteChunk(ctx context.Context, set *shardSet, rs []*reminder
 	}
 }
 
-// corrupt logs a stored reminder this runner skips (at most once a minute
-// per shard) and counts it.
+// corrupt logs a stored reminder this runner skips (once per key) and
+// counts it (every time).
 func (s *Service) corrupt(id sharding.ShardID, rec storage.Reminder, why string) {
 	s.met.Corrupt.Add(context.Background(), 1, s.met.Attrs)
-	s.log.Warn("reminder skipped", "key", storage.ReminderKey(id, rec.Entity, rec.Name), "method", rec.Method, "why", why)
+	key := storage.ReminderKey(id, rec.Entity, rec.Name)
+	if s.firstLog(key) {
+		s.log.Warn("reminder skipped", "key", key, "method", rec.Method, "why", why)
+	}
 }
 
-// corruptRecord logs a stored record that did not decode.
+// corruptRecord logs a stored record that did not decode (once per key).
 func (s *Service) corruptRecord(id sharding.ShardID, err error) {
 	s.met.Corrupt.Add(context.Background(), 1, s.met.Attrs)
-	s.log.Warn("corrupt reminder record skipped", "shard", id, "err", err)
+	var ce *storage.CorruptError
+	key := err.Error()
+	if errors.As(err, &ce) {
+		key = string(ce.Keyspace) + "/" + ce.Key
+	}
+	if s.firstLog(key) {
+		s.log.Warn("corrupt reminder record skipped", "shard", id, "key", key, "err", err)
+	}
+}
+
+// maxLoggedKeys bounds the keys remembered as logged; past it, records are
+// counted (sharding.reminders_corrupt) but no longer logged.
+const maxLoggedKeys = 10000
+
+// firstLog reports whether key was not logged yet, and remembers it.
+func (s *Service) firstLog(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, done := s.logged[key]; done || len(s.logged) >= maxLoggedKeys {
+		return false
+	}
+	s.logged[key] = struct{}{}
+	return true
 }

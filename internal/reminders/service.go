@@ -78,7 +78,7 @@ type Service struct {
 	loadQ    []*shardSet
 	unfinalQ []*shardSet
 	deleteQ  []*reminder
-	retryAt  time.Time // earliest queued retry
+	logged   map[string]struct{} // bad records already logged (firstLog)
 }
 
 // New returns a service; Run does its background work.
@@ -92,7 +92,7 @@ func New(cfg Config, store storage.ShardStates, host *hosting.Host, sched *sched
 	}
 	return &Service{
 		cfg: cfg, store: store, host: host, sched: sched, met: met, log: log,
-		kick: make(chan struct{}, 1), sets: make(map[sharding.ShardID]*shardSet),
+		kick: make(chan struct{}, 1), sets: make(map[sharding.ShardID]*shardSet), logged: make(map[string]struct{}),
 	}
 }
 
