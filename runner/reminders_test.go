@@ -570,3 +570,78 @@ func TestReminderRegistrationLimitsAndStaleOwners(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentRegistrationsOnOneShardAllLand: many entities of one
+// shard register and cancel reminders at once while one-shot reminders of
+// the shard fire and are deleted: every registration lands, nothing
+// deadlocks, and the shard's other work goes on.
+func TestConcurrentRegistrationsOnOneShardAllLand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newAlarmEnv()
+		c, r, _ := startOwningAll(t, runner.Config{ID: "a", NumShards: 1}, env.kind)
+		ctx := t.Context()
+		var wg sync.WaitGroup
+		errs := make(chan error, 400)
+		for i := range 100 {
+			id := fmt.Sprint("e", i)
+			wg.Go(func() {
+				for j := range 3 {
+					first := time.Now().Add(time.Duration(j*10) * time.Millisecond)
+					if _, err := env.arm.Ask(ctx, r, id, armReq{Name: fmt.Sprint("once", j), First: first}); err != nil {
+						errs <- err
+					}
+				}
+				if _, err := env.arm.Ask(ctx, r, id, armReq{Name: "every", Period: time.Second}); err != nil {
+					errs <- err
+				}
+				if _, err := env.disarm.Ask(ctx, r, id, "every"); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("registration: %v", err)
+		}
+		time.Sleep(2 * time.Second)
+		for i := range 100 {
+			for j := range 3 {
+				if n := len(env.firesOf(fmt.Sprint("e", i), fmt.Sprint("once", j))); n != 1 {
+					t.Fatalf("e%d/once%d fired %d times", i, j, n)
+				}
+			}
+		}
+		if r.ReminderCount() != 0 {
+			t.Errorf("%d reminders left loaded, want 0 (one-shots deleted, periodic ones cancelled)", r.ReminderCount())
+		}
+		left := 0
+		for _, ev := range mustHistoryKeys(t, c, "reminders/0/") {
+			_ = ev
+			left++
+		}
+		if left != 0 {
+			t.Errorf("%d reminder records left in the store", left)
+		}
+	})
+}
+
+// mustHistoryKeys returns the keys under prefix stored in c now.
+func mustHistoryKeys(t *testing.T, c *memory.Cluster, prefix string) []string {
+	t.Helper()
+	hist, _ := c.History()
+	live := map[string]bool{}
+	for _, ev := range hist {
+		if !strings.HasPrefix(ev.KV.Key, prefix) {
+			continue
+		}
+		live[ev.KV.Key] = ev.Type == storage.EventPut
+	}
+	var out []string
+	for k, ok := range live {
+		if ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}

@@ -47,7 +47,9 @@ type shardSet struct {
 	ctx      context.Context // the shard's: ends with the ownership
 	loadedCh chan struct{}   // closed when loaded
 
-	writeMu sync.Mutex // serializes this set's reminder writes with their application
+	// writeMu serializes this set's reminder writes with their
+	// application (taken before mu, never while holding it).
+	writeMu sync.Mutex
 
 	mu      sync.Mutex
 	loaded  bool
@@ -92,30 +94,36 @@ func (set *shardSet) active() bool {
 	return set.loaded && !set.blocked && !set.paused && !set.stopped
 }
 
-// beginWrite admits a registration (put) or cancellation of ref: the set
-// must be firing or blocked (not paused or stopped), hold fewer than
-// MaxPerShard reminders for a new one, and hold ref for a cancellation.
+// beginWrite admits a registration (put) or cancellation of ref, holding
+// the set's write lock until endWrite: the set must be firing or blocked
+// (not paused or stopped), hold fewer than MaxPerShard reminders for a new
+// one, and hold ref for a cancellation. Lock order: writeMu, then mu.
 func (set *shardSet) beginWrite(ref storage.ReminderRef, put bool) error {
+	set.writeMu.Lock()
 	set.mu.Lock()
 	defer set.mu.Unlock()
+	var err error
 	switch {
 	case set.stopped || set.paused:
-		return errMoving
-	case put && set.byKey[ref] == nil && len(set.byKey)+set.writers >= set.s.cfg.MaxPerShard:
-		return fmt.Errorf("%w: shard %d holds %d reminders, at most %d", entity.ErrTooManyReminders, set.id, len(set.byKey), set.s.cfg.MaxPerShard)
+		err = errMoving
+	case put && set.byKey[ref] == nil && len(set.byKey) >= set.s.cfg.MaxPerShard:
+		err = fmt.Errorf("%w: shard %d holds %d reminders, at most %d", entity.ErrTooManyReminders, set.id, len(set.byKey), set.s.cfg.MaxPerShard)
 	case !put && (set.byKey[ref] == nil || set.byKey[ref].deleting):
-		return fmt.Errorf("%w: %s %q has no reminder %q", entity.ErrNoReminder, ref.Entity.Kind, ref.Entity.ID, ref.Name)
+		err = fmt.Errorf("%w: %s %q has no reminder %q", entity.ErrNoReminder, ref.Entity.Kind, ref.Entity.ID, ref.Name)
+	}
+	if err != nil {
+		set.writeMu.Unlock()
+		return err
 	}
 	set.writers++
-	set.writeMu.Lock()
 	return nil
 }
 
 func (set *shardSet) endWrite() {
-	set.writeMu.Unlock()
 	set.mu.Lock()
 	set.writers--
 	set.mu.Unlock()
+	set.writeMu.Unlock()
 }
 
 // put installs a registered (written) reminder, replacing one of the same
