@@ -63,3 +63,22 @@ func (c *EtcdCluster) MustEtcdctl(t testing.TB, args ...string) string {
 	}
 	return out
 }
+
+// AddPrefixUser creates, through etcdctl, a role and a user both named
+// user, the role granting perm ("read", "write" or "readwrite") on every
+// key under prefix and nothing else:
+//
+//	etcdctl role add USER
+//	etcdctl role grant-permission USER PERM PREFIX --prefix
+//	etcdctl user add USER --new-user-password PASSWORD
+//	etcdctl user grant-role USER USER
+//
+// These are the lines SECURITY.md gives operators. prefix for a shardhost
+// namespace is "/{namespace}/", with both slashes.
+func (c *EtcdCluster) AddPrefixUser(t testing.TB, user, password, prefix, perm string) {
+	t.Helper()
+	c.MustEtcdctl(t, "role", "add", user)
+	c.MustEtcdctl(t, "role", "grant-permission", user, perm, prefix, "--prefix")
+	c.MustEtcdctl(t, "user", "add", user, "--new-user-password", password)
+	c.MustEtcdctl(t, "user", "grant-role", user, user)
+}

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -49,9 +50,12 @@ func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Rev
 		}
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
-				if wr.CompactRevision != 0 {
+				switch {
+				case wr.CompactRevision != 0:
 					err = fmt.Errorf("watch %s from %d: %w (compacted at %d)", ks, from, storage.ErrCompacted, wr.CompactRevision)
-				} else {
+				case wr.Canceled && !errors.Is(classify(err), storage.ErrPermissionDenied):
+					err = s.cancelled(ctx, ks, prefix, err)
+				default:
 					err = fmt.Errorf("watch %s: %w", ks, translate(err))
 				}
 				send(storage.WatchResponse{Err: err})
@@ -78,4 +82,18 @@ func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Rev
 		}
 	}()
 	return out
+}
+
+// cancelled explains a watch the server cancelled. The client hands over
+// the server's reason as text only (a watch refused by the role, for
+// one, arrives as the text of a gRPC status), so the store asks once,
+// with a read of the same prefix, and reports what that read is refused
+// with when it is a permission error; otherwise ErrUnavailable.
+func (s *Store) cancelled(ctx context.Context, ks storage.Keyspace, prefix string, err error) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, gerr := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); gerr != nil && errors.Is(classify(gerr), storage.ErrPermissionDenied) {
+		return fmt.Errorf("watch %s: %w: %w (the server cancelled the watch: %v)", ks, storage.ErrPermissionDenied, gerr, err)
+	}
+	return fmt.Errorf("watch %s: %w: cancelled by the server: %w", ks, storage.ErrUnavailable, err)
 }
