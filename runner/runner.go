@@ -483,7 +483,7 @@ func (r *Runner) storageResult(op string, err error) {
 	}
 	r.storageErrs[op]++
 	n := r.storageErrs[op]
-	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs)
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
 	r.log.Warn("storage call failed", "op", op, "streak", n, "err", err)
 	// A failed release costs nobody safety (the shard is no longer ours
 	// locally and the lock is retried); everything else detaches.
