@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -384,4 +385,33 @@ func TestRenewalsDoNotLogInAgain(t *testing.T) {
 	}
 	_, err = s.KeepAliveOnce(ctx5(t), l.ID)
 	wantDenied(t, "KeepAliveOnce after the password changed", err)
+}
+
+// TestProbeTLS: what a TLS handshake finds, as ProbeTLS reports it.
+func TestProbeTLS(t *testing.T) {
+	secure := secureEtcd(t)
+	plain := testenv.StartEtcd(t)
+	good := secure.ClientConfig().TLS
+	noCert := good.Clone()
+	noCert.Certificates = nil
+	ctx := ctx5(t)
+	for _, tc := range []struct {
+		name     string
+		endpoint string
+		cfg      *tls.Config
+		mismatch bool
+		ok       bool
+	}{
+		{"the right CA and certificate", secure.ClientURL(), good, false, true},
+		{"no client certificate", secure.Endpoint(), noCert, false, false},
+		{"no TLS to a TLS endpoint", secure.Endpoint(), nil, true, false},
+		{"TLS to a plaintext endpoint", plain.Endpoint(), good, true, false},
+		{"no TLS to a plaintext endpoint", plain.ClientURL(), nil, false, true},
+	} {
+		err := etcd.ProbeTLS(ctx, tc.endpoint, tc.cfg)
+		t.Logf("%s: %v", tc.name, err)
+		if (err == nil) != tc.ok || errors.Is(err, etcd.ErrTLSMismatch) != tc.mismatch {
+			t.Errorf("%s: ProbeTLS = %v, want ok %v, mismatch %v", tc.name, err, tc.ok, tc.mismatch)
+		}
+	}
 }
