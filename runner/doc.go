@@ -347,7 +347,16 @@
 // moving and unowned shards, entities and message counters per kind, and
 // the latest events. The same data is served as JSON (DebugState). It
 // reads the runner through short copies under its mutex and never changes
-// anything.
+// anything (GET and HEAD only; 405 otherwise).
+//
+// It has no authentication of its own: whoever reaches it reads the
+// cluster's topology — runner IDs, incarnations and transport addresses,
+// lease IDs and deadlines, the shard map (and epochs with ?epochs=1),
+// handoffs, kind names with entity and message counts, and the events'
+// details, which quote store errors. It shows no entity ID, message
+// payload, checkpoint or credential. Serve it on an internal address, or
+// mount it behind the program's own authentication (ExampleRunner_DebugHandler;
+// DebugConfig.HTTPClient then carries credentials to the peers' pages).
 //
 // # Structure
 //
