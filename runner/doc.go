@@ -267,8 +267,9 @@
 //     minute and counted in sharding.storage_errors
 //     (error.type=permission_denied), until the permission is back. A
 //     client-only runner only reads: a role granting read on the prefix is
-//     enough for it once the cluster record exists. SECURITY.md has the
-//     etcdctl lines.
+//     enough for it (started before any hosting runner published the
+//     cluster record, it waits for one, logged like an unreachable store).
+//     SECURITY.md has the etcdctl lines.
 //   - A hosting runner serves its shards to other runners only over its
 //     transport (Config.ListenAddr, Address). Without one it is meant for a
 //     cluster that lives in one process (tests, a single process): Run

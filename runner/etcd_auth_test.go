@@ -82,7 +82,9 @@ func runOn(t *testing.T, s storage.Store, rec *recorder, cfg runner.Config) *sta
 
 // TestRunnersWorkWithANamespaceRole: two hosting runners logged in as a
 // user whose role grants readwrite on "/{namespace}/" only, and a
-// client-only gateway whose role grants read on it only, over client TLS:
+// client-only gateway whose role grants read on it only (started first,
+// it waits for a hosting runner to publish the cluster record), over
+// client TLS:
 // they register, own every shard, serve asks, and a graceful shutdown
 // hands off and revokes its lease (etcd checks write permission on every
 // key attached to a lease it revokes), without a detach.
@@ -93,6 +95,12 @@ func TestRunnersWorkWithANamespaceRole(t *testing.T) {
 	reader, readerPw := namespaceUser(t, srv, "/"+ns+"/", "read")
 	k := newTestKind(false)
 	rec := &recorder{}
+	// The gateway first: it may not write the cluster record, and waits
+	// for a hosting runner to publish it.
+	gw := runOn(t, secureStore(t, srv, ns, reader, readerPw), nil, runner.Config{ID: "gw", NumShards: shards, ClientOnly: true})
+	if err := gw.Register(k.kind); err != nil {
+		t.Fatal(err)
+	}
 	var hosts []*started
 	for _, id := range []string{"r1", "r2"} {
 		h := runOn(t, secureStore(t, srv, ns, user, pw), rec, runner.Config{ID: id, NumShards: shards, ListenAddr: "127.0.0.1:0"})
@@ -101,9 +109,12 @@ func TestRunnersWorkWithANamespaceRole(t *testing.T) {
 		}
 		hosts = append(hosts, h)
 	}
-	gw := runOn(t, secureStore(t, srv, ns, reader, readerPw), nil, runner.Config{ID: "gw", NumShards: shards, ClientOnly: true})
-	if err := gw.Register(k.kind); err != nil {
-		t.Fatal(err)
+	select {
+	case <-gw.Ready():
+	case err := <-gw.done:
+		t.Fatalf("the read-only gateway stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the read-only gateway not ready 20 s after the hosting runners started")
 	}
 	waitFor(t, 20*time.Second, "both runners owning shards", func() bool {
 		return len(hosts[0].Owned())+len(hosts[1].Owned()) == shards && len(hosts[0].Owned()) > 0 && len(hosts[1].Owned()) > 0

@@ -158,6 +158,18 @@ func (r *Runner) startRefused(op string, err error) bool {
 	return true
 }
 
+// readOnlyBeforeCluster reports whether a client-only runner that was
+// refused the write of the cluster record may read it and found none (or
+// a damaged one): a role that grants only read, enough for a client-only
+// runner, started before any hosting runner published the record. It then
+// waits for one instead of failing.
+func (r *Runner) readOnlyBeforeCluster(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	_, ok, err := r.store.ReadCluster(cctx)
+	return (err == nil && !ok) || errors.Is(err, storage.ErrCorrupt)
+}
+
 // deniedHint says what to check when the store refuses the runner.
 const deniedHint = "with etcd: the client's user and password or certificate, and a role granting " +
 	"readwrite on the namespace's prefix \"/{namespace}/\"; see SECURITY.md"
@@ -256,10 +268,15 @@ func (r *Runner) startClient(ctx context.Context) {
 			r.failRun(err)
 			return
 		}
-		if r.startRefused("check the cluster record", err) {
+		switch {
+		case errors.Is(err, storage.ErrPermissionDenied) && r.readOnlyBeforeCluster(ctx):
+			r.startFailed("check the cluster record (there is none yet, and this client-only runner may only read: "+
+				"waiting for a hosting runner to publish it)", err, backoff)
+		case r.startRefused("check the cluster record", err):
 			return
+		default:
+			r.startFailed("check the cluster record", err, backoff)
 		}
-		r.startFailed("check the cluster record", err, backoff)
 		t.Reset(backoff)
 		select {
 		case <-ctx.Done():
