@@ -415,3 +415,55 @@ func TestProbeTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestLoginsBoundedWhileAMemberIsSlow: with a user and password, hedged
+// renewals through a slow member (each reply 400 ms late, attempts every
+// 50 ms) open at most one keep-alive stream (one login) per second through
+// it; without the bound every attempt logged in, and on a starved etcd
+// those logins kept it starved.
+func TestLoginsBoundedWhileAMemberIsSlow(t *testing.T) {
+	pc := testenv.StartProxiedEtcdCluster(t, 1, testenv.WithTLS(testenv.NewPKI(t, "slow")), testenv.WithAuth())
+	pc.AddPrefixUser(t, "slow", "pw-slow", "/slow/", "readwrite")
+	cfg := pc.ClientConfig()
+	cfg.Endpoints = pc.ProxiedEndpoints()
+	cfg.Username, cfg.Password = "slow", "pw-slow"
+	s, err := etcd.New(testenv.NewEtcdClientWith(t, cfg), "slow", etcd.Config{AttemptTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Grant(ctx5(t), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeepAliveOnce(ctx5(t), l.ID); err != nil {
+		t.Fatal(err)
+	}
+	root := pc.Client(t) // not proxied
+	index := func() uint64 {
+		t.Helper()
+		st, err := root.Status(ctx5(t), pc.Members()[0].Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.RaftIndex
+	}
+	before := index()
+	pc.Proxies()[0].Latency(t, 400*time.Millisecond)
+	const window = 2 * time.Second
+	start := time.Now()
+	calls, ok := 0, 0
+	for time.Since(start) < window {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := s.KeepAliveOnce(ctx, l.ID); err == nil {
+			ok++
+		}
+		cancel()
+		calls++
+	}
+	logins := index() - before
+	t.Logf("%d renewals in %v through a member 400 ms slow (%d answered): %d raft entries (logins), stats %+v",
+		calls, window, ok, logins, s.Stats())
+	if limit := uint64(window/time.Second) + 3; logins > limit {
+		t.Errorf("%d logins in %v, want at most %d (one per second per member)", logins, window, limit)
+	}
+}

@@ -35,8 +35,40 @@ type member struct {
 	// renewing is held (1-buffered) by the renewal using ka: one request
 	// at a time on the keep-alive stream, so its reply answers it.
 	renewing chan struct{}
+	logsIn   bool // the client logs in (user and password) whenever a stream opens
 	kaMu     sync.Mutex
 	ka       *kaStream // the keep-alive stream, nil until the next renewal opens one
+	opened   time.Time // when a keep-alive stream was last opened (logsIn)
+}
+
+// loginInterval bounds how often renewals through one member open a
+// keep-alive stream when the client logs in whenever it opens one: each
+// login costs the server a bcrypt check and a raft proposal, and on a
+// starved server the logins of hedged attempts would keep it starved
+// (measured: every runner detached and none re-attached).
+const loginInterval = time.Second
+
+// errLoginInterval fails a renewal attempt that would open a keep-alive
+// stream (and log in) within loginInterval of the previous one through
+// the same member. It says nothing about the request: another member may
+// answer, or a later attempt.
+var errLoginInterval = errors.New("keep-alive stream busy or lost, and one was opened (a login) less than a second ago")
+
+// mayOpenStream reports whether a renewal may open a keep-alive stream
+// now (and records it): always when the client does not log in per
+// stream, else once per loginInterval.
+func (m *member) mayOpenStream() bool {
+	if !m.logsIn {
+		return true
+	}
+	m.kaMu.Lock()
+	defer m.kaMu.Unlock()
+	now := time.Now()
+	if !m.opened.IsZero() && now.Sub(m.opened) < loginInterval {
+		return false
+	}
+	m.opened = now
+	return true
 }
 
 // kaStream is a member's keep-alive stream, kept between renewals: opening
@@ -54,6 +86,7 @@ func newMember(endpoint string, conn *grpc.ClientConn, cli *clientv3.Client) *me
 		lease:    pb.NewLeaseClient(conn),
 		kv:       clientv3.NewKVFromKVClient(pb.NewKVClient(conn), cli),
 		renewing: make(chan struct{}, 1),
+		logsIn:   cli.Username != "" && cli.Password != "",
 	}
 }
 
@@ -272,11 +305,16 @@ func hedge[T any](ctx context.Context, list []*member, first int, attemptTimeout
 // call came back to this member: its leader may be gone), the renewal
 // uses a stream of its own for this one request, as every renewal did
 // before streams were kept: it must not queue behind a request that may
-// never be answered.
+// never be answered. When the client logs in per stream (a user and
+// password), a member opens at most one stream per loginInterval; an
+// attempt that would open another fails at once (errLoginInterval).
 func keepAliveOnce(ctx context.Context, m *member, id clientv3.LeaseID) (int64, error) {
 	select {
 	case m.renewing <- struct{}{}:
 	default:
+		if !m.mayOpenStream() {
+			return 0, errLoginInterval
+		}
 		return keepAliveOwnStream(ctx, m, id)
 	}
 	defer func() { <-m.renewing }()
@@ -319,6 +357,9 @@ func (m *member) renew(ctx context.Context, id clientv3.LeaseID) (ttl int64, err
 	ka := m.ka
 	m.kaMu.Unlock()
 	if ka == nil {
+		if !m.mayOpenStream() {
+			return 0, errLoginInterval
+		}
 		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
 		ka = &kaStream{cancel: cancel}
 		// Opening the stream may log in first: bounded by ctx too.
