@@ -158,16 +158,17 @@ func (r *Runner) startRefused(op string, err error) bool {
 	return true
 }
 
-// readOnlyBeforeCluster reports whether a client-only runner that was
-// refused the write of the cluster record may read it and found none (or
-// a damaged one): a role that grants only read, enough for a client-only
-// runner, started before any hosting runner published the record. It then
-// waits for one instead of failing.
-func (r *Runner) readOnlyBeforeCluster(ctx context.Context) bool {
+// mayReadCluster reports whether a client-only runner that was refused a
+// permission checking the cluster record may read it: it was refused the
+// write of a record that was missing (or damaged), as a role granting
+// only read (enough for a client-only runner) is when it starts before any
+// hosting runner published the record. It then tries again instead of
+// failing: the record may be there already.
+func (r *Runner) mayReadCluster(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
-	_, ok, err := r.store.ReadCluster(cctx)
-	return (err == nil && !ok) || errors.Is(err, storage.ErrCorrupt)
+	_, _, err := r.store.ReadCluster(cctx)
+	return err == nil || errors.Is(err, storage.ErrCorrupt)
 }
 
 // deniedHint says what to check when the store refuses the runner.
@@ -269,8 +270,8 @@ func (r *Runner) startClient(ctx context.Context) {
 			return
 		}
 		switch {
-		case errors.Is(err, storage.ErrPermissionDenied) && r.readOnlyBeforeCluster(ctx):
-			r.startFailed("check the cluster record (there is none yet, and this client-only runner may only read: "+
+		case errors.Is(err, storage.ErrPermissionDenied) && r.mayReadCluster(ctx):
+			r.startFailed("check the cluster record (this client-only runner may only read it: "+
 				"waiting for a hosting runner to publish it)", err, backoff)
 		case r.startRefused("check the cluster record", err):
 			return
