@@ -467,3 +467,54 @@ func TestLoginsBoundedWhileAMemberIsSlow(t *testing.T) {
 		t.Errorf("%d logins in %v, want at most %d (one per second per member)", logins, window, limit)
 	}
 }
+
+// TestCertificateCommonNameAsUser: without a password, etcd takes the
+// client certificate's common name as the user (--client-cert-auth): a
+// store whose certificate names a user with a namespace role works, and
+// never logs in (no Authenticate, no raft entry per stream).
+func TestCertificateCommonNameAsUser(t *testing.T) {
+	srv := secureEtcd(t)
+	root := srv.Client(t)
+	const user = "cn-runner"
+	ctx := ctx5(t)
+	if _, err := root.RoleAdd(ctx, user); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.RoleGrantPermission(ctx, user, "/cn/", clientv3.GetPrefixRangeEnd("/cn/"), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserGrantRole(ctx, user, user); err != nil {
+		t.Fatal(err)
+	}
+	pki := srv.Cluster().PKI()
+	cfg := testenv.EtcdClientConfig(srv.Endpoint())
+	cfg.TLS = pki.ClientTLS(pki.MustIssue(t, user))
+	s, err := etcd.New(testenv.NewEtcdClientWith(t, cfg), "cn", etcd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Grant(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutRunner(ctx, l.ID, storage.RunnerRecord{ID: "r1", Address: "127.0.0.1:1", Weight: 1, Incarnation: "i1"}); err != nil {
+		t.Fatalf("PutRunner as the certificate's user: %v", err)
+	}
+	for range 3 {
+		if _, err := s.KeepAliveOnce(ctx, l.ID); err != nil {
+			t.Fatalf("KeepAliveOnce as the certificate's user: %v", err)
+		}
+	}
+	if _, err := s.List(ctx, storage.KeyspaceRunners); err != nil {
+		t.Fatalf("List as the certificate's user: %v", err)
+	}
+	other, err := etcd.New(testenv.NewEtcdClientWith(t, cfg), "other", etcd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.List(ctx, storage.KeyspaceRunners)
+	wantDenied(t, "List of another namespace as the certificate's user", err)
+}
