@@ -82,9 +82,10 @@ func runOn(t *testing.T, s storage.Store, rec *recorder, cfg runner.Config) *sta
 
 // TestRunnersWorkWithANamespaceRole: two hosting runners logged in as a
 // user whose role grants readwrite on "/{namespace}/" only, and a
-// client-only gateway whose role grants read on it only (started first,
-// it waits for a hosting runner to publish the cluster record), over
-// client TLS:
+// client-only gateway whose role grants read on runners/, shards/,
+// handoffs/, drains/ and the cluster record only, not checkpoints/
+// (started first, it waits for a hosting runner to publish the cluster
+// record), over client TLS:
 // they register, own every shard, serve asks, and a graceful shutdown
 // hands off and revokes its lease (etcd checks write permission on every
 // key attached to a lease it revokes), without a detach.
@@ -92,7 +93,17 @@ func TestRunnersWorkWithANamespaceRole(t *testing.T) {
 	srv := secureEtcd(t)
 	const ns, shards = "secure", 32
 	user, pw := namespaceUser(t, srv, "/"+ns+"/", "readwrite")
-	reader, readerPw := namespaceUser(t, srv, "/"+ns+"/", "read")
+	// The gateway's role: read on what a client-only runner reads, not on
+	// checkpoints/ (the entities' state).
+	reader, readerPw := "gateway", "pw-gateway"
+	ec := srv.Cluster()
+	ec.MustEtcdctl(t, "role", "add", reader)
+	for _, ks := range []string{"runners/", "shards/", "handoffs/", "drains/"} {
+		ec.MustEtcdctl(t, "role", "grant-permission", reader, "read", "/"+ns+"/"+ks, "--prefix")
+	}
+	ec.MustEtcdctl(t, "role", "grant-permission", reader, "read", "/"+ns+"/cluster")
+	ec.MustEtcdctl(t, "user", "add", reader, "--new-user-password", readerPw)
+	ec.MustEtcdctl(t, "user", "grant-role", reader, reader)
 	k := newTestKind(false)
 	rec := &recorder{}
 	// The gateway first: it may not write the cluster record, and waits
