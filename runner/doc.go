@@ -354,8 +354,9 @@
 // cluster's topology — runner IDs, incarnations and transport addresses,
 // lease IDs and deadlines, the shard map (and epochs with ?epochs=1),
 // handoffs, kind names with entity and message counts, and the events'
-// details, which quote store errors. It shows no entity ID, message
-// payload, checkpoint or credential. Serve it on an internal address, or
+// details, which quote store errors. It shows no message payload,
+// checkpoint or credential, and entity IDs only inside a quoted store
+// error that names a key (a damaged record's). Serve it on an internal address, or
 // mount it behind the program's own authentication (ExampleRunner_DebugHandler;
 // DebugConfig.HTTPClient then carries credentials to the peers' pages).
 //
