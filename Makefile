@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup browser test simulate faults vet fmt-check bench demo demo-partitions demo-carts demo-cluster screenshots clean-bin
+.PHONY: setup browser test simulate faults vet fmt-check bench demo demo-partitions demo-carts demo-cluster demo-cluster-secure screenshots clean-bin
 
 ## setup: download Go modules, build the pinned etcd + toxiproxy binaries into ./bin, and install
 ## Debian's chromium for the browser checks when apt-get can (best effort, ~30 s once; never fails)
@@ -59,6 +59,11 @@ demo:
 ## debug page (http://127.0.0.1:8081/debug/shardhost/ ...); Ctrl-C stops it (see examples/README.md)
 demo-cluster: $(BIN)/etcd $(BIN)/etcdctl
 	examples/cluster/run.sh
+
+## demo-cluster-secure: demo-cluster secured: etcd with client TLS and auth (a role per namespace, the
+## gateway's read-only), mutual TLS between the runners with RequireClusterPeers (needs openssl; SECURITY.md)
+demo-cluster-secure: $(BIN)/etcd $(BIN)/etcdctl
+	SECURE=1 examples/cluster/run.sh
 
 ## screenshots: regenerate the pictures in docs/ (needs chromium: make browser)
 screenshots:

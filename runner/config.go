@@ -73,10 +73,33 @@ type Config struct {
 	// (published in the runner record).
 	Address string
 	// TLS configures the transport server (nil: plaintext). Set ClientAuth
-	// and ClientCAs for mutual TLS.
+	// (tls.RequireAndVerifyClientCert) and ClientCAs for mutual TLS.
+	// Refused handshakes are logged at WARN with the peer's address and
+	// the reason (at most once a minute, with a count).
 	TLS *tls.Config
 	// PeerTLS configures connections to other runners (nil: plaintext).
 	PeerTLS *tls.Config
+	// RequireClusterPeers makes mutual TLS check who a peer is, not only
+	// that a trusted CA signed its certificate (any certificate of a CA
+	// shared with other services would do otherwise). A peer's certificate
+	// names it by its DNS and URI subject alternative names; the check
+	// accepts:
+	//   - on this runner's server (TLS), a client whose certificate names
+	//     a runner registered in the cluster (by ID) or one of
+	//     ClientPeerNames: client-only runners do not register;
+	//   - on a connection to a peer (PeerTLS), a server whose certificate
+	//     names the runner registered at the address dialed.
+	// Others are refused in the handshake and logged. A runner that just
+	// registered is refused for the moment the others take to see its
+	// record (a watch event); its sends retry meanwhile. It needs TLS with
+	// ClientAuth tls.RequireAndVerifyClientCert (unless the runner serves
+	// no transport) and PeerTLS, and applies to the default gRPC transport
+	// only (not with Transport). Default false.
+	RequireClusterPeers bool
+	// ClientPeerNames are the certificate names (DNS or URI SANs) of the
+	// client-only runners allowed to connect when RequireClusterPeers is
+	// set, e.g. the gateways' IDs.
+	ClientPeerNames []string
 	// Transport carries messages between runners. Default: gRPC
 	// (transport.NewGRPC) serving on ListenAddr with TLS, reaching peers
 	// with PeerTLS, bounded by MaxMessageSize, RequestTimeout,
@@ -493,6 +516,26 @@ func (c Config) validate() error {
 		return bad("MaxRemindersPerShard %d above %d (a shard's reminder progress must fit one record)", c.MaxRemindersPerShard, storage.MaxProgressFired)
 	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0 || c.HotSetLimit < 0 || c.CutoverWaiters < 0 || c.MaxConnections < 0:
 		return bad("negative MaxMessageSize, MaxWaitingSends, HotSetLimit, CutoverWaiters or MaxConnections")
+	}
+	return c.validatePeerCheck()
+}
+
+// validatePeerCheck checks RequireClusterPeers against the TLS settings.
+func (c Config) validatePeerCheck() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case !c.RequireClusterPeers && len(c.ClientPeerNames) > 0:
+		return bad("ClientPeerNames without RequireClusterPeers")
+	case !c.RequireClusterPeers:
+		return nil
+	case c.Transport != nil:
+		return bad("RequireClusterPeers applies to the default gRPC transport, not to Config.Transport")
+	case c.PeerTLS == nil:
+		return bad("RequireClusterPeers needs PeerTLS (mutual TLS)")
+	case !c.ClientOnly && c.ListenAddr != "" && (c.TLS == nil || c.TLS.ClientAuth != tls.RequireAndVerifyClientCert):
+		return bad("RequireClusterPeers needs TLS with ClientAuth tls.RequireAndVerifyClientCert")
 	}
 	return nil
 }

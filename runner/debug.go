@@ -87,7 +87,9 @@ type DebugEvent = debugpage.Event
 // server-rendered (no external assets) and refreshes itself by fetching
 // its own body again. Query parameters: format=json, pretty=1 (indented
 // JSON), epochs=1 (per-shard epochs in the JSON), peers=0 (do not fetch
-// the peers' states).
+// the peers' states). It has no authentication of its own: the package
+// documentation (Debug page) says what it exposes, and
+// ExampleRunner_DebugHandler mounts it behind a middleware.
 func (r *Runner) DebugHandler(cfg DebugConfig) http.Handler {
 	return debugpage.Handler(debugSource{r}, cfg)
 }

@@ -101,6 +101,9 @@ func (r *Runner) tryAttach(ctx context.Context, h lease.Health, backoff *time.Du
 		case idWait > 0:
 			return idWait, false, false
 		}
+		if r.startRefused("register", err) {
+			return 0, true, false // Run ends with the permission error
+		}
 		r.startFailed("register", err, *backoff) // WARN now and every minute
 		wait, *backoff = *backoff, min(2**backoff, 5*time.Second)
 		return wait, false, false
@@ -237,7 +240,7 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 			return max(idWait, r.cfg.ProbeInterval) // still healthy: only the ID is taken
 		}
 		if ctx.Err() == nil {
-			r.log.Warn("re-attach failed", "err", err)
+			r.reattachFailed(err)
 		}
 		r.machine.SignalUnhealthy(time.Now())
 		return r.cfg.ProbeInterval

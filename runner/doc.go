@@ -258,6 +258,18 @@
 //     (hosting: registered; client-only: the runners listed);
 //     Config.StartTimeout, if set, ends Run with ErrStartTimeout and the
 //     last failure when it is not up in time.
+//   - A store that refuses the runner's credentials or permissions (with
+//     etcd: a wrong or changed password, a role without readwrite on the
+//     namespace's prefix; storage.ErrPermissionDenied) ends Run at once
+//     with an error matching it, logged at ERROR. Refused while running,
+//     the runner detaches (its renewals fail) and stays detached, trying to
+//     re-attach once per RecoverWindow of health, logged at ERROR once a
+//     minute and counted in sharding.storage_errors
+//     (error.type=permission_denied), until the permission is back. A
+//     client-only runner only reads: a role granting read on the prefix is
+//     enough for it (started before any hosting runner published the
+//     cluster record, it waits for one, logged like an unreachable store).
+//     SECURITY.md has the etcdctl lines.
 //   - A hosting runner serves its shards to other runners only over its
 //     transport (Config.ListenAddr, Address). Without one it is meant for a
 //     cluster that lives in one process (tests, a single process): Run
@@ -279,8 +291,9 @@
 // one line per kind and signal every 10 s, with the count not logged).
 // ERROR: an operator must act (a configuration that differs from the
 // cluster's, a duplicate runner ID, a hosting runner without transport
-// among other processes, not ready within StartTimeout, handlers that
-// ignore their cancelled context).
+// among other processes, not ready within StartTimeout, the store refusing
+// the runner's credentials or permissions, handlers that ignore their
+// cancelled context).
 //
 // # Metrics
 //
@@ -298,7 +311,7 @@
 //	sharding.lease_deadline_lag              gauge (observed)  s          -             lease deadline minus now; the runner detaches when it falls to DetachMargin
 //	sharding.lease_keepalive_failures        counter           {renewal}  -             failed lease renewals
 //	sharding.lease_keepalive_failure_streak  gauge             {renewal}  -             consecutive failed lease renewals (0 when healthy)
-//	sharding.storage_errors                  counter           {call}     -             failed list, acquire, verify, release and watch calls (StorageErrorThreshold in a row of one kind detaches)
+//	sharding.storage_errors                  counter           {call}     error.type    failed list, acquire, verify, release and watch calls (StorageErrorThreshold in a row of one kind detaches), refused starts and re-attaches; error.type: permission_denied (the store refused the runner's credentials or permissions: an operator must act), unavailable, other
 //	sharding.shards_owned                    gauge             {shard}    -             shards owned by the runner
 //	sharding.acquire_latency                 histogram         s          -             duration of one batched acquire call (up to 64 shards)
 //	sharding.acquire_retry_attempts          counter           {attempt}  -             acquire attempts on shards held by a dead incarnation, after the first
@@ -335,7 +348,17 @@
 // moving and unowned shards, entities and message counters per kind, and
 // the latest events. The same data is served as JSON (DebugState). It
 // reads the runner through short copies under its mutex and never changes
-// anything.
+// anything (GET and HEAD only; 405 otherwise).
+//
+// It has no authentication of its own: whoever reaches it reads the
+// cluster's topology — runner IDs, incarnations and transport addresses,
+// lease IDs and deadlines, the shard map (and epochs with ?epochs=1),
+// handoffs, kind names with entity and message counts, and the events'
+// details, which quote store errors. It shows no message payload,
+// checkpoint or credential, and entity IDs only inside a quoted store
+// error that names a key (a damaged record's). Serve it on an internal address, or
+// mount it behind the program's own authentication (ExampleRunner_DebugHandler;
+// DebugConfig.HTTPClient then carries credentials to the peers' pages).
 //
 // # Structure
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/internal/reminders"
 	"github.com/shardhost/shardhost/internal/routing"
+	"github.com/shardhost/shardhost/storage"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -121,6 +122,20 @@ func (m *metrics) close() {
 }
 
 func withReason(reason string) metric.MeasurementOption { return hosting.WithReason(reason) }
+
+// withErrorType classifies a failed store call for sharding.storage_errors:
+// permission_denied (the store refused the runner's credentials or
+// permissions: an operator must act), unavailable, or other.
+func withErrorType(err error) metric.MeasurementOption {
+	t := "other"
+	switch {
+	case errors.Is(err, storage.ErrPermissionDenied):
+		t = "permission_denied"
+	case errors.Is(err, storage.ErrUnavailable):
+		t = "unavailable"
+	}
+	return metric.WithAttributes(attribute.String("error.type", t))
+}
 
 func withPhase(phase string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("phase", phase))

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -171,7 +172,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.tripAt.Store(math.MaxInt64)
 	r.net = cfg.Transport
 	if r.net == nil {
-		r.net = newTransport(cfg, r.log)
+		r.net = newTransport(cfg, r.log, r.peerCheck())
 	}
 	r.address = cfg.Address
 	r.met, err = newMetrics(cfg.MeterProvider, cfg.ID, r.deadlineLag, r.gaugeReadings)
@@ -209,7 +210,7 @@ func newKeeper(store storage.Store, cfg Config) (*lease.Keeper, error) {
 }
 
 // newTransport returns the gRPC transport of a runner configured with cfg.
-func newTransport(cfg Config, log *slog.Logger) transport.Transport {
+func newTransport(cfg Config, log *slog.Logger, verifyPeer func(string, tls.ConnectionState) error) transport.Transport {
 	listen := cfg.ListenAddr
 	if cfg.ClientOnly {
 		listen = "" // routes only: serves nothing
@@ -217,7 +218,7 @@ func newTransport(cfg Config, log *slog.Logger) transport.Transport {
 	return transport.NewGRPC(transport.GRPCConfig{
 		ListenAddr: listen, TLS: cfg.TLS, PeerTLS: cfg.PeerTLS, MaxMessageSize: cfg.MaxMessageSize,
 		RequestTimeout: cfg.RequestTimeout, ConnectTimeout: cfg.ConnectTimeout, MaxConnections: cfg.MaxConnections,
-		Logger: log,
+		VerifyPeer: verifyPeer, Logger: log,
 	})
 }
 
@@ -483,7 +484,7 @@ func (r *Runner) storageResult(op string, err error) {
 	}
 	r.storageErrs[op]++
 	n := r.storageErrs[op]
-	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs)
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
 	r.log.Warn("storage call failed", "op", op, "streak", n, "err", err)
 	// A failed release costs nobody safety (the shard is no longer ours
 	// locally and the lock is retried); everything else detaches.

@@ -25,6 +25,12 @@ import (
 //     logged at WARN with the store's endpoints and the error, then one
 //     WARN a minute (startFailed). Config.StartTimeout, if set, ends Run
 //     with ErrStartTimeout when the runner is not ready in time.
+//   - A store that refuses the runner's credentials or permissions
+//     (storage.ErrPermissionDenied) ends Run at once with that error,
+//     logged at ERROR (startRefused): no retry succeeds until an operator
+//     acts. Refused later, while running, the runner detaches (as for any
+//     storage error) and stays detached, re-trying once per RecoverWindow
+//     of health (reattachFailed).
 //   - Ready is closed once a hosting runner registered for the first time,
 //     or a client-only runner listed the runners.
 //   - A send made before Run is called waits for Run (sends after Shutdown
@@ -52,7 +58,9 @@ type startState struct {
 	failures  int       // failed store calls since the start (or the last success)
 	firstFail time.Time // of the current streak
 	lastWarn  time.Time
-	lastErr   error // the last failure, until ready
+	lastErr   error     // the last failure, until ready
+	denied    int       // re-attach attempts refused for permissions (reattachFailed)
+	deniedLog time.Time // when one was last logged at ERROR
 }
 
 func (s *startState) init() {
@@ -132,6 +140,69 @@ func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
 	}
 }
 
+// startRefused ends Run when the store refused the runner's credentials
+// or permissions (storage.ErrPermissionDenied) during the start: no retry
+// can succeed before an operator changes them. It reports whether it did.
+func (r *Runner) startRefused(op string, err error) bool {
+	if !errors.Is(err, storage.ErrPermissionDenied) {
+		return false
+	}
+	err = fmt.Errorf("runner %s cannot start: %s: %w (%s)", r.cfg.ID, op, err, deniedHint)
+	attrs := []any{"err", err}
+	if eps := r.endpoints(); eps != "" {
+		attrs = append(attrs, "endpoints", eps)
+	}
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
+	r.log.Error("the store refused this runner's credentials or permissions; stopping", attrs...)
+	r.failRun(err)
+	return true
+}
+
+// mayReadCluster reports whether a client-only runner that was refused a
+// permission checking the cluster record may read it: it was refused the
+// write of a record that was missing (or damaged), as a role granting
+// only read (enough for a client-only runner) is when it starts before any
+// hosting runner published the record. It then tries again instead of
+// failing: the record may be there already.
+func (r *Runner) mayReadCluster(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	_, _, err := r.store.ReadCluster(cctx)
+	return err == nil || errors.Is(err, storage.ErrCorrupt)
+}
+
+// deniedHint says what to check when the store refuses the runner.
+const deniedHint = "with etcd: the client's user and password or certificate, and a role granting " +
+	"readwrite on the namespace's prefix \"/{namespace}/\"; see SECURITY.md"
+
+// reattachFailed records a failed re-attach of a detached runner: counted
+// in sharding.storage_errors, logged at WARN, or, when the store refused
+// the runner's credentials or permissions, at ERROR (an operator must act)
+// the first time and then at most once a minute (DEBUG between). The
+// runner stays detached and tries again after RecoverWindow of health.
+func (r *Runner) reattachFailed(err error) {
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
+	if !errors.Is(err, storage.ErrPermissionDenied) {
+		r.log.Warn("re-attach failed", "err", err)
+		return
+	}
+	now := time.Now()
+	r.st.mu.Lock()
+	r.st.denied++
+	n, first := r.st.denied, r.st.deniedLog.IsZero()
+	warn := first || now.Sub(r.st.deniedLog) >= startWarnEvery
+	if warn {
+		r.st.deniedLog = now
+	}
+	r.st.mu.Unlock()
+	if !warn {
+		r.log.Debug("re-attach refused by the store", "err", err, "refused_attempts", n)
+		return
+	}
+	r.log.Error("re-attach refused: the store denies this runner's credentials or permissions; staying detached",
+		"err", err, "refused_attempts", n, "hint", deniedHint)
+}
+
 // startErr returns the last start failure while the runner is not ready.
 func (r *Runner) startErr() error {
 	r.st.mu.Lock()
@@ -198,7 +269,15 @@ func (r *Runner) startClient(ctx context.Context) {
 			r.failRun(err)
 			return
 		}
-		r.startFailed("check the cluster record", err, backoff)
+		switch {
+		case errors.Is(err, storage.ErrPermissionDenied) && r.mayReadCluster(ctx):
+			r.startFailed("check the cluster record (this client-only runner may only read it: "+
+				"waiting for a hosting runner to publish it)", err, backoff)
+		case r.startRefused("check the cluster record", err):
+			return
+		default:
+			r.startFailed("check the cluster record", err, backoff)
+		}
 		t.Reset(backoff)
 		select {
 		case <-ctx.Done():

@@ -71,7 +71,9 @@ func (tc *testCluster) start(cfg Config) *Runner {
 	if !cfg.ClientOnly {
 		cfg.ListenAddr = "127.0.0.1:0"
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	r, err := New(tc.c.NewStore(cfg.ID), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,10 @@
 //     one long-lived multiplexed stream (unary calls for payloads over
 //     64 KiB); the server bounds what a connection costs (5 s handshake
 //     deadline, 5 min idle limit, keepalive pings, MaxConnections).
+//     Handshakes refused by TLS (no certificate, one of another CA) or by
+//     GRPCConfig.VerifyPeer (the runner's Config.RequireClusterPeers) are
+//     logged at WARN with the peer's address and the reason, at most once
+//     a minute each way.
 //   - Inmem, transports of one InmemNetwork in one process: deliveries are
 //     function calls on goroutines, with the same encoding, and faults
 //     (unreachable addresses, lost answers, latency) can be injected. It

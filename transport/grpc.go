@@ -111,6 +111,7 @@ type GRPC struct {
 	limit                         *limitListener // lis, counting connections
 	handshakeTimeout, idleTimeout time.Duration  // serverHandshakeTimeout, serverMaxConnectionIdle (tests shorten them)
 	refused, refusedLog           atomic.Int64   // connections refused; when last logged (since clockBase)
+	inRefused, outRefused         handshakeLog   // TLS handshakes refused, both ways (peertls.go)
 
 	goaway     chan struct{} // closed when the server starts a graceful stop
 	goawayOnce sync.Once
@@ -132,8 +133,17 @@ type GRPCConfig struct {
 	// no server (a client-only runner).
 	ListenAddr string
 	// TLS configures the server (nil: plaintext); PeerTLS the connections
-	// to peers.
+	// to peers. Handshakes they refuse are logged at WARN with the peer's
+	// address and the reason (at most once a minute each way, with a
+	// count).
 	TLS, PeerTLS *tls.Config
+	// VerifyPeer, if set, is called after every TLS handshake once the
+	// configuration's own checks passed (tls.Config.VerifyConnection): on
+	// the server with addr "" and the client's verified certificate, on a
+	// connection to a peer with the address dialed and the peer's. An
+	// error refuses the connection (logged as above). It may be called
+	// from several goroutines at once.
+	VerifyPeer func(addr string, cs tls.ConnectionState) error
 	// MaxMessageSize bounds a request or response payload. Default 4 MiB.
 	MaxMessageSize int
 	// RequestTimeout bounds a call whose context has no deadline. Default
@@ -237,7 +247,7 @@ func (t *GRPC) Listen(h Handler) (string, error) {
 	t.lis = t.limit
 	creds := insecure.NewCredentials()
 	if t.cfg.TLS != nil {
-		creds = credentials.NewTLS(t.cfg.TLS)
+		creds = loggingCreds{TransportCredentials: credentials.NewTLS(t.serverTLS()), t: t}
 	}
 	t.srv = grpc.NewServer(
 		grpc.Creds(creds),
@@ -362,7 +372,7 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 	}
 	creds := insecure.NewCredentials()
 	if t.cfg.PeerTLS != nil {
-		creds = credentials.NewTLS(t.cfg.PeerTLS)
+		creds = loggingCreds{TransportCredentials: credentials.NewTLS(t.peerTLS(addr)), t: t, peer: addr}
 	}
 	p := &peerConns{}
 	for range connsPerPeer {

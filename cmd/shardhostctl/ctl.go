@@ -58,10 +58,11 @@ type options struct {
 	shards    int
 	timeout   time.Duration
 	json      bool
+	etcd      etcdSecurity // TLS and authentication (etcdflags.go)
 }
 
 func defaultOptions() options {
-	o := options{endpoints: "127.0.0.1:2379", shards: defaultShards, timeout: 5 * time.Second}
+	o := options{endpoints: "127.0.0.1:2379", shards: defaultShards, timeout: 5 * time.Second, etcd: etcdSecurityFromEnv()}
 	if v := os.Getenv(envEndpoints); v != "" {
 		o.endpoints = v
 	}
@@ -78,6 +79,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.shards, "shards", o.shards, "NumShards of the cluster ($"+envShards+")")
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on each etcd call")
 	fs.BoolVar(&o.json, "json", o.json, "print JSON")
+	o.etcd.register(fs)
 }
 
 // run executes one command line and returns the exit status.
@@ -116,6 +118,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shardhostctl %s: want %d argument(s), got %d\n", name, cmd.args, len(pos))
 		return exitUsage
 	}
+	if err := o.etcd.validate(); err != nil {
+		fmt.Fprintf(stderr, "shardhostctl: %v\n", err)
+		return exitUsage
+	}
 	if o.shards < 1 || o.shards > sharding.MaxShards {
 		fmt.Fprintf(stderr, "shardhostctl: -shards %d: want 1..%d\n", o.shards, sharding.MaxShards)
 		return exitUsage
@@ -127,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.close()
 	if err := cmd.run(ctx, c, sub, pos, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "shardhostctl %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "shardhostctl %s: %v%s\n", name, err, deniedHint(err))
 		if errors.Is(err, errUsage) {
 			return exitUsage
 		}

@@ -17,6 +17,23 @@
 //	-timeout D                        bound on each etcd call (default 5s)
 //	-json                             print JSON instead of tables
 //
+// TLS and authentication, named as etcdctl names them:
+//
+//	-cacert FILE                      verify etcd's certificate with this CA ($SHARDHOST_ETCD_CACERT)
+//	-cert FILE, -key FILE             client certificate and key ($SHARDHOST_ETCD_CERT, $SHARDHOST_ETCD_KEY)
+//	-insecure-skip-tls-verify         TLS without verifying etcd's certificate, for tests
+//	                                  ($SHARDHOST_ETCD_INSECURE_SKIP_TLS_VERIFY)
+//	-user NAME[:PASSWORD]             etcd user ($SHARDHOST_ETCD_USER)
+//	-password PASSWORD                its password ($SHARDHOST_ETCD_PASSWORD; the variable
+//	                                  is safer than the flag)
+//
+// A user whose role is limited to the namespace's prefix cannot list the
+// other namespaces: give -namespace. status, shards and where need read on
+// "/{namespace}/", drain and undrain readwrite (see SECURITY.md). When etcd
+// cannot be reached the error says what a TLS handshake with the first
+// endpoint found (an unknown CA, a missing client certificate, TLS on one
+// side only).
+//
 // # Drain
 //
 // drain writes a drain request, drains/{RUNNER} in the namespace, a key

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -46,19 +47,38 @@ func connect(ctx context.Context, o options, stderr io.Writer) (*cluster, error)
 	cfg := etcd.ClientConfig(eps)
 	cfg.DialTimeout = o.timeout
 	cfg.Logger = zap.NewNop()
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("etcd client for %s: %w", o.endpoints, err)
+	if err := o.etcd.apply(&cfg); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	found, err := etcd.Namespaces(cctx, cli, 100000)
+	cli, err := clientv3.New(cfg) // logs in when a user is given
 	if err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("cannot reach etcd at %s within %v: %w (is etcd running there? set -endpoints or $%s)",
-			o.endpoints, o.timeout, err, envEndpoints)
+		return nil, fmt.Errorf("etcd client for %s (%s): %w%s%s", o.endpoints, o.etcd.describe(), etcd.TranslateError(err), deniedHint(err), tlsHint(ctx, eps[0], cfg.TLS, err))
 	}
 	ns := o.namespace
+	var found []string
+	if ns != "" {
+		// Only the namespace's keys are read: a role limited to its prefix
+		// may not list the others.
+		cctx, cancel := context.WithTimeout(ctx, o.timeout)
+		_, err = etcd.Namespaces(cctx, cli, 1) // proves etcd answers (and the credentials)
+		cancel()
+		if errors.Is(err, storage.ErrPermissionDenied) {
+			err = nil // may not list "/": the namespace's own reads tell
+		}
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, o.timeout)
+		found, err = etcd.Namespaces(cctx, cli, 100000)
+		cancel()
+	}
+	if err != nil {
+		cli.Close()
+		if errors.Is(err, storage.ErrPermissionDenied) {
+			return nil, fmt.Errorf("etcd at %s (%s) refused to list its keys: %w%s; with a role limited to a namespace, set -namespace or $%s",
+				o.endpoints, o.etcd.describe(), err, deniedHint(err), envNamespace)
+		}
+		return nil, fmt.Errorf("cannot reach etcd at %s within %v (%s): %w%s (is etcd running there? set -endpoints or $%s; TLS: -cacert, -cert, -key; auth: -user, -password)",
+			o.endpoints, o.timeout, o.etcd.describe(), err, tlsHint(ctx, eps[0], cfg.TLS, err), envEndpoints)
+	}
 	if ns == "" {
 		switch len(found) {
 		case 0:

@@ -52,6 +52,7 @@ type config struct {
 	entities  int
 	report    time.Duration
 	verbose   bool
+	security  security // TLS and authentication (secure.go)
 }
 
 func parseFlags(args []string) (config, error) {
@@ -71,6 +72,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.entities, "entities", 5000, "gateway: counters addressed")
 	fs.DurationVar(&c.report, "report", 2*time.Second, "gateway: interval of the traffic line")
 	fs.BoolVar(&c.verbose, "v", false, "info logs of the runner and warnings of the etcd client")
+	c.security.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -124,9 +126,12 @@ func run(ctx context.Context, c config) error {
 	if !c.verbose {
 		ccfg.Logger = zap.NewNop()
 	}
-	cli, err := clientv3.New(ccfg)
-	if err != nil {
+	if err := c.security.etcdClient(&ccfg); err != nil {
 		return err
+	}
+	cli, err := clientv3.New(ccfg) // logs in when a user is given
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", etcd.TranslateError(err))
 	}
 	defer cli.Close()
 	store, err := etcd.New(cli, c.namespace, etcd.Config{})
@@ -138,6 +143,9 @@ func run(ctx context.Context, c config) error {
 		cfg.ClientOnly = true
 	} else {
 		cfg.ListenAddr = c.listen
+	}
+	if err := c.security.runnerTLS(&cfg); err != nil {
+		return err
 	}
 	r, err := runner.New(store, cfg)
 	if err != nil {

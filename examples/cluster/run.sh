@@ -7,12 +7,18 @@
 #   examples/cluster/run.sh                 start the cluster and wait (Ctrl-C stops it)
 #   examples/cluster/run.sh start runner-2  start one runner again (after a kill -9), in
 #                                           the background, from another terminal
+#   SECURE=1 examples/cluster/run.sh        the same, secured (make demo-cluster-secure): etcd
+#                                           with client TLS and auth, each process logged in
+#                                           as a user whose role covers /demo/ only (the
+#                                           gateway's: read only), mutual TLS between the
+#                                           runners with RequireClusterPeers. Certificates
+#                                           (openssl) and passwords in $DEMO_DIR/pki.
 #
 # Every process runs in a session of its own (setsid), so Ctrl-C reaches only
 # this script, which stops the gateway and the runners first (SIGTERM: each
 # hands its shards off and revokes its lease), then etcd.
 #
-# Environment: DEMO_DIR (default /tmp/shardhost-demo), ETCD_PORT (2379),
+# Environment: SECURE (0), DEMO_DIR (default /tmp/shardhost-demo), ETCD_PORT (2379),
 # DEBUG_PORT (8080: gateway; runners DEBUG_PORT+1..3), TRANSPORT_PORT (7100:
 # runners TRANSPORT_PORT+1..3), SHARDS (1024), TTL (5s), RATE (500 asks/s).
 set -euo pipefail
@@ -28,6 +34,8 @@ TTL=${TTL:-5s}
 RATE=${RATE:-500}
 NAMESPACE=demo
 RUNNERS=(runner-1 runner-2 runner-3)
+SECURE=${SECURE:-0}
+PKI=$DEMO_DIR/pki
 
 debug_url() { # debug_url INDEX (0: gateway)
 	echo "http://127.0.0.1:$((DEBUG_PORT + $1))/debug/shardhost/"
@@ -39,14 +47,74 @@ peers() {
 	echo "${out%,}"
 }
 
+# secure_args NAME USER: the flags of process NAME logged in to etcd as USER,
+# with its certificate for etcd and for the transport (nothing unless secured;
+# a demo started with SECURE=1 leaves $PKI behind for `run.sh start`).
+secure_args() {
+	[ -f "$PKI/ca.pem" ] || return 0
+	echo -cacert "$PKI/ca.pem" -cert "$PKI/$1.pem" -key "$PKI/$1-key.pem" -user "$2" \
+		-tls-ca "$PKI/ca.pem" -tls-cert "$PKI/$1.pem" -tls-key "$PKI/$1-key.pem" \
+		-require-cluster-peers -client-peers gateway
+}
+
+# password USER: USER's etcd password ("" unless secured).
+password() { cat "$PKI/$1.password" 2>/dev/null || true; }
+
 # start_runner N: runner-N in the background, logging to $DEMO_DIR/runner-N.log.
 start_runner() {
 	local n=$1
-	setsid "$DEMO_DIR/bin/cluster" -role runner -id "runner-$n" -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
+	# shellcheck disable=SC2046 # secure_args are words without spaces
+	SHARDHOST_ETCD_PASSWORD=$(password shardhost-demo) setsid "$DEMO_DIR/bin/cluster" -role runner -id "runner-$n" \
+		-etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
 		-listen "127.0.0.1:$((TRANSPORT_PORT + n))" -debug "127.0.0.1:$((DEBUG_PORT + n))" -peers "$(peers)" \
-		-shards "$SHARDS" -ttl "$TTL" >>"$DEMO_DIR/runner-$n.log" 2>&1 &
+		-shards "$SHARDS" -ttl "$TTL" $(secure_args "runner-$n" shardhost-demo) >>"$DEMO_DIR/runner-$n.log" 2>&1 &
 	echo $! >"$DEMO_DIR/runner-$n.pid"
 	echo "runner-$n: pid $!, $(debug_url "$n")"
+}
+
+# make_pki: a CA and a certificate per process (DNS name: its runner ID; IP
+# 127.0.0.1), and random passwords, in $PKI.
+make_pki() {
+	mkdir -p "$PKI" && chmod 700 "$PKI"
+	command -v openssl >/dev/null || { echo "SECURE=1 needs openssl" >&2; exit 1; }
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=shardhost demo CA" \
+		-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+		-keyout "$PKI/ca-key.pem" -out "$PKI/ca.pem" 2>/dev/null
+	local name
+	for name in etcd "${RUNNERS[@]}" gateway shardhostctl admin; do
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
+			-keyout "$PKI/$name-key.pem" -out "$PKI/$name.csr" 2>/dev/null
+		printf 'subjectAltName=DNS:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\n' "$name" >"$PKI/$name.ext"
+		openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.pem" -CAkey "$PKI/ca-key.pem" -CAcreateserial -days 2 \
+			-extfile "$PKI/$name.ext" -out "$PKI/$name.pem" 2>/dev/null
+		rm "$PKI/$name.csr" "$PKI/$name.ext"
+	done
+	for name in root shardhost-demo shardhost-demo-gateway; do
+		openssl rand -hex 16 >"$PKI/$name.password"
+	done
+	chmod 600 "$PKI"/*-key.pem "$PKI"/*.password
+}
+
+# etcdctl_admin ARGS: etcdctl against the demo's etcd with the admin
+# certificate (before auth is enabled; root's password after).
+etcdctl_admin() {
+	"$BIN/etcdctl" --endpoints "https://127.0.0.1:$ETCD_PORT" --cacert "$PKI/ca.pem" --cert "$PKI/admin.pem" --key "$PKI/admin-key.pem" "$@"
+}
+
+# setup_auth: root, a readwrite role on /demo/ for the runners, a read role
+# for the gateway (the lines of SECURITY.md), then auth enable.
+setup_auth() {
+	etcdctl_admin user add root --new-user-password "$(password root)" >/dev/null
+	etcdctl_admin user grant-role root root >/dev/null
+	etcdctl_admin role add shardhost-demo >/dev/null
+	etcdctl_admin role grant-permission shardhost-demo readwrite "/$NAMESPACE/" --prefix >/dev/null
+	etcdctl_admin user add shardhost-demo --new-user-password "$(password shardhost-demo)" >/dev/null
+	etcdctl_admin user grant-role shardhost-demo shardhost-demo >/dev/null
+	etcdctl_admin role add shardhost-demo-read >/dev/null
+	etcdctl_admin role grant-permission shardhost-demo-read read "/$NAMESPACE/" --prefix >/dev/null
+	etcdctl_admin user add shardhost-demo-gateway --new-user-password "$(password shardhost-demo-gateway)" >/dev/null
+	etcdctl_admin user grant-role shardhost-demo-gateway shardhost-demo-read >/dev/null
+	etcdctl_admin auth enable >/dev/null
 }
 
 if [ "${1:-}" = start ]; then
@@ -77,6 +145,14 @@ done
 
 rm -rf "$DEMO_DIR"
 mkdir -p "$DEMO_DIR/bin"
+etcd_tls=() scheme=http
+health=("$BIN/etcdctl" --endpoints "127.0.0.1:$ETCD_PORT" endpoint health)
+if [ "$SECURE" = 1 ]; then
+	make_pki
+	scheme=https
+	etcd_tls=(--cert-file "$PKI/etcd.pem" --key-file "$PKI/etcd-key.pem" --trusted-ca-file "$PKI/ca.pem" --client-cert-auth)
+	health=(etcdctl_admin endpoint health)
+fi
 echo "building examples/cluster and cmd/shardhostctl into $DEMO_DIR/bin ..."
 (cd "$ROOT/examples" && go build -o "$DEMO_DIR/bin/cluster" ./cluster)
 (cd "$ROOT" && go build -o "$DEMO_DIR/bin/shardhostctl" ./cmd/shardhostctl)
@@ -103,24 +179,34 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 setsid "$BIN/etcd" --name demo --data-dir "$DEMO_DIR/etcd" \
-	--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+	--listen-client-urls "$scheme://127.0.0.1:$ETCD_PORT" --advertise-client-urls "$scheme://127.0.0.1:$ETCD_PORT" \
 	--listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
-	--initial-cluster "demo=http://127.0.0.1:$((ETCD_PORT + 1))" --log-level warn >"$DEMO_DIR/etcd.log" 2>&1 &
+	--initial-cluster "demo=http://127.0.0.1:$((ETCD_PORT + 1))" "${etcd_tls[@]}" --log-level warn >"$DEMO_DIR/etcd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
-	"$BIN/etcdctl" --endpoints "127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1 && break
+	"${health[@]}" >/dev/null 2>&1 && break
 	sleep 0.1
 done
-"$BIN/etcdctl" --endpoints "127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1 || { echo "etcd did not start: see $DEMO_DIR/etcd.log" >&2; exit 1; }
-echo "etcd: 127.0.0.1:$ETCD_PORT (pid ${pids[0]}, $BIN/etcd)"
+"${health[@]}" >/dev/null 2>&1 || { echo "etcd did not start: see $DEMO_DIR/etcd.log" >&2; exit 1; }
+echo "etcd: $scheme://127.0.0.1:$ETCD_PORT (pid ${pids[0]}, $BIN/etcd)"
+if [ "$SECURE" = 1 ]; then
+	setup_auth
+	echo "etcd: client TLS and auth enabled; users shardhost-demo (readwrite /$NAMESPACE/) and" \
+		"shardhost-demo-gateway (read /$NAMESPACE/); certificates and passwords in $PKI"
+fi
 
 for i in 1 2 3; do start_runner "$i"; done
-setsid "$DEMO_DIR/bin/cluster" -role gateway -id gateway -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
-	-debug "127.0.0.1:$DEBUG_PORT" -peers "$(peers)" -shards "$SHARDS" -rate "$RATE" >"$DEMO_DIR/gateway.log" 2>&1 &
+# shellcheck disable=SC2046 # secure_args are words without spaces
+SHARDHOST_ETCD_PASSWORD=$(password shardhost-demo-gateway) setsid "$DEMO_DIR/bin/cluster" -role gateway -id gateway \
+	-etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" -debug "127.0.0.1:$DEBUG_PORT" -peers "$(peers)" -shards "$SHARDS" \
+	-rate "$RATE" $(secure_args gateway shardhost-demo-gateway) >"$DEMO_DIR/gateway.log" 2>&1 &
 echo $! >"$DEMO_DIR/gateway.pid"
 echo "gateway: pid $!, $(debug_url 0)"
 
 ctl="$DEMO_DIR/bin/shardhostctl -endpoints 127.0.0.1:$ETCD_PORT -namespace $NAMESPACE -shards $SHARDS"
+if [ "$SECURE" = 1 ]; then
+	ctl="SHARDHOST_ETCD_PASSWORD=\$(cat $PKI/shardhost-demo.password) $ctl -cacert $PKI/ca.pem -cert $PKI/shardhostctl.pem -key $PKI/shardhostctl-key.pem -user shardhost-demo"
+fi
 cat <<EOF
 
 Open a dashboard: $(debug_url 1) (runner-1), or $(debug_url 0) (the gateway).

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +26,8 @@ type etcdConfig struct {
 	logLevel     string
 	startTimeout time.Duration
 	extraArgs    []string
+	pki          *PKI // WithTLS
+	auth         bool // WithAuth
 }
 
 // WithRaftTiming sets --heartbeat-interval and --election-timeout (whole
@@ -53,6 +57,31 @@ func WithStartTimeout(d time.Duration) EtcdOption {
 // level) must not be repeated.
 func WithEtcdArgs(args ...string) EtcdOption {
 	return func(c *etcdConfig) { c.extraArgs = append(c.extraArgs, args...) }
+}
+
+// WithTLS serves the members' client URLs over TLS (https://) with a
+// server certificate issued by pki for 127.0.0.1 (one per member, see
+// [Etcd.ServerCert]) and requires every client to present a certificate
+// issued by pki (--client-cert-auth --trusted-ca-file). Peer URLs stay
+// plaintext (loopback). The helpers' own clients ([Etcd.Client],
+// [Etcd.ClientConfig], [Etcd.Etcdctl] and the readiness probes) present
+// the cluster's admin certificate ([EtcdCluster.AdminCert], common name
+// "testenv-admin": not an etcd user, so it grants nothing by itself when
+// auth is enabled).
+func WithTLS(pki *PKI) EtcdOption {
+	return func(c *etcdConfig) { c.pki = pki }
+}
+
+// WithAuth enables etcd authentication once the cluster first starts: a
+// user "root" with a random password ([EtcdCluster.RootPassword]) and the
+// root role is added, then `auth enable`. The helpers' own clients log in
+// as root. Data directories keep it across restarts. Passwords are hashed
+// with --bcrypt-cost 4, etcd's minimum (a later --bcrypt-cost in
+// [WithEtcdArgs] wins): at etcd's default, 10, a login costs the server
+// about 70 ms of CPU on a 2-core machine, and tests that log in a few
+// dozen clients at once then miss their dial timeouts under load.
+func WithAuth() EtcdOption {
+	return func(c *etcdConfig) { c.auth = true }
 }
 
 // newEtcdConfig applies opts over the defaults and validates the result.
@@ -99,6 +128,7 @@ type Etcd struct {
 	logPath string
 	cfg     etcdConfig
 	cluster *EtcdCluster
+	cert    Cert // server certificate (WithTLS)
 
 	mu         sync.Mutex
 	clientPort int
@@ -117,8 +147,46 @@ func (e *Etcd) Endpoint() string {
 	return hostPort(e.clientPort)
 }
 
-// ClientURL returns the member's client URL, "http://127.0.0.1:port".
-func (e *Etcd) ClientURL() string { return "http://" + e.Endpoint() }
+// ClientURL returns the member's client URL, "http://127.0.0.1:port", or
+// "https://127.0.0.1:port" with [WithTLS].
+func (e *Etcd) ClientURL() string { return e.cluster.scheme() + e.Endpoint() }
+
+// ServerCert returns the certificate the member serves its client URL with
+// ([WithTLS]; the zero Cert without). Its files are the ones etcd reads.
+func (e *Etcd) ServerCert() Cert {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cert
+}
+
+// RotateServerCert issues a new server certificate for the member from the
+// same CA (a new key and serial number) and replaces the files etcd reads,
+// each by an atomic rename. etcd reads them on every new TLS handshake:
+// connections open before keep the old certificate, new ones get the new
+// one, with no restart. It fails without [WithTLS].
+func (e *Etcd) RotateServerCert() (Cert, error) {
+	pki := e.cfg.pki
+	if pki == nil {
+		return Cert{}, errors.New("testenv: RotateServerCert: etcd started without WithTLS")
+	}
+	c, err := pki.Issue(e.certName())
+	if err != nil {
+		return Cert{}, err
+	}
+	e.mu.Lock()
+	e.cert = c
+	e.mu.Unlock()
+	return c, nil
+}
+
+// certName names the member's server certificate files in the PKI's
+// directory (shared by every cluster of a PKI).
+func (e *Etcd) certName() string { return e.cluster.token + "-" + e.name }
+
+// ClientConfig returns the configuration of [Etcd.Client]: [EtcdClientConfig]
+// for this member, with the admin certificate and root's credentials when
+// the cluster runs with [WithTLS] and [WithAuth].
+func (e *Etcd) ClientConfig() clientv3.Config { return e.cluster.clientConfig(e.Endpoint()) }
 
 // PeerURL returns the member's peer URL, "http://127.0.0.1:port".
 func (e *Etcd) PeerURL() string {
@@ -151,10 +219,11 @@ func (e *Etcd) Running() bool {
 	return e.proc != nil && !e.proc.exited()
 }
 
-// Client returns a new client for this member only, closed when t ends.
+// Client returns a new client for this member only, closed when t ends
+// (configured by [Etcd.ClientConfig]).
 func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	return NewEtcdClient(t, e.Endpoint())
+	return NewEtcdClientWith(t, e.ClientConfig())
 }
 
 // Kill sends SIGKILL and waits (at most 10 s) for the process to exit. It
@@ -292,11 +361,12 @@ func (e *Etcd) launch() error {
 	if e.started {
 		state = "existing"
 	}
+	scheme := e.cluster.scheme()
 	args := []string{
 		"--name", e.name,
 		"--data-dir", e.dataDir,
-		"--listen-client-urls", "http://" + hostPort(e.clientPort),
-		"--advertise-client-urls", "http://" + hostPort(e.clientPort),
+		"--listen-client-urls", scheme + hostPort(e.clientPort),
+		"--advertise-client-urls", scheme + hostPort(e.clientPort),
 		"--listen-peer-urls", "http://" + hostPort(e.peerPort),
 		"--initial-advertise-peer-urls", "http://" + hostPort(e.peerPort),
 		"--initial-cluster", initialCluster,
@@ -305,6 +375,13 @@ func (e *Etcd) launch() error {
 		"--heartbeat-interval", strconv.FormatInt(e.cfg.heartbeat.Milliseconds(), 10),
 		"--election-timeout", strconv.FormatInt(e.cfg.election.Milliseconds(), 10),
 		"--log-level", e.cfg.logLevel,
+	}
+	if e.cfg.pki != nil {
+		args = append(args, "--cert-file", e.cert.CertFile, "--key-file", e.cert.KeyFile,
+			"--trusted-ca-file", e.cfg.pki.CAFile(), "--client-cert-auth")
+	}
+	if e.cfg.auth {
+		args = append(args, "--bcrypt-cost", "4")
 	}
 	args = append(args, e.cfg.extraArgs...)
 	p, err := startProcess(e.bin, args, e.logPath, "ETCD_", "ETCDCTL_")
@@ -340,7 +417,8 @@ func (e *Etcd) waitReady(ctx context.Context) error {
 	if p == nil {
 		return errNotStarted
 	}
-	return poll(ctx, p, func(ctx context.Context) error { return httpOK(ctx, url) })
+	probe := e.cluster.probe
+	return poll(ctx, p, func(ctx context.Context) error { return httpOK(ctx, probe, url) })
 }
 
 // poll calls probe until it succeeds, ctx ends or p exits.
@@ -362,14 +440,20 @@ func poll(ctx context.Context, p *process, probe func(context.Context) error) er
 	}
 }
 
-// probeClient makes one connection per probe (no keep-alive), so probing
-// leaves no idle connections or goroutines behind.
-var probeClient = &http.Client{
-	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
-	Timeout:   probeTimeout,
+// newProbeClient returns a client that makes one connection per probe (no
+// keep-alive), so probing leaves no idle connections or goroutines behind;
+// tlsCfg (nil: none) is for members serving TLS.
+func newProbeClient(tlsCfg *tls.Config) *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, TLSClientConfig: tlsCfg},
+		Timeout:   probeTimeout,
+	}
 }
 
-func httpOK(ctx context.Context, url string) error {
+// plainProbe probes plaintext HTTP endpoints.
+var plainProbe = newProbeClient(nil)
+
+func httpOK(ctx context.Context, probeClient *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -396,6 +480,18 @@ func EtcdClientConfig(endpoints ...string) clientv3.Config {
 		DialKeepAliveTimeout: clientKeepAliveTimeout,
 		Logger:               zap.NewNop(),
 	}
+}
+
+// NewEtcdClientWith returns a new etcd client with cfg, closed when t
+// ends.
+func NewEtcdClientWith(t testing.TB, cfg clientv3.Config) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatalf("testenv: etcd client for %v: %v", cfg.Endpoints, err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
 }
 
 // NewEtcdClient returns a new etcd client for the endpoints (host:port or

@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +29,10 @@ import (
 type EtcdCluster struct {
 	token   string
 	members []*Etcd
+	cfg     etcdConfig
+	probe   *http.Client // readiness probes
+	admin   Cert         // the helpers' client certificate (WithTLS)
+	rootPw  string       // root's password (WithAuth)
 }
 
 var clusterSeq atomic.Int64
@@ -108,17 +114,32 @@ func launchCluster(ctx context.Context, n int, base string, opts []EtcdOption, l
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
-	c := &EtcdCluster{token: fmt.Sprintf("testenv-%d-%d", os.Getpid(), clusterSeq.Add(1))}
+	c := &EtcdCluster{token: fmt.Sprintf("testenv-%d-%d", os.Getpid(), clusterSeq.Add(1)), cfg: cfg, probe: plainProbe}
+	if cfg.pki != nil {
+		if c.admin, err = cfg.pki.Issue(c.token+"-admin", WithCommonName("testenv-admin")); err != nil {
+			return nil, err
+		}
+		c.probe = newProbeClient(cfg.pki.ClientTLS(c.admin))
+	}
+	if cfg.auth {
+		c.rootPw = rand.Text()
+	}
 	for i := range n {
 		name := fmt.Sprintf("m%d", i)
-		c.members = append(c.members, &Etcd{
+		m := &Etcd{
 			name:    name,
 			bin:     bin,
 			dataDir: filepath.Join(base, name+".etcd"),
 			logPath: filepath.Join(base, name+".log"),
 			cfg:     cfg,
 			cluster: c,
-		})
+		}
+		if cfg.pki != nil {
+			if m.cert, err = cfg.pki.Issue(m.certName()); err != nil {
+				return nil, err
+			}
+		}
+		c.members = append(c.members, m)
 	}
 
 	const attempts = 3
@@ -149,8 +170,79 @@ func launchCluster(ctx context.Context, n int, base string, opts []EtcdOption, l
 		m.started = true
 		m.mu.Unlock()
 	}
+	if cfg.auth {
+		if err := c.enableAuth(ctx); err != nil {
+			c.killAll()
+			return nil, fmt.Errorf("testenv: etcd cluster of %d: %w\n%s", n, err, c.logTails())
+		}
+	}
 	return c, nil
 }
+
+// enableAuth adds root (with the root role) and enables authentication.
+func (c *EtcdCluster) enableAuth(ctx context.Context) error {
+	cfg := c.clientConfig(c.Endpoints()...)
+	cfg.Username, cfg.Password = "", "" // auth is not enabled yet
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.startTimeout)
+	defer cancel()
+	if _, err := cli.UserAdd(ctx, "root", c.rootPw); err != nil {
+		return fmt.Errorf("add user root: %w", err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("grant role root: %w", err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("auth enable: %w", err)
+	}
+	return nil
+}
+
+// scheme is the members' client URL scheme.
+func (c *EtcdCluster) scheme() string {
+	if c.cfg.pki != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// clientConfig is EtcdClientConfig(endpoints...) with the admin
+// certificate (WithTLS) and root's credentials (WithAuth).
+func (c *EtcdCluster) clientConfig(endpoints ...string) clientv3.Config {
+	cfg := EtcdClientConfig(endpoints...)
+	if c.cfg.pki != nil {
+		cfg.TLS = c.cfg.pki.ClientTLS(c.admin)
+	}
+	if c.cfg.auth {
+		cfg.Username, cfg.Password = "root", c.rootPw
+	}
+	return cfg
+}
+
+// ClientConfig returns the configuration of [EtcdCluster.Client]:
+// [EtcdClientConfig] for every member, with the admin certificate
+// ([WithTLS]) and root's credentials ([WithAuth]).
+func (c *EtcdCluster) ClientConfig() clientv3.Config { return c.clientConfig(c.Endpoints()...) }
+
+// PKI returns the CA given to [WithTLS] (nil without).
+func (c *EtcdCluster) PKI() *PKI { return c.cfg.pki }
+
+// AdminCert returns the client certificate the helpers present
+// ([WithTLS]; the zero Cert without). Its common name, "testenv-admin",
+// is no etcd user.
+func (c *EtcdCluster) AdminCert() Cert { return c.admin }
+
+// RootPassword returns the password of etcd's root user ([WithAuth]; ""
+// without).
+func (c *EtcdCluster) RootPassword() string { return c.rootPw }
+
+// Cluster returns the cluster the member belongs to (a single member's own
+// one-member cluster from [StartEtcd] or [LaunchEtcd]).
+func (e *Etcd) Cluster() *EtcdCluster { return e.cluster }
 
 // start assigns fresh ports to every member, launches them and waits until
 // all are ready, bounded by ctx and the start timeout.
@@ -288,10 +380,10 @@ func (c *EtcdCluster) Endpoints() []string {
 }
 
 // Client returns a new client for all members' endpoints, closed when t
-// ends.
+// ends (configured by [EtcdCluster.ClientConfig]).
 func (c *EtcdCluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	return NewEtcdClient(t, c.Endpoints()...)
+	return NewEtcdClientWith(t, c.ClientConfig())
 }
 
 // WaitReady waits until every running member answers /readyz, failing the
@@ -353,7 +445,7 @@ func (c *EtcdCluster) leader(ctx context.Context) (*Etcd, error) {
 	for i, m := range running {
 		eps[i] = m.Endpoint()
 	}
-	cli, err := clientv3.New(EtcdClientConfig(eps...))
+	cli, err := clientv3.New(c.clientConfig(eps...))
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ func (x *Toxiproxy) start(bin string, port int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), toxiproxyStartTimeout)
 	defer cancel()
 	url := "http://" + x.addr + "/version"
-	return poll(ctx, p, func(ctx context.Context) error { return httpOK(ctx, url) })
+	return poll(ctx, p, func(ctx context.Context) error { return httpOK(ctx, plainProbe, url) })
 }
 
 func (x *Toxiproxy) cleanup(t testing.TB) {

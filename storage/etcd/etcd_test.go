@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 
@@ -15,7 +16,20 @@ import (
 	"github.com/shardhost/shardhost/storage/storagetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := stopSecureEtcd(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the shared etcd:", err)
+		code = max(code, 1)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 var namespaces atomic.Int64
 

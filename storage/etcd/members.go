@@ -31,6 +31,81 @@ type member struct {
 	conn     *grpc.ClientConn
 	lease    pb.LeaseClient
 	kv       clientv3.KV // no retry policy: a failure returns at once
+
+	// renewing is held (1-buffered) by the renewal using ka: one request
+	// at a time on the keep-alive stream, so its reply answers it.
+	renewing chan struct{}
+	logsIn   bool // the client logs in (user and password) whenever a stream opens
+	kaMu     sync.Mutex
+	ka       *kaStream // the keep-alive stream, nil until the next renewal opens one
+	opened   time.Time // when a keep-alive stream was last opened (logsIn)
+}
+
+// loginInterval bounds how often renewals through one member open a
+// keep-alive stream when the client logs in whenever it opens one: each
+// login costs the server a bcrypt check and a raft proposal, and on a
+// starved server the logins of hedged attempts would keep it starved
+// (measured: every runner detached and none re-attached).
+const loginInterval = time.Second
+
+// errLoginInterval fails a renewal attempt that would open a keep-alive
+// stream (and log in) within loginInterval of the previous one through
+// the same member. It says nothing about the request: another member may
+// answer, or a later attempt.
+var errLoginInterval = errors.New("keep-alive stream busy or lost, and one was opened (a login) less than a second ago")
+
+// mayOpenStream reports whether a renewal may open a keep-alive stream
+// now (and records it): always when the client does not log in per
+// stream, else once per loginInterval.
+func (m *member) mayOpenStream() bool {
+	if !m.logsIn {
+		return true
+	}
+	m.kaMu.Lock()
+	defer m.kaMu.Unlock()
+	now := time.Now()
+	if !m.opened.IsZero() && now.Sub(m.opened) < loginInterval {
+		return false
+	}
+	m.opened = now
+	return true
+}
+
+// kaStream is a member's keep-alive stream, kept between renewals: opening
+// a stream makes the etcd client log in again when it has a user and
+// password (an Authenticate call, a bcrypt check and a raft proposal on
+// the server), which a stream per renewal would pay every renewal.
+type kaStream struct {
+	stream pb.Lease_LeaseKeepAliveClient
+	cancel context.CancelFunc
+}
+
+func newMember(endpoint string, conn *grpc.ClientConn, cli *clientv3.Client) *member {
+	return &member{
+		endpoint: endpoint, conn: conn,
+		lease:    pb.NewLeaseClient(conn),
+		kv:       clientv3.NewKVFromKVClient(pb.NewKVClient(conn), cli),
+		renewing: make(chan struct{}, 1),
+		logsIn:   cli.Username != "" && cli.Password != "",
+	}
+}
+
+// close closes the member's connection (ending its keep-alive stream).
+func (m *member) close() error {
+	m.dropStream()
+	return m.conn.Close()
+}
+
+// dropStream cancels the keep-alive stream, if any; the next renewal
+// opens another.
+func (m *member) dropStream() {
+	m.kaMu.Lock()
+	ka := m.ka
+	m.ka = nil
+	m.kaMu.Unlock()
+	if ka != nil {
+		ka.cancel()
+	}
 }
 
 // members holds one connection per endpoint of the client, dialed on first
@@ -80,19 +155,15 @@ func (ms *members) current() ([]*member, int, error) {
 			conn, err := ms.cli.Dial(ep) // does not wait for the connection
 			if err != nil {
 				for _, m := range dialed {
-					_ = m.conn.Close()
+					_ = m.close()
 				}
 				return nil, 0, fmt.Errorf("dial %s: %w", ep, err)
 			}
-			m := &member{
-				endpoint: ep, conn: conn,
-				lease: pb.NewLeaseClient(conn),
-				kv:    clientv3.NewKVFromKVClient(pb.NewKVClient(conn), ms.cli),
-			}
+			m := newMember(ep, conn, ms.cli)
 			list, dialed = append(list, m), append(dialed, m)
 		}
 		for _, m := range old { // endpoints the client no longer has
-			_ = m.conn.Close()
+			_ = m.close()
 		}
 		ms.list = list
 	}
@@ -122,7 +193,7 @@ func (ms *members) close() error {
 	}
 	var errs []error
 	for _, m := range ms.list {
-		errs = append(errs, m.conn.Close())
+		errs = append(errs, m.close())
 	}
 	ms.list = nil
 	return errors.Join(errs...)
@@ -223,9 +294,43 @@ func hedge[T any](ctx context.Context, list []*member, first int, attemptTimeout
 	}
 }
 
-// keepAliveOnce renews lease id once through m: one request on a stream of
-// its own, so the reply is the answer to that request.
+// keepAliveOnce renews lease id once through m, on the member's
+// keep-alive stream: one request at a time on it, so the reply is the
+// answer to that request. A stream that fails, or whose call's ctx ends
+// before the reply, is dropped; the next renewal opens a new one. A
+// renewal that fails on a stream opened by an earlier one is tried once
+// more on a new stream (same ctx): the old one may have broken meanwhile,
+// or carry a token that expired or was revoked (opening a stream logs in
+// again). While another renewal waits on the member's stream (a hedged
+// call came back to this member: its leader may be gone), the renewal
+// uses a stream of its own for this one request, as every renewal did
+// before streams were kept: it must not queue behind a request that may
+// never be answered. When the client logs in per stream (a user and
+// password), a member opens at most one stream per loginInterval; an
+// attempt that would open another fails at once (errLoginInterval).
 func keepAliveOnce(ctx context.Context, m *member, id clientv3.LeaseID) (int64, error) {
+	select {
+	case m.renewing <- struct{}{}:
+	default:
+		if !m.mayOpenStream() {
+			return 0, errLoginInterval
+		}
+		return keepAliveOwnStream(ctx, m, id)
+	}
+	defer func() { <-m.renewing }()
+	m.kaMu.Lock()
+	reused := m.ka != nil
+	m.kaMu.Unlock()
+	ttl, err := m.renew(ctx, id)
+	if err != nil && reused && ctx.Err() == nil {
+		ttl, err = m.renew(ctx, id)
+	}
+	return ttl, err
+}
+
+// keepAliveOwnStream renews lease id once through m on a stream opened
+// for this request and closed after it.
+func keepAliveOwnStream(ctx context.Context, m *member, id clientv3.LeaseID) (int64, error) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel() // closes the stream
 	stream, err := m.lease.LeaseKeepAlive(ctx)
@@ -237,6 +342,64 @@ func keepAliveOnce(ctx context.Context, m *member, id clientv3.LeaseID) (int64, 
 	}
 	resp, err := stream.Recv()
 	if err != nil {
+		return 0, rpctypes.Error(err)
+	}
+	if resp.TTL <= 0 {
+		return 0, rpctypes.ErrLeaseNotFound
+	}
+	return resp.TTL, nil
+}
+
+// renew sends one keep-alive request on the member's stream (opening it
+// if there is none) and waits for the reply. The caller holds m.renewing.
+func (m *member) renew(ctx context.Context, id clientv3.LeaseID) (ttl int64, err error) {
+	m.kaMu.Lock()
+	ka := m.ka
+	m.kaMu.Unlock()
+	if ka == nil {
+		if !m.mayOpenStream() {
+			return 0, errLoginInterval
+		}
+		sctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+		ka = &kaStream{cancel: cancel}
+		// Opening the stream may log in first: bounded by ctx too.
+		stop := context.AfterFunc(ctx, cancel)
+		ka.stream, err = m.lease.LeaseKeepAlive(sctx)
+		if !stop() && err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			cancel()
+			return 0, rpctypes.Error(err)
+		}
+		m.kaMu.Lock()
+		m.ka = ka
+		m.kaMu.Unlock()
+	}
+	// A ctx that ends before the reply cancels the stream: its reply, if
+	// it ever came, must not answer a later request.
+	stop := context.AfterFunc(ctx, ka.cancel)
+	var resp *pb.LeaseKeepAliveResponse
+	err = ka.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)})
+	if err == nil {
+		resp, err = ka.stream.Recv()
+	}
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err == nil && resp.ID != int64(id) {
+		err = fmt.Errorf("keep-alive stream answered lease %x for lease %x", resp.ID, int64(id))
+	}
+	if err != nil {
+		m.kaMu.Lock()
+		if m.ka == ka {
+			m.ka = nil
+		}
+		m.kaMu.Unlock()
+		ka.cancel()
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
 		return 0, rpctypes.Error(err)
 	}
 	if resp.TTL <= 0 {

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -49,9 +50,12 @@ func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Rev
 		}
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
-				if wr.CompactRevision != 0 {
+				switch {
+				case wr.CompactRevision != 0:
 					err = fmt.Errorf("watch %s from %d: %w (compacted at %d)", ks, from, storage.ErrCompacted, wr.CompactRevision)
-				} else {
+				case wr.Canceled && !errors.Is(classify(err), storage.ErrPermissionDenied):
+					err = s.cancelled(ctx, ks, prefix, err)
+				default:
 					err = fmt.Errorf("watch %s: %w", ks, translate(err))
 				}
 				send(storage.WatchResponse{Err: err})
@@ -78,4 +82,21 @@ func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Rev
 		}
 	}()
 	return out
+}
+
+// cancelled explains a watch the server cancelled. The client hands over
+// the server's reason as text only (a watch refused by the role, for
+// one, arrives as the text of a gRPC status), so the store asks once,
+// with a read of the same prefix, and reports what that read is refused
+// with when it is a permission error; otherwise ErrUnavailable. The read
+// is serializable (the member answers it without its leader, checking the
+// same permission) and bounded by the attempt timeout: a watch cancelled
+// because the leader changed is reported without waiting for the next.
+func (s *Store) cancelled(ctx context.Context, ks storage.Keyspace, prefix string, err error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.attemptTimeout)
+	defer cancel()
+	if _, gerr := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable()); gerr != nil && errors.Is(classify(gerr), storage.ErrPermissionDenied) {
+		return fmt.Errorf("watch %s: %w: %w (the server cancelled the watch: %v)", ks, storage.ErrPermissionDenied, gerr, err)
+	}
+	return fmt.Errorf("watch %s: %w: cancelled by the server: %w", ks, storage.ErrUnavailable, err)
 }
