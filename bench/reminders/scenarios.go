@@ -57,7 +57,42 @@ func benchRegister(ctx context.Context, p params, w io.Writer) error {
 	p50, p99, mx := quantiles(lat)
 	fmt.Fprintf(w, "   %d registrations in %v (%.0f/s asked, %.0f/s done), %d failed; Register latency p50 %s, p99 %s, max %s\n",
 		len(lat), took.Round(time.Millisecond), float64(p.rate), float64(len(lat))/took.Seconds(), failed, ms(p50), ms(p99), ms(mx))
+	// The floor: the same etcd, one conditional transaction (a compare
+	// and a put, as a registration's) per request at the same rate,
+	// straight from a client.
+	raw := rawTxns(ctx, e, p.rate, p.duration)
+	p50, p99, mx = quantiles(raw)
+	fmt.Fprintf(w, "   floor: %d raw etcd transactions (compare + put) at %d/s: p50 %s, p99 %s, max %s\n", len(raw), p.rate, ms(p50), ms(p99), ms(mx))
 	return nil
+}
+
+// rawTxns sends rate conditional transactions a second to e's etcd for d
+// and returns their latencies.
+func rawTxns(ctx context.Context, e *env, rate int, d time.Duration) []time.Duration {
+	var mu sync.Mutex
+	var out []time.Duration
+	var wg sync.WaitGroup
+	every := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; time.Since(start) < d; i++ {
+		if w := time.Until(start.Add(time.Duration(i) * every)); w > 0 {
+			time.Sleep(w)
+		}
+		wg.Go(func() {
+			key := fmt.Sprintf("/%s/floor/%d", e.ns, i)
+			t0 := time.Now()
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := e.cli.Txn(cctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).Then(clientv3.OpPut(key, "x")).Commit()
+			cancel()
+			if err == nil {
+				mu.Lock()
+				out = append(out, time.Since(t0))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // benchFire: one runner firing n reminders a second, for each n.
