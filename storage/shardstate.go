@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -208,19 +209,8 @@ func DecodeReminder(kv KeyValue) (Reminder, error) {
 	if err != nil || url.PathEscape(name) != parts[2] {
 		return corrupt(fmt.Errorf("key: name segment %q not canonically escaped", parts[2]))
 	}
-	obj, err := parseObject(kv.Value)
+	v, err := decodeReminderValue(kv.Value)
 	if err != nil {
-		return corrupt(err)
-	}
-	var v reminderValue
-	if err := errors.Join(
-		member(obj, "method", true, &v.Method),
-		member(obj, "first", true, &v.First),
-		member(obj, "period", false, &v.Period),
-		member(obj, "skip", false, &v.Skip),
-		member(obj, "payload", false, &v.Payload),
-		member(obj, "epoch", true, &v.Epoch),
-	); err != nil {
 		return corrupt(err)
 	}
 	if v.Epoch <= 0 {
@@ -234,6 +224,35 @@ func DecodeReminder(kv KeyValue) (Reminder, error) {
 		return corrupt(err)
 	}
 	return r, nil
+}
+
+// decodeReminderValue decodes a reminder's value strictly. Fast path:
+// exactly what EncodeReminder writes (the value re-encodes to the same
+// bytes) is accepted without the strict token-by-token parse, which a
+// cold start with millions of reminders would pay per record.
+func decodeReminderValue(b []byte) (reminderValue, error) {
+	var fast reminderValue
+	if json.Unmarshal(b, &fast) == nil && fast.Method != "" && fast.First != 0 {
+		if enc, err := json.Marshal(fast); err == nil && bytes.Equal(enc, b) {
+			return fast, nil
+		}
+	}
+	obj, err := parseObject(b)
+	if err != nil {
+		return reminderValue{}, err
+	}
+	var v reminderValue
+	if err := errors.Join(
+		member(obj, "method", true, &v.Method),
+		member(obj, "first", true, &v.First),
+		member(obj, "period", false, &v.Period),
+		member(obj, "skip", false, &v.Skip),
+		member(obj, "payload", false, &v.Payload),
+		member(obj, "epoch", true, &v.Epoch),
+	); err != nil {
+		return reminderValue{}, err
+	}
+	return v, nil
 }
 
 // ReminderProgress is the value of reminders/{shard}: which ticks of the

@@ -17,13 +17,17 @@ import (
 
 // Retry delays of a tick that could not be delivered.
 const (
-	deliverRetry   = 20 * time.Millisecond // the shard was not admitting (a cutover), or the mailbox was full
-	activateRetry  = 100 * time.Millisecond
-	maxRetryDelay  = time.Minute
-	unknownRetry   = time.Minute // the reminder's kind or method is not registered here
-	loadRetry      = 500 * time.Millisecond
-	maxLoadRetry   = 5 * time.Second
-	loadBatch      = 512 // shards per load call
+	deliverRetry  = 20 * time.Millisecond // the shard was not admitting (a cutover), or the mailbox was full
+	activateRetry = 100 * time.Millisecond
+	maxRetryDelay = time.Minute
+	unknownRetry  = time.Minute // the reminder's kind or method is not registered here
+	loadRetry     = 500 * time.Millisecond
+	maxLoadRetry  = 5 * time.Second
+	// loadBatch is how many shards one store read loads: small reads, one
+	// after the other, so a runner loading many reminders (a cold start)
+	// leaves the store room for the lock transactions of the runners
+	// still acquiring their shards.
+	loadBatch      = 8
 	warnEvery      = time.Minute
 	maxDeleteBatch = storage.MaxShardWriteOps
 )
