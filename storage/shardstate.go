@@ -35,9 +35,11 @@ import (
 //	reminders/{shard}                       the shard's ReminderProgress
 //	reminders/{shard}/{kind/id}/{name}      one Reminder
 //	remembered/{shard}/{kind/id}            one RememberedEntity
+//	singletons/{shard}/{name}               one SingletonRecord: where a singleton runs, since when
 const (
 	KeyspaceReminders  Keyspace = "reminders"
 	KeyspaceRemembered Keyspace = "remembered"
+	KeyspaceSingletons Keyspace = "singletons"
 )
 
 // EntityRef names an entity in stored records: its kind's name and its ID.
@@ -91,6 +93,72 @@ func ReminderKey(shard sharding.ShardID, e EntityRef, name string) string {
 // namespace.
 func ProgressKey(shard sharding.ShardID) string {
 	return string(KeyspaceReminders) + "/" + shard.String()
+}
+
+// SingletonKey is the key of a singleton's record relative to the
+// namespace.
+func SingletonKey(shard sharding.ShardID, name string) string {
+	return string(KeyspaceSingletons) + "/" + shard.String() + "/" + url.PathEscape(name)
+}
+
+// SingletonRecord says where the singleton Name runs: on Runner, which
+// owns Shard at Epoch, since Started. It is informative (operators, the
+// debug page): written when an instance starts, fenced by the epoch, so a
+// record whose Epoch is not the shard lock's current one is stale (its
+// runner crashed, or the next owner has not started the singleton yet).
+type SingletonRecord struct {
+	Shard    sharding.ShardID
+	Name     string
+	Runner   string
+	Started  time.Time
+	Epoch    Epoch    // the writer's (set by the write)
+	Revision Revision // of the write (set when read)
+}
+
+type singletonValue struct {
+	Runner  string `json:"runner"`
+	Started int64  `json:"started"` // Unix nanoseconds
+	Epoch   Epoch  `json:"epoch"`
+}
+
+// EncodeSingleton returns the stored form of r.
+func EncodeSingleton(r SingletonRecord) ([]byte, error) {
+	if !validTimerName(r.Name) || !validName(r.Runner) {
+		return nil, fmt.Errorf("%w: singleton %q on runner %q", ErrInvalidArgument, r.Name, r.Runner)
+	}
+	return json.Marshal(singletonValue{Runner: r.Runner, Started: r.Started.UnixNano(), Epoch: r.Epoch})
+}
+
+// DecodeSingleton decodes a key of KeyspaceSingletons. Errors are
+// *CorruptError.
+func DecodeSingleton(kv KeyValue) (SingletonRecord, error) {
+	corrupt := func(err error) (SingletonRecord, error) {
+		return SingletonRecord{}, &CorruptError{Keyspace: KeyspaceSingletons, Key: kv.Key, Err: err}
+	}
+	shardPart, seg, ok := strings.Cut(kv.Key, "/")
+	if !ok {
+		return corrupt(errors.New("key: want {shard}/{name}"))
+	}
+	shard, err := sharding.ParseShardID(shardPart)
+	if err != nil {
+		return corrupt(fmt.Errorf("key: %w", err))
+	}
+	name, err := url.PathUnescape(seg)
+	if err != nil || url.PathEscape(name) != seg || !validTimerName(name) {
+		return corrupt(fmt.Errorf("key: name segment %q", seg))
+	}
+	obj, err := parseObject(kv.Value)
+	if err != nil {
+		return corrupt(err)
+	}
+	var v singletonValue
+	if err := errors.Join(member(obj, "runner", true, &v.Runner), member(obj, "started", true, &v.Started), member(obj, "epoch", true, &v.Epoch)); err != nil {
+		return corrupt(err)
+	}
+	if v.Epoch <= 0 || !validName(v.Runner) {
+		return corrupt(fmt.Errorf("epoch %d, runner %q", v.Epoch, v.Runner))
+	}
+	return SingletonRecord{Shard: shard, Name: name, Runner: v.Runner, Started: time.Unix(0, v.Started).UTC(), Epoch: v.Epoch, Revision: kv.ModRevision}, nil
 }
 
 // RememberedKey is the key of a remembered entity relative to the
@@ -492,6 +560,10 @@ type ShardWrite struct {
 	// Remembered entities to put and to delete.
 	PutRemembered    []EntityRef
 	DeleteRemembered []EntityRef
+	// Singleton records to put (Epoch set to the write's) and to delete
+	// (by name).
+	PutSingletons    []SingletonRecord
+	DeleteSingletons []string
 }
 
 // ReminderRef names one reminder of a shard.
@@ -505,7 +577,8 @@ const MaxShardWriteOps = MaxShardsPerTxn
 
 // Ops returns the number of store operations of w.
 func (w ShardWrite) Ops() int {
-	n := len(w.PutReminders) + len(w.DeleteReminders) + len(w.PutRemembered) + len(w.DeleteRemembered)
+	n := len(w.PutReminders) + len(w.DeleteReminders) + len(w.PutRemembered) + len(w.DeleteRemembered) +
+		len(w.PutSingletons) + len(w.DeleteSingletons)
 	if w.Progress != nil {
 		n++
 	}
@@ -595,6 +668,24 @@ func EncodeShardWrite(w ShardWrite) ([]StateOp, error) {
 			return nil, err
 		}
 		if err := add(StateOp{Key: RememberedKey(w.Shard, e), Delete: true}); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range w.PutSingletons {
+		r.Epoch = w.Epoch
+		v, err := EncodeSingleton(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(StateOp{Key: SingletonKey(w.Shard, r.Name), Value: v}); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range w.DeleteSingletons {
+		if !validTimerName(name) {
+			return nil, fmt.Errorf("%w: singleton name %q", ErrInvalidArgument, name)
+		}
+		if err := add(StateOp{Key: SingletonKey(w.Shard, name), Delete: true}); err != nil {
 			return nil, err
 		}
 	}

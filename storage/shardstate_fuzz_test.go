@@ -128,3 +128,34 @@ func FuzzDecodeRemembered(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeSingleton: decoding a singleton record never panics; an error
+// is a *CorruptError naming the key; an encodable record decodes to
+// itself under its own key.
+func FuzzDecodeSingleton(f *testing.F) {
+	f.Add("5/scheduler", []byte(`{"runner":"r1","started":1893456000000000000,"epoch":3}`), "scheduler", "r1", int64(1893456000000000000))
+	f.Add("5/a%2Fb", []byte(`{"runner":"","started":1,"epoch":0}`), "a/b", "", int64(0))
+	f.Add("05/x", []byte(`{"runner":"r/1","started":1,"epoch":1,"epoch":2}`), "\x00", "r/1", int64(-1))
+	f.Fuzz(func(t *testing.T, key string, value []byte, name, runner string, started int64) {
+		r, err := DecodeSingleton(KeyValue{Key: key, Value: value, ModRevision: 5})
+		if err != nil {
+			checkCorrupt(t, "DecodeSingleton", err, KeyspaceSingletons, key)
+		} else if SingletonKey(r.Shard, r.Name) != string(KeyspaceSingletons)+"/"+key {
+			t.Fatalf("DecodeSingleton(%q) = %+v, whose key is %s", key, r, SingletonKey(r.Shard, r.Name))
+		}
+		in := SingletonRecord{Shard: 5, Name: name, Runner: runner, Started: time.Unix(0, started).UTC(), Epoch: 3}
+		b, err := EncodeSingleton(in)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("EncodeSingleton(%+v) = %v, want ErrInvalidArgument", in, err)
+			}
+			return
+		}
+		k := SingletonKey(5, name)[len(KeyspaceSingletons)+1:]
+		got, err := DecodeSingleton(KeyValue{Key: k, Value: b, ModRevision: 5})
+		in.Revision = 5
+		if err != nil || got.Name != in.Name || got.Runner != in.Runner || !got.Started.Equal(in.Started) || got.Epoch != 3 || got.Shard != 5 || got.Revision != 5 {
+			t.Fatalf("DecodeSingleton(EncodeSingleton(%+v)) = %+v, %v", in, got, err)
+		}
+	})
+}

@@ -206,3 +206,33 @@ func testShardStateCorrupt(t *testing.T, in Instance) {
 		}
 	}
 }
+
+func testSingletonRecords(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	l := grant(t, s, 30*time.Second)
+	ep := acquire(t, s, l, owner("a", "1"), 5)[0].Epoch
+	started := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	if _, err := s.WriteShardStates(ctx, []storage.ShardWrite{{Shard: 5, Epoch: ep,
+		PutSingletons: []storage.SingletonRecord{{Shard: 5, Name: "scheduler/main", Runner: "a", Started: started}}}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.List(ctx, storage.KeyspaceSingletons)
+	if err != nil || len(snap.KVs) != 1 {
+		t.Fatalf("List(singletons) = %+v, %v", snap, err)
+	}
+	rec, err := storage.DecodeSingleton(snap.KVs[0])
+	if err != nil || rec.Name != "scheduler/main" || rec.Runner != "a" || rec.Epoch != ep || rec.Shard != 5 || !rec.Started.Equal(started) {
+		t.Fatalf("DecodeSingleton = %+v, %v", rec, err)
+	}
+	res, err := s.WriteShardStates(ctx, []storage.ShardWrite{{Shard: 5, Epoch: ep + 1000, DeleteSingletons: []string{"scheduler/main"}}})
+	if err != nil || !errors.Is(res[0].Err, storage.ErrFenced) {
+		t.Fatalf("a stale delete: %+v, %v; want fenced", res, err)
+	}
+	if _, err := s.WriteShardStates(ctx, []storage.ShardWrite{{Shard: 5, Epoch: ep, DeleteSingletons: []string{"scheduler/main"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := s.List(ctx, storage.KeyspaceSingletons); len(snap.KVs) != 0 {
+		t.Fatalf("record left after the delete: %+v", snap.KVs)
+	}
+}

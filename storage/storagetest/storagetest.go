@@ -63,6 +63,7 @@ func Run(t *testing.T, h Harness) {
 		{"ShardStateIsFencedAndPerShard", testShardStateFenced},
 		{"ShardStateInBatches", testShardStateBatches},
 		{"ShardStateSkipsCorruptRecords", testShardStateCorrupt},
+		{"SingletonRecordsAreFenced", testSingletonRecords},
 		{"ClusterRecordWrittenOnce", testClusterRecord},
 		{"RunnerRecordIsClaimedNotStolen", testRunnerClaims},
 		{"LeaselessLockIsTakenOver", testLeaselessLock},
