@@ -89,6 +89,10 @@ func debugEvent(ev Event) debugpage.Event {
 		if e.Err != nil {
 			out.Detail = e.Err.Error()
 		}
+	case WorkerStarted:
+		out.Type, out.Shard, out.Epoch, out.Detail = "WorkerStarted", shard(e.Shard), e.Epoch, workerDetail(e.Name, e.Singleton, nil)
+	case WorkerStopped:
+		out.Type, out.Shard, out.Epoch, out.Detail = "WorkerStopped", shard(e.Shard), e.Epoch, workerDetail(e.Name, e.Singleton, e.Err)
 	case Registered:
 		out.Type, out.Detail = "Registered", fmt.Sprintf("lease %x", e.Lease)
 	case Detached:
@@ -111,4 +115,15 @@ func debugEvent(ev Event) debugpage.Event {
 		out.Type = strings.TrimPrefix(fmt.Sprintf("%T", ev), "runner.")
 	}
 	return out
+}
+
+func workerDetail(name string, singleton bool, err error) string {
+	d := "worker " + name
+	if singleton {
+		d = "singleton " + name
+	}
+	if err != nil {
+		d += ": " + err.Error()
+	}
+	return d
 }

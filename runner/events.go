@@ -11,7 +11,8 @@ import (
 
 // Event is one entry of a runner's event stream. The concrete types are
 // ShardAcquired, ShardReleased, ShardLost, RemindersUnrecorded,
-// Registered, Detached and Reattached. Events of one runner are delivered in the order the state
+// WorkerStarted, WorkerStopped, Registered, Detached, Reattached and
+// HandoffPhase. Events of one runner are delivered in the order the state
 // changed; Time is taken at the change (local clock, monotonic reading).
 type Event interface {
 	// Base returns the fields every event has.
@@ -69,6 +70,27 @@ type RemindersUnrecorded struct {
 	Shard sharding.ShardID
 	Epoch storage.Epoch
 	Err   error
+}
+
+// WorkerStarted: a shard worker or singleton (Singleton set) started
+// running for Shard at Epoch on this runner (again, after a restart).
+type WorkerStarted struct {
+	EventBase
+	Name      string
+	Singleton bool
+	Shard     sharding.ShardID
+	Epoch     storage.Epoch
+}
+
+// WorkerStopped: a shard worker or singleton returned (Err: its error or
+// panic, nil when it returned nil or its context ended it).
+type WorkerStopped struct {
+	EventBase
+	Name      string
+	Singleton bool
+	Shard     sharding.ShardID
+	Epoch     storage.Epoch
+	Err       error
 }
 
 // Registered: the runner registered under Lease (first start, or after its

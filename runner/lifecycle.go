@@ -30,6 +30,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.running.Store(false)
 		r.router.RoutesChanged() // waiting sends see it and return ErrClosed
 	}()
+	r.installWorkers()
 	if err := r.serve(); err != nil {
 		return err
 	}

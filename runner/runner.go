@@ -139,6 +139,7 @@ type Runner struct {
 	reg             *registration.Record // the own record (internal/registration)
 	fatal           error                // set once: Run ends with it (failRun)
 	badKeys         map[string]struct{}  // damaged keys already logged (keys.go)
+	workerRegs      []workerReg          // shard workers and singletons (workers.go), fixed once Run began
 	badKeysFull     bool
 	lostLocks       []lostLock   // dropped shards not logged yet
 	st              startState   // starting up (start.go)
@@ -433,6 +434,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	delete(r.lastHosts, id)
 	r.owned[id] = s
 	r.hosting.Install(s.host)
+	s.host.StartWorkers()
 	r.router.SawEpoch(id, epoch)
 	delete(r.pending, id)
 	r.reminders.Acquired(id, epoch, ctx)

@@ -68,6 +68,7 @@ type Metrics struct {
 	CutoverBuffered   metric.Int64Counter
 	CutoverRejected   metric.Int64Counter
 	SignalFailures    metric.Int64Counter // by kind and method
+	WorkerRestarts    metric.Int64Counter
 }
 
 // NewMetrics creates hosting's instruments on m (their names, units and
@@ -100,6 +101,8 @@ func NewMetrics(m metric.Meter, attrs metric.MeasurementOption) (*Metrics, error
 	add(err)
 	out.SignalFailures, err = m.Int64Counter("sharding.signal_failures", metric.WithUnit("{message}"), metric.WithDescription("signal handlers that returned an error, by kind and method"))
 	add(err)
+	out.WorkerRestarts, err = m.Int64Counter("sharding.worker_restarts", metric.WithUnit("{restart}"), metric.WithDescription("shard workers and singletons restarted after an error or a panic"))
+	add(err)
 	return out, errors.Join(errs...)
 }
 
@@ -131,6 +134,7 @@ type Host struct {
 	residents  residents
 	sched      *schedule.Scheduler
 	reminders  Reminders // set by SetReminders
+	workers    []Worker  // set by SetWorkers, under kindsMu
 	timerCount atomic.Int64
 	waiters    sync.Pool     // of *waiter
 	evictKick  chan struct{} // 1-buffered: the resident cap is exceeded

@@ -74,6 +74,7 @@ func (sh *Shard) Reopen() {
 	sh.movedTo = ""
 	ch := sh.cutover
 	sh.cutover = nil
+	sh.startWorkersLocked() // the drain stopped them
 	sh.mu.Unlock()
 	for _, e := range dead {
 		sh.h.residents.remove(e)
@@ -105,8 +106,8 @@ func (sh *Shard) release(ctx context.Context, e *resident, reason error) {
 	}
 }
 
-// Drain stops admission, waits (bounded by ctx) until no entity has a
-// goroutine, every remote answer is written and no passivation is in
+// Drain stops admission, cancels the shard's workers (cause reason), waits
+// (bounded by ctx) until no entity or worker has a goroutine, every remote answer is written and no passivation is in
 // flight — in a handoff, asks admitted but not started are not run but
 // returned undelivered (their senders retry at the new owner, which is
 // ready), so its drain waits for the handlers running, not for queues
@@ -120,6 +121,7 @@ func (sh *Shard) Drain(ctx context.Context, reason error) {
 	sh.mu.Lock()
 	sh.admitting = false
 	sh.draining.Store(true)
+	sh.stopWorkersLocked(reason) // waited for below, like handlers
 	retiring := make([]chan struct{}, 0, len(sh.retiring))
 	for _, ch := range sh.retiring {
 		retiring = append(retiring, ch)
@@ -179,6 +181,9 @@ func (sh *Shard) Drain(ctx context.Context, reason error) {
 func (sh *Shard) Close() {
 	sh.mu.Lock()
 	sh.admitting = false
+	for _, s := range sh.slots { // the runner cancels the shard's context, with its cause, next
+		s.want = false
+	}
 	es := make([]*resident, 0, len(sh.entities))
 	for _, e := range sh.entities {
 		es = append(es, e)

@@ -44,7 +44,9 @@ type Shard struct {
 	prevDone atomic.Bool
 	created  time.Time
 
-	running  atomic.Int64 // entities with a goroutine
+	slots []*workerSlot // the shard's workers (workers.go), under mu
+
+	running  atomic.Int64 // entities and workers with a goroutine
 	replying atomic.Int64 // admitted remote asks whose answer is not written yet
 	// interrupted: entities busy when the last drain ended (no Release).
 	interrupted atomic.Int64

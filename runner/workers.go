@@ -1,0 +1,155 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// ErrDuplicateWorker: a shard worker or singleton name was registered
+// twice with different functions (or as both).
+var ErrDuplicateWorker = errors.New("runner: worker or singleton registered twice")
+
+// WorkerFunc is a shard worker's or a singleton's body. It runs until ctx
+// ends — at the detach instant, when the shard is released or handed off
+// (cause ErrDetached, ErrShardMoved, ErrShutdown, as for handlers) — or
+// until it returns: nil ends it for this ownership of the shard; an error
+// or a panic restarts it after a back-off (100 ms doubling to 30 s,
+// counted in sharding.worker_restarts). ctx carries the ShardInfo.
+type WorkerFunc func(ctx context.Context, w Work) error
+
+// Work is what a worker runs for.
+type Work struct {
+	Name      string
+	Singleton bool
+	Shard     sharding.ShardID
+	// Epoch is the shard's ownership epoch on this runner: a fencing
+	// token. A worker writing to a system outside shardhost passes it
+	// along, and that system refuses writes with an older epoch than one
+	// it has seen (the writes of a zombie instance that ignored its
+	// cancelled context).
+	Epoch  storage.Epoch
+	Runner string
+}
+
+// RunPerShard registers fn as the shard worker name: one instance per
+// shard this runner owns, started when the shard is acquired (on a
+// planned move: once the handoff completed, after the warm hooks) and
+// stopped before its release completes — a handoff moves the lock only
+// after the worker returned (a worker ignoring its context delays the
+// cutover like a handler does), a plain release keeps the lock until it
+// returns — and at the detach instant. Register it on every runner, before
+// Run (ErrAlreadyRunning after); registering the same name and function
+// again is a no-op, another function ErrDuplicateWorker.
+func (r *Runner) RunPerShard(name string, fn WorkerFunc) error {
+	return r.addWorker(name, fn, false)
+}
+
+// RunSingleton registers fn as the singleton name: exactly one instance in
+// the cluster, running on the owner of the shard SingletonShard(name)
+// maps to, with the lifecycle of a shard worker: on a planned move the
+// new owner starts it only after the old one's returned; after a crash it
+// runs again once the shard is re-owned (about LeaseTTL later); never two
+// at once among instances that respect their context. Work.Epoch is the
+// fencing token for the writes it makes elsewhere. Singletons of
+// different names spread over the runners by the assignment. Register it
+// on every runner (a runner without it never runs it), before Run.
+func (r *Runner) RunSingleton(name string, fn WorkerFunc) error {
+	return r.addWorker(name, fn, true)
+}
+
+// SingletonShard returns the shard singleton name runs on, in a cluster of
+// numShards shards.
+func SingletonShard(name string, numShards int) sharding.ShardID {
+	return sharding.ShardOf("singleton/"+name, numShards)
+}
+
+type workerReg struct {
+	name      string
+	fn        WorkerFunc
+	singleton bool
+}
+
+func (r *Runner) addWorker(name string, fn WorkerFunc, singleton bool) error {
+	if err := entity.ValidTimerName(name); err != nil || fn == nil {
+		return fmt.Errorf("%w: worker %q: a name of 1-128 bytes of UTF-8 and a function", ErrInvalidConfig, name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runStarted {
+		return fmt.Errorf("%w: register worker %q before Run", ErrAlreadyRunning, name)
+	}
+	for _, w := range r.workerRegs {
+		if w.name != name {
+			continue
+		}
+		if w.singleton == singleton && reflect.ValueOf(w.fn).Pointer() == reflect.ValueOf(fn).Pointer() {
+			return nil
+		}
+		return fmt.Errorf("%w: %q", ErrDuplicateWorker, name)
+	}
+	r.workerRegs = append(r.workerRegs, workerReg{name: name, fn: fn, singleton: singleton})
+	return nil
+}
+
+// installWorkers hands the registered workers to the entity host (Run, before
+// any shard is hosted).
+func (r *Runner) installWorkers() {
+	r.mu.Lock()
+	regs := r.workerRegs
+	r.mu.Unlock()
+	ws := make([]hosting.Worker, 0, len(regs))
+	for _, reg := range regs {
+		shard := -1
+		if reg.singleton {
+			shard = int(SingletonShard(reg.name, r.cfg.NumShards))
+		}
+		ws = append(ws, hosting.Worker{
+			Name: reg.name, Shard: shard,
+			Run: func(ctx context.Context, id sharding.ShardID, epoch storage.Epoch) error {
+				return reg.fn(ctx, Work{Name: reg.name, Singleton: reg.singleton, Shard: id, Epoch: epoch, Runner: r.cfg.ID})
+			},
+			Started: func(id sharding.ShardID, epoch storage.Epoch) {
+				if reg.singleton {
+					r.recordSingleton(reg.name, id, epoch)
+				}
+				r.hub.Publish(WorkerStarted{EventBase: r.base(), Name: reg.name, Singleton: reg.singleton, Shard: id, Epoch: epoch})
+			},
+			Stopped: func(id sharding.ShardID, epoch storage.Epoch, err error) {
+				r.hub.Publish(WorkerStopped{EventBase: r.base(), Name: reg.name, Singleton: reg.singleton, Shard: id, Epoch: epoch, Err: err})
+			},
+		})
+	}
+	r.hosting.SetWorkers(ws)
+}
+
+// singletonRecordTimeout bounds the write of a singleton's record before
+// it starts (the record is for operators: a failed write is logged).
+const singletonRecordTimeout = 500 * time.Millisecond
+
+// recordSingleton writes singletons/{shard}/{name}, fenced by epoch.
+func (r *Runner) recordSingleton(name string, id sharding.ShardID, epoch storage.Epoch) {
+	r.mu.Lock()
+	actx := r.attachCtx
+	r.mu.Unlock()
+	if actx == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(actx, singletonRecordTimeout)
+	defer cancel()
+	res, err := r.store.WriteShardStates(ctx, []storage.ShardWrite{{Shard: id, Epoch: epoch,
+		PutSingletons: []storage.SingletonRecord{{Shard: id, Name: name, Runner: r.cfg.ID, Started: time.Now().UTC()}}}})
+	if len(res) == 1 {
+		err = res[0].Err
+	}
+	if err != nil && actx.Err() == nil {
+		r.log.Warn("cannot record where a singleton runs", "singleton", name, "shard", id, "err", err)
+	}
+}

@@ -1,0 +1,287 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// workerLog records every run of a worker: its own start and stop.
+type workerLog struct {
+	mu   sync.Mutex
+	runs []workerRun
+}
+
+type workerRun struct {
+	name       string
+	runner     string
+	shard      sharding.ShardID
+	epoch      storage.Epoch
+	start, end time.Time // end zero while it runs
+	cause      error
+}
+
+// body returns a WorkerFunc that records itself and waits for its context
+// (stubborn: ignores it until release is closed).
+func (l *workerLog) body(release chan struct{}) runner.WorkerFunc {
+	return func(ctx context.Context, w runner.Work) error {
+		l.mu.Lock()
+		i := len(l.runs)
+		l.runs = append(l.runs, workerRun{name: w.Name, runner: w.Runner, shard: w.Shard, epoch: w.Epoch, start: time.Now()})
+		l.mu.Unlock()
+		<-ctx.Done()
+		if release != nil {
+			<-release
+		}
+		l.mu.Lock()
+		l.runs[i].end, l.runs[i].cause = time.Now(), context.Cause(ctx)
+		l.mu.Unlock()
+		return nil
+	}
+}
+
+// overlaps reports two runs of one name and shard (one singleton, or one
+// shard's worker) alive at once on different runners.
+func (l *workerLog) overlaps() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for i, a := range l.runs {
+		for _, b := range l.runs[i+1:] {
+			if a.name != b.name || a.shard != b.shard || a.runner == b.runner {
+				continue
+			}
+			aEnd, bEnd := a.end, b.end
+			if aEnd.IsZero() {
+				aEnd = time.Now().Add(time.Hour)
+			}
+			if bEnd.IsZero() {
+				bEnd = time.Now().Add(time.Hour)
+			}
+			if a.start.Before(bEnd) && b.start.Before(aEnd) {
+				out = append(out, fmt.Sprintf("%s shard %d: %s [%v, %v] and %s [%v, %v]", a.name, a.shard, a.runner, a.start, a.end, b.runner, b.start, b.end))
+			}
+		}
+	}
+	return out
+}
+
+// live returns, per shard of name, the runners running it now.
+func (l *workerLog) live(name string) map[sharding.ShardID][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[sharding.ShardID][]string{}
+	for _, r := range l.runs {
+		if r.name == name && r.end.IsZero() {
+			out[r.shard] = append(out[r.shard], r.runner)
+		}
+	}
+	return out
+}
+
+// TestShardWorkersFollowOwnershipNeverTwoAtOnce: a shard worker runs on
+// every shard its runner owns; when shards move by handoff (a join) and by
+// a graceful shutdown, the old owner's worker has returned before the new
+// owner's starts; after a crash the shard's worker runs again on the new
+// owner. Singletons run once each, on their shard's owner.
+func TestShardWorkersFollowOwnershipNeverTwoAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newAlarmEnv()
+		rc := newReminderCluster(t, env, 8)
+		var log workerLog
+		start := func(id string) *started {
+			cfg := rc.cfg
+			cfg.ID, cfg.Transport = id, rc.net.Transport(id+":7100")
+			st := rc.c.NewStore(id)
+			r, err := runner.New(st, func() runner.Config { cfg.Logger = logger(t); return cfg }())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.RunPerShard("follow", log.body(nil)); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				if err := r.RunSingleton(fmt.Sprint("single-", i), log.body(nil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := &started{Runner: r, store: st, sub: r.Subscribe(), done: make(chan error, 1)}
+			rc.rec.follow(s.sub)
+			go func() { s.done <- r.Run(context.Background()) }()
+			waitRunning(t, r)
+			t.Cleanup(func() { r.Close(); <-s.done; s.sub.Close() })
+			return s
+		}
+		a := start("a")
+		rc.converge(a)
+		waitFor(t, 5*time.Second, "a worker per shard", func() bool { return len(log.live("follow")) == 8 })
+		b := start("b")
+		rc.converge(a, b)
+		time.Sleep(time.Second)
+		c := start("c")
+		rc.converge(a, b, c)
+		time.Sleep(time.Second)
+		sctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		if err := b.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		rc.converge(a, c)
+		time.Sleep(time.Second)
+		c.Close()
+		rc.converge(a)
+		time.Sleep(time.Second)
+		if o := log.overlaps(); len(o) > 0 {
+			t.Fatalf("two instances at once:\n%v", o)
+		}
+		live := log.live("follow")
+		for id := range 8 {
+			if got := live[sharding.ShardID(id)]; !slices.Equal(got, []string{"a"}) {
+				t.Errorf("shard %d's worker runs on %v, want [a]", id, got)
+			}
+		}
+		for i := range 5 {
+			name := fmt.Sprint("single-", i)
+			l := log.live(name)
+			if len(l) != 1 || !slices.Equal(l[runner.SingletonShard(name, 8)], []string{"a"}) {
+				t.Errorf("singleton %s runs %v, want once on a, on shard %d", name, l, runner.SingletonShard(name, 8))
+			}
+		}
+		// Every run ended with the cause of its end: moved or shut down
+		// (planned), or with the crash.
+		log.mu.Lock()
+		moved := 0
+		for _, r := range log.runs {
+			if !r.end.IsZero() && !errors.Is(r.cause, runner.ErrShardMoved) && !errors.Is(r.cause, runner.ErrShutdown) {
+				t.Errorf("a run ended with %v", r.cause)
+			}
+			if r.runner == "b" {
+				moved++
+			}
+		}
+		log.mu.Unlock()
+		if moved == 0 {
+			t.Error("no worker ever ran on b")
+		}
+	})
+}
+
+// TestStubbornSingletonDelaysItsHandoff: a singleton that ignores its
+// cancelled context keeps its shard on its runner (the cutover is given
+// up and tried again) until it returns; the new owner starts it only then.
+func TestStubbornSingletonDelaysItsHandoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newAlarmEnv()
+		rc := newReminderCluster(t, env, 4)
+		rc.cfg.DrainTimeout = time.Second
+		var log workerLog
+		release := make(chan struct{})
+		stubborn := true
+		start := func(id string) *started {
+			cfg := rc.cfg
+			cfg.ID, cfg.Transport, cfg.Logger = id, rc.net.Transport(id+":7100"), logger(t)
+			st := rc.c.NewStore(id)
+			r, err := runner.New(st, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rel chan struct{}
+			if stubborn {
+				rel = release
+			}
+			// The singleton's shard must move to b: pick a name whose shard
+			// b gets with two runners (balanced: b takes half).
+			if err := r.RunSingleton("leader", log.body(rel)); err != nil {
+				t.Fatal(err)
+			}
+			s := &started{Runner: r, store: st, sub: r.Subscribe(), done: make(chan error, 1)}
+			go func() { s.done <- r.Run(context.Background()) }()
+			waitRunning(t, r)
+			t.Cleanup(func() { r.Close(); <-s.done; s.sub.Close() })
+			return s
+		}
+		a := start("a")
+		rc.converge(a)
+		stubborn = false
+		b := start("b")
+		rc.converge(a, b) // needs the cutover of every shard, the singleton's included
+		shard := runner.SingletonShard("leader", 4)
+		_, onB := b.Owned()[shard]
+		if onB {
+			t.Fatalf("the singleton's shard %d moved to b while its stubborn instance still ran", shard)
+		}
+		t.Logf("singleton shard %d stays on a while its instance runs", shard)
+		close(release)
+		time.Sleep(5 * time.Second)
+		if o := log.overlaps(); len(o) > 0 {
+			t.Fatalf("two instances at once:\n%v", o)
+		}
+	})
+}
+
+// TestFailingWorkerRestartsWithBackoff: a worker that fails or panics is
+// restarted after a growing back-off, never in a loop that eats a core;
+// one that returns nil is done.
+func TestFailingWorkerRestartsWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var starts []time.Time
+		done := 0
+		c := newReminderCluster(t, newAlarmEnv(), 2)
+		cfg := c.cfg
+		cfg.ID, cfg.Logger = "a", logger(t)
+		r, err := runner.New(c.c.NewStore("a"), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.RunSingleton("flaky", func(ctx context.Context, w runner.Work) error {
+			mu.Lock()
+			starts = append(starts, time.Now())
+			n := len(starts)
+			mu.Unlock()
+			if n%2 == 0 {
+				panic("boom")
+			}
+			return errors.New("failed")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RunSingleton("once", func(ctx context.Context, w runner.Work) error { mu.Lock(); done++; mu.Unlock(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RunSingleton("once", func(ctx context.Context, w runner.Work) error { return nil }); !errors.Is(err, runner.ErrDuplicateWorker) {
+			t.Fatalf("a second function for one name: %v, want ErrDuplicateWorker", err)
+		}
+		go func() { _ = r.Run(context.Background()) }()
+		t.Cleanup(r.Close)
+		waitRunning(t, r)
+		if err := r.RunPerShard("late", func(context.Context, runner.Work) error { return nil }); !errors.Is(err, runner.ErrAlreadyRunning) {
+			t.Fatalf("RunPerShard after Run: %v, want ErrAlreadyRunning", err)
+		}
+		time.Sleep(20 * time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		// 100 ms, 200, 400, ... 12.8 s: 8 restarts in 20 s.
+		if len(starts) < 7 || len(starts) > 10 {
+			t.Fatalf("a failing worker started %d times in 20 s", len(starts))
+		}
+		for i := 2; i < len(starts); i++ {
+			if starts[i].Sub(starts[i-1]) < starts[i-1].Sub(starts[i-2]) {
+				t.Fatalf("back-off shrank: starts %v", starts)
+			}
+		}
+		if done != 1 {
+			t.Fatalf("a worker returning nil ran %d times, want once", done)
+		}
+	})
+}
