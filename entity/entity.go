@@ -56,6 +56,11 @@ const (
 	ActivateHandoff ActivateReason = "handoff"
 	// ActivateRestart: the previous instance panicked.
 	ActivateRestart ActivateReason = "restart"
+	// ActivateRemembered: a remembered entity (a kind with the Remembered
+	// option) started by its shard's owner without a message: after the
+	// shard was acquired (a planned move, a takeover after a crash, a
+	// cold start), or again after its instance failed.
+	ActivateRemembered ActivateReason = "remembered"
 )
 
 // WarmInfo is passed to Warmer.Warm.
@@ -149,6 +154,10 @@ type Options struct {
 	// for idle passivation (by default they do not: a periodic tick does
 	// not keep an otherwise idle entity resident).
 	TicksAreActivity bool
+	// Remembered: an entity of the kind, once activated, is remembered
+	// in the store and kept running by its shard's owner, wherever the
+	// shard goes, until it calls Forget (see the Remembered option).
+	Remembered bool
 }
 
 // Option configures a kind.
@@ -167,6 +176,19 @@ func WithCodec(c Codec) Option { return func(o *Options) { o.Codec = c } }
 // activity for idle passivation, like messages: an entity with a periodic
 // timer then stays resident until the timer stops.
 func TicksAreActivity() Option { return func(o *Options) { o.TicksAreActivity = true } }
+
+// Remembered makes the kind's entities always on: the first activation of
+// an entity (by a message, a tick or a user's call) records it in the
+// store (one fenced write per entity, batched; none for an entity already
+// remembered, none per message or activation), and from then on its
+// shard's owner activates it without a message — right after acquiring
+// the shard (a planned move, a takeover after a crash, a cold start), at
+// a bounded rate (the runner's RememberedStartRate), and again after its
+// instance panicked or its Activate failed (with a growing back-off). A
+// remembered entity is never passivated (idle or evicted by the resident
+// cap) until it calls Forget: then it is an ordinary entity again. Its
+// Activate sees ActivateRemembered when no message started it.
+func Remembered() Option { return func(o *Options) { o.Remembered = true } }
 
 // Descriptor is the type-erased view of a kind that runtimes use.
 // *Kind[E] implements it.

@@ -25,6 +25,9 @@ var (
 	ErrTooManyReminders = errors.New("entity: too many reminders in the shard")
 	// ErrNoReminder: no reminder of that name is registered for the entity.
 	ErrNoReminder = errors.New("entity: no such reminder")
+	// ErrNotRemembered: Forget was called for an entity whose kind has no
+	// Remembered option.
+	ErrNotRemembered = errors.New("entity: kind is not remembered")
 )
 
 // Limits of timers and reminders.
@@ -147,6 +150,11 @@ type Runtime interface {
 	CancelReminder(ctx context.Context, name string) error
 	// Reminders lists the entity's reminders.
 	Reminders(ctx context.Context) ([]ReminderInfo, error)
+	// Forget deletes the entity's remembered marker (fenced by its
+	// shard's epoch): it is no longer activated without a message and
+	// may be passivated again. ErrNotRemembered for a kind without the
+	// Remembered option.
+	Forget(ctx context.Context) error
 }
 
 type runtimeKey struct{}
@@ -429,4 +437,19 @@ func Reminders(ctx context.Context) ([]ReminderInfo, error) {
 		return nil, ErrNoEntity
 	}
 	return rt.Reminders(ctx)
+}
+
+// Forget ends the remembered life of the entity whose handler or hook ctx
+// belongs to (a kind with the Remembered option): its marker is deleted
+// from the store, fenced by the shard's epoch, so its shard's owners stop
+// activating it without a message, and it may be passivated like any
+// entity. A later activation of the entity remembers it again. It fails
+// with ErrNotRemembered for a kind without the option, ErrNoEntity outside
+// an entity, and the store's error (nothing changed) when the write fails.
+func Forget(ctx context.Context) error {
+	rt, ok := RuntimeFrom(ctx)
+	if !ok {
+		return ErrNoEntity
+	}
+	return rt.Forget(ctx)
 }

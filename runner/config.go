@@ -34,6 +34,7 @@ const (
 	DefaultMaxConnections         = 1024
 	DefaultReminderCatchUpRate    = 5000
 	DefaultMaxRemindersPerShard   = 10000
+	DefaultRememberedStartRate    = 20000
 )
 
 // SingleAttempt as AcquireRetryWindow makes every acquisition a single
@@ -302,6 +303,10 @@ type Config struct {
 	// registering one more fails with entity.ErrTooManyReminders. Default
 	// 10000, at most 20000 (storage.MaxProgressFired).
 	MaxRemindersPerShard int
+	// RememberedStartRate bounds, per second, the remembered entities
+	// (entity.Remembered) this runner activates without a message after
+	// acquiring their shards, so a cold start is no herd. Default 20000.
+	RememberedStartRate int
 
 	// Logger for lifecycle events. Default slog.Default().
 	Logger *slog.Logger
@@ -409,6 +414,9 @@ func (c Config) withDefaults() Config {
 	if c.ReminderCatchUpRate == 0 {
 		c.ReminderCatchUpRate = DefaultReminderCatchUpRate
 	}
+	if c.RememberedStartRate == 0 {
+		c.RememberedStartRate = DefaultRememberedStartRate
+	}
 	if c.MaxRemindersPerShard == 0 {
 		c.MaxRemindersPerShard = DefaultMaxRemindersPerShard
 	}
@@ -446,7 +454,7 @@ func (c Config) counts() []namedValue[int] {
 		{"KeepAliveFailureThreshold", c.KeepAliveFailureThreshold}, {"StorageErrorThreshold", c.StorageErrorThreshold},
 		{"HotSetLimit", c.HotSetLimit}, {"CutoverWaiters", c.CutoverWaiters},
 		{"MaxResidentEntities", c.MaxResidentEntities}, {"ReminderCatchUpRate", c.ReminderCatchUpRate},
-		{"MaxRemindersPerShard", c.MaxRemindersPerShard},
+		{"MaxRemindersPerShard", c.MaxRemindersPerShard}, {"RememberedStartRate", c.RememberedStartRate},
 	}
 }
 

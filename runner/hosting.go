@@ -19,6 +19,10 @@ func (r *Runner) EntityCount() int { return r.hosting.EntityCount() }
 // TimerCount returns the number of running entity timers.
 func (r *Runner) TimerCount() int64 { return r.hosting.Timers() }
 
+// RememberedCount returns the number of remembered entities
+// (entity.Remembered) of the shards this runner owns and has loaded.
+func (r *Runner) RememberedCount() int64 { return r.reminders.RememberedCount() }
+
 // ReminderCount returns the number of reminders loaded for the shards
 // this runner owns.
 func (r *Runner) ReminderCount() int64 { return r.reminders.Loaded() }

@@ -45,8 +45,8 @@ type metrics struct {
 
 // gaugeReadings are what the observed gauges report.
 type gaugeReadings struct {
-	entities          int
-	reminders, timers int64
+	entities                      int
+	reminders, timers, remembered int64
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), gauges func() gaugeReadings) (*metrics, error) {
@@ -96,7 +96,9 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err3)
 	timerGauge, err4 := m.Int64ObservableGauge("sharding.timers", metric.WithUnit("{timer}"), metric.WithDescription("running entity timers"))
 	add(err4)
-	if errors.Join(err, err2, err3, err4) == nil {
+	rememberedGauge, err5 := m.Int64ObservableGauge("sharding.remembered", metric.WithUnit("{entity}"), metric.WithDescription("remembered entities of the owned shards"))
+	add(err5)
+	if errors.Join(err, err2, err3, err4, err5) == nil {
 		out.deadlineLagCB, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			if d, ok := lag(); ok {
 				o.ObserveFloat64(lagGauge, d.Seconds(), out.attrs)
@@ -105,8 +107,9 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 			o.ObserveInt64(activeGauge, int64(g.entities), out.attrs)
 			o.ObserveInt64(remGauge, g.reminders, out.attrs)
 			o.ObserveInt64(timerGauge, g.timers, out.attrs)
+			o.ObserveInt64(rememberedGauge, g.remembered, out.attrs)
 			return nil
-		}, lagGauge, activeGauge, remGauge, timerGauge)
+		}, lagGauge, activeGauge, remGauge, timerGauge, rememberedGauge)
 		add(err)
 	}
 	if err := errors.Join(errs...); err != nil {

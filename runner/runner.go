@@ -185,9 +185,10 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
 	}, hostingEnv{r}, store, &r.met.host, r.log)
-	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout},
+	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout, StartRate: float64(cfg.RememberedStartRate)},
 		store, r.hosting, r.sched, &r.met.rem, r.log)
 	r.hosting.SetReminders(r.reminders)
+	r.hosting.SetRemembrance(r.reminders)
 	r.router = routing.New(routing.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, MaxWaitingSends: cfg.MaxWaitingSends, MaxMessageSize: cfg.MaxMessageSize,
 	}, routingDir{r}, r.hosting, r.net, &r.met.route, r.log)
@@ -444,7 +445,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 
 // gaugeReadings are the values of the runner's observed gauges.
 func (r *Runner) gaugeReadings() gaugeReadings {
-	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers()}
+	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers(), remembered: r.reminders.RememberedCount()}
 }
 
 // opCtx returns the context for one storage call of the attachment gen:

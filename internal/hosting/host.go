@@ -131,14 +131,16 @@ type Host struct {
 	kinds   atomic.Pointer[map[string]*Kind] // copy on write
 	shards  []atomic.Pointer[Shard]          // by shard ID; nil when not hosted
 
-	residents  residents
-	sched      *schedule.Scheduler
-	reminders  Reminders // set by SetReminders
-	workers    []Worker  // set by SetWorkers, under kindsMu
-	timerCount atomic.Int64
-	waiters    sync.Pool     // of *waiter
-	evictKick  chan struct{} // 1-buffered: the resident cap is exceeded
-	sigLog     signalLog     // failed signals, rate-limited (signal.go)
+	residents residents
+	sched     *schedule.Scheduler
+	reminders Reminders // set by SetReminders
+	// remembrance: the store side of remembered entities (SetRemembrance)
+	remembrance Remembrance
+	workers     []Worker // set by SetWorkers, under kindsMu
+	timerCount  atomic.Int64
+	waiters     sync.Pool     // of *waiter
+	evictKick   chan struct{} // 1-buffered: the resident cap is exceeded
+	sigLog      signalLog     // failed signals, rate-limited (signal.go)
 }
 
 // New returns a Host hosting nothing yet.

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
@@ -41,6 +42,9 @@ type resident struct {
 	hot      bool          // restarted within hotWindow: linger before exiting
 	lastExit time.Duration // since clockBase
 	timers   map[string]*timer
+	// forgotten: a remembered entity that called Forget (passivated like
+	// any entity until activated again).
+	forgotten atomic.Bool
 
 	// Owned by the entity's goroutine (or by the retiring goroutine once
 	// dead and idle).
@@ -134,7 +138,7 @@ func (e *resident) run() {
 		e.queue = e.spare[:0]
 		e.mu.Unlock()
 		for i := range batch {
-			if !active && (batch[i].h.TickKind() == entity.NotTick || e.kind.Opts.TicksAreActivity) {
+			if !active && batch[i].h != nil && (batch[i].h.TickKind() == entity.NotTick || e.kind.Opts.TicksAreActivity) {
 				active = true
 			}
 			e.process(&batch[i])
@@ -192,7 +196,11 @@ func (e *resident) process(m *message) {
 		return
 	}
 	if !e.activated {
-		if err := e.activate(); err != nil {
+		reason := sh.reason
+		if m.h == nil {
+			reason = entity.ActivateRemembered
+		}
+		if err := e.activate(reason); err != nil {
 			e.fail(m, err, false)
 			return
 		}
@@ -204,7 +212,10 @@ func (e *resident) process(m *message) {
 		}
 	}
 	if m.done != nil {
-		m.done(true) // a reminder tick: fired from here on
+		m.done(true) // a reminder tick: fired from here on; an activation: done
+	}
+	if m.h == nil { // an activation without a message (Activate)
+		return
 	}
 	v, err := e.handle(m)
 	if m.reply != nil {
@@ -254,6 +265,12 @@ func (e *resident) fail(m *message, err error, undelivered bool) {
 	if m.done != nil {
 		m.done(false)
 	}
+	if m.h == nil { // an activation: the Remembrance retries it
+		if !undelivered {
+			e.host.h.log.Warn("remembered entity failed to activate; retrying", "kind", e.key.Kind, "shard", e.host.id, "err", err)
+		}
+		return
+	}
 	met := e.host.h.met
 	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropShardLeft))
 }
@@ -278,9 +295,8 @@ func (e *resident) invoke(m *message) (v any, err error) {
 }
 
 // activate creates the instance and calls its Activate hook.
-func (e *resident) activate() error {
+func (e *resident) activate(reason entity.ActivateReason) error {
 	sh := e.host
-	reason := sh.reason
 	if e.restart {
 		reason = entity.ActivateRestart
 	}
@@ -307,6 +323,7 @@ func (e *resident) activate() error {
 		}
 	}
 	e.inst, e.activated, e.restart = inst, true, false
+	e.remembered()
 	return nil
 }
 
@@ -315,6 +332,9 @@ func (e *resident) activate() error {
 func (e *resident) discard() {
 	e.inst, e.activated, e.restart = nil, false, true
 	e.stopTimers()
+	if sh := e.host; e.pinned() && sh.h.remembrance != nil {
+		sh.h.remembrance.Failed(sh.id, sh.epoch, e.key)
+	}
 }
 
 func (e *resident) idle() bool {

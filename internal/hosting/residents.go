@@ -59,7 +59,7 @@ func (rs *residents) add(e *resident) {
 }
 
 // evict passivates least recently used idle entities until the resident
-// cap holds (busy entities are skipped).
+// cap holds (busy and remembered entities are skipped).
 func (rs *residents) evict() {
 	limit := rs.h.cfg.MaxResidentEntities
 	if limit <= 0 {
@@ -68,7 +68,7 @@ func (rs *residents) evict() {
 	rs.mu.Lock()
 	var victims []*resident
 	for v := rs.tail; v != nil && rs.n-len(victims) > limit; v = v.prev {
-		if v.idle() {
+		if v.idle() && !v.pinned() {
 			victims = append(victims, v)
 		}
 	}
@@ -123,12 +123,13 @@ func (rs *residents) count() int {
 	return rs.n
 }
 
-// passivateIdle retires every idle entity unused for its kind's IdleAfter.
+// passivateIdle retires every idle entity unused for its kind's IdleAfter
+// (remembered entities stay).
 func (rs *residents) passivateIdle(now time.Time) {
 	rs.mu.Lock()
 	var victims []*resident
 	for v := rs.tail; v != nil; v = v.prev {
-		if now.Sub(v.lastUsed) >= v.kind.Opts.IdleAfter {
+		if now.Sub(v.lastUsed) >= v.kind.Opts.IdleAfter && !v.pinned() {
 			victims = append(victims, v)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -17,6 +18,9 @@ import (
 // fired. Failed store calls are retried with a back-off while their shard
 // is still owned at the set's epoch.
 func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.starts.Run(ctx) })
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	backoff := loadRetry
@@ -57,7 +61,7 @@ func (s *Service) Run(ctx context.Context) {
 func (s *Service) pending() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.loadQ)+len(s.unfinalQ)+len(s.deleteQ) > 0
+	return len(s.loadQ)+len(s.unfinalQ)+len(s.deleteQ)+len(s.rememberQ) > 0
 }
 
 // runOnce does one batch of each kind of queued work and returns the
@@ -72,8 +76,11 @@ func (s *Service) runOnce(ctx context.Context) error {
 	n = min(len(s.deleteQ), 4096)
 	deletes := slices.Clone(s.deleteQ[:n])
 	s.deleteQ = s.deleteQ[n:]
+	n = min(len(s.rememberQ), 4096)
+	remembers := slices.Clone(s.rememberQ[:n])
+	s.rememberQ = s.rememberQ[n:]
 	s.mu.Unlock()
-	return errors.Join(s.load(ctx, loads), s.unfinal(ctx, unfinal), s.deleteFired(ctx, deletes))
+	return errors.Join(s.load(ctx, loads), s.unfinal(ctx, unfinal), s.deleteFired(ctx, deletes), s.writeRemembered(ctx, remembers))
 }
 
 // live filters sets that are still current and not stopped.

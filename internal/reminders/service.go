@@ -22,6 +22,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultMaxPerShard = 10000
+	DefaultStartRate   = 20000
 )
 
 // Config is what the service needs of the runner's configuration.
@@ -31,6 +32,9 @@ type Config struct {
 	MaxPerShard int
 	// OpTimeout bounds each store call the service makes on its own.
 	OpTimeout time.Duration
+	// StartRate bounds the remembered entities activated without a
+	// message, per second (default DefaultStartRate).
+	StartRate float64
 }
 
 // Metrics are the service's instruments (created by NewMetrics).
@@ -40,6 +44,9 @@ type Metrics struct {
 	FireLag metric.Float64Histogram
 	Writes  metric.Int64Counter // by op
 	Corrupt metric.Int64Counter
+	// RememberedRestarts counts remembered entities activated again after
+	// their activation failed or their instance panicked.
+	RememberedRestarts metric.Int64Counter
 }
 
 // NewMetrics creates the service's instruments on m (documented with the
@@ -55,7 +62,11 @@ func NewMetrics(m metric.Meter, attrs metric.MeasurementOption) (*Metrics, error
 	errs = append(errs, err)
 	out.Writes, err = m.Int64Counter("sharding.reminder_writes", metric.WithUnit("{write}"), metric.WithDescription("store writes of reminders, by op"))
 	errs = append(errs, err)
-	out.Corrupt, err = m.Int64Counter("sharding.reminders_corrupt", metric.WithUnit("{record}"), metric.WithDescription("stored reminder records skipped as corrupt or unknown"))
+	out.Corrupt, err = m.Int64Counter("sharding.reminders_corrupt", metric.WithUnit("{record}"),
+		metric.WithDescription("stored reminder and remembered-entity records skipped as corrupt or unknown"))
+	errs = append(errs, err)
+	out.RememberedRestarts, err = m.Int64Counter("sharding.remembered_restarts", metric.WithUnit("{restart}"),
+		metric.WithDescription("remembered entities activated again after their activation failed or their instance panicked"))
 	errs = append(errs, err)
 	return out, errors.Join(errs...)
 }
@@ -67,18 +78,24 @@ type Service struct {
 	store storage.ShardStates
 	host  *hosting.Host
 	sched *schedule.Scheduler
-	met   *Metrics
-	log   *slog.Logger
+	// starts activates remembered entities (its catch-up queue bounds
+	// the rate: StartRate).
+	starts *schedule.Scheduler
+	met    *Metrics
+	log    *slog.Logger
 
-	loaded atomic.Int64 // reminders loaded, over every set
-	kick   chan struct{}
+	loaded     atomic.Int64 // reminders loaded, over every set
+	remembered atomic.Int64 // remembered entities, over every set
+	kick       chan struct{}
 
 	mu       sync.Mutex
 	sets     map[sharding.ShardID]*shardSet // the current set of each shard
 	loadQ    []*shardSet
 	unfinalQ []*shardSet
 	deleteQ  []*reminder
-	logged   map[string]struct{} // bad records already logged (firstLog)
+	// rememberQ: remembered entities whose marker is to be written.
+	rememberQ []*rememberedEntity
+	logged    map[string]struct{} // bad records already logged (firstLog)
 }
 
 // New returns a service; Run does its background work.
@@ -90,9 +107,13 @@ func New(cfg Config, store storage.ShardStates, host *hosting.Host, sched *sched
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = storage.DefaultOpTimeout
 	}
+	if cfg.StartRate <= 0 {
+		cfg.StartRate = DefaultStartRate
+	}
 	return &Service{
 		cfg: cfg, store: store, host: host, sched: sched, met: met, log: log,
-		kick: make(chan struct{}, 1), sets: make(map[sharding.ShardID]*shardSet), logged: make(map[string]struct{}),
+		starts: schedule.New(schedule.Config{CatchUpRate: cfg.StartRate}),
+		kick:   make(chan struct{}, 1), sets: make(map[sharding.ShardID]*shardSet), logged: make(map[string]struct{}),
 	}
 }
 
@@ -112,7 +133,8 @@ func (s *Service) wake() {
 // shard's context ctx: they are loaded in the background, then fired. A
 // set of an earlier epoch of the shard is stopped and forgotten.
 func (s *Service) Acquired(id sharding.ShardID, epoch storage.Epoch, ctx context.Context) {
-	set := &shardSet{s: s, id: id, epoch: epoch, ctx: ctx, loadedCh: make(chan struct{}), byKey: make(map[storage.ReminderRef]*reminder)}
+	set := &shardSet{s: s, id: id, epoch: epoch, ctx: ctx, loadedCh: make(chan struct{}), byKey: make(map[storage.ReminderRef]*reminder),
+		remembered: make(map[storage.EntityRef]*rememberedEntity)}
 	s.mu.Lock()
 	old := s.sets[id]
 	s.sets[id] = set
@@ -208,7 +230,7 @@ func (s *Service) StopAll() {
 	s.mu.Lock()
 	sets := s.sets
 	s.sets = make(map[sharding.ShardID]*shardSet)
-	s.loadQ, s.unfinalQ, s.deleteQ = nil, nil, nil
+	s.loadQ, s.unfinalQ, s.deleteQ, s.rememberQ = nil, nil, nil, nil
 	s.mu.Unlock()
 	for _, set := range sets {
 		set.stop(true)

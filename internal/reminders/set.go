@@ -71,6 +71,11 @@ type shardSet struct {
 	unfinaling bool
 	byKey      map[storage.ReminderRef]*reminder
 	failed     int // load attempts failed in a row
+
+	// remembered are the shard's remembered entities (remembered.go);
+	// early, those activated before the load (added at the load).
+	remembered map[storage.EntityRef]*rememberedEntity
+	early      map[storage.EntityRef]struct{}
 }
 
 // reminder is one loaded reminder and its firing state.
@@ -323,6 +328,7 @@ func (set *shardSet) pause() {
 	defer set.mu.Unlock()
 	set.paused = true
 	set.unscheduleAllLocked()
+	set.unscheduleRememberedLocked(false)
 }
 
 // resume undoes pause; it reports whether a final progress must first be
@@ -334,6 +340,7 @@ func (set *shardSet) resume() bool {
 		return false
 	}
 	set.paused = false
+	set.activateAllLocked()
 	if set.final {
 		set.blocked = true
 		return true
@@ -350,7 +357,9 @@ func (set *shardSet) stop(clear bool) {
 	if !set.stopped {
 		set.stopped = true
 		set.unscheduleAllLocked()
+		set.early = nil
 	}
+	set.unscheduleRememberedLocked(clear)
 	if clear && len(set.byKey) > 0 {
 		for _, r := range set.byKey {
 			r.removed = true
@@ -440,6 +449,7 @@ func (set *shardSet) install(st storage.ShardState) (unfinal bool) {
 	}
 	set.loaded = true
 	close(set.loadedCh)
+	set.installRemembered(st.Remembered)
 	if certain {
 		set.blocked, set.finalP = true, p
 		return true

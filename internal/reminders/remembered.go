@@ -1,0 +1,340 @@
+package reminders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/schedule"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Remembered entities. Each shard's set holds, beside its reminders, the
+// entities remembered for the shard (remembered/{shard}/{kind/id}), loaded
+// by the same read. The service:
+//   - records an entity the first time it activates on a shard where it is
+//     not remembered yet (Remember: one fenced put, queued and batched per
+//     shard; nothing for an entity already remembered);
+//   - activates every remembered entity without a message once the set is
+//     loaded (and again when a given-up cutover resumes the set), through
+//     its own scheduler's catch-up queue, at most StartRate a second;
+//   - activates it again after a growing back-off when its activation
+//     failed or its instance panicked (Failed);
+//   - deletes the marker when the entity asks to be forgotten (Forget,
+//     fenced, serialized with the puts by the set's write lock).
+
+// Back-off of a remembered entity whose activation failed or whose
+// instance panicked: from activateRetry, doubling, to maxRememberedRetry.
+const maxRememberedRetry = 30 * time.Second
+
+// rememberedEntity is one remembered entity of a set.
+type rememberedEntity struct {
+	schedule.Entry
+	set *shardSet
+	ref storage.EntityRef
+
+	// Under set.mu.
+	queued   bool // its put is queued (not in the store yet)
+	removed  bool // forgotten, or its set stopped
+	inFlight bool // an activation is queued in its mailbox
+	failures int
+}
+
+// activating reports whether the set's remembered entities may be
+// activated: loaded, not paused (a cutover) nor stopped.
+func (set *shardSet) activating() bool {
+	return set.loaded && !set.paused && !set.stopped
+}
+
+// installRemembered adds the loaded markers and the entities remembered
+// before the load, and schedules their activation. Under set.mu.
+func (set *shardSet) installRemembered(loaded []storage.RememberedEntity) {
+	s := set.s
+	for _, rec := range loaded {
+		set.addRememberedLocked(rec.Entity, false)
+	}
+	for ref := range set.early {
+		if set.remembered[ref] == nil {
+			set.addRememberedLocked(ref, true)
+		}
+	}
+	set.early = nil
+	set.activateAllLocked()
+	s.wake()
+}
+
+// addRememberedLocked adds ref, queueing its put unless stored.
+func (set *shardSet) addRememberedLocked(ref storage.EntityRef, put bool) *rememberedEntity {
+	m := &rememberedEntity{set: set, ref: ref, queued: put}
+	m.F = m
+	set.remembered[ref] = m
+	set.s.remembered.Add(1)
+	if put {
+		set.s.mu.Lock()
+		set.s.rememberQ = append(set.s.rememberQ, m)
+		set.s.mu.Unlock()
+	}
+	return m
+}
+
+func (set *shardSet) dropRememberedLocked(m *rememberedEntity) {
+	m.removed = true
+	set.s.starts.Stop(&m.Entry)
+	if set.remembered[m.ref] == m {
+		delete(set.remembered, m.ref)
+		set.s.remembered.Add(-1)
+	}
+}
+
+// activateAllLocked queues the activation of every remembered entity.
+func (set *shardSet) activateAllLocked() {
+	if !set.activating() {
+		return
+	}
+	for _, m := range set.remembered {
+		if !m.inFlight {
+			set.s.starts.CatchUp(&m.Entry)
+		}
+	}
+}
+
+// unscheduleRememberedLocked takes the activations out of the scheduler;
+// with clear, the set forgets its remembered entities (in memory).
+func (set *shardSet) unscheduleRememberedLocked(clear bool) {
+	for _, m := range set.remembered {
+		set.s.starts.Stop(&m.Entry)
+		if clear {
+			m.removed = true
+		}
+	}
+	if clear && len(set.remembered) > 0 {
+		set.s.remembered.Add(-int64(len(set.remembered)))
+		set.remembered = map[storage.EntityRef]*rememberedEntity{}
+	}
+}
+
+// Fire implements schedule.Firer: activate the entity without a message.
+func (m *rememberedEntity) Fire(_ *schedule.Entry, _ int64) {
+	set := m.set
+	s := set.s
+	set.mu.Lock()
+	if !set.activating() || m.removed || m.inFlight {
+		set.mu.Unlock()
+		return
+	}
+	k := s.host.Kind(m.ref.Kind)
+	switch {
+	case k == nil:
+		s.starts.Schedule(&m.Entry, schedule.Now()+int64(unknownRetry))
+		set.mu.Unlock()
+		s.badMarker(set.id, m.ref, "its kind is not registered on this runner; retried every minute")
+		return
+	case !k.Opts.Remembered:
+		set.mu.Unlock()
+		s.badMarker(set.id, m.ref, "its kind has no Remembered option on this runner: not activated (the marker is kept)")
+		return
+	}
+	m.inFlight = true
+	id, epoch := set.id, set.epoch
+	set.mu.Unlock()
+	sh := s.host.Lookup(id)
+	if sh != nil && sh.Epoch() == epoch && sh.Activate(k, m.ref.ID, m.activated) {
+		return
+	}
+	set.mu.Lock()
+	m.inFlight = false
+	if set.activating() && !m.removed {
+		s.starts.Schedule(&m.Entry, schedule.Now()+int64(deliverRetry))
+	}
+	set.mu.Unlock()
+}
+
+// activated is the outcome of an activation (hosting.Shard.Activate).
+func (m *rememberedEntity) activated(ok bool) {
+	set := m.set
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	m.inFlight = false
+	if ok {
+		m.failures = 0
+		return
+	}
+	m.retryLocked()
+}
+
+// retryLocked activates m again after its back-off.
+func (m *rememberedEntity) retryLocked() {
+	set := m.set
+	m.failures++
+	set.s.met.RememberedRestarts.Add(context.Background(), 1, set.s.met.Attrs)
+	if set.activating() && !m.removed {
+		d := min(activateRetry<<min(m.failures-1, 10), maxRememberedRetry)
+		set.s.starts.Schedule(&m.Entry, schedule.Now()+int64(d))
+	}
+}
+
+var _ hosting.Remembrance = (*Service)(nil)
+
+// Remember implements hosting.Remembrance: e is recorded for its shard
+// unless it is already.
+func (s *Service) Remember(id sharding.ShardID, epoch storage.Epoch, e hosting.EntityKey) {
+	set := s.current(id, epoch)
+	if set == nil {
+		return
+	}
+	ref := storage.EntityRef{Kind: e.Kind, ID: e.ID}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	switch {
+	case set.stopped || set.remembered[ref] != nil:
+		return
+	case !set.loaded:
+		if set.early == nil {
+			set.early = map[storage.EntityRef]struct{}{}
+		}
+		set.early[ref] = struct{}{}
+		return
+	}
+	set.addRememberedLocked(ref, true)
+	s.wake()
+}
+
+// Failed implements hosting.Remembrance: e's instance panicked; it is
+// activated again after its back-off.
+func (s *Service) Failed(id sharding.ShardID, epoch storage.Epoch, e hosting.EntityKey) {
+	set := s.current(id, epoch)
+	if set == nil {
+		return
+	}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	m := set.remembered[storage.EntityRef{Kind: e.Kind, ID: e.ID}]
+	if m == nil || m.inFlight || s.starts.Scheduled(&m.Entry) {
+		return
+	}
+	m.retryLocked()
+}
+
+// ForgetEntity implements hosting.Remembrance: e's marker is deleted, fenced by
+// epoch; from then on e is not activated without a message.
+func (s *Service) ForgetEntity(ctx context.Context, id sharding.ShardID, epoch storage.Epoch, e hosting.EntityKey) error {
+	set, err := s.setFor(ctx, id, epoch)
+	if err != nil {
+		return err
+	}
+	ref := storage.EntityRef{Kind: e.Kind, ID: e.ID}
+	set.writeMu.Lock()
+	defer set.writeMu.Unlock()
+	set.mu.Lock()
+	moving := set.stopped || set.paused
+	set.mu.Unlock()
+	if moving {
+		return errMoving
+	}
+	if _, err := s.write(ctx, storage.ShardWrite{Shard: id, Epoch: epoch, DeleteRemembered: []storage.EntityRef{ref}}, "forget"); err != nil {
+		return err
+	}
+	set.mu.Lock()
+	if m := set.remembered[ref]; m != nil {
+		set.dropRememberedLocked(m)
+	}
+	set.mu.Unlock()
+	return nil
+}
+
+// RememberedCount returns the number of remembered entities of the shards
+// whose state is loaded here.
+func (s *Service) RememberedCount() int64 { return s.remembered.Load() }
+
+// RememberedByShard returns the number of remembered entities of each
+// loaded shard that has some.
+func (s *Service) RememberedByShard() map[sharding.ShardID]int {
+	s.mu.Lock()
+	sets := make([]*shardSet, 0, len(s.sets))
+	for _, set := range s.sets {
+		sets = append(sets, set)
+	}
+	s.mu.Unlock()
+	out := map[sharding.ShardID]int{}
+	for _, set := range sets {
+		set.mu.Lock()
+		if n := len(set.remembered); n > 0 && !set.stopped {
+			out[set.id] = n
+		}
+		set.mu.Unlock()
+	}
+	return out
+}
+
+// writeRemembered writes the queued puts, one fenced write per shard (in
+// chunks of storage.MaxShardWriteOps).
+func (s *Service) writeRemembered(ctx context.Context, ms []*rememberedEntity) error {
+	bySet := map[*shardSet][]*rememberedEntity{}
+	var order []*shardSet
+	for _, m := range ms {
+		if _, ok := bySet[m.set]; !ok {
+			order = append(order, m.set)
+		}
+		bySet[m.set] = append(bySet[m.set], m)
+	}
+	var first error
+	for _, set := range s.live(order) {
+		for chunk := range slices.Chunk(bySet[set], storage.MaxShardWriteOps) {
+			if err := s.rememberChunk(ctx, set, chunk); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+func (s *Service) rememberChunk(ctx context.Context, set *shardSet, ms []*rememberedEntity) error {
+	set.writeMu.Lock()
+	defer set.writeMu.Unlock()
+	set.mu.Lock()
+	var refs []storage.EntityRef
+	var live []*rememberedEntity
+	for _, m := range ms {
+		if m.queued && !m.removed && !set.stopped {
+			refs = append(refs, m.ref)
+			live = append(live, m)
+		}
+	}
+	set.mu.Unlock()
+	if len(refs) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	_, err := s.write(cctx, storage.ShardWrite{Shard: set.id, Epoch: set.epoch, PutRemembered: refs}, "remember")
+	cancel()
+	switch {
+	case err == nil:
+		set.mu.Lock()
+		for _, m := range live {
+			m.queued = false
+		}
+		set.mu.Unlock()
+		return nil
+	case errors.Is(err, storage.ErrFenced):
+		return nil // the shard moved on: its next owner does not know them
+	default:
+		s.mu.Lock()
+		s.rememberQ = append(s.rememberQ, live...)
+		s.mu.Unlock()
+		return fmt.Errorf("remember %d entities of shard %d: %w", len(refs), set.id, err)
+	}
+}
+
+// badMarker logs a remembered entity this runner does not activate (once
+// per key) and counts it.
+func (s *Service) badMarker(id sharding.ShardID, ref storage.EntityRef, why string) {
+	s.met.Corrupt.Add(context.Background(), 1, s.met.Attrs)
+	key := storage.RememberedKey(id, ref)
+	if s.firstLog(key) {
+		s.log.Warn("remembered entity not activated", "key", key, "why", why)
+	}
+}
