@@ -38,6 +38,16 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 		snap.Kinds = append(snap.Kinds, debugpage.KindCount{Name: k.Name, Active: k.Active, Handled: k.Handled, Rejected: k.Rejected})
 	}
 	snap.Entities = r.EntityCount()
+	for id := range r.cfg.NumShards {
+		sh := r.hosting.Lookup(sharding.ShardID(id))
+		if sh == nil {
+			continue
+		}
+		for _, w := range sh.Workers() {
+			snap.Workers = append(snap.Workers, debugpage.WorkerRun{Name: w.Name, Singleton: w.Singleton, Shard: sh.ID(), Epoch: sh.Epoch(), Since: w.Since})
+		}
+	}
+	snap.Remembered = r.reminders.RememberedByShard()
 	for _, ev := range r.hub.Recent(debugpage.MaxEvents) {
 		snap.Events = append(snap.Events, debugEvent(ev))
 	}

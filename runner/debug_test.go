@@ -130,7 +130,7 @@ func TestDebugStateJSON(t *testing.T) {
 		v    any
 		want []string
 	}{
-		{"document", doc, []string{"events", "handoffs", "kinds", "runners", "schema", "self", "shards", "time"}},
+		{"document", doc, []string{"events", "handoffs", "kinds", "remembered", "runners", "schema", "self", "shards", "time", "workers"}},
 		{"self", doc["self"], []string{"address", "assigned", "attached", "detach_margin_ms", "entities", "inbound_handoffs",
 			"incarnation", "id", "keepalive_failure_streak", "lease", "lease_deadline_lag_ms", "lease_ttl_ms", "mailbox_rejections",
 			"messages", "num_shards", "owned", "pending", "phase", "releasing", "started", "strategy", "weight"}},

@@ -212,6 +212,51 @@
 //     skipped — one naming an unknown kind is tried again every minute (a
 //     rolling upgrade may register it) —; the shard's other reminders fire.
 //
+// # Singletons, shard workers and remembered entities
+//
+// A shard worker (RunPerShard) runs once per owned shard; a singleton
+// (RunSingleton) once in the cluster, on the owner of the shard
+// SingletonShard(name) maps to. Both are registered on every runner
+// before Run and run under the shard's context. What is guaranteed:
+//
+//   - Never two at once among instances that honour their context. A
+//     worker counts in its shard's drain like a running handler: a handoff
+//     moves the lock only after the old owner's instance returned (if it
+//     does not return within the DrainTimeout the cutover is given up and
+//     tried again; the shard keeps serving here), a plain release keeps
+//     the lock until it returns, and the new owner starts its instance
+//     after the handoff completed (after warming). At the detach instant
+//     its context ends with ErrDetached like every handler's; an instance
+//     that ignores it may outlive the lease (a handler's result would be
+//     withheld; a worker's outside writes cannot be), which is what
+//     Work.Epoch is for: the shard's ownership epoch, a fencing token the
+//     outside system checks (refusing an epoch older than the newest seen).
+//   - Running again after a crash as soon as the shard is re-owned (about
+//     LeaseTTL after it), after a planned move once the handoff completed.
+//   - Failures contained: an error or a panic restarts the worker after a
+//     back-off (100 ms doubling to 30 s); returning nil ends it for this
+//     ownership of the shard. WorkerStarted and WorkerStopped events, and
+//     a singleton's record singletons/{shard}/{name} (runner, since when),
+//     written fenced when it starts, say where each runs.
+//
+// A remembered entity (a kind with entity.Remembered) is kept running by
+// its shard's owner:
+//
+//   - Recorded once: its first activation on a shard where it is not
+//     remembered yet queues a marker remembered/{shard}/{kind/id}, written
+//     fenced by the epoch, batched per shard; a message or an activation
+//     of an entity already remembered writes nothing. (An entity activated
+//     and crashed before its marker landed is not remembered.)
+//   - Activated without a message after its shard's state is loaded (after
+//     a handoff's cutover, a takeover after a crash, a cold start), through
+//     a queue drained at RememberedStartRate per runner, and again after
+//     its instance panicked or its Activate failed, after a back-off (100 ms
+//     doubling to 30 s). It runs under the single-writer rule of every
+//     entity: on the shard's owner only, never on two runners at once.
+//   - Never passivated (idle or by the resident cap) until it calls
+//     entity.Forget, which deletes its marker (fenced); a later activation
+//     remembers it again.
+//
 // # Routing and delivery
 //
 // Send admits a call only if its context has not ended (else it fails at
@@ -335,8 +380,11 @@
 //	sharding.reminders                       gauge (observed)  {reminder} -             reminders loaded for the shards the runner owns
 //	sharding.reminder_fires                  counter           {tick}     -             reminder ticks fired (their handler started)
 //	sharding.reminder_fire_lag               histogram         s          -             how late reminder ticks fired after their due time (ticks on schedule; catch-up fires after a load are not counted)
-//	sharding.reminder_writes                 counter           {write}    op            store writes of reminders; op: register, cancel, delete (a one-shot that fired), progress (which ticks fired, at a planned move, and its rewrite by the next owner)
-//	sharding.reminders_corrupt               counter           {record}   -             stored reminder records skipped: undecodable, or naming a kind or method not registered on the runner (logged at WARN with the key)
+//	sharding.reminder_writes                 counter           {write}    op            store writes of reminders; op: register, cancel, delete (a one-shot that fired), progress (which ticks fired, at a planned move, and its rewrite by the next owner), remember and forget (remembered entities' markers)
+//	sharding.reminders_corrupt               counter           {record}   -             stored reminder and remembered-entity records skipped: undecodable, or naming a kind or method not registered on the runner (logged at WARN with the key)
+//	sharding.remembered                      gauge (observed)  {entity}   -             remembered entities of the shards the runner owns
+//	sharding.remembered_restarts             counter           {restart}  -             remembered entities activated again after their activation failed or their instance panicked
+//	sharding.worker_restarts                 counter           {restart}  -             shard workers and singletons restarted after an error or a panic
 //
 // # Debug page
 //

@@ -2,9 +2,13 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -282,6 +286,63 @@ func TestFailingWorkerRestartsWithBackoff(t *testing.T) {
 		}
 		if done != 1 {
 			t.Fatalf("a worker returning nil ran %d times, want once", done)
+		}
+	})
+}
+
+// TestDebugPageShowsWorkersSingletonsAndRemembered: a runner's debug page
+// lists the shard workers and singletons running on it (with shard, epoch
+// and since when) and its remembered entities per shard.
+func TestDebugPageShowsWorkersSingletonsAndRemembered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newTwinEnv()
+		rc := newReminderCluster(t, newAlarmEnv(), 4)
+		cfg := rc.cfg
+		cfg.ID, cfg.Transport, cfg.Logger = "a", rc.net.Transport("a:7100"), logger(t)
+		r, err := runner.New(rc.c.NewStore("a"), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.register(t, r)
+		wait := func(ctx context.Context, w runner.Work) error { <-ctx.Done(); return nil }
+		if err := r.RunPerShard("consume", wait); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RunSingleton("leader", wait); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.Run(context.Background()) }()
+		t.Cleanup(func() { r.Close(); <-done })
+		waitRunning(t, r)
+		if _, err := env.ping.Ask(t.Context(), r, "x", ""); err != nil {
+			t.Fatal(err)
+		}
+		var st runner.DebugState
+		waitFor(t, 10*time.Second, "the page to show 5 workers and x remembered", func() bool {
+			rec := httptest.NewRecorder()
+			r.DebugHandler(runner.DebugConfig{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+			st = runner.DebugState{}
+			return json.Unmarshal(rec.Body.Bytes(), &st) == nil && len(st.Workers) == 5 && len(st.Remembered) == 1
+		})
+		leader := runner.SingletonShard("leader", 4)
+		for i, w := range st.Workers {
+			switch {
+			case i == 0 && (w.Name != "consume" || w.Singleton || w.Shard != 0):
+				t.Errorf("first worker %+v, want consume on shard 0", w)
+			case i == 4 && (w.Name != "leader" || !w.Singleton || w.Shard != leader):
+				t.Errorf("last worker %+v, want the singleton leader on shard %d", w, leader)
+			case w.Epoch == 0 || w.Since.IsZero():
+				t.Errorf("worker %+v without epoch or start", w)
+			}
+		}
+		if want := sharding.ShardOf("x", 4); st.Remembered[0].Shard != want || st.Remembered[0].Count != 1 {
+			t.Errorf("remembered %+v, want 1 on shard %d", st.Remembered, want)
+		}
+		rec := httptest.NewRecorder()
+		r.DebugHandler(runner.DebugConfig{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if body := rec.Body.String(); !strings.Contains(body, `id="workers"`) || !strings.Contains(body, "singleton") {
+			t.Error("the HTML page has no workers table")
 		}
 	})
 }

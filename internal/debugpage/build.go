@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,21 @@ func build(s Snapshot, now time.Time, epochs bool, rates *rateSampler) *State {
 		st.Self.Assigned = st.Runners[i].Assigned
 	}
 	st.Handoffs = handoffs(s, st.Runners, st.Shards.Owner)
+	st.Workers = make([]Worker, 0, len(s.Workers))
+	for _, w := range s.Workers {
+		st.Workers = append(st.Workers, Worker(w))
+	}
+	slices.SortFunc(st.Workers, func(a, b Worker) int {
+		if a.Name != b.Name {
+			return strings.Compare(a.Name, b.Name)
+		}
+		return int(a.Shard) - int(b.Shard)
+	})
+	st.Remembered = make([]ShardCount, 0, len(s.Remembered))
+	for id, n := range s.Remembered {
+		st.Remembered = append(st.Remembered, ShardCount{Shard: id, Count: n})
+	}
+	slices.SortFunc(st.Remembered, func(a, b ShardCount) int { return int(a.Shard) - int(b.Shard) })
 	st.Events = slices.Clip(s.Events[:min(len(s.Events), MaxEvents)])
 	if st.Events == nil {
 		st.Events = []Event{}

@@ -54,6 +54,8 @@ type Snapshot struct {
 	InboundHandoffs        int // being warmed here
 	Entities               int // resident entities
 	Kinds                  []KindCount
+	Workers                []WorkerRun             // shard workers and singletons running here
+	Remembered             map[sharding.ShardID]int // remembered entities of each owned shard that has some
 	Events                 []Event // the latest, newest first; at most MaxEvents
 
 	// Its view of the cluster.
@@ -63,6 +65,15 @@ type Snapshot struct {
 	Handoffs        []storage.Handoff          // handoff records, by shard
 	Assignment      sharding.Assignment        // runner ID by shard; "" or short: unassigned
 	AssignmentError string                     // why the last assignment failed ("" when it did not)
+}
+
+// WorkerRun is a shard worker or singleton running on the runner.
+type WorkerRun struct {
+	Name      string
+	Singleton bool
+	Shard     sharding.ShardID
+	Epoch     storage.Epoch
+	Since     time.Time // when its current run started
 }
 
 // KindCount is one registered kind's resident entities and message

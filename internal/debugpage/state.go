@@ -63,6 +63,11 @@ type State struct {
 	Shards   Shards    `json:"shards"`
 	Handoffs []Handoff `json:"handoffs"` // handoff records in flight, by shard
 	Kinds    []Kind    `json:"kinds"`    // kinds registered on this runner, by name
+	// Workers are the shard workers and singletons running on this
+	// runner, by name then shard; Remembered the remembered entities of
+	// each of its shards that has some, by shard.
+	Workers    []Worker     `json:"workers"`
+	Remembered []ShardCount `json:"remembered"`
 	Events   []Event   `json:"events"`   // this runner's latest events, newest first
 }
 
@@ -181,6 +186,21 @@ type Kind struct {
 	Messages          uint64   `json:"messages"` // handled since registration
 	MessagesPerSec    *float64 `json:"messages_per_s,omitempty"`
 	MailboxRejections uint64   `json:"mailbox_rejections"`
+}
+
+// Worker is a shard worker or singleton running on the serving runner.
+type Worker struct {
+	Name      string           `json:"name"`
+	Singleton bool             `json:"singleton,omitempty"`
+	Shard     sharding.ShardID `json:"shard"`
+	Epoch     storage.Epoch    `json:"epoch"`
+	Since     time.Time        `json:"since"` // when its current run started
+}
+
+// ShardCount is a count for one shard.
+type ShardCount struct {
+	Shard sharding.ShardID `json:"shard"`
+	Count int              `json:"count"`
 }
 
 // Event is one of the serving runner's events.

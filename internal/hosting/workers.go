@@ -53,6 +53,7 @@ type workerSlot struct {
 	// finished: Run returned nil, which ends it for this ownership of
 	// the shard (a given-up cutover does not start it again); under sh.mu
 	finished bool
+	since    time.Time // when the current run started; under sh.mu
 	cancel   context.CancelCauseFunc
 }
 
@@ -100,7 +101,7 @@ func (sh *Shard) stopWorkersLocked(cause error) {
 // runWorkerLocked starts s's goroutine (counted in running).
 func (sh *Shard) runWorkerLocked(s *workerSlot) {
 	ctx, cancel := context.WithCancelCause(sh.ctx)
-	s.running, s.cancel = true, cancel
+	s.running, s.cancel, s.since = true, cancel, time.Now()
 	sh.running.Add(1)
 	go sh.worker(ctx, s)
 }
@@ -169,14 +170,21 @@ func (sh *Shard) workerDone(s *workerSlot, finished bool) {
 	}
 }
 
-// Workers returns the names of the shard's workers whose goroutine runs.
-func (sh *Shard) Workers() []string {
+// WorkerRun is a running worker of a shard (Workers).
+type WorkerRun struct {
+	Name      string
+	Singleton bool
+	Since     time.Time // when its goroutine started
+}
+
+// Workers returns the shard's workers whose goroutine runs.
+func (sh *Shard) Workers() []WorkerRun {
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
-	var out []string
+	var out []WorkerRun
 	for _, s := range sh.slots {
 		if s.running {
-			out = append(out, s.w.Name)
+			out = append(out, WorkerRun{Name: s.w.Name, Singleton: s.w.Shard >= 0, Since: s.since})
 		}
 	}
 	return out
