@@ -54,9 +54,9 @@ type Snapshot struct {
 	InboundHandoffs        int // being warmed here
 	Entities               int // resident entities
 	Kinds                  []KindCount
-	Workers                []WorkerRun             // shard workers and singletons running here
+	Workers                []WorkerRun              // shard workers and singletons running here
 	Remembered             map[sharding.ShardID]int // remembered entities of each owned shard that has some
-	Events                 []Event // the latest, newest first; at most MaxEvents
+	Events                 []Event                  // the latest, newest first; at most MaxEvents
 
 	// Its view of the cluster.
 	Members         []storage.Runner           // registered runners, by ID

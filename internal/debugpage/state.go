@@ -68,7 +68,7 @@ type State struct {
 	// each of its shards that has some, by shard.
 	Workers    []Worker     `json:"workers"`
 	Remembered []ShardCount `json:"remembered"`
-	Events   []Event   `json:"events"`   // this runner's latest events, newest first
+	Events     []Event      `json:"events"` // this runner's latest events, newest first
 }
 
 // Self is the state of one runner as it knows it itself.
