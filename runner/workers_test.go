@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -343,6 +344,77 @@ func TestDebugPageShowsWorkersSingletonsAndRemembered(t *testing.T) {
 		r.DebugHandler(runner.DebugConfig{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 		if body := rec.Body.String(); !strings.Contains(body, `id="workers"`) || !strings.Contains(body, "singleton") {
 			t.Error("the HTML page has no workers table")
+		}
+	})
+}
+
+// TestHandlersFinishBeforeTheirShardWorkersStop: a drain (here a graceful
+// shutdown) lets the handlers running finish while the shard's workers
+// still run — a handler may wait for what a worker produces — and only
+// then cancels the workers.
+func TestHandlersFinishBeforeTheirShardWorkersStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		feed := make(chan string)
+		kind := entity.NewKind("reader", func(string) *struct{} { return &struct{}{} })
+		read := entity.Method(kind, "Read", func(_ *struct{}, ctx context.Context, _ string) (string, error) {
+			select {
+			case v := <-feed:
+				return v, nil
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			}
+		})
+		rc := newReminderCluster(t, newAlarmEnv(), 1)
+		cfg := rc.cfg
+		cfg.ID, cfg.Transport, cfg.Logger, cfg.DrainTimeout = "a", rc.net.Transport("a:7100"), logger(t), 10*time.Second
+		r, err := runner.New(rc.c.NewStore("a"), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Register(kind); err != nil {
+			t.Fatal(err)
+		}
+		var stopped time.Time
+		if err := r.RunPerShard("producer", func(ctx context.Context, w runner.Work) error {
+			defer func() { stopped = time.Now() }()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case feed <- "record":
+				}
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.Run(context.Background()) }()
+		t.Cleanup(func() { r.Close(); <-done })
+		waitRunning(t, r)
+		rc.converge(&started{Runner: r})
+		got := make(chan error, 1)
+		var answered time.Time
+		go func() {
+			_, err := read.Ask(t.Context(), r, "x", "")
+			answered = time.Now()
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the read waits for the producer
+		sctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		if err := r.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("a read in flight at the shutdown failed: %v", err)
+		}
+		if stopped.IsZero() || stopped.Before(answered) {
+			t.Fatalf("the worker stopped at %v, before the read it fed answered at %v", stopped, answered)
 		}
 	})
 }

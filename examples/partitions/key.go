@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
@@ -28,6 +29,8 @@ type host struct {
 	id    string
 	log   *logService
 	views views
+
+	consumed atomic.Int64 // records consumed by the shard workers
 
 	mu       sync.Mutex
 	warms    []warmCall
@@ -56,9 +59,9 @@ type releaseCall struct {
 func (h *host) warmShard(ctx context.Context, shard sharding.ShardID, from string) error {
 	start := time.Now()
 	v := h.views.get(shard)
-	v.mu.Lock()
 	head := h.log.Head(shard)
-	n, err := v.catchUpLocked(ctx, h.log, head)
+	n, err := v.consume(ctx, h.log, head)
+	v.mu.Lock()
 	complete := v.offset >= head
 	v.mu.Unlock()
 	h.mu.Lock()
@@ -70,8 +73,40 @@ func (h *host) warmShard(ctx context.Context, shard sharding.ShardID, from strin
 	return nil
 }
 
+// consumeEvery is how often a partition's consumer looks for new records
+// once it reached the head.
+const consumeEvery = 5 * time.Millisecond
+
+// consumeShard is the shard worker (runner.RunPerShard) that consumes the
+// partition into this runner's view while the runner owns the shard: it
+// starts when the shard is acquired (after WarmShard on a planned move,
+// so it only consumes the tail appended meanwhile; from offset 0 after a
+// plain acquisition) and stops before the shard is released (its context
+// ends; the release waits for it, then ReleaseShard drops the view).
+func (h *host) consumeShard(ctx context.Context, w runner.Work) error {
+	v := h.views.get(w.Shard)
+	t := time.NewTicker(consumeEvery)
+	defer t.Stop()
+	for {
+		n, err := v.consume(ctx, h.log, h.log.Head(w.Shard))
+		h.consumed.Add(n)
+		if ctx.Err() != nil {
+			return nil // the shard is leaving: the view stays consistent, behind
+		}
+		if err != nil {
+			return fmt.Errorf("consume partition %d: %w", w.Shard, err) // restarted after a back-off
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
 // releaseShard is the runner's Config.ReleaseShard: the partition's
-// entities have drained, so no read uses the view any more; drop it. The
+// entities and its consumer have drained, so nothing uses the view any
+// more; drop it. The
 // view is not checkpointed: it stands for state too large to copy on
 // every move, which the next owner rebuilds from the log (warming).
 func (h *host) releaseShard(_ context.Context, shard sharding.ShardID, _ string) error {
@@ -129,7 +164,7 @@ type GetReq struct{}
 type GetResp struct {
 	Sum, Count int64
 	Offset     int64  // records of the partition the view had applied
-	Replayed   int64  // records this read consumed before answering
+	Replayed   int64  // records this read waited for the consumer to apply before answering
 	Runner     string // the runner that answered
 }
 
@@ -145,9 +180,10 @@ func newKeyKind(w *world) (*entity.Kind[Key], *entity.MethodRef[Key, GetReq, Get
 var errNoShardInfo = errors.New("key: handler context has no shard info")
 
 // Get returns the key's value including every record appended to its
-// partition before the read began: it first consumes the tail of the
-// partition into this runner's view (the whole partition when the view is
-// cold). Reads of one partition wait for each other's catching up.
+// partition before the read began: it waits until the partition's
+// consumer (the shard worker) applied them to this runner's view — the
+// tail appended since its last batch, or the whole partition when the view
+// is cold — then answers.
 func (k *Key) Get(ctx context.Context, _ GetReq) (GetResp, error) {
 	info, ok := runner.ShardInfoFrom(ctx)
 	h := k.w.hosts[info.Runner]
@@ -159,11 +195,12 @@ func (k *Key) Get(ctx context.Context, _ GetReq) (GetResp, error) {
 		return GetResp{}, fmt.Errorf("key %q: no such key", k.id)
 	}
 	v := h.views.get(info.Shard)
+	head := k.w.log.Head(info.Shard)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	n, err := v.catchUpLocked(ctx, k.w.log, k.w.log.Head(info.Shard))
-	if err != nil {
-		return GetResp{}, fmt.Errorf("key %q: catching partition %d up after %d records: %w", k.id, info.Shard, n, err)
+	behind := max(head-v.offset, 0)
+	if err := v.waitLocked(ctx, head); err != nil {
+		return GetResp{}, fmt.Errorf("key %q: waiting for partition %d to be consumed up to %d (at %d): %w", k.id, info.Shard, head, v.offset, err)
 	}
-	return GetResp{Sum: v.sum[idx], Count: v.count[idx], Offset: v.offset, Replayed: n, Runner: info.Runner}, nil
+	return GetResp{Sum: v.sum[idx], Count: v.count[idx], Offset: v.offset, Replayed: behind, Runner: info.Runner}, nil
 }

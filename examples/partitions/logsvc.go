@@ -133,38 +133,75 @@ const readBatch = 500
 // prefix, so an older view is never wrong, only behind: catching it up
 // makes it current.
 type view struct {
-	mu     sync.Mutex // held while catching up and while answering
+	mu     sync.Mutex // held while applying a batch and while answering
 	part   sharding.ShardID
 	offset int64
 	sum    map[int32]int64
 	count  map[int32]int64
+	// moved is closed (and replaced) whenever offset advances: readers
+	// waiting for the view to reach an offset wait on it.
+	moved chan struct{}
 }
 
 func newView(p sharding.ShardID) *view {
-	return &view{part: p, sum: map[int32]int64{}, count: map[int32]int64{}}
+	return &view{part: p, sum: map[int32]int64{}, count: map[int32]int64{}, moved: make(chan struct{})}
 }
 
-// catchUpLocked consumes the partition from the view's offset up to to.
-// It returns how many records it consumed; on ctx's end it stops between
-// batches, leaving the view consistent and behind.
-func (v *view) catchUpLocked(ctx context.Context, l *logService, to int64) (int64, error) {
+// applyLocked applies recs (the records from offset on) and wakes the
+// readers waiting for the view to advance.
+func (v *view) applyLocked(recs []record) {
+	for _, r := range recs {
+		v.sum[r.key] += int64(r.delta)
+		v.count[r.key]++
+	}
+	v.offset += int64(len(recs))
+	close(v.moved)
+	v.moved = make(chan struct{})
+}
+
+// consume reads the partition from the view's offset up to to, one batch
+// at a time, applying each batch under the view's lock (readers answer
+// between batches). It returns how many records it consumed. Only one
+// goroutine consumes a view at a time: the shard's worker, or WarmShard
+// before the worker starts.
+func (v *view) consume(ctx context.Context, l *logService, to int64) (int64, error) {
 	var n int64
-	for v.offset < to {
-		recs, err := l.Read(ctx, v.part, v.offset, int(min(to-v.offset, readBatch)))
+	for {
+		v.mu.Lock()
+		from := v.offset
+		v.mu.Unlock()
+		if from >= to {
+			return n, nil
+		}
+		recs, err := l.Read(ctx, v.part, from, int(min(to-from, readBatch)))
 		if err != nil {
 			return n, err
 		}
 		if len(recs) == 0 {
-			break
+			return n, nil
 		}
-		for _, r := range recs {
-			v.sum[r.key] += int64(r.delta)
-			v.count[r.key]++
-		}
-		v.offset += int64(len(recs))
+		v.mu.Lock()
+		v.applyLocked(recs)
+		v.mu.Unlock()
 		n += int64(len(recs))
 	}
-	return n, nil
+}
+
+// waitLocked waits, with v.mu held, until the view applied the records
+// before offset to (releasing the lock while it waits).
+func (v *view) waitLocked(ctx context.Context, to int64) error {
+	for v.offset < to {
+		moved := v.moved
+		v.mu.Unlock()
+		select {
+		case <-moved:
+			v.mu.Lock()
+		case <-ctx.Done():
+			v.mu.Lock()
+			return context.Cause(ctx)
+		}
+	}
+	return nil
 }
 
 // views are one runner's materialized views, by partition (= shard).

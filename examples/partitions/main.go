@@ -1,8 +1,9 @@
-// Command partitions is a demo of warming during a handoff. Shards are the
-// partitions of an append-only log (think Kafka), and a runner answers
-// reads from a materialized view of each partition it owns, which it must
-// first build by consuming the partition's log: a new owner that starts
-// cold pays a full replay on its first read.
+// Command partitions is a demo of warming during a handoff and of shard
+// workers. Shards are the partitions of an append-only log (think Kafka);
+// a runner runs one consumer per partition it owns (runner.RunPerShard)
+// that applies the partition to a materialized view, and answers reads
+// from it once the view holds every record appended before the read: a
+// new owner that starts cold makes its first reads wait for a full replay.
 //
 // It scales a cluster from 2 to 3 runners under read and write traffic
 // twice, on an embedded etcd by default: with handoff (the new owner warms
@@ -78,7 +79,7 @@ type scenario struct {
 	Handoff bool
 
 	StartSettle time.Duration // runner-1 and runner-2 owned all shards
-	FirstCold   int           // partitions whose first read replayed their log
+	FirstCold   int           // partitions whose first read waited for a replay of their log
 	FirstMax    time.Duration // slowest of those first reads
 	Steady      stats         // reads before runner-3 joined
 	SteadyTime  time.Duration
@@ -89,7 +90,7 @@ type scenario struct {
 	Window  time.Duration  // the move window: from the join to Settle + moveTail
 	During  stats          // every read that began in the move window
 	OnNew   stats          // of those, reads of moved partitions on their new owner
-	Cold    int            // of those, reads that replayed ≥ ColdRecords records
+	Cold    int            // of those, reads that waited for ≥ ColdRecords records to be consumed
 	After   stats          // reads that began after the move window
 	// FirstOnNew is each moved partition's first read on its new owner.
 	FirstOnNew  []sample
@@ -167,10 +168,12 @@ func runScenario(ctx context.Context, o options, endpoints []string, namespace s
 			cfg.ListenAddr = "127.0.0.1:0"
 		}
 		var onEvent func(runner.Event)
+		var setup func(*runner.Runner) error
 		if h := w.hosts[id]; h != nil { // not the gateway
 			cfg.WarmShard, cfg.ReleaseShard, onEvent = h.warmShard, h.releaseShard, h.recordEvent
+			setup = func(r *runner.Runner) error { return r.RunPerShard("consume", h.consumeShard) }
 		}
-		n, err := demo.StartNode(endpoints, namespace, cfg, kind, onEvent, o.verbose)
+		n, err := demo.StartNodeWith(endpoints, namespace, cfg, kind, onEvent, o.verbose, setup)
 		if err == nil {
 			nodes = append(nodes, n)
 		}
@@ -202,7 +205,7 @@ func runScenario(ctx context.Context, o options, endpoints []string, namespace s
 	if sc.FirstCold < numShards {
 		note = "; the others had been warmed by a handoff between the two runners at start-up"
 	}
-	say("first read of each partition: %d of %d replayed their whole log (slowest %v)%s", sc.FirstCold, numShards, round(sc.FirstMax), note)
+	say("first read of each partition: %d of %d waited for a replay of their whole log (slowest %v)%s", sc.FirstCold, numShards, round(sc.FirstMax), note)
 
 	// Traffic, then the scale-up.
 	say("traffic: %d readers ask get on %d keys through the gateway, a producer appends %d records/s; %v before runner-3 joins",
@@ -407,10 +410,10 @@ func summarize(w io.Writer, s *summary) {
 	line(fmt.Sprintf("  slow reads (> %v)", slowRead), func(sc *scenario) string { return fmt.Sprint(sc.During.Slow) })
 	line("  of moved partitions on their new owner", func(sc *scenario) string { return fmt.Sprint(sc.OnNew.N) })
 	line("    latency p50 / p99 / max", func(sc *scenario) string { return latencies(sc.OnNew) })
-	line(fmt.Sprintf("    cold reads (replayed >= %d records)", h.ColdRecords), func(sc *scenario) string { return fmt.Sprint(sc.Cold) })
+	line(fmt.Sprintf("    cold reads (waited for >= %d records)", h.ColdRecords), func(sc *scenario) string { return fmt.Sprint(sc.Cold) })
 	line(fmt.Sprintf("    slow reads (> %v)", slowRead), func(sc *scenario) string { return fmt.Sprint(sc.OnNew.Slow) })
 	line("    first read of each: max latency", func(sc *scenario) string { return round(firstMax(sc).Latency).String() })
-	line("    first read of each: max replayed", func(sc *scenario) string { return fmt.Sprint(maxReplayed(sc.FirstOnNew)) })
+	line("    first read of each: max records waited for", func(sc *scenario) string { return fmt.Sprint(maxReplayed(sc.FirstOnNew)) })
 	line("reads before the join: reads/s", func(sc *scenario) string {
 		return fmt.Sprintf("%.1fk/s", float64(sc.Steady.N)/sc.SteadyTime.Seconds()/1000)
 	})
@@ -418,8 +421,8 @@ func summarize(w io.Writer, s *summary) {
 	line("reads after the move window: p50 / p99 / max", func(sc *scenario) string { return latencies(sc.After) })
 	line("failed / stale reads", func(sc *scenario) string { return fmt.Sprintf("%d / %d", sc.Reads.Failed, sc.Reads.Stale) })
 	line("keys equal to the log at the end", func(sc *scenario) string { return fmt.Sprintf("%d/%d", sc.Exact, sc.Keys) })
-	fmt.Fprintln(w, "(cold read: the new owner's view of the partition was empty and the read built it from offset 0;\n"+
-		" slow reads include the reads queued behind it. The readers are closed-loop: a reader stuck behind a replay\n"+
+	fmt.Fprintln(w, "(cold read: the new owner's view of the partition was empty and the read waited for its consumer to\n"+
+		" build it from offset 0; slow reads include the reads waiting with it. The readers are closed-loop: a reader stuck behind a replay\n"+
 		" sends nothing else meanwhile, so percentiles barely show a stall: see the slow reads, the max and the reads/s.)")
 	fmt.Fprintln(w, conclusion(h, p))
 	if len(s.Problems) == 0 {

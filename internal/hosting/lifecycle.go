@@ -106,9 +106,10 @@ func (sh *Shard) release(ctx context.Context, e *resident, reason error) {
 	}
 }
 
-// Drain stops admission, cancels the shard's workers (cause reason), waits
-// (bounded by ctx) until no entity or worker has a goroutine, every remote answer is written and no passivation is in
-// flight — in a handoff, asks admitted but not started are not run but
+// Drain stops admission, waits (bounded by ctx) until no entity has a
+// goroutine, every remote answer is written and no passivation is in
+// flight, then cancels the shard's workers (cause reason) and waits for
+// them to return — in a handoff, asks admitted but not started are not run but
 // returned undelivered (their senders retry at the new owner, which is
 // ready), so its drain waits for the handlers running, not for queues
 // whose every message may stall (an etcd leader failover held each
@@ -121,22 +122,22 @@ func (sh *Shard) Drain(ctx context.Context, reason error) {
 	sh.mu.Lock()
 	sh.admitting = false
 	sh.draining.Store(true)
-	sh.stopWorkersLocked(reason) // waited for below, like handlers
 	retiring := make([]chan struct{}, 0, len(sh.retiring))
 	for _, ch := range sh.retiring {
 		retiring = append(retiring, ch)
 	}
 	sh.mu.Unlock()
 	// Every admitted message has run and every remote answer is written
-	// (the sender has it before the shard can move).
-	timedOut := false
-	for (sh.running.Load() > 0 || sh.replying.Load() > 0) && !timedOut {
-		select {
-		case <-sh.idle:
-		case <-ctx.Done():
-			timedOut = true
-		case <-time.After(50 * time.Millisecond): // cheap re-check against lost wake-ups
-		}
+	// (the sender has it before the shard can move) — the workers still
+	// run meanwhile: handlers may wait for them (a consumer feeding the
+	// view they answer from) — then the workers are cancelled and have
+	// returned.
+	timedOut := sh.waitIdle(ctx, func() bool { return sh.running.Load() > sh.workers.Load() || sh.replying.Load() > 0 })
+	sh.mu.Lock()
+	sh.stopWorkersLocked(reason)
+	sh.mu.Unlock()
+	if !timedOut {
+		timedOut = sh.waitIdle(ctx, func() bool { return sh.running.Load() > 0 || sh.replying.Load() > 0 })
 	}
 	for _, ch := range retiring {
 		select {
@@ -173,6 +174,20 @@ func (sh *Shard) Drain(ctx context.Context, reason error) {
 		})
 	}
 	wg.Wait()
+}
+
+// waitIdle waits, bounded by ctx, while busy holds; it reports whether
+// ctx ended first.
+func (sh *Shard) waitIdle(ctx context.Context, busy func() bool) (timedOut bool) {
+	for busy() {
+		select {
+		case <-sh.idle:
+		case <-ctx.Done():
+			return true
+		case <-time.After(50 * time.Millisecond): // cheap re-check against lost wake-ups
+		}
+	}
+	return false
 }
 
 // Close ends hosting: no more admission, entities forgotten. Goroutines

@@ -129,9 +129,7 @@ func (e *resident) run() {
 			if active {
 				e.host.h.residents.touch(e)
 			}
-			if e.host.running.Add(-1) == 0 && e.host.draining.Load() {
-				signal(e.host.idle)
-			}
+			e.host.stopped(false)
 			return
 		}
 		batch = e.queue

@@ -47,6 +47,7 @@ type Shard struct {
 	slots []*workerSlot // the shard's workers (workers.go), under mu
 
 	running  atomic.Int64 // entities and workers with a goroutine
+	workers  atomic.Int64 // of which workers
 	replying atomic.Int64 // admitted remote asks whose answer is not written yet
 	// interrupted: entities busy when the last drain ended (no Release).
 	interrupted atomic.Int64
@@ -93,6 +94,19 @@ func (h *Host) NewShard(s ShardSpec) *Shard {
 		sh.prevDone.Store(true)
 	}
 	return sh
+}
+
+// stopped ends the count of an entity's (or a worker's) goroutine, and
+// wakes a drain waiting for the handlers (running down to the workers) or
+// for everything (running down to 0).
+func (sh *Shard) stopped(worker bool) {
+	w := sh.workers.Load()
+	if worker {
+		w = sh.workers.Add(-1)
+	}
+	if n := sh.running.Add(-1); (n == 0 || n == w) && sh.draining.Load() {
+		signal(sh.idle)
+	}
 }
 
 // Running returns the number of the shard's entities with a goroutine.

@@ -102,6 +102,7 @@ func (sh *Shard) stopWorkersLocked(cause error) {
 func (sh *Shard) runWorkerLocked(s *workerSlot) {
 	ctx, cancel := context.WithCancelCause(sh.ctx)
 	s.running, s.cancel, s.since = true, cancel, time.Now()
+	sh.workers.Add(1)
 	sh.running.Add(1)
 	go sh.worker(ctx, s)
 }
@@ -165,9 +166,7 @@ func (sh *Shard) workerDone(s *workerSlot, finished bool) {
 		sh.runWorkerLocked(s)
 	}
 	sh.mu.Unlock()
-	if sh.running.Add(-1) == 0 && sh.draining.Load() {
-		signal(sh.idle)
-	}
+	sh.stopped(true)
 }
 
 // WorkerRun is a running worker of a shard (Workers).

@@ -41,6 +41,12 @@ type Node struct {
 // until the node stops, one at a time. The client's warnings are discarded
 // unless verbose.
 func StartNode(endpoints []string, namespace string, cfg runner.Config, kind entity.Descriptor, onEvent func(runner.Event), verbose bool) (*Node, error) {
+	return StartNodeWith(endpoints, namespace, cfg, kind, onEvent, verbose, nil)
+}
+
+// StartNodeWith is StartNode with setup called on the runner before Run
+// (to register shard workers and singletons).
+func StartNodeWith(endpoints []string, namespace string, cfg runner.Config, kind entity.Descriptor, onEvent func(runner.Event), verbose bool, setup func(*runner.Runner) error) (*Node, error) {
 	ccfg := etcd.ClientConfig(endpoints)
 	if !verbose {
 		ccfg.Logger = zap.NewNop()
@@ -57,6 +63,9 @@ func StartNode(endpoints []string, namespace string, cfg runner.Config, kind ent
 	r, err := runner.New(store, cfg)
 	if err == nil {
 		err = r.Register(kind)
+	}
+	if err == nil && setup != nil {
+		err = setup(r)
 	}
 	if err != nil {
 		cli.Close()
