@@ -220,7 +220,9 @@
 // before Run and run under the shard's context. What is guaranteed:
 //
 //   - Never two at once among instances that honour their context. A
-//     worker counts in its shard's drain like a running handler: a handoff
+//     worker counts in its shard's drain like a running handler (the drain
+//     lets the handlers running finish first — they may wait for what a
+//     worker produces — then cancels the workers): a handoff
 //     moves the lock only after the old owner's instance returned (if it
 //     does not return within the DrainTimeout the cutover is given up and
 //     tried again; the shard keeps serving here), a plain release keeps
