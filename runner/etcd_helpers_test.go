@@ -50,6 +50,13 @@ type etcdRunner struct {
 // start runs a runner whose client talks to endpoints (default: the
 // cluster's). Its events go to the cluster's recorder.
 func (c *cluster) start(cfg runner.Config, endpoints ...string) *etcdRunner {
+	c.t.Helper()
+	return c.startWith(cfg, nil, endpoints...)
+}
+
+// startWith is start with setup called on the runner before Run (to
+// register kinds, shard workers and singletons).
+func (c *cluster) startWith(cfg runner.Config, setup func(*runner.Runner) error, endpoints ...string) *etcdRunner {
 	t := c.t
 	t.Helper()
 	if len(endpoints) == 0 {
@@ -63,6 +70,9 @@ func (c *cluster) start(cfg runner.Config, endpoints ...string) *etcdRunner {
 		t.Fatal(err)
 	}
 	r, err := runner.New(s, cfg)
+	if err == nil && setup != nil {
+		err = setup(r)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
