@@ -25,6 +25,7 @@ type simWorld struct {
 	lost       []time.Time                            // release checkpoints that failed
 	violations []string
 	rem        *simReminders // the reminders' fires (simulation_reminders_test.go)
+	always     *simAlways    // workers, singletons, remembered entities (simulation_always_test.go)
 }
 
 type simExec struct {

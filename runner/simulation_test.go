@@ -84,6 +84,9 @@ type simStats struct {
 	reminderFires       int // reminder ticks fired (each checked: owner, order, exactness)
 	reminderRedelivered int // of which after an unplanned loss (at least once)
 	stateWrites         int // reminder writes the store accepted (each checked against the lock's epoch)
+
+	workerRuns      int // runs of singletons and shard workers (each checked: owner, no overlap)
+	rememberedLives int // lives of remembered entities (each checked: no overlap)
 }
 
 func (s *simStats) add(o simStats) {
@@ -101,6 +104,8 @@ func (s *simStats) add(o simStats) {
 	s.reminderFires += o.reminderFires
 	s.reminderRedelivered += o.reminderRedelivered
 	s.stateWrites += o.stateWrites
+	s.workerRuns += o.workerRuns
+	s.rememberedLives += o.rememberedLives
 }
 
 func (s simStats) String() string {
@@ -114,8 +119,10 @@ func (s simStats) String() string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, s.faults[k]))
 	}
 	return fmt.Sprintf("faults [%s]; asks %d ok, %d failed; %d results withheld, %d stubborn handlers; %d checkpoints accepted, each under its lock's epoch"+
-		"; reminders: %d ticks fired (%d redelivered after an unplanned loss), %d reminder writes accepted, each under its lock's epoch",
-		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn, s.checkpoints, s.reminderFires, s.reminderRedelivered, s.stateWrites)
+		"; reminders: %d ticks fired (%d redelivered after an unplanned loss), %d reminder writes accepted, each under its lock's epoch"+
+		"; %d singleton and shard worker runs, %d lives of remembered entities, none overlapping",
+		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn, s.checkpoints, s.reminderFires, s.reminderRedelivered, s.stateWrites,
+		s.workerRuns, s.rememberedLives)
 }
 
 // Simulation parameters.
@@ -244,12 +251,14 @@ func simulate(t *testing.T, seed uint64) simStats {
 	s.kind = entity.NewKind("counter", func(id string) *simCounter { return &simCounter{id: id, w: s.w} })
 	s.inc = entity.Method(s.kind, "inc", (*simCounter).Inc)
 	s.w.rem = newSimReminders(s.kind)
+	s.w.always = newSimAlways()
 	defer s.c.Close()
 	gw := s.startNode("gw", true)
 	for range 3 {
 		s.startNode("", false)
 	}
 	s.armAll(gw)
+	s.activateRemembered(gw)
 	load := s.drive(gw)
 	s.schedule()
 	close(load.stop)
@@ -258,6 +267,7 @@ func simulate(t *testing.T, seed uint64) simStats {
 	s.converge()
 	converged := time.Now()
 	time.Sleep(simRemindersPeriod + 2*time.Second) // reminders fire again
+	s.checkAlwaysLive()
 	for _, n := range s.nodes {
 		if !n.dead {
 			n.r.Close()
@@ -273,6 +283,7 @@ func simulate(t *testing.T, seed uint64) simStats {
 	}
 	s.check(load)
 	s.checkReminders(converged)
+	s.checkAlways()
 	s.reportViolations()
 	return s.stats
 }
@@ -307,6 +318,9 @@ func (s *simRun) startNode(id string, gateway bool) *simNode {
 		s.t.Fatal(err)
 	}
 	if err := r.Register(s.kind); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.w.always.install(r); err != nil {
 		s.t.Fatal(err)
 	}
 	n := &simNode{id: id, r: r, store: st, sub: r.Subscribe(), done: make(chan struct{})}

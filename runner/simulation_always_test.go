@@ -1,0 +1,234 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// The simulation's always-on work: every runner registers simSingletons
+// singletons and a shard worker, each recording its own runs (start and
+// return), and a remembered kind whose simRemembered entities are
+// activated once, before the faults, and record their own lives (from
+// Activate to Release or the end of the shard's context). After the run
+// the checks demand:
+//
+//   - no two runs of one singleton, or of one shard's worker, on
+//     different runners at once, and every run inside its runner's
+//     ownership of the shard at the run's epoch (from the runners' own
+//     events);
+//   - no two lives of one remembered entity on different runners at once;
+//   - once the cluster converged, every singleton and every shard's worker
+//     runs exactly once, on the owner of its shard, and every remembered
+//     entity lives exactly once, on the owner of its shard, though no
+//     message reached it since the faults began.
+type simAlways struct {
+	mu    sync.Mutex
+	runs  []simRun2
+	lives []simRun2
+	kind  *entity.Kind[simKeeper]
+	touch *entity.MethodRef[simKeeper, string, bool]
+}
+
+// simRun2 is one run of a worker or one life of an entity.
+type simRun2 struct {
+	name       string // worker name or entity ID
+	runner     string
+	shard      sharding.ShardID
+	epoch      storage.Epoch
+	start, end time.Time // end zero while it runs
+}
+
+const (
+	simSingletons = 3
+	simRemembered = 6
+)
+
+type simKeeper struct {
+	a    *simAlways
+	id   string
+	life int
+}
+
+func newSimAlways() *simAlways {
+	a := &simAlways{}
+	a.kind = entity.NewKind("keeper", func(id string) *simKeeper { return &simKeeper{a: a, id: id} }, entity.Remembered(), entity.IdleAfter(time.Second))
+	a.touch = entity.Method(a.kind, "touch", func(*simKeeper, context.Context, string) (bool, error) { return true, nil })
+	return a
+}
+
+func (k *simKeeper) Activate(ctx context.Context, info entity.ActivateInfo) error {
+	si, _ := runner.ShardInfoFrom(ctx)
+	k.life = k.a.begin(&k.a.lives, simRun2{name: k.id, runner: si.Runner, shard: info.Shard, epoch: storage.Epoch(info.Epoch)})
+	go func(i int) { <-ctx.Done(); k.a.end(&k.a.lives, i) }(k.life)
+	return nil
+}
+
+func (k *simKeeper) Release(context.Context, entity.ReleaseInfo) error {
+	k.a.end(&k.a.lives, k.life)
+	return nil
+}
+
+func (a *simAlways) begin(list *[]simRun2, r simRun2) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r.start = time.Now()
+	*list = append(*list, r)
+	return len(*list) - 1
+}
+
+func (a *simAlways) end(list *[]simRun2, i int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if (*list)[i].end.IsZero() {
+		(*list)[i].end = time.Now()
+	}
+}
+
+// worker records a run until its context ends.
+func (a *simAlways) worker(ctx context.Context, w runner.Work) error {
+	i := a.begin(&a.runs, simRun2{name: w.Name, runner: w.Runner, shard: w.Shard, epoch: w.Epoch})
+	<-ctx.Done()
+	a.end(&a.runs, i)
+	return nil
+}
+
+// install registers the kind, the singletons and the shard worker on r.
+func (a *simAlways) install(r *runner.Runner) error {
+	if err := r.Register(a.kind); err != nil {
+		return err
+	}
+	if err := r.RunPerShard("worker", a.worker); err != nil {
+		return err
+	}
+	for i := range simSingletons {
+		if err := r.RunSingleton(fmt.Sprint("singleton-", i), a.worker); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// activate activates the remembered entities through the gateway, before
+// the faults.
+func (s *simRun) activateRemembered(gw *simNode) {
+	a := s.w.always
+	for i := range simRemembered {
+		id := fmt.Sprintf("k%d", i)
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := a.touch.Ask(ctx, gw.r, id, "")
+			cancel()
+			if err == nil {
+				break
+			}
+			if attempt == 20 {
+				s.w.violate("activating remembered entity %s failed before any fault: %v", id, err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// checkAlwaysLive checks, on the converged cluster (before it stops), that
+// every singleton, shard worker and remembered entity runs exactly once,
+// on its shard's owner.
+func (s *simRun) checkAlwaysLive() {
+	owner := make([]string, simShards)
+	for _, n := range s.live() {
+		for id := range n.r.Owned() {
+			owner[id] = n.id
+		}
+	}
+	a := s.w.always
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	liveOn := func(list []simRun2, name string, shard sharding.ShardID) []string {
+		var out []string
+		for _, r := range list {
+			if r.name == name && r.shard == shard && r.end.IsZero() {
+				out = append(out, r.runner)
+			}
+		}
+		return out
+	}
+	for i := range simSingletons {
+		name := fmt.Sprint("singleton-", i)
+		shard := runner.SingletonShard(name, simShards)
+		if got := liveOn(a.runs, name, shard); !slices.Equal(got, []string{owner[shard]}) {
+			s.w.violate("singleton %s runs on %v once the cluster converged, want once on %s, the owner of shard %d", name, got, owner[shard], shard)
+		}
+	}
+	for shard := range sharding.ShardID(simShards) {
+		if got := liveOn(a.runs, "worker", shard); !slices.Equal(got, []string{owner[shard]}) {
+			s.w.violate("shard %d's worker runs on %v once the cluster converged, want once on %s", shard, got, owner[shard])
+		}
+	}
+	for i := range simRemembered {
+		id := fmt.Sprintf("k%d", i)
+		shard := sharding.ShardOf(id, simShards)
+		if got := liveOn(a.lives, id, shard); !slices.Equal(got, []string{owner[shard]}) {
+			s.w.violate("remembered entity %s lives on %v once the cluster converged, want once on %s, the owner of shard %d", id, got, owner[shard], shard)
+		}
+	}
+}
+
+// checkAlways checks the recorded runs and lives against each other and
+// the runners' ownerships (after the run).
+func (s *simRun) checkAlways() {
+	type owner struct {
+		runner string
+		shard  sharding.ShardID
+		epoch  storage.Epoch
+	}
+	from, until := map[owner]time.Time{}, map[owner]time.Time{}
+	for _, ev := range s.evs {
+		switch e := ev.(type) {
+		case runner.ShardAcquired:
+			k := owner{e.Runner, e.Shard, e.Epoch}
+			if _, ok := from[k]; !ok {
+				from[k] = e.Time
+			}
+			delete(until, k)
+		case runner.ShardReleased:
+			until[owner{e.Runner, e.Shard, e.Epoch}] = e.Time
+		case runner.ShardLost:
+			until[owner{e.Runner, e.Shard, e.Epoch}] = e.Time
+		}
+	}
+	a := s.w.always
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	overlaps := func(what string, list []simRun2) {
+		for i, x := range list {
+			for _, y := range list[i+1:] {
+				if x.name != y.name || x.shard != y.shard || x.runner == y.runner {
+					continue
+				}
+				if x.start.Before(y.end) && y.start.Before(x.end) {
+					s.w.violate("%s %s of shard %d on %s [%v, %v] and on %s [%v, %v] at once", what, x.name, x.shard,
+						x.runner, x.start.Sub(simStart), x.end.Sub(simStart), y.runner, y.start.Sub(simStart), y.end.Sub(simStart))
+				}
+			}
+		}
+	}
+	overlaps("worker", a.runs)
+	overlaps("remembered entity", a.lives)
+	for _, r := range a.runs {
+		k := owner{r.runner, r.shard, r.epoch}
+		start, owned := from[k]
+		if !owned || r.start.Before(start) {
+			s.w.violate("worker %s started on %s at %v under epoch %d of shard %d, outside that ownership", r.name, r.runner, r.start.Sub(simStart), r.epoch, r.shard)
+		}
+	}
+	s.stats.workerRuns += len(a.runs)
+	s.stats.rememberedLives += len(a.lives)
+}
