@@ -336,3 +336,37 @@ func TestResidentCapPassivatesTheLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("resident entities, most recent first = %v, want c, b (a evicted)", hot)
 	}
 }
+
+// TestRememberedEntitiesStayResidentAndWarmFirst: the resident cap and
+// idle passivation skip remembered entities, and a handoff's hot set lists
+// them first.
+func TestRememberedEntitiesStayResidentAndWarmFirst(t *testing.T) {
+	f := newFixture(t, 2)
+	pinned := entity.NewKind("pinned", func(string) *struct{} { return &struct{}{} }, entity.Remembered(), entity.IdleAfter(time.Nanosecond))
+	touch := entity.Method(pinned, "touch", func(*struct{}, context.Context, int) (int, error) { return 1, nil })
+	if err := f.host.Register(pinned); err != nil {
+		t.Fatal(err)
+	}
+	pk := f.host.Kind("pinned")
+	h, _ := pk.Desc.Handler(touch.Name())
+	if res := f.shard.Deliver(context.Background(), pk, h, "p", 0, false, false); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if res := f.ask(id, false); res.Err != nil {
+			t.Fatal(res)
+		}
+	}
+	f.host.residents.evict()
+	if n := f.host.EntityCount(); n != 2 {
+		t.Fatalf("%d resident entities after eviction, want the cap (2)", n)
+	}
+	hot := f.host.Hot(1, 10)
+	if len(hot) != 2 || hot[0].ID != "p" || hot[1].ID != "c" {
+		t.Fatalf("hot set %v, want p (remembered) then c", hot)
+	}
+	f.host.residents.passivateIdle(time.Now().Add(time.Hour))
+	if hot := f.host.Hot(1, 10); len(hot) != 1 || hot[0].ID != "p" {
+		t.Fatalf("after idle passivation %v, want only p", hot)
+	}
+}

@@ -103,15 +103,19 @@ func (rs *residents) remove(e *resident) {
 	rs.mu.Unlock()
 }
 
-// hot returns up to limit resident entities of shard, most recently used
+// hot returns up to limit resident entities of shard: its remembered
+// entities first (they run again on the new owner right after a handoff,
+// so they are the first to warm), then the others, most recently used
 // first.
 func (rs *residents) hot(shard sharding.ShardID, limit int) []EntityKey {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var out []EntityKey
-	for e := rs.head; e != nil && len(out) < limit; e = e.next {
-		if e.host.id == shard {
-			out = append(out, e.key)
+	for _, pinned := range []bool{true, false} {
+		for e := rs.head; e != nil && len(out) < limit; e = e.next {
+			if e.host.id == shard && e.pinned() == pinned {
+				out = append(out, e.key)
+			}
 		}
 	}
 	return out
