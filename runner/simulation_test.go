@@ -39,7 +39,9 @@ import (
 //     unless an unplanned loss (crash, lost lease, lost lock) came between
 //     (planned moves checkpoint on release and restore on activation);
 //   - after the last fault heals, the cluster converges: every shard owned
-//     exactly once by its assignee, within 2 x TTL + HandoffWait.
+//     exactly once by its assignee, within 2 x TTL + HandoffWait;
+//   - every register's history is linearizable (simulation_linearize_test.go,
+//     internal/linearize).
 //
 // The schedule (what fault, when, for how long, and every ask's timing)
 // is a pure function of the seed and is printed with a failure: -sim.seed
