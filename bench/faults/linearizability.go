@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,16 +169,25 @@ func (d *driver) registerOps() []linearize.Op {
 // linTimeout bounds the search of one register's history.
 const linTimeout = 30 * time.Second
 
+// Files of the rule in a run's directory.
+const (
+	registersFile = "registers.jsonl"      // the register history (linearize.WriteHistory)
+	linHTMLFile   = "linearizability.html" // the first failing register's visualization
+)
+
 // checkLinearizable is rule 8: every register's history is linearizable.
-// The visualization of the first register that is not goes to the run's
-// directory (kept with its files).
+// The history is written to the run's directory (kept with its files when
+// the run fails, or with -keep; -check-registers checks it again), and so
+// is the visualization of the first register that is not linearizable.
 func checkLinearizable(ops []linearize.Op, dir string) (linearize.Report, []string) {
-	html := filepath.Join(dir, "linearizability.html")
-	rep, err := linearize.Check(ops, linearize.Config{Timeout: linTimeout, HTML: html})
-	if err != nil {
-		return rep, []string{fmt.Sprintf("linearizability: the history cannot be checked: %v", err)}
-	}
 	var vs []string
+	if err := writeRegisters(filepath.Join(dir, registersFile), ops); err != nil {
+		vs = append(vs, fmt.Sprintf("linearizability: keep the history: %v", err))
+	}
+	rep, err := linearize.Check(ops, linearize.Config{Timeout: linTimeout, HTML: filepath.Join(dir, linHTMLFile)})
+	if err != nil {
+		return rep, append(vs, fmt.Sprintf("linearizability: the history cannot be checked: %v", err))
+	}
 	if n := len(rep.Illegal); n > 0 {
 		where := fmt.Sprintf("visualization of %s in %s", rep.Illegal[0], rep.HTML)
 		if rep.HTMLErr != nil {
@@ -186,4 +199,43 @@ func checkLinearizable(ops []linearize.Op, dir string) (linearize.Report, []stri
 		vs = append(vs, fmt.Sprintf("linearizability undecided within %v for %d registers (e.g. %s): not a pass", linTimeout, n, rep.Undecided[0]))
 	}
 	return rep, vs
+}
+
+func writeRegisters(path string, ops []linearize.Op) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := linearize.WriteHistory(f, ops); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// checkRegistersFile checks a register history a run kept (-check-registers)
+// and writes the visualization of the first failing register beside it.
+func checkRegistersFile(path string, stdout io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	ops, err := linearize.ReadHistory(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	html := strings.TrimSuffix(path, filepath.Ext(path)) + ".html"
+	rep, err := linearize.Check(ops, linearize.Config{Timeout: linTimeout, HTML: html})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", path, rep)
+	if len(rep.Illegal) > 0 {
+		fmt.Fprintf(stdout, "not linearizable: %s; visualization of %s: %s %v\n", strings.Join(rep.Illegal, ", "), rep.Illegal[0], rep.HTML, rep.HTMLErr)
+	}
+	if !rep.OK() {
+		return errors.New("not linearizable or undecided")
+	}
+	return nil
 }

@@ -30,6 +30,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 0, "seed of the first run (run i uses seed+i); 0: from the clock")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+strings.Join(faultKinds, ",")+")")
 	verbose := fs.Bool("v", false, "print each fault as it is injected")
+	recheck := fs.String("check-registers", "", "check the register history a run kept (registers.jsonl) again, and exit")
 	fs.IntVar(&p.Faults, "faults", p.Faults, "faults per run")
 	fs.IntVar(&p.Runners, "runners", p.Runners, "runner processes at the start")
 	fs.IntVar(&p.Shards, "shards", p.Shards, "NumShards")
@@ -47,6 +48,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&p.Keep, "keep", false, "keep every run's files (a failed run's are always kept)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *recheck != "" {
+		if err := checkRegistersFile(*recheck, stdout); err != nil {
+			fmt.Fprintf(stderr, "faults: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if *kinds != "" {
 		for k := range strings.SplitSeq(*kinds, ",") {

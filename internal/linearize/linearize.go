@@ -165,8 +165,10 @@ type Report struct {
 	Illegal      []string // entities whose history is not linearizable
 	Undecided    []string // entities whose search ran out of time
 	Took         time.Duration
-	HTML         string // the visualization written ("" if none)
-	HTMLErr      error  // why it could not be written
+	Slowest      string        // the entity whose search took longest
+	SlowestTook  time.Duration // and how long
+	HTML         string        // the visualization written ("" if none)
+	HTMLErr      error         // why it could not be written
 }
 
 // OK reports whether every entity's history was decided linearizable.
@@ -183,6 +185,9 @@ func (r *Report) Add(o Report) {
 	r.Illegal = append(r.Illegal, o.Illegal...)
 	r.Undecided = append(r.Undecided, o.Undecided...)
 	r.Took += o.Took
+	if o.SlowestTook > r.SlowestTook {
+		r.Slowest, r.SlowestTook = o.Slowest, o.SlowestTook
+	}
 	if r.HTML == "" {
 		r.HTML = o.HTML
 	}
@@ -199,8 +204,9 @@ func (r Report) String() string {
 	case len(r.Undecided) > 0:
 		verdict = fmt.Sprintf("UNDECIDED: %d entities", len(r.Undecided))
 	}
-	return fmt.Sprintf("%s; %d operations of %d entities checked (%d pending) in %v; left out: %d failed, %d unknown reads, %d unobserved unknown writes",
-		verdict, r.Ops, r.Entities, r.Pending, r.Took.Round(time.Millisecond), r.Failed, r.UnknownReads, r.Unobserved)
+	return fmt.Sprintf("%s; %d operations of %d entities checked (%d pending) in %v (slowest %q: %v); left out: %d failed, %d unknown reads, %d unobserved unknown writes",
+		verdict, r.Ops, r.Entities, r.Pending, r.Took.Round(time.Millisecond), r.Slowest, r.SlowestTook.Round(time.Millisecond),
+		r.Failed, r.UnknownReads, r.Unobserved)
 }
 
 // Check decides, entity by entity, whether history is linearizable. It
@@ -229,7 +235,11 @@ func Check(history []Op, cfg Config) (Report, error) {
 		ops := reduce(byEntity[e], &rep)
 		rep.Entities++
 		rep.Ops += len(ops)
+		t0 := time.Now()
 		res, info := porcupine.CheckOperationsVerbose(model, operations(ops), cfg.Timeout)
+		if took := time.Since(t0); took > rep.SlowestTook {
+			rep.Slowest, rep.SlowestTook = e, took
+		}
 		switch res {
 		case porcupine.Illegal:
 			rep.Illegal = append(rep.Illegal, e)

@@ -328,3 +328,24 @@ func TestInvalidOperationsFailWithATypedError(t *testing.T) {
 		}
 	}
 }
+
+func TestHistoryRoundTrips(t *testing.T) {
+	h := generate(3, 50, false)
+	h[0].Note = "r1 epoch 7"
+	var b strings.Builder
+	if err := WriteHistory(&b, h); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadHistory(strings.NewReader(b.String()))
+	if err != nil || len(got) != len(h) {
+		t.Fatalf("ReadHistory = %d operations, %v; want %d", len(got), err, len(h))
+	}
+	for i := range h {
+		if got[i] != h[i] {
+			t.Fatalf("operation %d = %+v, want %+v", i, got[i], h[i])
+		}
+	}
+	if _, err := ReadHistory(strings.NewReader(b.String() + "{not json")); err == nil {
+		t.Error("ReadHistory of a damaged history: no error")
+	}
+}
