@@ -19,7 +19,7 @@
 // Each Inc handler runs Work (5 ms), adds one, checkpoints the count
 // (fenced) every CheckpointEvery increments and in its Release hook. The
 // same gateway reads, writes and compare-and-sets Registers registers
-// (-registers, 100) at RegisterRate operations a second (-register-rate,
+// (-registers, 200) at RegisterRate operations a second (-register-rate,
 // 150; 40 % reads, 30 % writes of values unique in the run, 30 % CAS
 // expecting the last value seen); a register checkpoints every change,
 // fenced, before it answers, and restores on activation.

@@ -40,7 +40,7 @@ type params struct {
 func defaultParams() params {
 	return params{Runners: 4, Shards: 64, Entities: 2000, Rate: 1500, MaxInFlight: 4000, TTL: 5 * time.Second, Work: 5 * time.Millisecond,
 		AskTimeout: 12 * time.Second, Faults: 4, CheckpointEvery: 3, Warmup: 2 * time.Second, Reminders: 200,
-		Registers: 100, RegisterRate: 150}
+		Registers: 200, RegisterRate: 150}
 }
 
 // applied is one injected fault with its instants.
