@@ -204,7 +204,7 @@ func (r Report) String() string {
 	case len(r.Undecided) > 0:
 		verdict = fmt.Sprintf("UNDECIDED: %d entities", len(r.Undecided))
 	}
-	return fmt.Sprintf("%s; %d operations of %d entities checked (%d pending) in %v (slowest %q: %v); left out: %d failed, %d unknown reads, %d unobserved unknown writes",
+	return fmt.Sprintf("%s; %d operations of %d entities checked (%d pending) in %v (slowest %q: %v); left out: %d failed, %d unknown reads, %d unobserved unknown writes/CAS",
 		verdict, r.Ops, r.Entities, r.Pending, r.Took.Round(time.Millisecond), r.Slowest, r.SlowestTook.Round(time.Millisecond),
 		r.Failed, r.UnknownReads, r.Unobserved)
 }
