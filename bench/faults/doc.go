@@ -8,7 +8,7 @@
 //	go run ./bench/faults -seed 17 -v      # replay one run
 //	SHARDHOST_FAULTS_LOG=debug go run ./bench/faults -seed 17 -keep   # with the runners' debug logs kept
 //	go run ./bench/faults -kinds pause -faults 6 -runs 20   # one kind of fault only
-//	go run ./bench/faults -check-registers DIR/registers.jsonl   # rule 8 again on a kept run's registers
+//	go run ./bench/faults -check-registers DIR/registers.jsonl   # rule 9 again on a kept run's registers
 //
 // # A run
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/shardhost/shardhost/internal/testenv"
 )
 
-// linChecked finds the operations rule 8 checked in a summary.
+// linChecked finds the operations rule 9 checked in a summary.
 var linChecked = regexp.MustCompile(`registers \(.*\): linearizable; (\d+) operations of`)
 
 // shortSeeds are the runs `make test` does: between them every fault kind
@@ -48,7 +48,7 @@ func TestRandomizedFaultsKeepEveryGuarantee(t *testing.T) {
 			t.Errorf("seed %d: the summary does not report 0 violations", seed)
 		}
 		if m := linChecked.FindStringSubmatch(out.String()); m == nil || m[1] == "0" {
-			t.Errorf("seed %d: the summary does not report register operations checked linearizable (rule 8)", seed)
+			t.Errorf("seed %d: the summary does not report register operations checked linearizable (rule 9)", seed)
 		}
 		sum++
 	}

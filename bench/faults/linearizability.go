@@ -18,7 +18,7 @@ import (
 )
 
 // The registers: a second load, beside the counters, whose history is
-// checked for linearizability (rule 8 in doc.go). Callers read, write and
+// checked for linearizability (rule 9 in doc.go). Callers read, write and
 // compare-and-set Registers registers (runnerproc.Register: every change
 // checkpointed, fenced, before it answers) at RegisterRate operations a
 // second, open loop; each operation's invocation and return (Mono) and
@@ -175,7 +175,7 @@ const (
 	linHTMLFile   = "linearizability.html" // the first failing register's visualization
 )
 
-// checkLinearizable is rule 8: every register's history is linearizable.
+// checkLinearizable is rule 9: every register's history is linearizable.
 // The history is written to the run's directory (kept with its files when
 // the run fails, or with -keep; -check-registers checks it again), and so
 // is the visualization of the first register that is not linearizable.
