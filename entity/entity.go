@@ -321,7 +321,8 @@ type methodOptions struct {
 // failed with an error meaning "the handler may have run, the result is
 // unknown" (the runner's ErrMaybeDelivered, including a withheld stale
 // result) until it succeeds or its context ends, instead of returning that
-// error. Other errors, handler errors among them, are returned as they are.
+// error. Other errors, handler errors among them, end the retries; once an
+// attempt may have run, the error returned still matches ErrMaybeDelivered.
 func Idempotent() MethodOption { return func(o *methodOptions) { o.idempotent = true } }
 
 // Method registers fn, usually a method expression such as (*Counter).Inc,

@@ -239,9 +239,11 @@
 // run. Methods defined with entity.Idempotent are the exception: after
 // ErrMaybeDelivered (a *StaleResultError included) Send sends them again,
 // with backoff, until an attempt succeeds or fails otherwise or the
-// caller's context ends — reads and other repeatable calls survive an
-// owner's crash or a cut connection without a loop in the caller. A
-// ClientOnly runner routes without hosting anything.
+// caller's context ends (the error that ends them still matches
+// ErrMaybeDelivered, whatever the last attempt's says of itself) — reads
+// and other repeatable calls survive an owner's crash or a cut connection
+// without a loop in the caller. A ClientOnly runner routes without hosting
+// anything.
 //
 // # Starting
 //

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/linearize"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -38,7 +39,9 @@ import (
 //     unless an unplanned loss (crash, lost lease, lost lock) came between
 //     (planned moves checkpoint on release and restore on activation);
 //   - after the last fault heals, the cluster converges: every shard owned
-//     exactly once by its assignee, within 2 x TTL + HandoffWait.
+//     exactly once by its assignee, within 2 x TTL + HandoffWait;
+//   - every register's history is linearizable (simulation_linearize_test.go,
+//     internal/linearize).
 //
 // The schedule (what fault, when, for how long, and every ask's timing)
 // is a pure function of the seed and is printed with a failure: -sim.seed
@@ -67,10 +70,12 @@ func TestSimulation(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			var st simStats
 			synctest.Test(t, func(t *testing.T) { st = simulate(t, seed) })
+			st.lin = checkSimLinearizable(t, seed, st.linOps)
 			total.add(st)
 		})
 	}
 	t.Logf("%d seeds: %s", len(seeds), total)
+	t.Logf("registers: %s", total.lin)
 }
 
 // simStats counts what the runs did.
@@ -84,6 +89,10 @@ type simStats struct {
 	reminderFires       int // reminder ticks fired (each checked: owner, order, exactness)
 	reminderRedelivered int // of which after an unplanned loss (at least once)
 	stateWrites         int // reminder writes the store accepted (each checked against the lock's epoch)
+
+	violations int              // of the checks above (they fail the run unless the store is broken on purpose)
+	linOps     []linearize.Op   // the registers' history (simulation_linearize_test.go)
+	lin        linearize.Report // its check
 }
 
 func (s *simStats) add(o simStats) {
@@ -101,6 +110,8 @@ func (s *simStats) add(o simStats) {
 	s.reminderFires += o.reminderFires
 	s.reminderRedelivered += o.reminderRedelivered
 	s.stateWrites += o.stateWrites
+	s.violations += o.violations
+	s.lin.Add(o.lin)
 }
 
 func (s simStats) String() string {
@@ -224,13 +235,21 @@ type simRun struct {
 	ids     int
 	sched   []string // the schedule, for the failure message
 	stats   simStats
+	lin     *simLin // the registers (simulation_linearize_test.go)
+	opts    simOptions
 
 	evMu sync.Mutex
 	evs  []runner.Event
 	wg   sync.WaitGroup
 }
 
-func simulate(t *testing.T, seed uint64) simStats {
+// simOptions break a run on purpose, for the tests proving the checks
+// can fail.
+type simOptions struct {
+	unfenced bool // the store accepts checkpoints under any epoch
+}
+
+func simulate(t *testing.T, seed uint64, opts ...simOptions) simStats {
 	s := &simRun{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15+1)),
 		c: memory.NewCluster(), net: transport.NewInmemNetwork(),
@@ -244,16 +263,23 @@ func simulate(t *testing.T, seed uint64) simStats {
 	s.kind = entity.NewKind("counter", func(id string) *simCounter { return &simCounter{id: id, w: s.w} })
 	s.inc = entity.Method(s.kind, "inc", (*simCounter).Inc)
 	s.w.rem = newSimReminders(s.kind)
+	s.lin = newSimLin(s.w)
+	if len(opts) > 0 {
+		s.opts = opts[0]
+	}
 	defer s.c.Close()
+	s.c.DisableFencing(s.opts.unfenced)
 	gw := s.startNode("gw", true)
 	for range 3 {
 		s.startNode("", false)
 	}
 	s.armAll(gw)
 	load := s.drive(gw)
+	s.lin.drive(seed, gw.r)
 	s.schedule()
 	close(load.stop)
 	load.wg.Wait()
+	s.lin.halt()
 	s.heal()
 	s.converge()
 	converged := time.Now()
@@ -273,6 +299,7 @@ func simulate(t *testing.T, seed uint64) simStats {
 	}
 	s.check(load)
 	s.checkReminders(converged)
+	s.stats.linOps = s.lin.history()
 	s.reportViolations()
 	return s.stats
 }
@@ -306,7 +333,7 @@ func (s *simRun) startNode(id string, gateway bool) *simNode {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := r.Register(s.kind); err != nil {
+	if err := r.Register(s.kind, s.lin.kind); err != nil {
 		s.t.Fatal(err)
 	}
 	n := &simNode{id: id, r: r, store: st, sub: r.Subscribe(), done: make(chan struct{})}
