@@ -13,9 +13,20 @@
 //	-endpoints host:port[,host:port]  etcd ($SHARDHOST_ETCD, default 127.0.0.1:2379)
 //	-namespace NAME                   the cluster's namespace ($SHARDHOST_NAMESPACE; when
 //	                                  empty and etcd holds exactly one, that one)
-//	-shards N                         NumShards of the cluster ($SHARDHOST_SHARDS, default 1024)
+//	-shards N                         override the cluster's NumShards ($SHARDHOST_SHARDS); by
+//	                                  default the cluster record's (see below), else 1024
 //	-timeout D                        bound on each etcd call (default 5s)
 //	-json                             print JSON instead of tables
+//
+// # Shard count and strategy
+//
+// The first runner of a cluster publishes its NumShards and strategy in the
+// cluster record, {namespace}/cluster, and every later runner must agree
+// with it. shardhostctl reads them from there: shard numbers (where), counts
+// (status) and plans use the cluster's own values. -shards overrides the
+// record with a warning on stderr when they differ; without a record (no
+// runner started yet) the count is -shards, else 1024, with a note saying
+// so.
 //
 // # Drain
 //
@@ -34,8 +45,9 @@
 // starts. drain refuses to drain the last runner that can take shards
 // unless -force.
 //
-// Exit status: 0 on success, 1 when etcd cannot be reached or the request
-// fails, 2 on a usage error.
+// Exit status: 0 on success and for -h/-help/--help and `help` (usage on
+// stdout), 1 when etcd cannot be reached or the request fails, 2 on a usage
+// error (usage on stderr).
 package main
 
 import (
