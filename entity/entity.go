@@ -93,8 +93,11 @@ type ReleaseInfo struct {
 	Entity string
 	Shard  sharding.ShardID
 	Epoch  int64 // still valid while Release runs
-	// Reason is the runtime's cause: the runner's ErrPassivated,
-	// ErrShardMoved or ErrShutdown.
+	// Reason is the runtime's cause: the runner's ErrIdleExpired (no
+	// message for IdleAfter) or ErrEvicted (MaxResidentEntities exceeded)
+	// — both match ErrPassivated — or ErrShardMoved or ErrShutdown. Only
+	// ErrIdleExpired says the entity fell out of use: delete state on it,
+	// never on ErrEvicted.
 	Reason error
 	// Checkpoint stores data for the entity, fenced by Epoch: it fails
 	// (with an error matching the storage's ErrFenced) if the shard's

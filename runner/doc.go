@@ -157,6 +157,10 @@
 // with its own cause. A panic fails its message with an *entity.PanicError
 // and restarts the instance. The handler's context also carries the
 // entity's runtime (entity.RuntimeFrom): its timers and reminders.
+// The Reason of a passivated entity's Release hook says which of the two
+// passivations it was: ErrIdleExpired (no message for IdleAfter) or
+// ErrEvicted (the resident cap), both matching ErrPassivated; delete state
+// on the first only (see the example of ErrIdleExpired).
 //
 // # Timers and reminders
 //

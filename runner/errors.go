@@ -19,8 +19,20 @@ var (
 	ErrDetached = hosting.ErrDetached
 	// ErrShardMoved: the shard is no longer owned here (released or taken).
 	ErrShardMoved = hosting.ErrShardMoved
-	// ErrPassivated: the entity was stopped for being idle or evicted.
+	// ErrPassivated: the entity was stopped while its shard stays here,
+	// for one of two reasons that both match it with errors.Is:
+	// ErrIdleExpired or ErrEvicted (the Reason of entity.ReleaseInfo).
 	ErrPassivated = hosting.ErrPassivated
+	// ErrIdleExpired: the entity received no message for its kind's
+	// IdleAfter (errors.Is(err, ErrPassivated) holds). An entity whose
+	// state ends with disuse (a session) may delete its checkpoint on
+	// this reason, and only on this one (see the Release example).
+	ErrIdleExpired = hosting.ErrIdleExpired
+	// ErrEvicted: the entity was the least recently used idle one while
+	// the runner held more than MaxResidentEntities (errors.Is(err,
+	// ErrPassivated) holds): memory pressure, not disuse, so its state is
+	// still wanted — checkpoint it, never delete it.
+	ErrEvicted = hosting.ErrEvicted
 	// ErrShutdown: the runner is shutting down.
 	ErrShutdown = hosting.ErrShutdown
 	// ErrCallerDeadline: the asker's deadline passed while its handler ran
