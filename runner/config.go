@@ -34,7 +34,16 @@ const (
 	DefaultMaxConnections         = 1024
 	DefaultReminderCatchUpRate    = 5000
 	DefaultMaxRemindersPerShard   = 10000
+	// DefaultStartTimeout is how long Run waits to be ready before it
+	// fails with ErrStartTimeout: long enough to ride out an etcd restart
+	// or leader election, short enough that a process supervisor (systemd's
+	// default start timeout is 90 s; Kubernetes restarts a failed container
+	// with its own backoff) sees a misconfigured process fail and says so.
+	DefaultStartTimeout = time.Minute
 )
+
+// WaitForever as StartTimeout makes Run wait to be ready without bound.
+const WaitForever time.Duration = -1
 
 // SingleAttempt as AcquireRetryWindow makes every acquisition a single
 // attempt: a shard held elsewhere is not retried until a watch reports its
@@ -128,9 +137,12 @@ type Config struct {
 	// StartTimeout bounds how long Run waits to be ready (see Ready): to
 	// reach the store, check the cluster record and register (hosting) or
 	// list the cluster (client-only). When it passes, Run stops and returns
-	// an error matching ErrStartTimeout with the last failure. Default 0:
-	// wait as long as it takes (failures are logged at WARN, the first at
-	// once and then every minute).
+	// an error matching ErrStartTimeout with the last failure (an
+	// unreachable etcd's connection error: refused, DNS, TLS), so that a
+	// misconfigured process exits instead of looking started. Failures are
+	// logged at WARN meanwhile, the first at once and then every minute.
+	// Default DefaultStartTimeout (1 min); WaitForever (any negative
+	// value): wait as long as it takes.
 	StartTimeout time.Duration
 
 	// LeaseTTL of the runner's lease. Default 5 s: a crashed runner's
@@ -344,6 +356,12 @@ func (c Config) withDefaults() Config {
 	if c.OpTimeout == 0 {
 		c.OpTimeout = DefaultOpTimeout
 	}
+	switch {
+	case c.StartTimeout == 0:
+		c.StartTimeout = DefaultStartTimeout
+	case c.StartTimeout < 0: // negative is valid (forever): not among durations()
+		c.StartTimeout = WaitForever
+	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
@@ -436,9 +454,6 @@ type namedValue[T any] struct {
 // derived from them (a negative LeaseTTL must be reported as LeaseTTL, not
 // as the renew interval computed from it).
 func (c Config) checkSet() error {
-	if c.StartTimeout < 0 { // 0 is valid (forever): not among durations()
-		return fmt.Errorf("%w: StartTimeout must not be negative, got %v", ErrInvalidConfig, c.StartTimeout)
-	}
 	for _, d := range c.durations() {
 		if d.value < 0 {
 			return fmt.Errorf("%w: %s must not be negative, got %v", ErrInvalidConfig, d.name, d.value)

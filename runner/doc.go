@@ -257,11 +257,16 @@
 //     with a *ClusterMismatchError naming both values — and so do sends —
 //     instead of asks waiting for owners that never come.
 //   - A store that cannot be reached at start delays the start; the first
-//     failure is logged at WARN with the store's endpoints and the error,
-//     then one WARN a minute. Ready is closed once the runner is up
-//     (hosting: registered; client-only: the runners listed);
-//     Config.StartTimeout, if set, ends Run with ErrStartTimeout and the
-//     last failure when it is not up in time.
+//     failure is logged at WARN with the store's endpoints and the error —
+//     for etcd, the connection's own (connection refused, a DNS or TLS
+//     failure), not the call's "context deadline exceeded" — and a hint at
+//     StartTimeout, then one WARN a minute; Status().NotStarted and the
+//     debug page say "not started: etcd at ... unreachable since ...".
+//     Ready is closed once the runner is up (hosting: registered;
+//     client-only: the runners listed); Config.StartTimeout (default
+//     DefaultStartTimeout, 1 min; WaitForever: no bound) ends Run with
+//     ErrStartTimeout and the last failure when it is not up in time, so a
+//     misconfigured process exits and its supervisor says so.
 //   - A hosting runner serves its shards to other runners only over its
 //     transport (Config.ListenAddr, Address). Without one it is meant for a
 //     cluster that lives in one process (tests, a single process): Run

@@ -359,18 +359,27 @@ type Status struct {
 	// computed last (0 before the first): runners with equal digests agree
 	// on the assignment.
 	AssignmentDigest uint64
+	// NotStarted says, while the runner is not ready because its start
+	// calls to the store keep failing, since when and why: "not started:
+	// etcd at 10.0.0.1:2379 unreachable since 10:04:05 (45s, 9 failed
+	// attempts): etcd unreachable: 10.0.0.1:2379: dial tcp 10.0.0.1:2379:
+	// connect: connection refused (...)". "" once ready and before a first
+	// failure. StartError is the last failure it quotes.
+	NotStarted string
+	StartError error
 }
 
 // Status returns a snapshot of the runner's state.
 func (r *Runner) Status() Status {
 	h, _ := r.keeper.Health()
 	st := r.machine.State()
+	note, startErr := r.notStarted()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Status{
 		Phase: r.phase.String(), Detached: r.phase == phaseDetached, Reason: st.Reason,
 		Lease: r.lease, Deadline: h.Deadline, Owned: len(r.owned), Members: len(r.view.members),
-		AssignmentDigest: r.view.assignDigest,
+		AssignmentDigest: r.view.assignDigest, NotStarted: note, StartError: startErr,
 	}
 }
 

@@ -35,7 +35,7 @@ func build(s Snapshot, now time.Time, epochs bool, rates *rateSampler) *State {
 func self(s Snapshot, now time.Time) Self {
 	out := Self{
 		ID: s.ID, Incarnation: s.Incarnation, Address: s.Address, ClientOnly: s.ClientOnly,
-		Phase: s.Phase, Attached: s.Attached, Detached: s.Detached, Started: s.Started,
+		Phase: s.Phase, Attached: s.Attached, Detached: s.Detached, NotStarted: s.NotStarted, Started: s.Started,
 		DetachMarginMS: ms(s.DetachMargin), NumShards: s.NumShards, Strategy: s.Strategy,
 		Weight: s.Weight, Owned: s.Owned, Pending: s.Pending, Releasing: s.Releasing,
 		InboundHandoffs: s.InboundHandoffs, KeepAliveFailureStreak: s.KeepAliveFailureStreak,

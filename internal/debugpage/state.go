@@ -101,6 +101,10 @@ type Self struct {
 	MessagesPerSec    *float64 `json:"messages_per_s,omitempty"`
 	MailboxRejections uint64   `json:"mailbox_rejections"`
 	AssignmentError   string   `json:"assignment_error,omitempty"`
+	// NotStarted says why a runner that is not ready yet is not, once a
+	// start call to the store failed: "not started: etcd at ...
+	// unreachable since ...".
+	NotStarted string `json:"not_started,omitempty"`
 }
 
 // Detach says why and since when a runner is detached.
