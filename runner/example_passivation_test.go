@@ -53,7 +53,7 @@ func (s *Session) Release(ctx context.Context, info entity.ReleaseInfo) error {
 func ExampleErrIdleExpired() {
 	notes := make(chan string, 16)
 	SessionKind := entity.NewKind("session", func(id string) *Session { return &Session{notes: notes} },
-		entity.IdleAfter(time.Second))
+		entity.IdleAfter(2*time.Second))
 	View := entity.Method(SessionKind, "view", (*Session).View)
 
 	store := memory.New()
@@ -72,14 +72,16 @@ func ExampleErrIdleExpired() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
+	// An entity counts as used when its handler has returned, a moment
+	// after its answer: the pauses let each handler return, so that the
+	// least recently used entity is the one asked first.
+	used := func() { time.Sleep(250 * time.Millisecond) }
 	_, _ = View.Ask(ctx, r, "alice", ViewReq{})
 	_, _ = View.Ask(ctx, r, "alice", ViewReq{})
-	// An entity counts as used when its handler has returned, just after
-	// the answer: give alice's handler that moment, so that she, not bob,
-	// is the least recently used.
-	time.Sleep(100 * time.Millisecond)
+	used()
 	_, _ = View.Ask(ctx, r, "bob", ViewReq{}) // a second resident: alice is evicted
 	fmt.Println(<-notes)
+	used()
 	n, _ := View.Ask(ctx, r, "alice", ViewReq{}) // alice restored; bob evicted in turn
 	fmt.Println("alice views:", n)
 	fmt.Println(<-notes)
