@@ -81,6 +81,15 @@ type Config struct {
 	// Address is the host:port other runners use to reach this one
 	// (published in the runner record).
 	Address string
+	// DebugURL is the URL at which this process serves the runner's debug
+	// page (DebugHandler), as the other runners' processes reach it, e.g.
+	// "http://10.0.0.5:8081/debug/shardhost/". A hosting runner publishes
+	// it in its runner record, so that every runner's page fetches this
+	// runner's own state — phase, lease lag, rates — and marks it
+	// unreachable as soon as its process is gone, without
+	// DebugConfig.PeerURL. Default "": none published. It must be an
+	// absolute http or https URL.
+	DebugURL string
 	// TLS configures the transport server (nil: plaintext). Set ClientAuth
 	// and ClientCAs for mutual TLS.
 	TLS *tls.Config
@@ -480,6 +489,11 @@ func (c Config) validate() error {
 	}
 	if err := sharding.ValidateNumShards(c.NumShards); err != nil {
 		return fmt.Errorf("%w: NumShards: %w", ErrInvalidConfig, err)
+	}
+	if c.DebugURL != "" {
+		if err := storage.ValidateDebugURL(c.DebugURL); err != nil {
+			return fmt.Errorf("%w: DebugURL: %w", ErrInvalidConfig, err)
+		}
 	}
 	for _, d := range c.durations() {
 		if d.value <= 0 {

@@ -33,17 +33,11 @@ debug_url() { # debug_url INDEX (0: gateway)
 	echo "http://127.0.0.1:$((DEBUG_PORT + $1))/debug/shardhost/"
 }
 
-peers() {
-	local i out=""
-	for i in 1 2 3; do out+="runner-$i=$(debug_url "$i"),"; done
-	echo "${out%,}"
-}
-
 # start_runner N: runner-N in the background, logging to $DEMO_DIR/runner-N.log.
 start_runner() {
 	local n=$1
 	setsid "$DEMO_DIR/bin/cluster" -role runner -id "runner-$n" -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
-		-listen "127.0.0.1:$((TRANSPORT_PORT + n))" -debug "127.0.0.1:$((DEBUG_PORT + n))" -peers "$(peers)" \
+		-listen "127.0.0.1:$((TRANSPORT_PORT + n))" -debug "127.0.0.1:$((DEBUG_PORT + n))" \
 		-shards "$SHARDS" -ttl "$TTL" >>"$DEMO_DIR/runner-$n.log" 2>&1 &
 	echo $! >"$DEMO_DIR/runner-$n.pid"
 	echo "runner-$n: pid $!, $(debug_url "$n")"
@@ -116,7 +110,7 @@ echo "etcd: 127.0.0.1:$ETCD_PORT (pid ${pids[0]}, $BIN/etcd)"
 
 for i in 1 2 3; do start_runner "$i"; done
 setsid "$DEMO_DIR/bin/cluster" -role gateway -id gateway -etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
-	-debug "127.0.0.1:$DEBUG_PORT" -peers "$(peers)" -shards "$SHARDS" -rate "$RATE" >"$DEMO_DIR/gateway.log" 2>&1 &
+	-debug "127.0.0.1:$DEBUG_PORT" -shards "$SHARDS" -rate "$RATE" >"$DEMO_DIR/gateway.log" 2>&1 &
 echo $! >"$DEMO_DIR/gateway.pid"
 echo "gateway: pid $!, $(debug_url 0)"
 
