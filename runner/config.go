@@ -115,6 +115,10 @@ type Config struct {
 	// MaxWaitingSends bounds the sends waiting for an owner (retrying);
 	// beyond it Send fails with ErrTooManyWaiting. Default 10000.
 	MaxWaitingSends int
+	// MaxAsyncSends bounds the sends of SendAsync (AskAsync, TellAsync) in
+	// flight at once, each on a goroutine; beyond it SendAsync refuses
+	// with ErrTooManyAsyncSends. Default 10000.
+	MaxAsyncSends int
 	// MaxConnections bounds the connections the transport server holds at
 	// once (peers keep 2 each); further ones are closed as soon as they are
 	// accepted. Default 1024. Besides, a connection that has not completed
@@ -401,6 +405,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxWaitingSends == 0 {
 		c.MaxWaitingSends = 10000
 	}
+	if c.MaxAsyncSends == 0 {
+		c.MaxAsyncSends = 10000
+	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
@@ -445,7 +452,7 @@ func (c Config) durations() []namedValue[time.Duration] {
 // counts lists the integer fields that must not be negative, by name.
 func (c Config) counts() []namedValue[int] {
 	return []namedValue[int]{
-		{"MaxMessageSize", c.MaxMessageSize}, {"MaxWaitingSends", c.MaxWaitingSends},
+		{"MaxMessageSize", c.MaxMessageSize}, {"MaxWaitingSends", c.MaxWaitingSends}, {"MaxAsyncSends", c.MaxAsyncSends},
 		{"MaxConnections", c.MaxConnections}, {"Weight", c.Weight}, {"NumShards", c.NumShards},
 		{"KeepAliveFailureThreshold", c.KeepAliveFailureThreshold}, {"StorageErrorThreshold", c.StorageErrorThreshold},
 		{"HotSetLimit", c.HotSetLimit}, {"CutoverWaiters", c.CutoverWaiters},

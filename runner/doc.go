@@ -247,6 +247,35 @@
 // owner's crash or a cut connection without a loop in the caller. A
 // ClientOnly runner routes without hosting anything.
 //
+// # Sending from a handler
+//
+// A handler (or lifecycle hook) finds the runner hosting it with
+// SenderFrom(ctx) — no runner kept in a global — and sends to other
+// entities with it like any caller. What blocks, and for how long:
+//
+//   - Ask and Tell (Send) hold the calling handler, and so its entity's
+//     mailbox, until they return: a Tell until the target's owner accepted
+//     the message in its mailbox, an Ask until the target's handler
+//     answered (after what was queued before it). A full mailbox fails at
+//     once (entity.ErrMailboxFull).
+//   - While the target's shard has no live owner they retry, until the
+//     calling context ends. After a crash of the target's runner that is
+//     until its lease expires and another runner takes the shard: about
+//     Config.LeaseTTL (5 s by default) plus an acquisition. The handler's
+//     context bounds it by the asker's deadline, if any; a signal
+//     handler's context has none, so a Tell or Ask from a signal handler
+//     waits for the whole failover — unless the handler bounds it
+//     (context.WithTimeout).
+//   - SendAsync (entity.MethodRef.AskAsync, entity.SignalRef.TellAsync)
+//     returns at once: a goroutine of the runner sends, bounded by its
+//     timeout, and reports the outcome to a callback; the handler and its
+//     mailbox go on. Asynchronous sends are not ordered among themselves;
+//     at most Config.MaxAsyncSends are in flight.
+//   - An entity that asks itself, or two that ask each other
+//     synchronously, wait for each other until a context ends: use
+//     SendAsync (or a Tell that does not wait for the answer) for such
+//     cycles.
+//
 // # Starting
 //
 //   - The cluster record. Every runner of a cluster must agree on

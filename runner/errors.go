@@ -61,6 +61,9 @@ var (
 	ErrNoTransport = routing.ErrNoTransport
 	// ErrStartTimeout: Run was not ready within Config.StartTimeout.
 	ErrStartTimeout = errors.New("runner: not ready within StartTimeout")
+	// ErrTooManyAsyncSends: Config.MaxAsyncSends sends of SendAsync are in
+	// flight; the send was refused (not sent).
+	ErrTooManyAsyncSends = errors.New("runner: too many asynchronous sends in flight")
 	// ErrNoOwner: no owner of the shard is known (yet); the error says why
 	// (the cluster not listed, no runner registered, the shard unowned for
 	// how long). Send retries it until its context ends.
