@@ -48,6 +48,10 @@ commands:
                          -wait: until it owns none (at most -wait-timeout); -reason TEXT
   undrain RUNNER         withdraw the request: RUNNER takes shards again
   where KIND ID          the shard of entity ID and its owner
+  plan join RUNNER [-weight W] | leave RUNNER | drain RUNNER | weight RUNNER W
+                         dry run: which shards would move, from whom to whom, and the
+                         counts per runner, with the cluster's own strategy; -moves
+                         lists every shard (writes nothing)
 
 flags (before or after the command):
 `
@@ -147,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr, fs, name)
 		return exitUsage
 	}
-	if len(pos) != cmd.args {
+	if cmd.args >= 0 && len(pos) != cmd.args {
 		fmt.Fprintf(stderr, "shardhostctl %s: want %d argument(s), got %d\n", name, cmd.args, len(pos))
 		return exitUsage
 	}
@@ -205,7 +209,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 // command is one subcommand: flags registers its own flags and returns
 // their values, run performs it.
 type command struct {
-	args  int
+	args  int // positional arguments; -1: the command checks them
 	flags func(*flag.FlagSet) any
 	run   func(ctx context.Context, c *cluster, flags any, args []string, stdout, stderr io.Writer) error
 }
@@ -216,6 +220,7 @@ var commands = map[string]command{
 	"drain":   {args: 1, flags: drainFlags, run: cmdDrain},
 	"undrain": {args: 1, flags: noFlags, run: cmdUndrain},
 	"where":   {args: 2, flags: noFlags, run: cmdWhere},
+	"plan":    {args: -1, flags: planFlags, run: cmdPlan},
 }
 
 func noFlags(*flag.FlagSet) any { return nil }

@@ -53,15 +53,22 @@ type node struct {
 // startRunner runs a hosting runner on namespace ns of the etcd at endpoint.
 func startRunner(t *testing.T, endpoint, ns, id string, shards int) *node {
 	t.Helper()
+	return startRunnerWith(t, endpoint, ns, runner.Config{ID: id, NumShards: shards})
+}
+
+// startRunnerWith is startRunner with more of the configuration (ID and
+// NumShards included; a transport, a 3 s lease TTL and a WARN logger are
+// added).
+func startRunnerWith(t *testing.T, endpoint, ns string, cfg runner.Config) *node {
+	t.Helper()
 	cli := testenv.NewEtcdClient(t, endpoint)
 	store, err := etcd.New(cli, ns, etcd.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := runner.New(store, runner.Config{
-		ID: id, NumShards: shards, ListenAddr: "127.0.0.1:0", LeaseTTL: 3 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	cfg.ListenAddr, cfg.LeaseTTL = "127.0.0.1:0", 3*time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := runner.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

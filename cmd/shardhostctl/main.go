@@ -7,6 +7,8 @@
 //	shardhostctl [flags] drain RUNNER [-wait]   RUNNER takes no shard: they move away by handoff
 //	shardhostctl [flags] undrain RUNNER         withdraw the request: RUNNER takes shards again
 //	shardhostctl [flags] where KIND ID          the shard and owner of an entity
+//	shardhostctl [flags] plan join RUNNER [-weight W] | leave RUNNER | drain RUNNER | weight RUNNER W
+//	                                            dry run of the assignment after that change
 //
 // Flags (before or after the command):
 //
@@ -44,6 +46,20 @@
 // detach registers drained again; a runner can also be drained before it
 // starts. drain refuses to drain the last runner that can take shards
 // unless -force.
+//
+// # Plan
+//
+// plan computes, without writing anything, the assignment the runners
+// would compute after a change — a runner joins (with -weight), leaves
+// (shut down or crashed), is drained, or changes weight — exactly as they
+// compute it: the registered runners with their weights (a draining one
+// counting as weight 0), the cluster record's strategy and, for a strategy
+// that keeps shards where they are (sticky-balanced), each shard's owner
+// from its lock. It prints each runner's shards owned now and assigned
+// after, and the shards that move from their owner now to their assignee
+// after (text: per pair of runners; -json: every shard and the whole
+// assignment). A settled cluster then does what the plan says; one that
+// is still moving shards starts from where its locks are.
 //
 // Exit status: 0 on success and for -h/-help/--help and `help` (usage on
 // stdout), 1 when etcd cannot be reached or the request fails, 2 on a usage
