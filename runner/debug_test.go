@@ -51,7 +51,7 @@ func debugCluster(t *testing.T, numShards int, ids ...string) ([]*debugNode, *en
 		if err := r.Register(kind); err != nil {
 			t.Fatal(err)
 		}
-		dh := r.DebugHandler(runner.DebugConfig{})
+		dh := r.DebugHandler(runner.DebugConfig{PeerTimeout: 10 * time.Second}) // a loaded machine answers slowly under -race
 		h.Store(&dh)
 		nodes = append(nodes, &debugNode{started: r, srv: srv, rec: rec})
 		rs = append(rs, r)
@@ -126,7 +126,9 @@ func TestDebugStateJSON(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	// The schema: renaming or dropping a field is a breaking change.
+	// The schema: renaming or dropping a field is a breaking change. Rates
+	// appear once a second has passed since the handler was made.
+	optional := []string{"messages_per_s"}
 	for _, c := range []struct {
 		name string
 		v    any
@@ -142,7 +144,8 @@ func TestDebugStateJSON(t *testing.T) {
 		{"kind", doc["kinds"].([]any)[0], []string{"active", "kind", "mailbox_rejections", "messages"}},
 	} {
 		want := slices.Sorted(slices.Values(c.want))
-		if got := keysOf(t, c.v); !slices.Equal(got, want) {
+		got := slices.DeleteFunc(keysOf(t, c.v), func(k string) bool { return slices.Contains(optional, k) })
+		if !slices.Equal(got, want) {
 			t.Errorf("%s keys = %v, want %v", c.name, got, want)
 		}
 	}

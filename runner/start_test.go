@@ -124,7 +124,7 @@ func TestUnreachableStoreAtStartWarnsOncePerMinute(t *testing.T) {
 		s := c.NewStore("a")
 		s.Partition(true)
 		var lc logCapture
-		r, err := runner.New(endpointStore{s}, runner.Config{ID: "a", NumShards: 8, Logger: lc.logger(t)})
+		r, err := runner.New(endpointStore{s}, runner.Config{ID: "a", NumShards: 8, StartTimeout: runner.WaitForever, Logger: lc.logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
