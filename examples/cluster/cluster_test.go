@@ -153,11 +153,13 @@ func healthy(ids ...string) func(runner.DebugState) bool {
 	}
 }
 
-func screenshot(t *testing.T, name string) string {
+// screenshot takes a picture of url into $SHARDHOST_SCREENSHOTS/name
+// (`make screenshots` points it at docs/); without it, none: a picture is
+// not a check, and make test takes none.
+func screenshot(b *testenv.Browser, url, name string, budget time.Duration) {
 	if dir := os.Getenv("SHARDHOST_SCREENSHOTS"); dir != "" {
-		return filepath.Join(dir, name)
+		b.Screenshot(url, filepath.Join(dir, name), 1280, 1000, budget)
 	}
-	return filepath.Join(t.TempDir(), name)
 }
 
 // checkDOM loads url in the browser and checks the rendered page: the
@@ -324,7 +326,7 @@ func TestClusterProcesses(t *testing.T) {
 	if browser != nil {
 		checkDOM(t, browser, debug["runner-1"], shards, ids...)
 		checkDOM(t, browser, debug["gateway"], shards, ids...)
-		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard.png"), 1280, 1000, 3*time.Second)
+		screenshot(browser, debug["runner-1"], "dashboard.png", 3*time.Second)
 	}
 
 	// kill -9 runner-2: its record stays until its lease expires, and its
@@ -346,7 +348,7 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	if browser != nil {
 		checkKilled(t, browser, debug["runner-1"], "runner-2")
-		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard-kill.png"), 1280, 1000, 500*time.Millisecond)
+		screenshot(browser, debug["runner-1"], "dashboard-kill.png", 500*time.Millisecond)
 		if took := time.Since(killed); took > ttl && t.Failed() {
 			t.Logf("the browser checks after the kill took %v, longer than the lease TTL: runner-2's record may have expired meanwhile", took)
 		} else {
@@ -373,7 +375,7 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	if browser != nil {
 		checkDOM(t, browser, debug["runner-1"], shards, survivors...)
-		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard-after-kill.png"), 1280, 1000, 3*time.Second)
+		screenshot(browser, debug["runner-1"], "dashboard-after-kill.png", 3*time.Second)
 	}
 
 	// Start runner-2 again: it takes its share back by handoff.
