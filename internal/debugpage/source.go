@@ -55,6 +55,10 @@ type Snapshot struct {
 	Entities               int // resident entities
 	Kinds                  []KindCount
 	Events                 []Event // the latest, newest first; at most MaxEvents
+	// NotStarted says why a runner that is not ready is not, once a start
+	// call failed ("not started: etcd at ... unreachable since ..."); ""
+	// otherwise.
+	NotStarted string
 
 	// Its view of the cluster.
 	Members         []storage.Runner           // registered runners, by ID
