@@ -19,7 +19,8 @@
 //   - An entity lives on the runner owning the shard its ID hashes to
 //     (sharding.ShardOf). It is created on its first message and
 //     passivated after IdleAfter without messages (or evicted when the
-//     runner's resident cap is reached).
+//     runner's resident cap is reached); Release tells the two apart by
+//     its Reason (the runner's ErrIdleExpired, ErrEvicted).
 //   - One message at a time: handlers and lifecycle hooks of one entity
 //     never run concurrently, so entity state needs no locking.
 //   - The handler's context is the shard's, bounded by the asker's

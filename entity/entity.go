@@ -98,8 +98,11 @@ type ReleaseInfo struct {
 	Entity string
 	Shard  sharding.ShardID
 	Epoch  int64 // still valid while Release runs
-	// Reason is the runtime's cause: the runner's ErrPassivated,
-	// ErrShardMoved or ErrShutdown.
+	// Reason is the runtime's cause: the runner's ErrIdleExpired (no
+	// message for IdleAfter) or ErrEvicted (MaxResidentEntities exceeded)
+	// — both match ErrPassivated — or ErrShardMoved or ErrShutdown. Only
+	// ErrIdleExpired says the entity fell out of use: delete state on it,
+	// never on ErrEvicted.
 	Reason error
 	// Checkpoint stores data for the entity, fenced by Epoch: it fails
 	// (with an error matching the storage's ErrFenced) if the shard's
@@ -316,6 +319,20 @@ type Sender interface {
 	Send(ctx context.Context, c Call) (any, error)
 }
 
+// AsyncSender is implemented by senders that deliver a call without the
+// caller waiting (the runner's SendAsync): SendAsync returns at once and
+// reports the outcome to done later, so a handler sending to an entity
+// whose runner is failing over does not hold its own mailbox meanwhile.
+// The send is bounded by timeout (the sender's default when <= 0). done
+// (if not nil) is called once, with the response (nil for a one-way
+// handler) and the error, on a goroutine of the sender — or on the
+// caller's before SendAsync returns when the send is refused at once —
+// so it must not block for long; to act on the outcome in an entity, Tell
+// it to the entity.
+type AsyncSender interface {
+	SendAsync(c Call, timeout time.Duration, done func(resp any, err error))
+}
+
 // Call is one message to an entity.
 type Call struct {
 	Kind    Descriptor
@@ -343,7 +360,8 @@ type methodOptions struct {
 // failed with an error meaning "the handler may have run, the result is
 // unknown" (the runner's ErrMaybeDelivered, including a withheld stale
 // result) until it succeeds or its context ends, instead of returning that
-// error. Other errors, handler errors among them, are returned as they are.
+// error. Other errors, handler errors among them, end the retries; once an
+// attempt may have run, the error returned still matches ErrMaybeDelivered.
 func Idempotent() MethodOption { return func(o *methodOptions) { o.idempotent = true } }
 
 // Method registers fn, usually a method expression such as (*Counter).Inc,
@@ -406,6 +424,23 @@ func (m *MethodRef[E, Req, Resp]) Ask(ctx context.Context, s Sender, id string, 
 	return r, nil
 }
 
+// AskAsync sends req to the entity id without waiting (see AsyncSender):
+// done, if not nil, receives the response or the error once the call is
+// answered, fails or times out (timeout <= 0: the sender's default).
+// Asks sent one after another this way may run in any order.
+func (m *MethodRef[E, Req, Resp]) AskAsync(s AsyncSender, id string, req Req, timeout time.Duration, done func(Resp, error)) {
+	s.SendAsync(Call{Kind: m.kind, Handler: m.h, Entity: id, Req: req}, timeout, func(v any, err error) {
+		if done == nil {
+			return
+		}
+		r, ok := v.(Resp)
+		if err == nil && !ok && v != nil {
+			err = fmt.Errorf("%w: %s.%s response is %T", ErrBadRequest, m.kind.name, m.h.name, v)
+		}
+		done(r, err)
+	})
+}
+
 // SignalRef is a fire-and-forget method of kind E, created by Signal.
 type SignalRef[E, Req any] struct {
 	kind *Kind[E]
@@ -447,6 +482,18 @@ func (s *SignalRef[E, Req]) Name() string { return s.h.name }
 func (s *SignalRef[E, Req]) Tell(ctx context.Context, snd Sender, id string, req Req) error {
 	_, err := snd.Send(ctx, Call{Kind: s.kind, Handler: s.h, Entity: id, Req: req})
 	return err
+}
+
+// TellAsync enqueues req for the entity id without waiting, even for an
+// owner (see AsyncSender): done, if not nil, receives nil once the owner's
+// mailbox accepted it, or the error (timeout <= 0: the sender's default).
+// Signals sent one after another this way may be accepted in any order.
+func (s *SignalRef[E, Req]) TellAsync(snd AsyncSender, id string, req Req, timeout time.Duration, done func(error)) {
+	snd.SendAsync(Call{Kind: s.kind, Handler: s.h, Entity: id, Req: req}, timeout, func(_ any, err error) {
+		if done != nil {
+			done(err)
+		}
+	})
 }
 
 func decoder[T any]() func(Codec, []byte) (any, error) {

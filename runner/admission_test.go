@@ -207,7 +207,7 @@ func TestNewValidatesIDAndNamesTheNegativeField(t *testing.T) {
 		v := reflect.ValueOf(&cfg).Elem().Field(i)
 		switch {
 		case f.Type == reflect.TypeFor[time.Duration]():
-			if f.Name == "AcquireRetryWindow" { // negative is SingleAttempt
+			if f.Name == "AcquireRetryWindow" || f.Name == "StartTimeout" { // negative is SingleAttempt, WaitForever
 				continue
 			}
 			v.SetInt(int64(-time.Second))

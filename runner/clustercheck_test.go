@@ -75,6 +75,7 @@ func TestHostingRunnerWithOtherSettingsRefused(t *testing.T) {
 			if !errors.As(err, &mm) || mm.Setting != tc.setting {
 				t.Errorf("Run with another %s = %v, want a *ClusterMismatchError on %s", tc.setting, err, tc.setting)
 			}
+			synctest.Wait() // a's watch of the runners has applied what the store holds
 			if len(a.Members()) != 1 {
 				t.Errorf("members = %v, want a alone (b never registered)", a.Members())
 			}

@@ -35,7 +35,16 @@ const (
 	DefaultReminderCatchUpRate    = 5000
 	DefaultMaxRemindersPerShard   = 10000
 	DefaultRememberedStartRate    = 20000
+	// DefaultStartTimeout is how long Run waits to be ready before it
+	// fails with ErrStartTimeout: long enough to ride out an etcd restart
+	// or leader election, short enough that a process supervisor (systemd's
+	// default start timeout is 90 s; Kubernetes restarts a failed container
+	// with its own backoff) sees a misconfigured process fail and says so.
+	DefaultStartTimeout = time.Minute
 )
+
+// WaitForever as StartTimeout makes Run wait to be ready without bound.
+const WaitForever time.Duration = -1
 
 // SingleAttempt as AcquireRetryWindow makes every acquisition a single
 // attempt: a shard held elsewhere is not retried until a watch reports its
@@ -73,6 +82,15 @@ type Config struct {
 	// Address is the host:port other runners use to reach this one
 	// (published in the runner record).
 	Address string
+	// DebugURL is the URL at which this process serves the runner's debug
+	// page (DebugHandler), as the other runners' processes reach it, e.g.
+	// "http://10.0.0.5:8081/debug/shardhost/". A hosting runner publishes
+	// it in its runner record, so that every runner's page fetches this
+	// runner's own state — phase, lease lag, rates — and marks it
+	// unreachable as soon as its process is gone, without
+	// DebugConfig.PeerURL. Default "": none published. It must be an
+	// absolute http or https URL.
+	DebugURL string
 	// TLS configures the transport server (nil: plaintext). Set ClientAuth
 	// (tls.RequireAndVerifyClientCert) and ClientCAs for mutual TLS.
 	// Refused handshakes are logged at WARN with the peer's address and
@@ -121,6 +139,10 @@ type Config struct {
 	// MaxWaitingSends bounds the sends waiting for an owner (retrying);
 	// beyond it Send fails with ErrTooManyWaiting. Default 10000.
 	MaxWaitingSends int
+	// MaxAsyncSends bounds the sends of SendAsync (AskAsync, TellAsync) in
+	// flight at once, each on a goroutine; beyond it SendAsync refuses
+	// with ErrTooManyAsyncSends. Default 10000.
+	MaxAsyncSends int
 	// MaxConnections bounds the connections the transport server holds at
 	// once (peers keep 2 each); further ones are closed as soon as they are
 	// accepted. Default 1024. Besides, a connection that has not completed
@@ -152,9 +174,12 @@ type Config struct {
 	// StartTimeout bounds how long Run waits to be ready (see Ready): to
 	// reach the store, check the cluster record and register (hosting) or
 	// list the cluster (client-only). When it passes, Run stops and returns
-	// an error matching ErrStartTimeout with the last failure. Default 0:
-	// wait as long as it takes (failures are logged at WARN, the first at
-	// once and then every minute).
+	// an error matching ErrStartTimeout with the last failure (an
+	// unreachable etcd's connection error: refused, DNS, TLS), so that a
+	// misconfigured process exits instead of looking started. Failures are
+	// logged at WARN meanwhile, the first at once and then every minute.
+	// Default DefaultStartTimeout (1 min); WaitForever (any negative
+	// value): wait as long as it takes.
 	StartTimeout time.Duration
 
 	// LeaseTTL of the runner's lease. Default 5 s: a crashed runner's
@@ -372,6 +397,12 @@ func (c Config) withDefaults() Config {
 	if c.OpTimeout == 0 {
 		c.OpTimeout = DefaultOpTimeout
 	}
+	switch {
+	case c.StartTimeout == 0:
+		c.StartTimeout = DefaultStartTimeout
+	case c.StartTimeout < 0: // negative is valid (forever): not among durations()
+		c.StartTimeout = WaitForever
+	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
@@ -401,6 +432,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaitingSends == 0 {
 		c.MaxWaitingSends = 10000
+	}
+	if c.MaxAsyncSends == 0 {
+		c.MaxAsyncSends = 10000
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
@@ -449,7 +483,7 @@ func (c Config) durations() []namedValue[time.Duration] {
 // counts lists the integer fields that must not be negative, by name.
 func (c Config) counts() []namedValue[int] {
 	return []namedValue[int]{
-		{"MaxMessageSize", c.MaxMessageSize}, {"MaxWaitingSends", c.MaxWaitingSends},
+		{"MaxMessageSize", c.MaxMessageSize}, {"MaxWaitingSends", c.MaxWaitingSends}, {"MaxAsyncSends", c.MaxAsyncSends},
 		{"MaxConnections", c.MaxConnections}, {"Weight", c.Weight}, {"NumShards", c.NumShards},
 		{"KeepAliveFailureThreshold", c.KeepAliveFailureThreshold}, {"StorageErrorThreshold", c.StorageErrorThreshold},
 		{"HotSetLimit", c.HotSetLimit}, {"CutoverWaiters", c.CutoverWaiters},
@@ -467,9 +501,6 @@ type namedValue[T any] struct {
 // derived from them (a negative LeaseTTL must be reported as LeaseTTL, not
 // as the renew interval computed from it).
 func (c Config) checkSet() error {
-	if c.StartTimeout < 0 { // 0 is valid (forever): not among durations()
-		return fmt.Errorf("%w: StartTimeout must not be negative, got %v", ErrInvalidConfig, c.StartTimeout)
-	}
 	for _, d := range c.durations() {
 		if d.value < 0 {
 			return fmt.Errorf("%w: %s must not be negative, got %v", ErrInvalidConfig, d.name, d.value)
@@ -496,6 +527,11 @@ func (c Config) validate() error {
 	}
 	if err := sharding.ValidateNumShards(c.NumShards); err != nil {
 		return fmt.Errorf("%w: NumShards: %w", ErrInvalidConfig, err)
+	}
+	if c.DebugURL != "" {
+		if err := storage.ValidateDebugURL(c.DebugURL); err != nil {
+			return fmt.Errorf("%w: DebugURL: %w", ErrInvalidConfig, err)
+		}
 	}
 	for _, d := range c.durations() {
 		if d.value <= 0 {

@@ -7,8 +7,10 @@ import (
 )
 
 // The debug page lives in internal/debugpage; the names below keep it part
-// of this package's API. The field-by-field documentation of each type is
-// in its definition (go doc github.com/shardhost/shardhost/internal/debugpage).
+// of this package's API. go doc shows an alias without its fields, so each
+// alias's comment lists them (TestAliasesOfInternalTypesListTheirFields
+// keeps the lists complete); the JSON names and units are in the
+// definitions (go doc github.com/shardhost/shardhost/internal/debugpage).
 
 // DebugSchema names the version of the JSON document the debug handler
 // serves (DebugState). Fields are only ever added under one schema name.
@@ -22,31 +24,80 @@ const (
 )
 
 // DebugConfig holds the optional settings of a debug handler, zero fields
-// meaning the defaults: PeerURL (the URL of each runner's own debug page,
-// so that every request also fetches the peers' states), PeerTimeout (the
-// bound of one peer's fetch, DefaultDebugPeerTimeout), HTTPClient (what
-// fetches them) and Refresh (how often the page reloads in the browser,
-// DefaultDebugRefresh; negative: never).
+// meaning the defaults. Its fields:
+//
+//	PeerURL     func(runnerID string) string
+//	    the URL of a runner's own debug page, overriding the one it
+//	    publishes (Config.DebugURL); nil or "": the published one. Every
+//	    request fetches each runner's own state from its URL, so the page
+//	    shows every runner's phase, lease lag and rates, and marks one
+//	    whose page does not answer unreachable.
+//	PeerTimeout time.Duration
+//	    bound of one peer's fetch. Default DefaultDebugPeerTimeout (500 ms).
+//	HTTPClient  *http.Client
+//	    what fetches the peers' states. Default: a client bounded by
+//	    PeerTimeout.
+//	Refresh     time.Duration
+//	    how often the page reloads its content in the browser. Default
+//	    DefaultDebugRefresh (2 s); negative: never.
 type DebugConfig = debugpage.Config
 
 // DebugState is everything the debug handler shows, as served with
-// ?format=json: this runner (Self), the registered runners, the shard map,
-// the handoffs in flight, the kinds registered here and the latest events.
-// It is the view of the runner serving it: the membership, locks and
-// handoff records are its watch caches, the assignment the one it
-// computed last.
+// ?format=json. It is the view of the runner serving it: the membership,
+// locks and handoff records are its watch caches, the assignment the one
+// it computed last. Its fields:
+//
+//	Schema   string          DebugSchema
+//	Time     time.Time       when the state was taken
+//	Self     DebugSelf       this runner, as it knows itself
+//	Runners  []DebugRunner   the registered runners, by ID
+//	Shards   DebugShards     the shard map
+//	Handoffs []DebugHandoff  handoff records in flight, by shard
+//	Kinds    []DebugKind     kinds registered on this runner, by name
+//	Events   []DebugEvent    this runner's latest events, newest first
 type DebugState = debugpage.State
 
-// DebugSelf is the state of one runner as it knows it itself: phase,
-// lease and its deadline lag, shard and entity counts, message counters.
+// DebugSelf is the state of one runner as it knows it itself. Its fields:
+//
+//	ID, Incarnation, Address      identity; Address "" without transport
+//	ClientOnly                    it routes and hosts nothing
+//	Phase                         new, starting, attached, detached, stopping or stopped
+//	Attached                      Phase is attached
+//	Detached *DebugDetach         why and since when, while detached
+//	NotStarted                    "not started: etcd at ... unreachable since ...",
+//	                              while its start calls to the store fail
+//	Lease, LeaseTTLMS             its lease (hexadecimal) and granted TTL
+//	LeaseDeadlineLagMS *float64   lease deadline minus now; it detaches at DetachMarginMS
+//	DetachMarginMS                Config.DetachMargin
+//	KeepAliveFailureStreak        consecutive failed renewals
+//	Started                       when Run was called
+//	NumShards, Strategy, Weight   its configuration
+//	Owned, Assigned               shards owned now, shards its assignment gives it
+//	Pending, Releasing            shards being acquired, being released or handed off
+//	InboundHandoffs               shards being warmed here
+//	Entities                      resident entities
+//	Messages                      handled since start, all kinds
+//	MessagesPerSec *float64       rate of Messages (see DebugHandler)
+//	MailboxRejections             messages refused by a full mailbox
+//	AssignmentError               why its last assignment failed ("" if it did not)
 type DebugSelf = debugpage.Self
 
-// DebugDetach says why and since when a runner is detached.
+// DebugDetach says why and since when a runner is detached. Its fields:
+// Reason (the detach reason), Detail and Since.
 type DebugDetach = debugpage.Detach
 
 // DebugRunner is one registered runner (its record) as the serving runner
-// sees it — shards owned and assigned, colour in the shard map, the URL of
-// its page — with its own state (a DebugSelf) when known.
+// sees it, with its own state when known. Its fields:
+//
+//	ID, Address, Weight, Incarnation, Draining, Started, Lease
+//	                      its runner record (Lease hexadecimal)
+//	Owned, Assigned       shards locked under its lease, shards the assignment gives it
+//	Color                 its colour in the shard map (CSS)
+//	Self                  it is the runner serving the page
+//	URL                   its debug page: its record's DebugURL, or DebugConfig.PeerURL's
+//	State *DebugSelf      what it reports itself (fetched from URL; Self's own)
+//	StateError            why State is missing: "unreachable: ..." when its
+//	                      page does not answer (e.g. its process died)
 type DebugRunner = debugpage.Runner
 
 // Owner codes of DebugShards.Owner besides indexes into DebugState.Runners.
@@ -55,24 +106,32 @@ const (
 	DebugUnknownOwner = debugpage.UnknownOwner // locked under a lease of no registered runner
 )
 
-// DebugShards is the shard map: the owner of each shard (an index into
-// DebugState.Runners, DebugUnowned or DebugUnknownOwner), totals, and the
-// shards whose lock is not where the assignment wants it (DebugMove).
+// DebugShards is the shard map. Its fields: Count; Owned (locked by a
+// registered runner), Unowned (no lock) and UnknownOwner (locked under a
+// lease of no registered runner); Owner, per shard, an index into
+// DebugState.Runners, DebugUnowned or DebugUnknownOwner; Epoch, per shard,
+// only with ?epochs=1; Moves, the shards whose lock is not where the
+// assignment wants it (DebugMove).
 type DebugShards = debugpage.Shards
 
-// DebugMove is a shard whose owner differs from its assigned runner.
+// DebugMove is a shard whose owner differs from its assigned runner. Its
+// fields: Shard, From (its owner, "" when unowned) and To (its assignee).
 type DebugMove = debugpage.Move
 
-// DebugHandoff is a handoff record in flight: shard, source, target and
-// phase (empty for a record between two other runners).
+// DebugHandoff is a handoff record in flight. Its fields: Shard, From, To
+// and Phase (warming or ready; empty for a record between two other
+// runners).
 type DebugHandoff = debugpage.Handoff
 
-// DebugKind is one entity kind registered on the serving runner, with its
-// resident entities and message counters.
+// DebugKind is one entity kind registered on the serving runner. Its
+// fields: Kind (its name), Active (resident entities), Messages (handled
+// since registration), MessagesPerSec (their rate, see DebugHandler) and
+// MailboxRejections.
 type DebugKind = debugpage.Kind
 
-// DebugEvent is one of the serving runner's events: its time, Go type
-// name (e.g. ShardAcquired), and shard, epoch and detail when they apply.
+// DebugEvent is one of the serving runner's events. Its fields: Time, Type
+// (the event's Go type name, e.g. ShardAcquired), and Shard, Epoch and
+// Detail when they apply.
 type DebugEvent = debugpage.Event
 
 // DebugHandler returns an http.Handler serving a page that shows this
@@ -89,7 +148,18 @@ type DebugEvent = debugpage.Event
 // JSON), epochs=1 (per-shard epochs in the JSON), peers=0 (do not fetch
 // the peers' states). It has no authentication of its own: the package
 // documentation (Debug page) says what it exposes, and
-// ExampleRunner_DebugHandler mounts it behind a middleware.
+// ExampleRunner_DebugHandler mounts it behind a middleware (with
+// cfg.HTTPClient carrying the credentials for the peers' pages).
+//
+// Every request fetches each registered runner's own state from the debug
+// URL it publishes (Config.DebugURL; cfg.PeerURL overrides it): set
+// Config.DebugURL on every runner to the URL where its process mounts
+// this handler, and each page shows every runner's phase, lease lag and
+// rates, and marks a runner whose process is gone unreachable at once
+// (its shards hatched) instead of showing it healthy until its lease
+// expires. Rates are counter deltas between samples at least a second
+// apart: the handler's creation, then its requests, so the first page
+// already shows them — make the handler once, when the process starts.
 func (r *Runner) DebugHandler(cfg DebugConfig) http.Handler {
 	return debugpage.Handler(debugSource{r}, cfg)
 }

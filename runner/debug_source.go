@@ -29,6 +29,7 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 		Strategy: r.cfg.Strategy.Name(), Weight: r.cfg.Weight, DetachMargin: r.cfg.DetachMargin,
 		Lease: health.Lease, LeaseTTL: health.TTL, LeaseDeadline: health.Deadline, KeepAliveFailureStreak: health.FailureStreak,
 	}
+	snap.NotStarted, _ = r.notStarted()
 	detached := r.copyView(&snap)
 	if detached {
 		det := r.machine.State()

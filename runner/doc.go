@@ -157,6 +157,10 @@
 // with its own cause. A panic fails its message with an *entity.PanicError
 // and restarts the instance. The handler's context also carries the
 // entity's runtime (entity.RuntimeFrom): its timers and reminders.
+// The Reason of a passivated entity's Release hook says which of the two
+// passivations it was: ErrIdleExpired (no message for IdleAfter) or
+// ErrEvicted (the resident cap), both matching ErrPassivated; delete state
+// on the first only (see the example of ErrIdleExpired).
 //
 // # Timers and reminders
 //
@@ -286,9 +290,40 @@
 // run. Methods defined with entity.Idempotent are the exception: after
 // ErrMaybeDelivered (a *StaleResultError included) Send sends them again,
 // with backoff, until an attempt succeeds or fails otherwise or the
-// caller's context ends — reads and other repeatable calls survive an
-// owner's crash or a cut connection without a loop in the caller. A
-// ClientOnly runner routes without hosting anything.
+// caller's context ends (the error that ends them still matches
+// ErrMaybeDelivered, whatever the last attempt's says of itself) — reads
+// and other repeatable calls survive an owner's crash or a cut connection
+// without a loop in the caller. A ClientOnly runner routes without hosting
+// anything.
+//
+// # Sending from a handler
+//
+// A handler (or lifecycle hook) finds the runner hosting it with
+// SenderFrom(ctx) — no runner kept in a global — and sends to other
+// entities with it like any caller. What blocks, and for how long:
+//
+//   - Ask and Tell (Send) hold the calling handler, and so its entity's
+//     mailbox, until they return: a Tell until the target's owner accepted
+//     the message in its mailbox, an Ask until the target's handler
+//     answered (after what was queued before it). A full mailbox fails at
+//     once (entity.ErrMailboxFull).
+//   - While the target's shard has no live owner they retry, until the
+//     calling context ends. After a crash of the target's runner that is
+//     until its lease expires and another runner takes the shard: about
+//     Config.LeaseTTL (5 s by default) plus an acquisition. The handler's
+//     context bounds it by the asker's deadline, if any; a signal
+//     handler's context has none, so a Tell or Ask from a signal handler
+//     waits for the whole failover — unless the handler bounds it
+//     (context.WithTimeout).
+//   - SendAsync (entity.MethodRef.AskAsync, entity.SignalRef.TellAsync)
+//     returns at once: a goroutine of the runner sends, bounded by its
+//     timeout, and reports the outcome to a callback; the handler and its
+//     mailbox go on. Asynchronous sends are not ordered among themselves;
+//     at most Config.MaxAsyncSends are in flight.
+//   - An entity that asks itself, or two that ask each other
+//     synchronously, wait for each other until a context ends: use
+//     SendAsync (or a Tell that does not wait for the answer) for such
+//     cycles.
 //
 // # Starting
 //
@@ -300,11 +335,16 @@
 //     with a *ClusterMismatchError naming both values — and so do sends —
 //     instead of asks waiting for owners that never come.
 //   - A store that cannot be reached at start delays the start; the first
-//     failure is logged at WARN with the store's endpoints and the error,
-//     then one WARN a minute. Ready is closed once the runner is up
-//     (hosting: registered; client-only: the runners listed);
-//     Config.StartTimeout, if set, ends Run with ErrStartTimeout and the
-//     last failure when it is not up in time.
+//     failure is logged at WARN with the store's endpoints and the error —
+//     for etcd, the connection's own (connection refused, a DNS or TLS
+//     failure), not the call's "context deadline exceeded" — and a hint at
+//     StartTimeout, then one WARN a minute; Status().NotStarted and the
+//     debug page say "not started: etcd at ... unreachable since ...".
+//     Ready is closed once the runner is up (hosting: registered;
+//     client-only: the runners listed); Config.StartTimeout (default
+//     DefaultStartTimeout, 1 min; WaitForever: no bound) ends Run with
+//     ErrStartTimeout and the last failure when it is not up in time, so a
+//     misconfigured process exits and its supervisor says so.
 //   - A store that refuses the runner's credentials or permissions (with
 //     etcd: a wrong or changed password, a role without readwrite on the
 //     namespace's prefix; storage.ErrPermissionDenied) ends Run at once
@@ -315,7 +355,8 @@
 //     (error.type=permission_denied), until the permission is back. A
 //     client-only runner only reads: a role granting read on the prefix is
 //     enough for it (started before any hosting runner published the
-//     cluster record, it waits for one, logged like an unreachable store).
+//     cluster record, it waits for one, logged like an unreachable store
+//     and bounded by StartTimeout).
 //     SECURITY.md has the etcdctl lines.
 //   - A hosting runner serves its shards to other runners only over its
 //     transport (Config.ListenAddr, Address). Without one it is meant for a

@@ -225,6 +225,41 @@ func TestResidentCapEvictsLRU(t *testing.T) {
 	})
 }
 
+// TestIdleExpiryAndEvictionHaveDistinctReasons: an entity passivated for
+// being idle and one evicted by the resident cap reach Release with
+// different reasons, ErrIdleExpired and ErrEvicted, each matching
+// ErrPassivated and not the other, so an app can delete state on the first
+// only.
+func TestIdleExpiryAndEvictionHaveDistinctReasons(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newTestKind(false, entity.IdleAfter(time.Minute))
+		_, r, _ := startHosting(t, k, runner.Config{MaxResidentEntities: 1})
+		ctx := t.Context()
+		for _, id := range []string{"evicted", "idle"} {
+			if _, err := k.inc.Ask(ctx, r, id, incReq{By: 1}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		time.Sleep(time.Minute) // "idle" expires
+		synctest.Wait()
+		rels := k.log.releases()
+		if len(rels) != 2 {
+			t.Fatalf("releases = %+v, want evicted then idle", rels)
+		}
+		for _, c := range []struct {
+			rel           entity.ReleaseInfo
+			entity        string
+			want, notWant error
+		}{{rels[0], "evicted", runner.ErrEvicted, runner.ErrIdleExpired}, {rels[1], "idle", runner.ErrIdleExpired, runner.ErrEvicted}} {
+			if c.rel.Entity != c.entity || !errors.Is(c.rel.Reason, c.want) || errors.Is(c.rel.Reason, c.notWant) ||
+				!errors.Is(c.rel.Reason, runner.ErrPassivated) {
+				t.Errorf("release of %s: reason %v; want %v (and ErrPassivated), not %v", c.rel.Entity, c.rel.Reason, c.want, c.notWant)
+			}
+		}
+	})
+}
+
 func TestDetachInterruptsEveryEntity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		k := newTestKind(false)

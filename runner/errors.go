@@ -19,8 +19,20 @@ var (
 	ErrDetached = hosting.ErrDetached
 	// ErrShardMoved: the shard is no longer owned here (released or taken).
 	ErrShardMoved = hosting.ErrShardMoved
-	// ErrPassivated: the entity was stopped for being idle or evicted.
+	// ErrPassivated: the entity was stopped while its shard stays here,
+	// for one of two reasons that both match it with errors.Is:
+	// ErrIdleExpired or ErrEvicted (the Reason of entity.ReleaseInfo).
 	ErrPassivated = hosting.ErrPassivated
+	// ErrIdleExpired: the entity received no message for its kind's
+	// IdleAfter (errors.Is(err, ErrPassivated) holds). An entity whose
+	// state ends with disuse (a session) may delete its checkpoint on
+	// this reason, and only on this one (see the Release example).
+	ErrIdleExpired = hosting.ErrIdleExpired
+	// ErrEvicted: the entity was the least recently used idle one while
+	// the runner held more than MaxResidentEntities (errors.Is(err,
+	// ErrPassivated) holds): memory pressure, not disuse, so its state is
+	// still wanted — checkpoint it, never delete it.
+	ErrEvicted = hosting.ErrEvicted
 	// ErrShutdown: the runner is shutting down.
 	ErrShutdown = hosting.ErrShutdown
 	// ErrCallerDeadline: the asker's deadline passed while its handler ran
@@ -49,6 +61,9 @@ var (
 	ErrNoTransport = routing.ErrNoTransport
 	// ErrStartTimeout: Run was not ready within Config.StartTimeout.
 	ErrStartTimeout = errors.New("runner: not ready within StartTimeout")
+	// ErrTooManyAsyncSends: Config.MaxAsyncSends sends of SendAsync are in
+	// flight; the send was refused (not sent).
+	ErrTooManyAsyncSends = errors.New("runner: too many asynchronous sends in flight")
 	// ErrNoOwner: no owner of the shard is known (yet); the error says why
 	// (the cluster not listed, no runner registered, the shard unowned for
 	// how long). Send retries it until its context ends.

@@ -307,7 +307,7 @@ func (r *Runner) releaseShardHook(actx context.Context, s *shard, to string) {
 	}
 	rctx, cancel := r.boundedCtx(actx, r.cfg.DrainTimeout)
 	defer cancel()
-	rctx = context.WithValue(rctx, shardInfoKey{}, ShardInfo{Runner: r.cfg.ID, Shard: s.id, Epoch: s.epoch})
+	rctx = r.withShardEnv(rctx, ShardInfo{Runner: r.cfg.ID, Shard: s.id, Epoch: s.epoch})
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("ReleaseShard hook panicked", "shard", s.id, "panic", p)

@@ -92,3 +92,28 @@ func TestIdempotentRetryEndsWithContext(t *testing.T) {
 		}
 	})
 }
+
+// TestIdempotentCallThatMayHaveRunNeverReportsUndelivered: once an attempt
+// may have run the call, the error that ends the retries matches
+// ErrMaybeDelivered, even when the last attempt proved only that it was
+// not delivered itself (here: undelivered, the runner detached, until the
+// deadline). A caller told "not delivered" would take a call that ran for
+// one that did not.
+func TestIdempotentCallThatMayHaveRunNeverReportsUndelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		k := entity.NewKind("flaky", func(string) *flaky { return &flaky{calls: &calls} })
+		read := entity.Method(k, "read", (*flaky).Read, entity.Idempotent())
+		_, r, _ := startOwningAll(t, runner.Config{ID: "a", NumShards: 4, RecoverWindow: time.Hour}, k)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { _, err := read.Ask(ctx, r, "e", flakyReq{}); errc <- err }()
+		synctest.Wait()
+		r.Detach() // the first call's result is withheld; later attempts are undelivered
+		err := <-errc
+		if calls.Load() != 1 || !errors.Is(err, runner.ErrMaybeDelivered) {
+			t.Fatalf("Ask = %v after %d calls of the handler; want an error matching ErrMaybeDelivered after 1", err, calls.Load())
+		}
+	})
+}

@@ -26,6 +26,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	defer close(r.done)
 	defer r.met.close()
+	defer r.async.stop() // after the next: sends waiting for routes see ErrClosed
 	defer func() {
 		r.running.Store(false)
 		r.router.RoutesChanged() // waiting sends see it and return ErrClosed
@@ -159,6 +160,7 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 		r.phase = phaseStopped
 		r.mu.Unlock()
 		r.stopOnce.Do(func() { close(r.stopReq) })
+		r.async.stop() // sends made before Run: they fail with ErrClosed
 		return nil
 	}
 	if r.stopCtx == nil {
@@ -195,6 +197,8 @@ func (r *Runner) Close() {
 	r.closeOnce.Do(func() { close(r.closeReq) })
 	if started {
 		<-r.done
+	} else {
+		r.async.stop() // sends made before Run: they fail with ErrClosed
 	}
 }
 

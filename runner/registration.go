@@ -17,7 +17,7 @@ import (
 func (r *Runner) recordFor(ttl time.Duration, draining bool) storage.RunnerRecord {
 	rec := storage.RunnerRecord{
 		ID: r.cfg.ID, Address: r.Address(), Weight: r.cfg.Weight,
-		Incarnation: r.incarnation, Started: r.started, LeaseTTL: ttl,
+		Incarnation: r.incarnation, Started: r.started, LeaseTTL: ttl, DebugURL: r.cfg.DebugURL,
 		Draining: r.opDrain.requested.Load(), // an operator's request (drain.go)
 	}
 	if draining {

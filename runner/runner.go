@@ -144,6 +144,7 @@ type Runner struct {
 	lostLocks       []lostLock   // dropped shards not logged yet
 	st              startState   // starting up (start.go)
 	ownLog          ownershipLog // ownership changes of a round (ownershiplog.go)
+	async           asyncSends   // SendAsync's sends in flight (async.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -167,6 +168,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r.st.init()
+	r.async.init()
 	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
 	r.hub.Observe = r.noteEvent
 	localIncarnations.Store(r.incarnation, struct{}{})
@@ -319,13 +321,28 @@ type ShardInfo struct {
 	Epoch  storage.Epoch // the ownership epoch the handler runs under
 }
 
-type shardInfoKey struct{}
+// shardEnv is what the context of a shard's handlers and hooks carries:
+// set once per shard (installWithLocked), so no message pays for it.
+type shardEnv struct {
+	info ShardInfo
+	r    *Runner
+}
+
+type shardEnvKey struct{}
+
+// withShardEnv returns ctx carrying shard info of runner r.
+func (r *Runner) withShardEnv(ctx context.Context, info ShardInfo) context.Context {
+	return context.WithValue(ctx, shardEnvKey{}, &shardEnv{info: info, r: r})
+}
 
 // ShardInfoFrom returns the ShardInfo carried by a handler's (or lifecycle
 // hook's) context.
 func ShardInfoFrom(ctx context.Context) (ShardInfo, bool) {
-	info, ok := ctx.Value(shardInfoKey{}).(ShardInfo)
-	return info, ok
+	env, ok := ctx.Value(shardEnvKey{}).(*shardEnv)
+	if !ok {
+		return ShardInfo{}, false
+	}
+	return env.info, true
 }
 
 // ShardContext returns the context of shard id while this runner owns it.
@@ -362,18 +379,27 @@ type Status struct {
 	// computed last (0 before the first): runners with equal digests agree
 	// on the assignment.
 	AssignmentDigest uint64
+	// NotStarted says, while the runner is not ready because its start
+	// calls to the store keep failing, since when and why: "not started:
+	// etcd at 10.0.0.1:2379 unreachable since 10:04:05 (45s, 9 failed
+	// attempts): etcd unreachable: 10.0.0.1:2379: dial tcp 10.0.0.1:2379:
+	// connect: connection refused (...)". "" once ready and before a first
+	// failure. StartError is the last failure it quotes.
+	NotStarted string
+	StartError error
 }
 
 // Status returns a snapshot of the runner's state.
 func (r *Runner) Status() Status {
 	h, _ := r.keeper.Health()
 	st := r.machine.State()
+	note, startErr := r.notStarted()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Status{
 		Phase: r.phase.String(), Detached: r.phase == phaseDetached, Reason: st.Reason,
 		Lease: r.lease, Deadline: h.Deadline, Owned: len(r.owned), Members: len(r.view.members),
-		AssignmentDigest: r.view.assignDigest,
+		AssignmentDigest: r.view.assignDigest, NotStarted: note, StartError: startErr,
 	}
 }
 
@@ -427,7 +453,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	}
 	delete(r.movedTo, id)
 	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
-	ctx, cancel := context.WithCancelCause(context.WithValue(r.attachCtx, shardInfoKey{}, info))
+	ctx, cancel := context.WithCancelCause(r.withShardEnv(r.attachCtx, info))
 	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel}
 	s.host = r.hosting.NewShard(hosting.ShardSpec{
 		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.attachCtx, Prev: r.lastHosts[id], Reason: reason, Warmed: warmed,

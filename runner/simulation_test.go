@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/linearize"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -38,7 +39,9 @@ import (
 //     unless an unplanned loss (crash, lost lease, lost lock) came between
 //     (planned moves checkpoint on release and restore on activation);
 //   - after the last fault heals, the cluster converges: every shard owned
-//     exactly once by its assignee, within 2 x TTL + HandoffWait.
+//     exactly once by its assignee, within 2 x TTL + HandoffWait;
+//   - every register's history is linearizable (simulation_linearize_test.go,
+//     internal/linearize).
 //
 // The schedule (what fault, when, for how long, and every ask's timing)
 // is a pure function of the seed and is printed with a failure: -sim.seed
@@ -47,7 +50,7 @@ import (
 // is not controlled, so a replay reruns the same schedule, not necessarily
 // the same interleaving.
 var (
-	simSeeds = flag.Int("sim.seeds", 200, "simulation seeds to run (make test runs 1000 without -race)")
+	simSeeds = flag.Int("sim.seeds", 0, "simulation seeds to run (default 200, or 50 under -race; make test runs 50 with -race, then 1150 more without)")
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed")
 	simFirst = flag.Uint64("sim.first", 1, "first seed")
 	simLog   = flag.Bool("sim.log", false, "print each run's schedule and the runners' logs")
@@ -58,7 +61,14 @@ func TestSimulation(t *testing.T) {
 	if *simSeed != 0 {
 		seeds = append(seeds, *simSeed)
 	} else {
-		for i := range uint64(*simSeeds) {
+		n := *simSeeds
+		if n == 0 {
+			n = 200
+			if raceEnabled { // the race detector makes a seed ~5x slower: a short version (make test runs the rest without it)
+				n = 50
+			}
+		}
+		for i := range uint64(n) {
 			seeds = append(seeds, *simFirst+i)
 		}
 	}
@@ -67,10 +77,12 @@ func TestSimulation(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			var st simStats
 			synctest.Test(t, func(t *testing.T) { st = simulate(t, seed) })
+			st.lin = checkSimLinearizable(t, seed, st.linOps)
 			total.add(st)
 		})
 	}
 	t.Logf("%d seeds: %s", len(seeds), total)
+	t.Logf("registers: %s", total.lin)
 }
 
 // simStats counts what the runs did.
@@ -85,8 +97,11 @@ type simStats struct {
 	reminderRedelivered int // of which after an unplanned loss (at least once)
 	stateWrites         int // reminder writes the store accepted (each checked against the lock's epoch)
 
-	workerRuns      int // runs of singletons and shard workers (each checked: owner, no overlap)
-	rememberedLives int // lives of remembered entities (each checked: no overlap)
+	workerRuns      int              // runs of singletons and shard workers (each checked: owner, no overlap)
+	rememberedLives int              // lives of remembered entities (each checked: no overlap)
+	violations      int              // of the checks above (they fail the run unless the store is broken on purpose)
+	linOps          []linearize.Op   // the registers' history (simulation_linearize_test.go)
+	lin             linearize.Report // its check
 }
 
 func (s *simStats) add(o simStats) {
@@ -106,6 +121,8 @@ func (s *simStats) add(o simStats) {
 	s.stateWrites += o.stateWrites
 	s.workerRuns += o.workerRuns
 	s.rememberedLives += o.rememberedLives
+	s.violations += o.violations
+	s.lin.Add(o.lin)
 }
 
 func (s simStats) String() string {
@@ -231,13 +248,21 @@ type simRun struct {
 	ids     int
 	sched   []string // the schedule, for the failure message
 	stats   simStats
+	lin     *simLin // the registers (simulation_linearize_test.go)
+	opts    simOptions
 
 	evMu sync.Mutex
 	evs  []runner.Event
 	wg   sync.WaitGroup
 }
 
-func simulate(t *testing.T, seed uint64) simStats {
+// simOptions break a run on purpose, for the tests proving the checks
+// can fail.
+type simOptions struct {
+	unfenced bool // the store accepts checkpoints under any epoch
+}
+
+func simulate(t *testing.T, seed uint64, opts ...simOptions) simStats {
 	s := &simRun{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed*0x9e3779b97f4a7c15+1)),
 		c: memory.NewCluster(), net: transport.NewInmemNetwork(),
@@ -252,7 +277,12 @@ func simulate(t *testing.T, seed uint64) simStats {
 	s.inc = entity.Method(s.kind, "inc", (*simCounter).Inc)
 	s.w.rem = newSimReminders(s.kind)
 	s.w.always = newSimAlways()
+	s.lin = newSimLin(s.w)
+	if len(opts) > 0 {
+		s.opts = opts[0]
+	}
 	defer s.c.Close()
+	s.c.DisableFencing(s.opts.unfenced)
 	gw := s.startNode("gw", true)
 	for range 3 {
 		s.startNode("", false)
@@ -260,9 +290,11 @@ func simulate(t *testing.T, seed uint64) simStats {
 	s.armAll(gw)
 	s.activateRemembered(gw)
 	load := s.drive(gw)
+	s.lin.drive(seed, gw.r)
 	s.schedule()
 	close(load.stop)
 	load.wg.Wait()
+	s.lin.halt()
 	s.heal()
 	s.converge()
 	converged := time.Now()
@@ -284,6 +316,7 @@ func simulate(t *testing.T, seed uint64) simStats {
 	s.check(load)
 	s.checkReminders(converged)
 	s.checkAlways()
+	s.stats.linOps = s.lin.history()
 	s.reportViolations()
 	return s.stats
 }
@@ -317,7 +350,7 @@ func (s *simRun) startNode(id string, gateway bool) *simNode {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := r.Register(s.kind); err != nil {
+	if err := r.Register(s.kind, s.lin.kind); err != nil {
 		s.t.Fatal(err)
 	}
 	if err := s.w.always.install(r); err != nil {

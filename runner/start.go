@@ -23,8 +23,12 @@ import (
 //     checkCluster). A mismatch ends Run with a *ClusterMismatchError.
 //   - Store failures at start are retried with backoff; the first is
 //     logged at WARN with the store's endpoints and the error, then one
-//     WARN a minute (startFailed). Config.StartTimeout, if set, ends Run
-//     with ErrStartTimeout when the runner is not ready in time.
+//     WARN a minute (startFailed). A call that found the store unavailable
+//     is explained by the connection's own error when the store can say
+//     it (connectionDiagnoser: refused, DNS, TLS), and Status and the debug
+//     page say "not started: etcd ... unreachable since ...".
+//     Config.StartTimeout (default DefaultStartTimeout) ends Run with
+//     ErrStartTimeout when the runner is not ready in time.
 //   - A store that refuses the runner's credentials or permissions
 //     (storage.ErrPermissionDenied) ends Run at once with that error,
 //     logged at ERROR (startRefused): no retry succeeds until an operator
@@ -41,6 +45,19 @@ import (
 
 // startWarnEvery is how often a start that keeps failing is logged at WARN.
 const startWarnEvery = time.Minute
+
+// connectionDiagnoser is implemented by stores that can say why they
+// cannot reach their servers in the connection's words (storage/etcd: a
+// refused connection, a failed DNS lookup or TLS handshake) when a call
+// only says that its deadline passed.
+type connectionDiagnoser interface {
+	ConnectionError(ctx context.Context) error
+}
+
+// diagnoseTimeout bounds the store's connection diagnosis after a failed
+// start call: a refused connection, a DNS or TLS failure is known in
+// milliseconds; an endpoint that drops packets says nothing in any time.
+const diagnoseTimeout = time.Second
 
 // localIncarnations holds the incarnations of the runners made in this
 // process (by New): runners of one process may do without a transport.
@@ -111,6 +128,7 @@ func (r *Runner) endpoints() string {
 // the first of a streak at WARN with the endpoints and the error, then at
 // most one WARN per startWarnEvery, the rest at DEBUG.
 func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
+	err = r.explainUnavailable(err)
 	now := time.Now()
 	r.st.mu.Lock()
 	r.st.failures++
@@ -128,6 +146,11 @@ func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
 	attrs := []any{"op", op, "err", err, "retry_in", retryIn}
 	if eps := r.endpoints(); eps != "" {
 		attrs = append(attrs, "endpoints", eps)
+	}
+	if r.cfg.StartTimeout > 0 {
+		attrs = append(attrs, "hint", fmt.Sprintf("check the endpoints and that the store runs; Run fails with ErrStartTimeout if not ready within StartTimeout (%v)", r.cfg.StartTimeout))
+	} else {
+		attrs = append(attrs, "hint", "check the endpoints and that the store runs; Run waits without bound (StartTimeout < 0): set Config.StartTimeout > 0 to fail instead")
 	}
 	switch {
 	case first:
@@ -203,6 +226,58 @@ func (r *Runner) reattachFailed(err error) {
 		"err", err, "refused_attempts", n, "hint", deniedHint)
 }
 
+// explainUnavailable returns err, a failed start call, preceded by the
+// store's connection error when the call found the store unavailable and
+// the store can say why (connectionDiagnoser): "etcd unreachable:
+// 10.0.0.1:2379: dial tcp 10.0.0.1:2379: connect: connection refused"
+// says more than the call's "context deadline exceeded". The result
+// matches both errors.
+func (r *Runner) explainUnavailable(err error) error {
+	d, ok := r.store.(connectionDiagnoser)
+	if !ok || !errors.Is(err, storage.ErrUnavailable) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(diagnoseTimeout, r.cfg.OpTimeout))
+	defer cancel()
+	cerr := d.ConnectionError(ctx)
+	if cerr == nil { // reachable: the call failed for another reason
+		return err
+	}
+	return fmt.Errorf("%w (the call: %w)", cerr, err)
+}
+
+// notStarted says why a runner that is not ready is not, once a start
+// call failed: "not started: etcd at 10.0.0.1:2379 unreachable since
+// 10:04:05 (45s, 9 failed attempts): <the last failure>" (local time). It returns ""
+// and nil once the runner is ready, and before any failure.
+func (r *Runner) notStarted() (string, error) {
+	r.st.mu.Lock()
+	n, since, last := r.st.failures, r.st.firstFail, r.st.lastErr
+	r.st.mu.Unlock()
+	if n == 0 || last == nil {
+		return "", nil
+	}
+	select {
+	case <-r.st.ready:
+		return "", nil
+	default:
+	}
+	what := "the store"
+	if eps := r.endpoints(); eps != "" {
+		what = "etcd at " + eps
+	}
+	how := "unreachable"
+	if !errors.Is(last, storage.ErrUnavailable) {
+		how = "failing"
+	}
+	attempts := "1 failed attempt"
+	if n > 1 {
+		attempts = fmt.Sprintf("%d failed attempts", n)
+	}
+	return fmt.Sprintf("not started: %s %s since %s (%v, %s): %v",
+		what, how, since.Format("15:04:05"), time.Since(since).Round(time.Second), attempts, last), last
+}
+
 // startErr returns the last start failure while the runner is not ready.
 func (r *Runner) startErr() error {
 	r.st.mu.Lock()
@@ -227,7 +302,7 @@ func (r *Runner) startup(ctx context.Context) {
 }
 
 // startTimeout ends Run with ErrStartTimeout unless the runner is ready
-// within Config.StartTimeout.
+// within Config.StartTimeout (none when it is negative).
 func (r *Runner) startTimeout(ctx context.Context) {
 	t := time.NewTimer(r.cfg.StartTimeout)
 	defer t.Stop()

@@ -2,8 +2,11 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +18,11 @@ import (
 )
 
 // TestEtcdDownAtStart: a runner started while its etcd is down logs a WARN
-// naming the endpoint and the error, is not Ready, and becomes Ready (and
-// serves) once etcd is up; with StartTimeout, Run gives up and says why.
+// naming the endpoint and the connection's error (connection refused, not
+// the call's deadline) with a hint at StartTimeout, is not Ready, says
+// "not started: etcd ... unreachable since" in Status and on its debug
+// page, and becomes Ready (and serves) once etcd is up; with StartTimeout,
+// Run gives up and says why.
 func TestEtcdDownAtStart(t *testing.T) {
 	srv := testenv.StartEtcd(t)
 	srv.Stop()
@@ -39,12 +45,15 @@ func TestEtcdDownAtStart(t *testing.T) {
 
 	var lc logCapture
 	timed := newRunner(runner.Config{ID: "timed", NumShards: 8, StartTimeout: 2 * time.Second, OpTimeout: 500 * time.Millisecond, Logger: lc.logger(t)})
-	if err := timed.Run(context.Background()); !errors.Is(err, runner.ErrStartTimeout) || !errors.Is(err, storage.ErrUnavailable) {
-		t.Fatalf("Run with etcd down and StartTimeout 2s = %v, want ErrStartTimeout with the store's error", err)
+	if err := timed.Run(context.Background()); !errors.Is(err, runner.ErrStartTimeout) || !errors.Is(err, storage.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Run with etcd down and StartTimeout 2s = %v, want ErrStartTimeout with the connection's error", err)
 	}
 	warns := lc.find(slog.LevelWarn, "cannot start")
-	if len(warns) != 1 || warns[0].Attrs["endpoints"] != srv.Endpoint() || warns[0].Attrs["err"] == "" {
-		t.Fatalf("WARN lines = %v, want one naming endpoint %s and the error", warns, srv.Endpoint())
+	if len(warns) != 1 || warns[0].Attrs["endpoints"] != srv.Endpoint() ||
+		!strings.Contains(warns[0].Attrs["err"], "etcd unreachable: "+srv.Endpoint()+": dial tcp") ||
+		!strings.Contains(warns[0].Attrs["err"], "connection refused") || !strings.Contains(warns[0].Attrs["hint"], "StartTimeout (2s)") {
+		t.Fatalf("WARN lines = %v, want one naming endpoint %s, the refused connection and StartTimeout", warns, srv.Endpoint())
 	}
 	if errs := lc.find(slog.LevelError, "StartTimeout"); len(errs) != 1 || !strings.Contains(errs[0].Attrs["err"], "StartTimeout") {
 		t.Fatalf("ERROR lines = %v, want one saying why Run stopped", errs)
@@ -59,6 +68,26 @@ func TestEtcdDownAtStart(t *testing.T) {
 		t.Fatal("Ready with etcd down")
 	case <-time.After(time.Second):
 	}
+	want := "not started: etcd at " + srv.Endpoint() + " unreachable since "
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(r.Status().NotStarted, want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := r.Status(); !strings.HasPrefix(st.NotStarted, want) || !strings.Contains(st.NotStarted, "connection refused") ||
+		!errors.Is(st.StartError, storage.ErrUnavailable) {
+		t.Fatalf("Status while etcd is down: NotStarted %q, StartError %v; want %q... naming the refused connection", st.NotStarted, st.StartError, want)
+	}
+	page := httptest.NewRecorder()
+	r.DebugHandler(runner.DebugConfig{}).ServeHTTP(page, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+	var doc runner.DebugState
+	if err := json.Unmarshal(page.Body.Bytes(), &doc); err != nil || !strings.HasPrefix(doc.Self.NotStarted, want) {
+		t.Fatalf("debug JSON while etcd is down: self.not_started %q (%v); want %q...", doc.Self.NotStarted, err, want)
+	}
+	page = httptest.NewRecorder()
+	r.DebugHandler(runner.DebugConfig{}).ServeHTTP(page, httptest.NewRequest(http.MethodGet, "/", nil))
+	if html := page.Body.String(); !strings.Contains(html, `id="not-started"`) || !strings.Contains(html, "unreachable since") {
+		t.Fatalf("the debug page while etcd is down does not say it is not started:\n%s", html)
+	}
 	srv.Restart(t)
 	select {
 	case <-r.Ready():
@@ -71,5 +100,8 @@ func TestEtcdDownAtStart(t *testing.T) {
 	defer cancel()
 	if n, err := k.inc.Ask(ctx, r, "x", incReq{By: 1}); err != nil || n != 1 {
 		t.Fatalf("Ask once ready = %d, %v", n, err)
+	}
+	if st := r.Status(); st.NotStarted != "" || st.StartError != nil {
+		t.Errorf("Status once ready: NotStarted %q, StartError %v; want none", st.NotStarted, st.StartError)
 	}
 }

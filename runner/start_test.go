@@ -124,7 +124,7 @@ func TestUnreachableStoreAtStartWarnsOncePerMinute(t *testing.T) {
 		s := c.NewStore("a")
 		s.Partition(true)
 		var lc logCapture
-		r, err := runner.New(endpointStore{s}, runner.Config{ID: "a", NumShards: 8, Logger: lc.logger(t)})
+		r, err := runner.New(endpointStore{s}, runner.Config{ID: "a", NumShards: 8, StartTimeout: runner.WaitForever, Logger: lc.logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,6 +182,49 @@ func TestStartTimeoutEndsRun(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestStartTimeoutDefaultsToAMinute: a runner configured without
+// StartTimeout that cannot reach its store fails Run with ErrStartTimeout
+// after DefaultStartTimeout, as a process supervisor expects of a
+// misconfigured process; WaitForever keeps waiting (here ten minutes).
+func TestStartTimeoutDefaultsToAMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		s := c.NewStore("a")
+		s.Partition(true)
+		r, err := runner.New(s, runner.Config{ID: "a", NumShards: 8, Logger: logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = runErr(t, runAsync(t, r), 2*runner.DefaultStartTimeout)
+		if took := time.Since(start); !errors.Is(err, runner.ErrStartTimeout) || took != runner.DefaultStartTimeout {
+			t.Fatalf("Run = %v after %v, want ErrStartTimeout after DefaultStartTimeout (%v)", err, took, runner.DefaultStartTimeout)
+		}
+
+		sb := c.NewStore("b")
+		sb.Partition(true)
+		patient, err := runner.New(sb, runner.Config{ID: "b", NumShards: 8, StartTimeout: runner.WaitForever, Logger: logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := runAsync(t, patient)
+		select {
+		case err := <-done:
+			t.Fatalf("Run with StartTimeout WaitForever = %v within 10 minutes, want it still waiting", err)
+		case <-time.After(10 * time.Minute):
+		}
+		sb.Partition(false)
+		select {
+		case <-patient.Ready():
+		case err := <-done:
+			t.Fatalf("Run = %v once the store is back, want Ready", err)
+		case <-time.After(time.Minute):
+			t.Fatal("not Ready a minute after the store came back")
+		}
+	})
 }
 
 // TestReadyOnceUp: Ready closes when a hosting runner registered and when a

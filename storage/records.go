@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,10 @@ type RunnerRecord struct {
 	// registered by another process waits this long for a crashed
 	// predecessor's lease to expire.
 	LeaseTTL time.Duration `json:"leaseTTL,omitempty"`
+	// DebugURL is where the runner serves its debug page (see
+	// ValidateDebugURL), so that every runner's page can fetch its state;
+	// empty when it publishes none.
+	DebugURL string `json:"debugURL,omitempty"`
 }
 
 // Validate reports whether the record can be stored: a valid runner ID
@@ -53,6 +58,28 @@ func (r RunnerRecord) Validate() error {
 		if err := validAddress(r.Address); err != nil {
 			return fmt.Errorf("%w: runner %q: address %q: %v", ErrInvalidArgument, r.ID, r.Address, err)
 		}
+	}
+	if r.DebugURL != "" {
+		if err := ValidateDebugURL(r.DebugURL); err != nil {
+			return fmt.Errorf("runner %q: %w", r.ID, err)
+		}
+	}
+	return nil
+}
+
+// ValidateDebugURL reports an ErrInvalidArgument unless u is an absolute
+// http or https URL with a host, printable UTF-8 of at most 1024 bytes: the
+// rule for RunnerRecord.DebugURL.
+func ValidateDebugURL(u string) error {
+	if len(u) > 1024 || !utf8.ValidString(u) || strings.ContainsFunc(u, unicode.IsControl) {
+		return fmt.Errorf("%w: debug URL %q: want printable UTF-8 of at most 1024 bytes", ErrInvalidArgument, u)
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("%w: debug URL %q: %v", ErrInvalidArgument, u, err)
+	}
+	if (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return fmt.Errorf("%w: debug URL %q: want http://host:port/path or https://...", ErrInvalidArgument, u)
 	}
 	return nil
 }
@@ -239,6 +266,7 @@ func DecodeRunner(kv KeyValue) (Runner, error) {
 		member(obj, "started", true, &rec.Started),
 		member(obj, "draining", false, &rec.Draining),
 		member(obj, "leaseTTL", false, &ttl),
+		member(obj, "debugURL", false, &rec.DebugURL),
 	); err != nil {
 		return corrupt(err)
 	}

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -28,6 +29,36 @@ func checkCorrupt(t *testing.T, what string, err error, ks Keyspace, key string)
 }
 
 var goodRunner = `{"id":"r1","address":"10.0.0.5:7100","weight":1,"incarnation":"i1","started":"2026-01-02T03:04:05.000000006Z"}`
+
+// TestRunnerRecordCarriesItsDebugURL: a runner record round-trips its
+// debug URL; a record without one (an older runner's) decodes with none;
+// a URL that is not absolute http(s) is refused when encoding and makes a
+// stored record corrupt.
+func TestRunnerRecordCarriesItsDebugURL(t *testing.T) {
+	rec := RunnerRecord{ID: "r1", Incarnation: "i1", Weight: 1, Started: time.Unix(1767323045, 0).UTC(),
+		DebugURL: "http://10.0.0.5:8081/debug/shardhost/"}
+	b, err := EncodeRunner(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeRunner(KeyValue{Key: "r1", Value: b}); err != nil || got.DebugURL != rec.DebugURL {
+		t.Errorf("DecodeRunner(EncodeRunner(%q)) = %q, %v", rec.DebugURL, got.DebugURL, err)
+	}
+	if got, err := DecodeRunner(KeyValue{Key: "r1", Value: []byte(goodRunner)}); err != nil || got.DebugURL != "" {
+		t.Errorf("DecodeRunner(a record without debugURL) = %q, %v; want none", got.DebugURL, err)
+	}
+	for _, bad := range []string{"10.0.0.5:8081/debug", "ftp://h/x", "http:///x", "/debug/shardhost/", "http://h/\x01"} {
+		rec.DebugURL = bad
+		if _, err := EncodeRunner(rec); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("EncodeRunner(DebugURL %q) = %v, want ErrInvalidArgument", bad, err)
+		}
+		q, _ := json.Marshal(bad)
+		v := []byte(`{"id":"r1","weight":1,"incarnation":"i1","started":"2026-01-02T03:04:05Z","debugURL":` + string(q) + `}`)
+		if _, err := DecodeRunner(KeyValue{Key: "r1", Value: v}); err == nil {
+			t.Errorf("DecodeRunner(debugURL %q) succeeded, want a corrupt record", bad)
+		}
+	}
+}
 
 // TestDecodersAreStrict: a value the library did not write (or that lost a
 // required member) is corrupt, whatever encoding/json would make of it.

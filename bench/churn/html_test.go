@@ -146,7 +146,9 @@ func TestChurnReportInBrowser(t *testing.T) {
 	if got := len(elements(section(t, doc, "owned"), "polygon")); got != len(rep.timeline.runners) {
 		t.Errorf("%d owned-shards bands in the DOM, want %d", got, len(rep.timeline.runners))
 	}
-	shot := filepath.Join(filepath.Dir(path), "churn-report.png")
-	b.Screenshot(url, shot, 1200, 1500, time.Second)
-	t.Log(fmt.Sprintf("screenshot: %s", shot))
+	if os.Getenv("SHARDHOST_SCREENSHOTS") != "" { // a picture for docs/, not a check: make test takes none
+		shot := filepath.Join(filepath.Dir(path), "churn-report.png")
+		b.Screenshot(url, shot, 1200, 1500, time.Second)
+		t.Log(fmt.Sprintf("screenshot: %s", shot))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/linearize"
 	"github.com/shardhost/shardhost/internal/runnerproc"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -58,6 +59,7 @@ type stats struct {
 	ReminderFires       int
 	ReminderRedelivered int
 	ReminderRecovery    []time.Duration
+	Lin                 linearize.Report // rule 9: the registers' histories
 }
 
 func (s *stats) failedTotal() int {

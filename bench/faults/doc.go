@@ -8,6 +8,7 @@
 //	go run ./bench/faults -seed 17 -v      # replay one run
 //	SHARDHOST_FAULTS_LOG=debug go run ./bench/faults -seed 17 -keep   # with the runners' debug logs kept
 //	go run ./bench/faults -kinds pause -faults 6 -runs 20   # one kind of fault only
+//	go run ./bench/faults -check-registers DIR/registers.jsonl   # rule 9 again on a kept run's registers
 //
 // # A run
 //
@@ -17,7 +18,12 @@
 // hosting counters, and a client-only gateway in this process whose callers
 // ask Inc (and now and then Get) of Entities counters over Shards shards.
 // Each Inc handler runs Work (5 ms), adds one, checkpoints the count
-// (fenced) every CheckpointEvery increments and in its Release hook.
+// (fenced) every CheckpointEvery increments and in its Release hook. The
+// same gateway reads, writes and compare-and-sets Registers registers
+// (-registers, 200) at RegisterRate operations a second (-register-rate,
+// 150; 40 % reads, 30 % writes of values unique in the run, 30 % CAS
+// expecting the last value seen); a register checkpoints every change,
+// fenced, before it answers, and restores on activation.
 //
 // The run draws its schedule from its seed (printed; -seed replays it) and
 // injects the faults one after the other, each healed before the next:
@@ -68,8 +74,9 @@
 //  7. the cluster re-converges (every shard locked by a live runner, no
 //     handoff pending, all runners attached and agreeing on the
 //     assignment, one counter of every shard answering) within 2 x TTL
-//     after the last fault was healed, and every counter answers the final
-//     read (no hang, no stuck shard); a restarted runner registers;
+//     after the last fault was healed, and every counter and register
+//     answers the final read (no hang, no stuck shard); a restarted runner
+//     registers;
 //  8. reminders: the first 200 counters (-reminders) register a reminder
 //     firing every second before the faults, and each tick's handler
 //     records its tick (between a start and an end record, so checks 1 and
@@ -84,13 +91,26 @@
 //     every reminder fires again after the cluster re-converged, and
 //     within 2 x TTL of a SIGKILL of the runner it fired on (which the
 //     schedule restarts with the same ID at once: its shards wait for the
-//     old lease to expire, then for the new process).
+//     old lease to expire, then for the new process);
+//  9. every register's history is linearizable: what the callers observed
+//     could have happened on one copy of each register, in an order that
+//     respects real time (internal/linearize, with porcupine). The driver
+//     records each operation's invocation and return (CLOCK_MONOTONIC)
+//     and its outcome: ok; failed, for the errors that prove no handler
+//     ran it (not owner, undelivered, no owner, not sent, ...); or unknown
+//     — ErrMaybeDelivered, a StaleResultError, a handler error, a deadline
+//     — which may have taken effect at any instant after its invocation or
+//     never (linearize.OutcomeOf). Each register's search is bounded (30 s);
+//     one that runs out is a violation (undecided, never a pass). The
+//     visualization of the first register found not linearizable is kept
+//     in the run's directory (linearizability.html).
 //
 // A violation makes the run fail; its files (histories, runner logs, etcd
 // and toxiproxy logs) are kept and their directory printed. The summary
 // counts faults by kind, SIGSTOPs that caught a handler running and late
 // handlers withheld, asks by outcome and error class, increments lost,
-// fenced and accepted writes, detach margins and convergence times; the
+// fenced and accepted writes, detach margins, convergence times, and the
+// register operations checked for linearizability and how long it took; the
 // command exits 1 on any violation or on a run that could not be carried
 // out.
 //

@@ -65,6 +65,8 @@ type driver struct {
 	mu   sync.Mutex
 	asks []ask
 	shed int // asks due while MaxInFlight were waiting: not sent
+
+	reg registers // the register load (linearizability.go)
 }
 
 func entityID(i int) string { return fmt.Sprintf("c%d", i) }
@@ -81,7 +83,7 @@ func startDriver(e *env) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := gw.Register(runnerproc.Kind, runnerproc.Counter); err != nil {
+	if err := gw.Register(runnerproc.Kind, runnerproc.Counter, runnerproc.Register); err != nil {
 		return nil, err
 	}
 	d := &driver{p: e.p, gw: gw, run: make(chan error, 1)}
@@ -127,6 +129,7 @@ func (d *driver) load(ctx context.Context, seed uint64) {
 	sem := make(chan struct{}, d.p.MaxInFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Go(func() { d.loadRegisters(ctx, seed) })
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	start, sent := time.Now(), 0

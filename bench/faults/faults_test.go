@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/shardhost/shardhost/internal/testenv"
 )
+
+// linChecked finds the operations rule 9 checked in a summary.
+var linChecked = regexp.MustCompile(`registers \(.*\): linearizable; (\d+) operations of`)
 
 // shortSeeds are the runs `make test` does: between them every fault kind
 // (3: scale-up, blackhole, kill, pause; 7: reset, graceful, leader-pause,
@@ -42,6 +46,9 @@ func TestRandomizedFaultsKeepEveryGuarantee(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), "violations: 0") {
 			t.Errorf("seed %d: the summary does not report 0 violations", seed)
+		}
+		if m := linChecked.FindStringSubmatch(out.String()); m == nil || m[1] == "0" {
+			t.Errorf("seed %d: the summary does not report register operations checked linearizable (rule 9)", seed)
 		}
 		sum++
 	}

@@ -30,6 +30,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 0, "seed of the first run (run i uses seed+i); 0: from the clock")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to draw from (default all: "+strings.Join(faultKinds, ",")+")")
 	verbose := fs.Bool("v", false, "print each fault as it is injected")
+	recheck := fs.String("check-registers", "", "check the register history a run kept (registers.jsonl) again, and exit")
 	fs.IntVar(&p.Faults, "faults", p.Faults, "faults per run")
 	fs.IntVar(&p.Runners, "runners", p.Runners, "runner processes at the start")
 	fs.IntVar(&p.Shards, "shards", p.Shards, "NumShards")
@@ -37,6 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.Rate, "rate", p.Rate, "asks a second (open loop: each on its own goroutine)")
 	fs.IntVar(&p.MaxInFlight, "max-in-flight", p.MaxInFlight, "asks waiting at once, at most (more are shed)")
 	fs.IntVar(&p.CheckpointEvery, "checkpoint-every", p.CheckpointEvery, "a counter checkpoints every this many increments (and on release)")
+	fs.IntVar(&p.Registers, "registers", p.Registers, "registers the driver addresses (their histories are checked for linearizability)")
+	fs.IntVar(&p.RegisterRate, "register-rate", p.RegisterRate, "register operations a second (open loop); 0: none")
 	fs.DurationVar(&p.TTL, "ttl", p.TTL, "runners' LeaseTTL")
 	fs.DurationVar(&p.Work, "work", p.Work, "how long each increment's handler runs")
 	fs.DurationVar(&p.AskTimeout, "ask-timeout", p.AskTimeout, "each ask's deadline")
@@ -45,6 +48,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&p.Keep, "keep", false, "keep every run's files (a failed run's are always kept)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *recheck != "" {
+		if err := checkRegistersFile(*recheck, stdout); err != nil {
+			fmt.Fprintf(stderr, "faults: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if *kinds != "" {
 		for k := range strings.SplitSeq(*kinds, ",") {
@@ -57,6 +67,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *runs < 1 || p.Faults < 1 || p.Runners < 2 || p.Shards < 1 || p.Entities < 1 || p.Rate < 1 || p.MaxInFlight < 1 || p.TTL < time.Second {
 		fmt.Fprintln(stderr, "faults: -runs, -faults, -shards, -entities, -rate, -max-in-flight must be positive, -runners at least 2, -ttl at least 1s")
+		return 2
+	}
+	if p.Registers < 0 || p.RegisterRate < 0 || (p.RegisterRate > 0 && p.Registers == 0) {
+		fmt.Fprintln(stderr, "faults: -registers and -register-rate must not be negative, and -registers positive when -register-rate is")
 		return 2
 	}
 	if *seed == 0 {

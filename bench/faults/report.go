@@ -24,6 +24,7 @@ func (r *result) line() string {
 		fmt.Fprintf(&b, ": asks %d ok / %d failed, handlers %d, pauses %d (hit a handler %d, late handlers %d, withheld %d), lost planned %d / crash %d, fenced %d, detaches %d, reminder ticks %d (%d redelivered), converged %v",
 			st.AsksOK, st.failedTotal(), st.Handlers, st.Pauses, st.PausesHit, st.LateHandlers, st.LateWithheld,
 			st.LostPlanned, st.LostCrash, st.FencedWrites, st.Detaches, st.ReminderFires, st.ReminderRedelivered, r.Converge.Round(time.Millisecond))
+		fmt.Fprintf(&b, ", register operations checked %d (%d pending) in %v", st.Lin.Ops, st.Lin.Pending, st.Lin.Took.Round(time.Millisecond))
 	}
 	if r.Dir != "" {
 		fmt.Fprintf(&b, "; files in %s", r.Dir)
@@ -92,6 +93,7 @@ func (s *summary) add(r *result) {
 	s.st.ReminderFires += st.ReminderFires
 	s.st.ReminderRedelivered += st.ReminderRedelivered
 	s.st.ReminderRecovery = append(s.st.ReminderRecovery, st.ReminderRecovery...)
+	s.st.Lin.Add(st.Lin)
 	if r.Converge >= 0 {
 		s.converge = append(s.converge, r.Converge)
 	}
@@ -153,6 +155,7 @@ func (s *summary) print(w io.Writer) {
 	fmt.Fprintf(w, "reminders (%d counters, every %v): %d ticks fired, %d redelivered after an unplanned loss; fired again after a SIGKILL of their runner (worst per kill): %s (limit 2 x TTL)\n",
 		min(p.Reminders, p.Entities), reminderPeriod, st.ReminderFires, st.ReminderRedelivered, dist(st.ReminderRecovery))
 	fmt.Fprintf(w, "converged after the last fault: %s (limit 2 x TTL = %v)\n", dist(s.converge), 2*p.TTL)
+	fmt.Fprintf(w, "registers (%d, %d operations/s): %s\n", p.Registers, p.RegisterRate, st.Lin)
 	fmt.Fprintf(w, "violations: %d\n", len(s.violations))
 	for _, v := range s.violations {
 		fmt.Fprintln(w, "  "+v)

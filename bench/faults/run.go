@@ -28,6 +28,8 @@ type params struct {
 	AskTimeout      time.Duration
 	Faults          int      // faults per run
 	CheckpointEvery int      // a counter checkpoints every this many increments (and on release)
+	Registers       int      // registers the driver addresses (linearizability.go)
+	RegisterRate    int      // register operations a second (open loop); 0: none
 	Kinds           []string // fault kinds to draw from (nil: all)
 	Warmup          time.Duration
 	Dir             string // where runs keep their files ("": the temp dir)
@@ -37,7 +39,8 @@ type params struct {
 
 func defaultParams() params {
 	return params{Runners: 4, Shards: 64, Entities: 2000, Rate: 1500, MaxInFlight: 4000, TTL: 5 * time.Second, Work: 5 * time.Millisecond,
-		AskTimeout: 12 * time.Second, Faults: 4, CheckpointEvery: 3, Warmup: 2 * time.Second, Reminders: 200}
+		AskTimeout: 12 * time.Second, Faults: 4, CheckpointEvery: 3, Warmup: 2 * time.Second, Reminders: 200,
+		Registers: 200, RegisterRate: 150}
 }
 
 // applied is one injected fault with its instants.
@@ -168,6 +171,9 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	if failed := d.readAll(rctx); len(failed) > 0 {
 		violate("%d entities never answered the final read (e.g. %s)", len(failed), entityID(failed[0]))
 	}
+	if failed := d.readRegisters(rctx); len(failed) > 0 {
+		violate("%d registers never answered the final read (e.g. %s)", len(failed), registerID(failed[0]))
+	}
 	cancel()
 	if err := e.stopAll(ctx); err != nil {
 		violate("graceful stop at the end: %v", err)
@@ -191,6 +197,10 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 		in.history = append(in.history, recs...)
 	}
 	vs, st := check(in)
+	for _, v := range vs {
+		violate("%s", v)
+	}
+	st.Lin, vs = checkLinearizable(d.registerOps(), dir)
 	for _, v := range vs {
 		violate("%s", v)
 	}

@@ -23,7 +23,8 @@ const (
 )
 
 // defaultShards is runner.DefaultNumShards (not imported: the command
-// needs nothing of package runner).
+// needs nothing of package runner), assumed only when the namespace holds
+// no cluster record and neither -shards nor $SHARDHOST_SHARDS is set.
 const defaultShards = 1024
 
 // Exit statuses.
@@ -47,6 +48,10 @@ commands:
                          -wait: until it owns none (at most -wait-timeout); -reason TEXT
   undrain RUNNER         withdraw the request: RUNNER takes shards again
   where KIND ID          the shard of entity ID and its owner
+  plan join RUNNER [-weight W] | leave RUNNER | drain RUNNER | weight RUNNER W
+                         dry run: which shards would move, from whom to whom, and the
+                         counts per runner, with the cluster's own strategy; -moves
+                         lists every shard (writes nothing)
 
 flags (before or after the command):
 `
@@ -55,7 +60,9 @@ flags (before or after the command):
 type options struct {
 	endpoints string
 	namespace string
-	shards    int
+	shards    int    // after connect: the shard count every command uses
+	shardsSet bool   // -shards or $SHARDHOST_SHARDS was given: it overrides the cluster record
+	strategy  string // the cluster record's strategy ("" when none is published)
 	timeout   time.Duration
 	json      bool
 	etcd      etcdSecurity // TLS and authentication (etcdflags.go)
@@ -68,7 +75,7 @@ func defaultOptions() options {
 	}
 	o.namespace = os.Getenv(envNamespace)
 	if v, err := strconv.Atoi(os.Getenv(envShards)); err == nil {
-		o.shards = v
+		o.shards, o.shardsSet = v, true
 	}
 	return o
 }
@@ -76,10 +83,30 @@ func defaultOptions() options {
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.endpoints, "endpoints", o.endpoints, "etcd `host:port`s, comma-separated ($"+envEndpoints+")")
 	fs.StringVar(&o.namespace, "namespace", o.namespace, "the cluster's `namespace` in etcd ($"+envNamespace+"; empty: the only one there)")
-	fs.IntVar(&o.shards, "shards", o.shards, "NumShards of the cluster ($"+envShards+")")
+	fs.Var(shardsFlag{o}, "shards", "`N` shards instead of the cluster record's NumShards ($"+envShards+"; default: the record's, else 1024)")
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "bound on each etcd call")
 	fs.BoolVar(&o.json, "json", o.json, "print JSON")
 	o.etcd.register(fs)
+}
+
+// shardsFlag is -shards: setting it marks the count as given, so it
+// overrides the cluster record.
+type shardsFlag struct{ o *options }
+
+func (f shardsFlag) String() string {
+	if f.o == nil || !f.o.shardsSet {
+		return ""
+	}
+	return strconv.Itoa(f.o.shards)
+}
+
+func (f shardsFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	f.o.shards, f.o.shardsSet = n, true
+	return nil
 }
 
 // run executes one command line and returns the exit status.
@@ -88,33 +115,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	global := flag.NewFlagSet("shardhostctl", flag.ContinueOnError)
 	global.SetOutput(stderr)
 	o.register(global)
-	global.Usage = func() {
-		fmt.Fprint(stderr, usageText)
-		global.PrintDefaults()
-	}
+	global.Usage = func() {} // printed below: to stdout when asked for, to stderr after a mistake
 	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h, -help, --help: asked for, not a mistake
+			printUsage(stdout, global, "")
+			return exitOK
+		}
+		printUsage(stderr, global, "")
 		return exitUsage
 	}
+	if global.NArg() > 0 && global.Arg(0) == "help" {
+		printUsage(stdout, global, "")
+		return exitOK
+	}
 	if global.NArg() == 0 {
-		global.Usage()
+		printUsage(stderr, global, "")
 		return exitUsage
 	}
 	name := global.Arg(0)
 	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(stderr, "shardhostctl: unknown command %q\n", name)
-		global.Usage()
+		printUsage(stderr, global, "")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("shardhostctl "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {}
 	o.register(fs)
 	sub := cmd.flags(fs)
 	pos, err := parseInterleaved(fs, global.Args()[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, fs, name)
+		return exitOK
+	}
 	if err != nil {
+		printUsage(stderr, fs, name)
 		return exitUsage
 	}
-	if len(pos) != cmd.args {
+	if cmd.args >= 0 && len(pos) != cmd.args {
 		fmt.Fprintf(stderr, "shardhostctl %s: want %d argument(s), got %d\n", name, cmd.args, len(pos))
 		return exitUsage
 	}
@@ -122,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shardhostctl: %v\n", err)
 		return exitUsage
 	}
-	if o.shards < 1 || o.shards > sharding.MaxShards {
+	if o.shardsSet && (o.shards < 1 || o.shards > sharding.MaxShards) {
 		fmt.Fprintf(stderr, "shardhostctl: -shards %d: want 1..%d\n", o.shards, sharding.MaxShards)
 		return exitUsage
 	}
@@ -132,6 +171,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer c.close()
+	if err := c.readClusterRecord(ctx, stderr); err != nil {
+		fmt.Fprintf(stderr, "shardhostctl: %v%s\n", err, deniedHint(err))
+		return exitFail
+	}
 	if err := cmd.run(ctx, c, sub, pos, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "shardhostctl %s: %v%s\n", name, err, deniedHint(err))
 		if errors.Is(err, errUsage) {
@@ -140,6 +183,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// printUsage prints the usage text and the flags of fs to w; name is the
+// command whose flags fs holds ("" for the global ones).
+func printUsage(w io.Writer, fs *flag.FlagSet, name string) {
+	fmt.Fprint(w, usageText)
+	if name != "" {
+		fmt.Fprintf(w, "  (with the flags of %s)\n", name)
+	}
+	fs.SetOutput(w)
+	fs.PrintDefaults()
 }
 
 // parseInterleaved parses flags that may follow positional arguments
@@ -161,7 +215,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 // command is one subcommand: flags registers its own flags and returns
 // their values, run performs it.
 type command struct {
-	args  int
+	args  int // positional arguments; -1: the command checks them
 	flags func(*flag.FlagSet) any
 	run   func(ctx context.Context, c *cluster, flags any, args []string, stdout, stderr io.Writer) error
 }
@@ -172,6 +226,7 @@ var commands = map[string]command{
 	"drain":   {args: 1, flags: drainFlags, run: cmdDrain},
 	"undrain": {args: 1, flags: noFlags, run: cmdUndrain},
 	"where":   {args: 2, flags: noFlags, run: cmdWhere},
+	"plan":    {args: -1, flags: planFlags, run: cmdPlan},
 }
 
 func noFlags(*flag.FlagSet) any { return nil }

@@ -53,15 +53,22 @@ type node struct {
 // startRunner runs a hosting runner on namespace ns of the etcd at endpoint.
 func startRunner(t *testing.T, endpoint, ns, id string, shards int) *node {
 	t.Helper()
+	return startRunnerWith(t, endpoint, ns, runner.Config{ID: id, NumShards: shards})
+}
+
+// startRunnerWith is startRunner with more of the configuration (ID and
+// NumShards included; a transport, a 3 s lease TTL and a WARN logger are
+// added).
+func startRunnerWith(t *testing.T, endpoint, ns string, cfg runner.Config) *node {
+	t.Helper()
 	cli := testenv.NewEtcdClient(t, endpoint)
 	store, err := etcd.New(cli, ns, etcd.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := runner.New(store, runner.Config{
-		ID: id, NumShards: shards, ListenAddr: "127.0.0.1:0", LeaseTTL: 3 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	cfg.ListenAddr, cfg.LeaseTTL = "127.0.0.1:0", 3*time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := runner.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,22 +139,27 @@ func settled(nodes []*node, shards int) bool {
 }
 
 // TestAgainstRealCluster: status, shards and where agree with what two
-// runners on a real etcd own; drain moves a runner's shards away by
+// runners on a real etcd own, with the cluster's shard count (a
+// non-default one) read from its cluster record, not given on the command
+// line; a -shards that differs overrides it with a warning; drain moves a runner's shards away by
 // handoff (no shard lost, every move a cutover) and undrain brings them
 // back, also across a restart of the drained runner; the guard rail
 // refuses draining the last runner.
 func TestAgainstRealCluster(t *testing.T) {
-	const shards = 32
+	const shards = 32 // not the default 1024: the commands must read it from the cluster record
 	srv := testenv.StartEtcd(t)
 	ep := srv.Endpoint()
 	r1 := startRunner(t, ep, "ctl", "r1", shards)
 	r2 := startRunner(t, ep, "ctl", "r2", shards)
 	nodes := []*node{r1, r2}
 	waitFor(t, 15*time.Second, "two runners owning all shards", func() bool { return settled(nodes, shards) })
-	base := []string{"-endpoints", ep, "-namespace", "ctl", "-shards", fmt.Sprint(shards)}
+	base := []string{"-endpoints", ep, "-namespace", "ctl"} // no -shards
 
 	var st Status
 	ctlJSON(t, &st, append(base, "status")...)
+	if st.NumShards != shards || st.Strategy != sharding.Default().Name() {
+		t.Fatalf("status: %d shards, strategy %q; want the cluster record's %d, %q", st.NumShards, st.Strategy, shards, sharding.Default().Name())
+	}
 	if st.Owned != shards || st.Unowned != 0 || st.Unknown != 0 || len(st.Runners) != 2 || st.Namespace != "ctl" {
 		t.Fatalf("status = %+v, want 2 runners owning all %d shards", st, shards)
 	}
@@ -158,10 +170,19 @@ func TestAgainstRealCluster(t *testing.T) {
 			t.Errorf("status runner %d = %+v; runner %s owns %d, lease %x", i, sr, n.ID(), len(n.Owned()), n.Status().Lease)
 		}
 	}
-	code, out, _ := ctl(t, append(base, "status")...)
+	code, out, errOut := ctl(t, append(base, "status")...)
 	if code != exitOK || !strings.Contains(out, fmt.Sprintf("shards: %d of %d owned, 0 unowned", shards, shards)) ||
-		!strings.Contains(out, "r1") || !strings.Contains(out, "r2") {
-		t.Errorf("status text (exit %d):\n%s", code, out)
+		!strings.Contains(out, "r1") || !strings.Contains(out, "r2") || strings.Contains(errOut, "warning") {
+		t.Errorf("status text (exit %d):\n%s%s", code, out, errOut)
+	}
+	// -shards agreeing with the record: silent; disagreeing: it wins, with a warning.
+	if code, _, errOut := ctl(t, append(base, "-shards", fmt.Sprint(shards), "status")...); code != exitOK || strings.Contains(errOut, "warning") {
+		t.Errorf("status -shards %d (the record's): exit %d, stderr %q; want no warning", shards, code, errOut)
+	}
+	code, out, errOut = ctl(t, append(base, "-shards", "64", "where", "counter", "user-42")...)
+	if want := fmt.Sprintf("shard %d of 64", sharding.ShardOf("user-42", 64)); code != exitOK || !strings.Contains(out, want) ||
+		!strings.Contains(errOut, fmt.Sprintf("warning: -shards 64 overrides the cluster record's NumShards %d", shards)) {
+		t.Errorf("where with -shards 64: exit %d, %q, stderr %q; want %q and a warning", code, out, errOut, want)
 	}
 
 	var rows []ShardRow
@@ -190,11 +211,14 @@ func TestAgainstRealCluster(t *testing.T) {
 	if w.Shard != shard || w.Owner != owner || w.Epoch == 0 || w.Address == "" {
 		t.Errorf("where counter user-42 = %+v, want shard %d owned by %s", w, shard, owner)
 	}
+	if code, out, _ := ctl(t, append(base, "where", "counter", "user-42")...); !strings.Contains(out, fmt.Sprintf("shard %d of %d, owned by %s", shard, shards, owner)) {
+		t.Errorf("where text (exit %d): %q", code, out)
+	}
 
 	// Drain r1: every shard moves to r2 by handoff, none is lost.
 	r1.events()
 	r2.events()
-	code, out, errOut := ctl(t, append(base, "drain", "r1", "-wait", "-wait-timeout", "30s", "-reason", "test")...)
+	code, out, errOut = ctl(t, append(base, "drain", "r1", "-wait", "-wait-timeout", "30s", "-reason", "test")...)
 	if code != exitOK || !strings.Contains(out, "owns no shard") {
 		t.Fatalf("drain r1 -wait: exit %d\n%s%s", code, out, errOut)
 	}
@@ -249,7 +273,7 @@ func TestAgainstRealCluster(t *testing.T) {
 		t.Errorf("second undrain: exit %d, %q", code, out)
 	}
 	// A -shards smaller than the cluster's is caught.
-	if code, _, errOut := ctl(t, "-endpoints", ep, "-namespace", "ctl", "-shards", "8", "status"); code != exitUsage || !strings.Contains(errOut, "-shards") {
+	if code, _, errOut := ctl(t, append(base, "-shards", "8", "status")...); code != exitUsage || !strings.Contains(errOut, "-shards") {
 		t.Errorf("status with -shards 8: exit %d, %q", code, errOut)
 	}
 }
@@ -285,6 +309,25 @@ func TestDrainUnregistered(t *testing.T) {
 	}
 	if code, _, _ := ctl(t, append(base, "drain", "a/b")...); code != exitUsage {
 		t.Errorf("drain of an invalid ID: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// TestHelpExitsZero: asking for help is not a mistake: usage on stdout,
+// exit 0, for the program and for a command; a wrong flag still exits 2
+// with the usage on stderr.
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"status", "-help"}, {"drain", "--help"}} {
+		code, out, errOut := ctl(t, args...)
+		if code != exitOK || !strings.Contains(out, "usage: shardhostctl") || !strings.Contains(out, "-endpoints") || errOut != "" {
+			t.Errorf("shardhostctl %v: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", args, code, out, errOut)
+		}
+	}
+	if _, out, _ := ctl(t, "drain", "-h"); !strings.Contains(out, "-wait-timeout") {
+		t.Errorf("drain -h does not list drain's own flags:\n%s", out)
+	}
+	code, out, errOut := ctl(t, "--frobnicate")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "usage: shardhostctl") {
+		t.Errorf("shardhostctl --frobnicate: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", code, out, errOut)
 	}
 }
 

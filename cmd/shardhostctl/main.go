@@ -7,13 +7,16 @@
 //	shardhostctl [flags] drain RUNNER [-wait]   RUNNER takes no shard: they move away by handoff
 //	shardhostctl [flags] undrain RUNNER         withdraw the request: RUNNER takes shards again
 //	shardhostctl [flags] where KIND ID          the shard and owner of an entity
+//	shardhostctl [flags] plan join RUNNER [-weight W] | leave RUNNER | drain RUNNER | weight RUNNER W
+//	                                            dry run of the assignment after that change
 //
 // Flags (before or after the command):
 //
 //	-endpoints host:port[,host:port]  etcd ($SHARDHOST_ETCD, default 127.0.0.1:2379)
 //	-namespace NAME                   the cluster's namespace ($SHARDHOST_NAMESPACE; when
 //	                                  empty and etcd holds exactly one, that one)
-//	-shards N                         NumShards of the cluster ($SHARDHOST_SHARDS, default 1024)
+//	-shards N                         override the cluster's NumShards ($SHARDHOST_SHARDS); by
+//	                                  default the cluster record's (see below), else 1024
 //	-timeout D                        bound on each etcd call (default 5s)
 //	-json                             print JSON instead of tables
 //
@@ -28,11 +31,21 @@
 //	                                  is safer than the flag)
 //
 // A user whose role is limited to the namespace's prefix cannot list the
-// other namespaces: give -namespace. status, shards and where need read on
-// "/{namespace}/", drain and undrain readwrite (see SECURITY.md). When etcd
-// cannot be reached the error says what a TLS handshake with the first
-// endpoint found (an unknown CA, a missing client certificate, TLS on one
-// side only).
+// other namespaces: give -namespace. status, shards, where and plan need
+// read on "/{namespace}/", drain and undrain readwrite (see SECURITY.md).
+// When etcd cannot be reached the error says what a TLS handshake with the
+// first endpoint found (an unknown CA, a missing client certificate, TLS
+// on one side only).
+//
+// # Shard count and strategy
+//
+// The first runner of a cluster publishes its NumShards and strategy in the
+// cluster record, {namespace}/cluster, and every later runner must agree
+// with it. shardhostctl reads them from there: shard numbers (where), counts
+// (status) and plans use the cluster's own values. -shards overrides the
+// record with a warning on stderr when they differ; without a record (no
+// runner started yet) the count is -shards, else 1024, with a note saying
+// so.
 //
 // # Drain
 //
@@ -51,8 +64,23 @@
 // starts. drain refuses to drain the last runner that can take shards
 // unless -force.
 //
-// Exit status: 0 on success, 1 when etcd cannot be reached or the request
-// fails, 2 on a usage error.
+// # Plan
+//
+// plan computes, without writing anything, the assignment the runners
+// would compute after a change — a runner joins (with -weight), leaves
+// (shut down or crashed), is drained, or changes weight — exactly as they
+// compute it: the registered runners with their weights (a draining one
+// counting as weight 0), the cluster record's strategy and, for a strategy
+// that keeps shards where they are (sticky-balanced), each shard's owner
+// from its lock. It prints each runner's shards owned now and assigned
+// after, and the shards that move from their owner now to their assignee
+// after (text: per pair of runners; -json: every shard and the whole
+// assignment). A settled cluster then does what the plan says; one that
+// is still moving shards starts from where its locks are.
+//
+// Exit status: 0 on success and for -h/-help/--help and `help` (usage on
+// stdout), 1 when etcd cannot be reached or the request fails, 2 on a usage
+// error (usage on stderr).
 package main
 
 import (

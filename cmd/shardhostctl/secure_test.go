@@ -81,6 +81,16 @@ func TestSecureEtcd(t *testing.T) {
 		}
 	})
 
+	// plan through the same flags, as the read-only user and without
+	// -shards: the shard count comes from the cluster record, read over
+	// TLS with the role limited to the namespace.
+	code, out, errOut = ctl(t, "-endpoints", srv.Endpoint(), "-timeout", "3s", "-cacert", pki.CAFile(),
+		"-cert", client.CertFile, "-key", client.KeyFile, "-user", "ctl-ro:pw-ro", "-namespace", "sec", "plan", "join", "r2")
+	if code != exitOK || !strings.Contains(out, "plan: runner r2 joins") || !strings.Contains(out, "8 shards, strategy") ||
+		strings.Contains(errOut, "no cluster record") {
+		t.Errorf("plan with TLS and a read-only user: exit %d\n%s%s", code, out, errOut)
+	}
+
 	// Misconfigurations: the exit status and what the user reads.
 	for _, tc := range []struct {
 		name string

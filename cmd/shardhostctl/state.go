@@ -101,6 +101,50 @@ func connect(ctx context.Context, o options, stderr io.Writer) (*cluster, error)
 	return &cluster{o: o, cli: cli, store: store, ns: ns}, nil
 }
 
+// readClusterRecord settles the shard count and strategy from the
+// namespace's cluster record (the settings every runner of the cluster
+// checked at start). A -shards (or $SHARDHOST_SHARDS) that disagrees with
+// the record still wins, with a warning: it is how one looks at a cluster
+// whose record was deleted or rewritten. Without a record the count is
+// -shards or the default, with a note saying so.
+func (c *cluster) readClusterRecord(ctx context.Context, stderr io.Writer) error {
+	cctx, cancel := c.ctx(ctx)
+	info, ok, err := c.store.ReadCluster(cctx)
+	cancel()
+	switch {
+	case err != nil && !ok:
+		return fmt.Errorf("read the cluster record of namespace %q: %w", c.ns, err)
+	case err != nil: // present but damaged: say so, go on with -shards or the default
+		fmt.Fprintf(stderr, "shardhostctl: warning: the cluster record of namespace %q is damaged (%v); using %d shards%s\n",
+			c.ns, err, c.o.shards, shardsOrigin(c.o))
+	case !ok:
+		fmt.Fprintf(stderr, "shardhostctl: namespace %q has no cluster record (no runner has started there yet); using %d shards%s\n",
+			c.ns, c.o.shards, shardsOrigin(c.o))
+	default:
+		c.o.strategy = info.Strategy
+		if !c.o.shardsSet {
+			c.o.shards = info.NumShards
+		} else if c.o.shards != info.NumShards {
+			by := ""
+			if info.WrittenBy != "" {
+				by = fmt.Sprintf(", published by runner %q", info.WrittenBy)
+			}
+			fmt.Fprintf(stderr, "shardhostctl: warning: -shards %d overrides the cluster record's NumShards %d%s: "+
+				"shard numbers and counts below are computed for %d shards, not the cluster's\n",
+				c.o.shards, info.NumShards, by, c.o.shards)
+		}
+	}
+	return nil
+}
+
+// shardsOrigin names where a shard count that is not the record's came from.
+func shardsOrigin(o options) string {
+	if o.shardsSet {
+		return " (-shards or $" + envShards + ")"
+	}
+	return " (the default; -shards or $" + envShards + " to change)"
+}
+
 // state is one reading of a namespace.
 type state struct {
 	rev      storage.Revision
@@ -154,8 +198,8 @@ func (c *cluster) read(ctx context.Context) (*state, error) {
 			continue // not even the key parses
 		}
 		if int(l.Shard) >= c.o.shards {
-			return nil, fmt.Errorf("%w: shard %d is locked but -shards is %d: pass the cluster's NumShards with -shards or $%s",
-				errUsage, l.Shard, c.o.shards, envShards)
+			return nil, fmt.Errorf("%w: shard %d is locked but the shard count is %d%s: pass the cluster's NumShards with -shards or $%s",
+				errUsage, l.Shard, c.o.shards, shardsOrigin(c.o), envShards)
 		}
 		st.locks[l.Shard] = l
 	}

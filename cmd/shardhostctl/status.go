@@ -38,6 +38,7 @@ type Status struct {
 	Namespace  string         `json:"namespace"`
 	Revision   int64          `json:"revision"`
 	NumShards  int            `json:"num_shards"`
+	Strategy   string         `json:"strategy,omitempty"` // the cluster record's ("" when none is published)
 	Runners    []StatusRunner `json:"runners"`
 	Corrupt    []string       `json:"corrupt_runner_records,omitempty"`
 	Owned      int            `json:"owned"`
@@ -54,7 +55,7 @@ func cmdStatus(ctx context.Context, c *cluster, _ any, _ []string, stdout, _ io.
 		return err
 	}
 	out := Status{Endpoints: c.o.endpoints, Namespace: c.ns, Revision: int64(st.rev), NumShards: c.o.shards,
-		Runners: []StatusRunner{}, Corrupt: st.corrupt, HandoffsBy: map[string]int{}}
+		Strategy: c.o.strategy, Runners: []StatusRunner{}, Corrupt: st.corrupt, HandoffsBy: map[string]int{}}
 	perLease := map[storage.LeaseID]int{}
 	for _, l := range st.locks {
 		if _, ok := st.owner(l); ok {
@@ -84,7 +85,11 @@ func cmdStatus(ctx context.Context, c *cluster, _ any, _ []string, stdout, _ io.
 	if c.o.json {
 		return printJSON(stdout, out)
 	}
-	fmt.Fprintf(stdout, "etcd %s, namespace %q, revision %d, %d shards\n\n", out.Endpoints, out.Namespace, out.Revision, out.NumShards)
+	fmt.Fprintf(stdout, "etcd %s, namespace %q, revision %d, %d shards", out.Endpoints, out.Namespace, out.Revision, out.NumShards)
+	if out.Strategy != "" {
+		fmt.Fprintf(stdout, ", strategy %s", out.Strategy)
+	}
+	fmt.Fprint(stdout, "\n\n")
 	tw := table(stdout)
 	fmt.Fprintln(tw, "RUNNER\tSTATE\tWEIGHT\tSHARDS\tADDRESS\tLEASE\tTTL\tUP\tINCARNATION")
 	now := time.Now()

@@ -91,8 +91,7 @@ func (c *Cart) Checkout(ctx context.Context, _ CheckoutReq) (int, error) {
 	_, _ = entity.StopTimer(ctx, "nudge")
 	c.Items, c.CheckedOut = nil, true
 	record(ctx, c.id, "checkout", time.Time{}, false)
-	sender, _ := senderOf(ctx)
-	if sender != nil {
+	if sender, ok := runner.SenderFrom(ctx); ok {
 		_ = Report.Tell(ctx, sender, "today", Outcome{CheckedOut: 1})
 	}
 	return n, nil
@@ -107,7 +106,7 @@ func (c *Cart) Expire(ctx context.Context, t entity.ReminderTick[int]) error {
 	}
 	c.Items, c.Expired = nil, true
 	record(ctx, c.id, "expire", t.Due, t.Redelivered)
-	if sender, _ := senderOf(ctx); sender != nil {
+	if sender, ok := runner.SenderFrom(ctx); ok {
 		_ = Report.Tell(ctx, sender, "today", Outcome{Expired: 1})
 	}
 	return nil
@@ -244,19 +243,3 @@ func record(ctx context.Context, cart, what string, due time.Time, redelivered b
 	ev := cartEvent{What: what, Due: due, Redelivered: redelivered, Runner: info.Runner, At: time.Now()}
 	journal.events[cart] = append(journal.events[cart], ev)
 }
-
-// senderOf returns the runner a cart sends from (the demo keeps it in a
-// variable set once the runners started).
-func senderOf(ctx context.Context) (entity.Sender, bool) {
-	info, ok := runner.ShardInfoFrom(ctx)
-	if !ok {
-		return nil, false
-	}
-	r, ok := senders.Load(info.Runner)
-	if !ok {
-		return nil, false
-	}
-	return r.(entity.Sender), true
-}
-
-var senders sync.Map // runner ID -> *runner.Runner

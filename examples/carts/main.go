@@ -90,7 +90,6 @@ func run(ctx context.Context, o options) (_ *result, err error) {
 		if err := n.Runner().Register(SummaryKind); err != nil {
 			return nil, err
 		}
-		senders.Store(cfg.ID, n.Runner())
 		nodes = append(nodes, n)
 	}
 	r1, r2, r3, gw := nodes[0], nodes[1], nodes[2], nodes[3]

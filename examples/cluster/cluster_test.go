@@ -153,16 +153,19 @@ func healthy(ids ...string) func(runner.DebugState) bool {
 	}
 }
 
-func screenshot(t *testing.T, name string) string {
+// screenshot takes a picture of url into $SHARDHOST_SCREENSHOTS/name
+// (`make screenshots` points it at docs/); without it, none: a picture is
+// not a check, and make test takes none.
+func screenshot(b *testenv.Browser, url, name string, budget time.Duration) {
 	if dir := os.Getenv("SHARDHOST_SCREENSHOTS"); dir != "" {
-		return filepath.Join(dir, name)
+		b.Screenshot(url, filepath.Join(dir, name), 1280, 1000, budget)
 	}
-	return filepath.Join(t.TempDir(), name)
 }
 
 // checkDOM loads url in the browser and checks the rendered page: the
-// script refreshed it, the runner rows are ids, and the grid has one cell
-// per shard with no unowned one.
+// script refreshed it, the runner rows are ids, each with a message rate
+// (the first load shows rates), and the grid has one cell per shard with
+// no unowned one.
 func checkDOM(t *testing.T, b *testenv.Browser, url string, shards int, ids ...string) {
 	t.Helper()
 	doc, err := html.Parse(strings.NewReader(b.Load(url, 5*time.Second)))
@@ -171,6 +174,13 @@ func checkDOM(t *testing.T, b *testenv.Browser, url string, shards int, ids ...s
 	}
 	var rows []string
 	cells, unowned, updated := 0, 0, -1
+	for n := range doc.Descendants() {
+		if n.Type == html.ElementNode && n.Data == "tr" && attrOf(n, "class") == "runner" {
+			if rate := rowCell(n, 8); !strings.HasSuffix(rate, "/s") {
+				t.Errorf("%s: row %s shows msgs/s %q, want a rate", url, attrOf(n, "data-id"), rate)
+			}
+		}
+	}
 	for n := range doc.Descendants() {
 		if n.Type != html.ElementNode {
 			continue
@@ -198,6 +208,67 @@ func checkDOM(t *testing.T, b *testenv.Browser, url string, shards int, ids ...s
 	}
 }
 
+// rowCell returns the text of the i-th cell of table row tr.
+func rowCell(tr *html.Node, i int) string {
+	for td := range tr.ChildNodes() {
+		if td.Type != html.ElementNode || td.Data != "td" {
+			continue
+		}
+		if i == 0 {
+			var b strings.Builder
+			for n := range td.Descendants() {
+				if n.Type == html.TextNode {
+					b.WriteString(n.Data)
+				}
+			}
+			return strings.TrimSpace(b.String())
+		}
+		i--
+	}
+	return ""
+}
+
+// checkKilled loads url in the browser right after runner dead was killed
+// and checks that the first page shows it unreachable (its state pill) and
+// hatches its shards as owned by a runner that is gone (class d), while
+// the survivors stay attached.
+func checkKilled(t *testing.T, b *testenv.Browser, url, dead string) {
+	t.Helper()
+	doc, err := html.Parse(strings.NewReader(b.Load(url, 500*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadIdx, marked, hatched, others := "", false, 0, 0
+	for n := range doc.Descendants() {
+		if n.Type != html.ElementNode {
+			continue
+		}
+		switch {
+		case n.Data == "tr" && attrOf(n, "class") == "runner":
+			state := rowCell(n, 1)
+			if attrOf(n, "data-id") == dead {
+				deadIdx, marked = attrOf(n, "data-idx"), strings.Contains(state, "unreachable")
+			} else if !strings.Contains(state, "attached") {
+				t.Errorf("%s: survivor %s shows state %q, want attached", url, attrOf(n, "data-id"), state)
+			}
+		case n.Data == "i" && n.Parent != nil && attrOf(n.Parent, "id") == "grid":
+			classes := strings.Fields(attrOf(n, "class"))
+			switch {
+			case len(classes) > 0 && classes[0] == "c"+deadIdx && slices.Contains(classes, "d"):
+				hatched++
+			case slices.Contains(classes, "d"):
+				others++
+			}
+		}
+	}
+	if deadIdx == "" || !marked {
+		t.Errorf("%s right after kill -9 of %s: its row is missing or not marked unreachable", url, dead)
+	}
+	if hatched == 0 || others != 0 {
+		t.Errorf("%s right after kill -9 of %s: %d of its cells hatched, %d of others; want all of its own and no other", url, dead, hatched, others)
+	}
+}
+
 func attrOf(n *html.Node, key string) string {
 	for _, a := range n.Attr {
 		if a.Key == key {
@@ -208,10 +279,12 @@ func attrOf(n *html.Node, key string) string {
 }
 
 // TestClusterProcesses runs the example as the README does: etcd, three
-// runner processes and a gateway; every dashboard shows the three runners
-// attached and the shard map complete (in headless Chromium when
-// installed); after kill -9 of runner-2 its dashboard row turns
-// unreachable, its shards move to the others within the lease TTL, and
+// runner processes and a gateway, each runner publishing its debug URL in
+// its record (no peer list configured anywhere); every dashboard shows the
+// three runners attached with their message rates on the first load and
+// the shard map complete (in headless Chromium when installed); the first
+// page loaded after kill -9 of runner-2 marks its row unreachable and
+// hatches its shards, which move to the others within the lease TTL, and
 // shardhostctl status agrees; restarted, runner-2 takes shards again.
 func TestClusterProcesses(t *testing.T) {
 	const shards = 1024
@@ -223,15 +296,14 @@ func TestClusterProcesses(t *testing.T) {
 
 	ids := []string{"runner-1", "runner-2", "runner-3"}
 	debug := map[string]string{}
-	var peers []string
 	for _, id := range append([]string{"gateway"}, ids...) {
 		debug[id] = "http://" + testenv.FreeAddr(t) + DebugPath
-		if id != "gateway" {
-			peers = append(peers, id+"="+debug[id])
-		}
 	}
-	common := []string{"-etcd", etcd.Endpoint(), "-namespace", "demo", "-shards", strconv.Itoa(shards), "-ttl", "6s",
-		"-peers", strings.Join(peers, ",")}
+	// The lease TTL leaves the browser checks after the kill time to run
+	// (a loaded machine starts Chromium in seconds) before the killed
+	// runner's record expires.
+	const ttl = 15 * time.Second
+	common := []string{"-etcd", etcd.Endpoint(), "-namespace", "demo", "-shards", strconv.Itoa(shards), "-ttl", ttl.String()}
 	addr := func(id string) string { return strings.TrimSuffix(strings.TrimPrefix(debug[id], "http://"), DebugPath) }
 	procs := map[string]*proc{}
 	for _, id := range ids {
@@ -254,27 +326,39 @@ func TestClusterProcesses(t *testing.T) {
 	if browser != nil {
 		checkDOM(t, browser, debug["runner-1"], shards, ids...)
 		checkDOM(t, browser, debug["gateway"], shards, ids...)
-		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard.png"), 1280, 1000, 3*time.Second)
+		screenshot(browser, debug["runner-1"], "dashboard.png", 3*time.Second)
 	}
 
 	// kill -9 runner-2: its record stays until its lease expires, and its
 	// page does not answer.
 	procs["runner-2"].kill(t)
+	killed := time.Now()
 	st, err := state(debug["runner-1"])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if i := slices.IndexFunc(st.Runners, func(r runner.DebugRunner) bool { return r.ID == "runner-2" }); i < 0 ||
 		!strings.HasPrefix(st.Runners[i].StateError, "unreachable") {
-		t.Errorf("right after kill -9 (lease TTL 6 s): runner-2 in runner-1's view = %+v, want its row, unreachable", summary(st))
+		t.Errorf("right after kill -9 (lease TTL %v): runner-2 in runner-1's view = %+v, want its row, unreachable", ttl, summary(st))
+	}
+	if st, err := state(debug["gateway"]); err != nil || !slices.ContainsFunc(st.Runners, func(r runner.DebugRunner) bool {
+		return r.ID == "runner-2" && strings.HasPrefix(r.StateError, "unreachable")
+	}) {
+		t.Errorf("right after kill -9: the gateway's view = %+v (%v), want runner-2 unreachable", summary(st), err)
 	}
 	if browser != nil {
-		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard-kill.png"), 1280, 1000, 3*time.Second)
+		checkKilled(t, browser, debug["runner-1"], "runner-2")
+		screenshot(browser, debug["runner-1"], "dashboard-kill.png", 500*time.Millisecond)
+		if took := time.Since(killed); took > ttl && t.Failed() {
+			t.Logf("the browser checks after the kill took %v, longer than the lease TTL: runner-2's record may have expired meanwhile", took)
+		} else {
+			t.Logf("the browser checks after the kill took %v (lease TTL %v)", took, ttl)
+		}
 	}
 	survivors := []string{"runner-1", "runner-3"}
 	waitState(t, debug["runner-1"], 30*time.Second, "runner-1 and runner-3 owning every shard", healthy(survivors...))
 	waitState(t, debug["gateway"], 10*time.Second, "the gateway seeing the same", healthy(survivors...))
-	out, err := exec.Command(ctlBin, "-endpoints", etcd.Endpoint(), "-namespace", "demo", "-shards", strconv.Itoa(shards), "status", "-json").Output()
+	out, err := exec.Command(ctlBin, "-endpoints", etcd.Endpoint(), "-namespace", "demo", "status", "-json").Output() // the shard count from the cluster record
 	if err != nil {
 		t.Fatalf("shardhostctl status: %v", err)
 	}
@@ -291,7 +375,7 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	if browser != nil {
 		checkDOM(t, browser, debug["runner-1"], shards, survivors...)
-		browser.Screenshot(debug["runner-1"], screenshot(t, "dashboard-after-kill.png"), 1280, 1000, 3*time.Second)
+		screenshot(browser, debug["runner-1"], "dashboard-after-kill.png", 3*time.Second)
 	}
 
 	// Start runner-2 again: it takes its share back by handoff.

@@ -4,16 +4,20 @@
 // gateway that sends traffic; kill one with kill -9 and watch its shards
 // move on the dashboards and in `shardhostctl status`.
 //
-//	cluster -role runner  -id runner-1 -listen 127.0.0.1:7101 -debug 127.0.0.1:8081 -peers ...
-//	cluster -role gateway -id gateway  -debug 127.0.0.1:8080 -peers ...
+//	cluster -role runner  -id runner-1 -listen 127.0.0.1:7101 -debug 127.0.0.1:8081
+//	cluster -role gateway -id gateway  -debug 127.0.0.1:8080
 //
 // A runner hosts counter entities; the gateway is a client-only runner
 // that routes asks to their owners and prints a line of traffic
-// statistics every -report interval. SIGINT or SIGTERM stops a process
+// statistics every -report interval. Each runner publishes the URL of its
+// debug page in its runner record (runner.Config.DebugURL), so every
+// page shows every runner's own state, and a runner whose process died
+// as unreachable. SIGINT or SIGTERM stops a process
 // gracefully (a runner hands its shards off first); SIGKILL is a crash.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,7 +49,7 @@ type config struct {
 	namespace string
 	listen    string
 	debug     string
-	peers     map[string]string // runner ID -> debug URL
+	debugURL  string // published in the runner record
 	shards    int
 	ttl       time.Duration
 	rate      float64
@@ -57,7 +61,6 @@ type config struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var peers string
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	fs.StringVar(&c.role, "role", "runner", "`runner` (hosts shards) or gateway (routes and sends traffic)")
 	fs.StringVar(&c.id, "id", "", "runner ID (default: the role)")
@@ -65,7 +68,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.namespace, "namespace", "demo", "the cluster's namespace in etcd")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "runner transport `address` (runners only)")
 	fs.StringVar(&c.debug, "debug", "127.0.0.1:8080", "`address` of the debug page (http://ADDRESS"+DebugPath+")")
-	fs.StringVar(&peers, "peers", "", "debug pages of the runners: `id=url,...`, so each page shows every runner's state")
+	fs.StringVar(&c.debugURL, "debug-url", "", "the debug page's `URL` as the other processes reach it, published in the runner record (default http://ADDRESS"+DebugPath+" of -debug)")
 	fs.IntVar(&c.shards, "shards", runner.DefaultNumShards, "NumShards (the same on every process)")
 	fs.DurationVar(&c.ttl, "ttl", 5*time.Second, "runners' lease TTL: a killed runner's shards move after about this")
 	fs.Float64Var(&c.rate, "rate", 500, "gateway: asks per second, each on its own goroutine")
@@ -84,17 +87,6 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.rate <= 0 || c.entities <= 0 {
 		return c, errors.New("-rate and -entities must be positive")
-	}
-	c.peers = map[string]string{}
-	for p := range strings.SplitSeq(peers, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		id, url, ok := strings.Cut(p, "=")
-		if !ok || id == "" || url == "" {
-			return c, fmt.Errorf("-peers: %q is not id=url", p)
-		}
-		c.peers[id] = url
 	}
 	return c, nil
 }
@@ -138,11 +130,18 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	// The debug page, on its own port; its URL goes into the runner record.
+	lis, err := net.Listen("tcp", c.debug)
+	if err != nil {
+		return fmt.Errorf("debug page: %w", err)
+	}
+	defer lis.Close()
 	cfg := runner.Config{ID: c.id, NumShards: c.shards, LeaseTTL: c.ttl, Logger: log}
 	if c.role == "gateway" {
 		cfg.ClientOnly = true
 	} else {
 		cfg.ListenAddr = c.listen
+		cfg.DebugURL = cmp.Or(c.debugURL, "http://"+lis.Addr().String()+DebugPath)
 	}
 	if err := c.security.runnerTLS(&cfg); err != nil {
 		return err
@@ -155,13 +154,8 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 
-	// The debug page, on its own port.
-	lis, err := net.Listen("tcp", c.debug)
-	if err != nil {
-		return fmt.Errorf("debug page: %w", err)
-	}
 	mux := http.NewServeMux()
-	mux.Handle(DebugPath, r.DebugHandler(runner.DebugConfig{PeerURL: func(id string) string { return c.peers[id] }}))
+	mux.Handle(DebugPath, r.DebugHandler(runner.DebugConfig{}))
 	mux.Handle("/", http.RedirectHandler(DebugPath, http.StatusFound))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)

@@ -41,12 +41,6 @@ debug_url() { # debug_url INDEX (0: gateway)
 	echo "http://127.0.0.1:$((DEBUG_PORT + $1))/debug/shardhost/"
 }
 
-peers() {
-	local i out=""
-	for i in 1 2 3; do out+="runner-$i=$(debug_url "$i"),"; done
-	echo "${out%,}"
-}
-
 # secure_args NAME USER: the flags of process NAME logged in to etcd as USER,
 # with its certificate for etcd and for the transport (nothing unless secured;
 # a demo started with SECURE=1 leaves $PKI behind for `run.sh start`).
@@ -66,7 +60,7 @@ start_runner() {
 	# shellcheck disable=SC2046 # secure_args are words without spaces
 	SHARDHOST_ETCD_PASSWORD=$(password shardhost-demo) setsid "$DEMO_DIR/bin/cluster" -role runner -id "runner-$n" \
 		-etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
-		-listen "127.0.0.1:$((TRANSPORT_PORT + n))" -debug "127.0.0.1:$((DEBUG_PORT + n))" -peers "$(peers)" \
+		-listen "127.0.0.1:$((TRANSPORT_PORT + n))" -debug "127.0.0.1:$((DEBUG_PORT + n))" \
 		-shards "$SHARDS" -ttl "$TTL" $(secure_args "runner-$n" shardhost-demo) >>"$DEMO_DIR/runner-$n.log" 2>&1 &
 	echo $! >"$DEMO_DIR/runner-$n.pid"
 	echo "runner-$n: pid $!, $(debug_url "$n")"
@@ -198,7 +192,7 @@ fi
 for i in 1 2 3; do start_runner "$i"; done
 # shellcheck disable=SC2046 # secure_args are words without spaces
 SHARDHOST_ETCD_PASSWORD=$(password shardhost-demo-gateway) setsid "$DEMO_DIR/bin/cluster" -role gateway -id gateway \
-	-etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" -debug "127.0.0.1:$DEBUG_PORT" -peers "$(peers)" -shards "$SHARDS" \
+	-etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" -debug "127.0.0.1:$DEBUG_PORT" -shards "$SHARDS" \
 	-rate "$RATE" $(secure_args gateway shardhost-demo-gateway) >"$DEMO_DIR/gateway.log" 2>&1 &
 echo $! >"$DEMO_DIR/gateway.pid"
 echo "gateway: pid $!, $(debug_url 0)"

@@ -32,18 +32,14 @@ func TestSecureClusterProcesses(t *testing.T) {
 
 	ids := []string{"runner-1", "runner-2"}
 	debug := map[string]string{}
-	var peers []string
 	for _, id := range append([]string{"gateway"}, ids...) {
-		debug[id] = "http://" + testenv.FreeAddr(t) + DebugPath
-		if id != "gateway" {
-			peers = append(peers, id+"="+debug[id])
-		}
+		debug[id] = "http://" + testenv.FreeAddr(t) + DebugPath // a runner publishes its own in its record
 	}
 	addr := func(id string) string { return strings.TrimSuffix(strings.TrimPrefix(debug[id], "http://"), DebugPath) }
 	args := func(id, user string) []string {
 		c := pki.MustIssue(t, id) // DNS name: the runner ID
 		return []string{"-id", id, "-debug", addr(id), "-etcd", etcd.Endpoint(), "-namespace", "demo",
-			"-shards", strconv.Itoa(shards), "-ttl", "5s", "-peers", strings.Join(peers, ","),
+			"-shards", strconv.Itoa(shards), "-ttl", "5s",
 			"-cacert", pki.CAFile(), "-cert", c.CertFile, "-key", c.KeyFile, "-user", user,
 			"-tls-ca", pki.CAFile(), "-tls-cert", c.CertFile, "-tls-key", c.KeyFile,
 			"-require-cluster-peers", "-client-peers", "gateway"}
@@ -66,7 +62,7 @@ func TestSecureClusterProcesses(t *testing.T) {
 	})
 
 	ctl := pki.MustIssue(t, "shardhostctl")
-	cmd := exec.Command(ctlBin, "-endpoints", etcd.Endpoint(), "-namespace", "demo", "-shards", strconv.Itoa(shards),
+	cmd := exec.Command(ctlBin, "-endpoints", etcd.Endpoint(), "-namespace", "demo", // the shard count from the cluster record
 		"-cacert", pki.CAFile(), "-cert", ctl.CertFile, "-key", ctl.KeyFile, "-user", "demo-gateway", "status", "-json")
 	cmd.Env = append(cmd.Environ(), "SHARDHOST_ETCD_PASSWORD=gateway-password")
 	out, err := cmd.Output()

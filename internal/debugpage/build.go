@@ -51,7 +51,7 @@ func build(s Snapshot, now time.Time, epochs bool, rates *rateSampler) *State {
 func self(s Snapshot, now time.Time) Self {
 	out := Self{
 		ID: s.ID, Incarnation: s.Incarnation, Address: s.Address, ClientOnly: s.ClientOnly,
-		Phase: s.Phase, Attached: s.Attached, Detached: s.Detached, Started: s.Started,
+		Phase: s.Phase, Attached: s.Attached, Detached: s.Detached, NotStarted: s.NotStarted, Started: s.Started,
 		DetachMarginMS: ms(s.DetachMargin), NumShards: s.NumShards, Strategy: s.Strategy,
 		Weight: s.Weight, Owned: s.Owned, Pending: s.Pending, Releasing: s.Releasing,
 		InboundHandoffs: s.InboundHandoffs, KeepAliveFailureStreak: s.KeepAliveFailureStreak,
@@ -69,14 +69,11 @@ func self(s Snapshot, now time.Time) Self {
 // kinds returns the kinds' counters and rates, and adds their totals to
 // self.
 func kinds(self *Self, counts []KindCount, now time.Time, rates *rateSampler) []Kind {
-	sample := make(map[string]uint64, len(counts)+1)
 	for _, k := range counts {
 		self.Messages += k.Handled
 		self.MailboxRejections += k.Rejected
-		sample["kind:"+k.Name] = k.Handled
 	}
-	sample["total"] = self.Messages
-	r := rates.update(now, sample)
+	r := rates.update(now, counters(counts))
 	if rate, ok := r["total"]; ok {
 		self.MessagesPerSec = &rate
 	}
@@ -99,7 +96,7 @@ func runners(members []storage.Runner, selfID string) []Runner {
 	for _, m := range members {
 		out = append(out, Runner{
 			ID: m.ID, Address: m.Address, Weight: m.Weight, Incarnation: m.Incarnation, Draining: m.Draining,
-			Started: m.Started, Lease: fmt.Sprintf("%x", m.Lease), Self: m.ID == selfID,
+			Started: m.Started, Lease: fmt.Sprintf("%x", m.Lease), Self: m.ID == selfID, URL: m.DebugURL,
 		})
 		ids = append(ids, m.ID)
 	}
@@ -221,8 +218,8 @@ func runnerColors(ids []string) []string {
 }
 
 // rateSampler turns counters into rates over the interval between two
-// requests at least rateInterval apart; requests in between reuse the last
-// rates.
+// samples at least rateInterval apart — the handler's creation (baseline)
+// and its requests; requests in between reuse the last rates.
 type rateSampler struct {
 	mu     sync.Mutex
 	at     time.Time
@@ -231,6 +228,19 @@ type rateSampler struct {
 }
 
 const rateInterval = time.Second
+
+// counters returns the counters of a snapshot's kinds, by the keys the
+// sampler uses: "kind:<name>" and "total".
+func counters(counts []KindCount) map[string]uint64 {
+	out := make(map[string]uint64, len(counts)+1)
+	var total uint64
+	for _, k := range counts {
+		out["kind:"+k.Name] = k.Handled
+		total += k.Handled
+	}
+	out["total"] = total
+	return out
+}
 
 func (s *rateSampler) update(now time.Time, counts map[string]uint64) map[string]float64 {
 	s.mu.Lock()

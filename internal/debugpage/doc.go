@@ -11,18 +11,24 @@
 // # Guarantees
 //
 //   - Read-only: a request changes nothing in the runner or the store. It
-//     takes one Snapshot and reads nothing else of the runner; the handler
-//     answers GET and HEAD only (405 otherwise).
+//     takes one Snapshot and reads nothing else of the runner (making the
+//     handler takes one more); the handler answers GET and HEAD only (405
+//     otherwise).
 //   - Cost: a request costs O(shards) + O(entities) on the serving runner
 //     (the Snapshot's copy of the lock view and its count of resident
 //     entities), plus building the page, O(shards) bytes before gzip.
 //   - Self-contained: the page's template, style sheet and script are
 //     embedded; the page loads no external asset and needs no build step.
-//   - Peers: with Config.PeerURL, each listed runner's own state is fetched
-//     concurrently, each fetch bounded by Config.PeerTimeout; a peer that
-//     does not answer in time is shown as unreachable, it never holds the
-//     request longer. ?peers=0 skips the fetches (peers ask each other
-//     with it, so a request never fans out further than one hop).
+//   - Peers: each listed runner's own state is fetched concurrently from
+//     the debug URL its record publishes (Config.PeerURL overrides it),
+//     each fetch bounded by Config.PeerTimeout; a peer that does not
+//     answer in time — its process is gone — is shown as unreachable on
+//     that very request, it never holds the request longer. ?peers=0 skips
+//     the fetches (peers ask each other with it, so a request never fans
+//     out further than one hop).
+//   - Rates: message rates are counter deltas between samples at least a
+//     second apart, the first taken when the handler is made, so a first
+//     request a second or more later shows them.
 //   - Versioned: the JSON document names its schema (Schema); fields are
 //     only ever added under one schema name, never renamed or dropped.
 //

@@ -18,8 +18,14 @@ import (
 // Query parameters: format=json, pretty=1 (indented JSON), epochs=1
 // (per-shard epochs in the JSON), peers=0 (do not fetch the peers'
 // states), part=body (the page's body alone, for its refresh).
+//
+// The handler takes a first sample of the message counters when it is
+// made, so that its first request already shows rates (over the time
+// since then).
 func Handler(src Source, cfg Config) http.Handler {
-	return &handler{src: src, cfg: cfg.withDefaults()}
+	h := &handler{src: src, cfg: cfg.withDefaults()}
+	h.rates.update(time.Now(), counters(src.Snapshot().Kinds))
+	return h
 }
 
 type handler struct {
@@ -80,8 +86,10 @@ func (h *handler) state(ctx context.Context, epochs, peers bool) *State {
 	var wg sync.WaitGroup
 	for i := range st.Runners {
 		r := &st.Runners[i]
-		if h.cfg.PeerURL != nil {
-			r.URL = h.cfg.PeerURL(r.ID)
+		if h.cfg.PeerURL != nil { // overrides the URL the runner published
+			if u := h.cfg.PeerURL(r.ID); u != "" {
+				r.URL = u
+			}
 		}
 		switch {
 		case r.Self:

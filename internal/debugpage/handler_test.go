@@ -2,13 +2,16 @@ package debugpage
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -42,21 +45,126 @@ func decode(t *testing.T, w *httptest.ResponseRecorder) State {
 }
 
 // TestHandlerReadOnly: anything but GET and HEAD is refused without
-// reading the source.
+// reading the source; a GET reads it once (the handler read it once more
+// when it was made: the rates' first sample).
 func TestHandlerReadOnly(t *testing.T) {
 	src := &fakeSource{snap: clusterSnapshot()}
 	h := Handler(src, Config{})
+	if n := src.calls.Load(); n != 1 {
+		t.Errorf("making the handler took %d snapshots, want 1", n)
+	}
 	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if w := serve(t, h, m, "/"); w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, HEAD" {
 			t.Errorf("%s: %d, Allow %q; want 405, GET, HEAD", m, w.Code, w.Header().Get("Allow"))
 		}
 	}
-	if n := src.calls.Load(); n != 0 {
-		t.Errorf("refused requests took %d snapshots", n)
+	if n := src.calls.Load(); n != 1 {
+		t.Errorf("refused requests took %d snapshots", n-1)
 	}
-	if w := serve(t, h, http.MethodGet, "/?format=json"); w.Code != http.StatusOK || src.calls.Load() != 1 {
-		t.Errorf("GET: %d after %d snapshots, want 200 after 1", w.Code, src.calls.Load())
+	if w := serve(t, h, http.MethodGet, "/?format=json"); w.Code != http.StatusOK || src.calls.Load() != 2 {
+		t.Errorf("GET: %d after %d snapshots, want 200 after 1", w.Code, src.calls.Load()-1)
 	}
+}
+
+// countingSource is a source whose kinds' counters the test moves.
+type countingSource struct {
+	mu   sync.Mutex
+	snap Snapshot
+}
+
+func (c *countingSource) Snapshot() Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snap
+	s.Kinds = slices.Clone(s.Kinds)
+	return s
+}
+
+func (c *countingSource) handled(n uint64) {
+	c.mu.Lock()
+	c.snap.Kinds[0].Handled = n
+	c.mu.Unlock()
+}
+
+// TestFirstRequestShowsRates: the first request to a handler made a while
+// ago shows message rates (over the time since it was made), not "–".
+func TestFirstRequestShowsRates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := &countingSource{snap: clusterSnapshot()}
+		src.snap.Kinds = []KindCount{{Name: "counter", Handled: 100}}
+		h := Handler(src, Config{})
+		time.Sleep(2 * time.Second)
+		src.handled(700)
+		st := decode(t, serve(t, h, http.MethodGet, "/?format=json&peers=0"))
+		if r := st.Self.MessagesPerSec; r == nil || *r != 300 {
+			t.Errorf("first request: messages_per_s %v, want 300 (600 messages in the 2 s since the handler was made)", r)
+		}
+		if r := st.Kinds[0].MessagesPerSec; r == nil || *r != 300 {
+			t.Errorf("first request: kind counter's messages_per_s %v, want 300", r)
+		}
+		w := serve(t, h, http.MethodGet, "/?peers=0")
+		row := w.Body.String()
+		row = row[strings.Index(row, "<span>messages</span>"):]
+		if row = row[:strings.Index(row, "</div>")]; !strings.Contains(row, "(300/s)") {
+			t.Errorf("page's messages line %q, want the rate 300/s", row)
+		}
+	})
+}
+
+// TestPeersFromPublishedURLs: without PeerURL, each runner's state is
+// fetched from the debug URL its record publishes; a runner whose page
+// does not answer (its process is gone) is unreachable and its shards are
+// marked; PeerURL, when it returns a URL, overrides the published one.
+func TestPeersFromPublishedURLs(t *testing.T) {
+	b := clusterSnapshot()
+	b.ID, b.Incarnation = "b", "b-inc"
+	bSrv := httptest.NewServer(Handler(&fakeSource{snap: b}, Config{}))
+	defer bSrv.Close()
+	c := clusterSnapshot()
+	c.ID, c.Incarnation = "c", "c-inc"
+	cSrv := httptest.NewServer(Handler(&fakeSource{snap: c}, Config{}))
+	defer cSrv.Close()
+
+	a := clusterSnapshot()
+	a.Members[1].DebugURL = bSrv.URL + "/debug/"
+	a.Members[2].DebugURL = "http://" + deadAddr(t) + "/debug/"
+	h := Handler(&fakeSource{snap: a}, Config{})
+	st := decode(t, serve(t, h, http.MethodGet, "/?format=json"))
+	if r := st.Runners[1]; r.State == nil || r.State.ID != "b" || r.StateError != "" || r.URL != a.Members[1].DebugURL {
+		t.Errorf("b's row: state %+v, error %q, url %q; want b's own state from its published URL", r.State, r.StateError, r.URL)
+	}
+	if r := st.Runners[2]; r.State != nil || !strings.HasPrefix(r.StateError, "unreachable") {
+		t.Errorf("c's row (nothing listens at its URL): state %+v, error %q; want unreachable", r.State, r.StateError)
+	}
+	page := serve(t, h, http.MethodGet, "/?part=body").Body.String()
+	if !strings.Contains(page, `class="pill warn" title="unreachable`) {
+		t.Errorf("the page does not mark c unreachable:\n%s", page)
+	}
+
+	h = Handler(&fakeSource{snap: a}, Config{PeerURL: func(id string) string {
+		if id == "c" {
+			return cSrv.URL + "/"
+		}
+		return ""
+	}})
+	st = decode(t, serve(t, h, http.MethodGet, "/?format=json"))
+	if r := st.Runners[2]; r.State == nil || r.State.ID != "c" || r.URL != cSrv.URL+"/" {
+		t.Errorf("c's row with PeerURL: state %+v, error %q, url %q; want c's state from PeerURL's URL", r.State, r.StateError, r.URL)
+	}
+	if r := st.Runners[1]; r.State == nil || r.State.ID != "b" {
+		t.Errorf("b's row with a PeerURL that knows only c: state %+v, error %q; want b's state from its published URL", r.State, r.StateError)
+	}
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
 
 var cell = regexp.MustCompile(`<i class="([^"]*)"></i>`)

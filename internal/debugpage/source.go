@@ -57,6 +57,10 @@ type Snapshot struct {
 	Workers                []WorkerRun              // shard workers and singletons running here
 	Remembered             map[sharding.ShardID]int // remembered entities of each owned shard that has some
 	Events                 []Event                  // the latest, newest first; at most MaxEvents
+	// NotStarted says why a runner that is not ready is not, once a start
+	// call failed ("not started: etcd at ... unreachable since ..."); ""
+	// otherwise.
+	NotStarted string
 
 	// Its view of the cluster.
 	Members         []storage.Runner           // registered runners, by ID

@@ -22,11 +22,15 @@ const (
 // the documented defaults.
 type Config struct {
 	// PeerURL returns the URL at which the runner with the given ID serves
-	// its own debug handler ("" when unknown). With it, every request also
-	// fetches each listed runner's state (JSON, bounded by PeerTimeout,
+	// its own debug handler ("" when unknown). Every request fetches each
+	// listed runner's state from its URL (JSON, bounded by PeerTimeout,
 	// concurrently), so the runners table shows every runner's phase,
-	// detach reason, lease deadline lag and message rates, and links to
-	// its page. Without it only this runner's own state is known.
+	// detach reason, lease deadline lag and message rates, marks a runner
+	// whose page does not answer unreachable, and links to its page. The
+	// URL is the one the runner publishes in its record (its
+	// runner.Config.DebugURL), or PeerURL's when PeerURL is set and
+	// returns one: it overrides the published URLs (a proxy, another
+	// network). A runner with neither shows no state of its own.
 	PeerURL func(runnerID string) string
 	// PeerTimeout bounds the fetch of one peer's state. Default 500 ms.
 	PeerTimeout time.Duration
@@ -101,11 +105,16 @@ type Self struct {
 	Entities               int       `json:"entities"`         // resident entities
 	Messages               uint64    `json:"messages"`         // handled since start, all kinds
 	// MessagesPerSec is the rate of Messages over the interval between
-	// two requests to this handler at least a second apart (absent on the
-	// first request).
+	// two samples at least a second apart: the handler's creation and its
+	// requests (absent when the first request comes within a second of
+	// the handler's creation).
 	MessagesPerSec    *float64 `json:"messages_per_s,omitempty"`
 	MailboxRejections uint64   `json:"mailbox_rejections"`
 	AssignmentError   string   `json:"assignment_error,omitempty"`
+	// NotStarted says why a runner that is not ready yet is not, once a
+	// start call to the store failed: "not started: etcd at ...
+	// unreachable since ...".
+	NotStarted string `json:"not_started,omitempty"`
 }
 
 // Detach says why and since when a runner is detached.
@@ -129,7 +138,7 @@ type Runner struct {
 	Assigned    int       `json:"assigned"` // shards the assignment gives it
 	Color       string    `json:"color"`    // its colour in the shard map (CSS)
 	Self        bool      `json:"self,omitempty"`
-	URL         string    `json:"url,omitempty"` // its debug page (Config.PeerURL)
+	URL         string    `json:"url,omitempty"` // its debug page (its record's DebugURL, or Config.PeerURL)
 	// State is what the runner reports itself: this runner's Self, or a
 	// peer's fetched from URL. StateError says why a peer's is missing.
 	State      *Self  `json:"state,omitempty"`

@@ -19,8 +19,20 @@ var (
 	ErrDetached = errors.New("runner: detached")
 	// ErrShardMoved: the shard is no longer owned here (released or taken).
 	ErrShardMoved = errors.New("runner: shard moved")
-	// ErrPassivated: the entity was stopped for being idle or evicted.
+	// ErrPassivated: the entity was stopped while its shard stays here,
+	// for one of two reasons that both match it with errors.Is:
+	// ErrIdleExpired or ErrEvicted.
 	ErrPassivated = errors.New("runner: entity passivated")
+	// ErrIdleExpired: the entity received no message for its kind's
+	// IdleAfter (errors.Is(err, ErrPassivated) holds). Nobody has used it
+	// for that long: an entity whose state ends with disuse (a session)
+	// may delete its state on this reason.
+	ErrIdleExpired = fmt.Errorf("%w: idle for its kind's IdleAfter", ErrPassivated)
+	// ErrEvicted: the entity was the least recently used idle one when the
+	// runner held more than MaxResidentEntities (errors.Is(err,
+	// ErrPassivated) holds). Memory pressure, not disuse: its state is
+	// still wanted and must be kept (checkpointed), not deleted.
+	ErrEvicted = fmt.Errorf("%w: evicted (MaxResidentEntities exceeded)", ErrPassivated)
 	// ErrShutdown: the runner is shutting down.
 	ErrShutdown = errors.New("runner: shut down")
 	// ErrCallerDeadline: the asker's deadline passed while its handler ran.

@@ -74,7 +74,7 @@ func (rs *residents) evict() {
 	}
 	rs.mu.Unlock()
 	for _, v := range victims {
-		if v.host.retire(v, ErrPassivated) {
+		if v.host.retire(v, ErrEvicted) {
 			rs.h.met.Evictions.Add(context.Background(), 1, rs.h.met.Attrs)
 		}
 	}
@@ -139,6 +139,6 @@ func (rs *residents) passivateIdle(now time.Time) {
 	}
 	rs.mu.Unlock()
 	for _, v := range victims {
-		v.host.retire(v, ErrPassivated)
+		v.host.retire(v, ErrIdleExpired)
 	}
 }

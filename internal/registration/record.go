@@ -241,6 +241,9 @@ func recordDiff(got, want storage.RunnerRecord, decodeErr error) string {
 	if got.LeaseTTL != want.LeaseTTL {
 		add("leaseTTL", got.LeaseTTL, want.LeaseTTL)
 	}
+	if got.DebugURL != want.DebugURL {
+		add("debugURL", fmt.Sprintf("%q", got.DebugURL), fmt.Sprintf("%q", want.DebugURL))
+	}
 	return strings.Join(d, "; ")
 }
 

@@ -188,6 +188,8 @@ func (r *Router) checkEpoch(id sharding.ShardID, owner storage.Runner, epoch sto
 // sending, or the owner withheld a stale result — with jittered
 // exponential backoff, until an attempt succeeds or fails otherwise, or
 // ctx ends. Then it returns ctx's error joined with the last attempt's.
+// Every error it returns matches ErrMaybeDelivered: the first attempt may
+// have run the call, whatever a later attempt's error says about itself.
 // Running an idempotent handler more than once is harmless by definition.
 func (r *Router) sendIdempotent(ctx context.Context, c entity.Call, first error) (any, error) {
 	last := first
@@ -205,8 +207,15 @@ func (r *Router) sendIdempotent(ctx context.Context, c entity.Call, first error)
 		}
 		r.met.SendRetries.Add(context.Background(), 1, r.met.Attrs)
 		v, err := r.sendOnce(ctx, c)
-		if err == nil || !errors.Is(err, hosting.ErrMaybeDelivered) || ctx.Err() != nil {
-			return v, err
+		switch {
+		case err == nil:
+			return v, nil
+		case !errors.Is(err, hosting.ErrMaybeDelivered):
+			// What this attempt's error proves (not delivered, say) is
+			// about this attempt: an earlier one may have run the call.
+			return nil, fmt.Errorf("%w (an earlier attempt may have been delivered: %w)", err, last)
+		case ctx.Err() != nil:
+			return nil, err
 		}
 		last = err
 		timer.Reset(bo.NextBackOff())

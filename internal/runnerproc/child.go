@@ -102,7 +102,7 @@ func runChild(spec Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Register(Kind, Counter); err != nil {
+	if err := r.Register(Kind, Counter, Register); err != nil {
 		return err
 	}
 	var hist *historyFile

@@ -33,7 +33,7 @@ func gateway(t *testing.T, endpoints []string, ns string) *runner.Runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gw.Register(runnerproc.Kind); err != nil {
+	if err := gw.Register(runnerproc.Kind, runnerproc.Register); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -139,6 +139,48 @@ func TestChildLifecycle(t *testing.T) {
 	}
 	if ok, err := b.Exited(); !ok || err == nil {
 		t.Fatalf("b after Kill: exited %v, %v; want a signal", ok, err)
+	}
+}
+
+// A register checkpoints every change before it answers: what it
+// acknowledged survives SIGKILL of its runner, restored by the next owner.
+func TestRegisterChangesSurviveACrash(t *testing.T) {
+	srv := testenv.StartEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	spec := func(id string) runnerproc.Spec {
+		return runnerproc.Spec{Endpoints: []string{srv.Endpoint()}, Namespace: "reg",
+			Config: runnerproc.Config{ID: id, NumShards: 8, LeaseTTL: 2 * time.Second}}
+	}
+	a, err := runnerproc.Start(ctx, spec("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Kill() })
+	gw := gateway(t, []string{srv.Endpoint()}, "reg")
+	if got, err := runnerproc.RegRead.Ask(ctx, gw, "g", runnerproc.RegReadReq{}); err != nil || got.Value != 0 || got.Runner != "a" {
+		t.Fatalf("read of a new register = %+v, %v; want 0 from a", got, err)
+	}
+	if got, err := runnerproc.RegWrite.Ask(ctx, gw, "g", runnerproc.RegWriteReq{Value: 5}); err != nil || got.Value != 5 {
+		t.Fatalf("write(5) = %+v, %v", got, err)
+	}
+	if got, err := runnerproc.RegCAS.Ask(ctx, gw, "g", runnerproc.RegCASReq{Expect: 5, Value: 7}); err != nil || !got.Swapped || got.Value != 7 {
+		t.Fatalf("cas(5→7) = %+v, %v; want swapped", got, err)
+	}
+	if got, err := runnerproc.RegCAS.Ask(ctx, gw, "g", runnerproc.RegCASReq{Expect: 5, Value: 9}); err != nil || got.Swapped || got.Value != 7 {
+		t.Fatalf("cas(5→9) = %+v, %v; want not swapped, holding 7", got, err)
+	}
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := runnerproc.Start(ctx, spec("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Kill() })
+	got, err := runnerproc.RegRead.Ask(ctx, gw, "g", runnerproc.RegReadReq{})
+	if err != nil || got.Value != 7 || got.Runner != "b" || got.Epoch == 0 {
+		t.Fatalf("read after a's crash = %+v, %v; want 7 from b", got, err)
 	}
 }
 

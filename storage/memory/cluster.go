@@ -25,6 +25,7 @@ type Cluster struct {
 	compacted storage.Revision
 	changed   chan struct{} // closed and replaced on every write
 	closed    bool
+	unfenced  bool // DisableFencing: checkpoints ignore their epoch
 }
 
 type kv struct {

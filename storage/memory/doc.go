@@ -8,6 +8,8 @@
 // partitioned client's calls block until their context ends and its watches
 // stall silently (delivering the missed events after the partition heals),
 // exactly as a real client behind a black-holed network does.
+// [Cluster.DisableFencing] breaks the store on purpose (checkpoints accepted
+// under any epoch), for tests that prove their checkers catch it.
 //
 // # Time
 //

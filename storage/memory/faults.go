@@ -183,3 +183,15 @@ func (s *Store) faults(ctx context.Context, op Op) error {
 func (s *Store) ctxErr(ctx context.Context, op Op) error {
 	return fmt.Errorf("memory %s: %s: %w: %w", s.name, op, storage.ErrUnavailable, context.Cause(ctx))
 }
+
+// DisableFencing breaks the store on purpose (on) or repairs it (off):
+// while it is broken, checkpoint writes and deletes of every client
+// succeed whatever their epoch, as a store without fencing would let a
+// former owner overwrite a newer owner's state. It exists for tests that
+// prove a checker catches what fencing prevents; nothing else should call
+// it.
+func (c *Cluster) DisableFencing(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unfenced = on
+}

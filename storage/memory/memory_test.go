@@ -2,10 +2,13 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 	"github.com/shardhost/shardhost/storage/storagetest"
@@ -27,4 +30,39 @@ func TestConformance(t *testing.T) {
 			Compact:   func(_ context.Context, rev storage.Revision) error { c.Compact(rev); return nil },
 		}
 	}})
+}
+
+// With fencing disabled, a checkpoint under an epoch that is not the
+// lock's is accepted; repaired, it is refused again.
+func TestDisableFencingAcceptsStaleCheckpoints(t *testing.T) {
+	c := memory.NewCluster()
+	defer c.Close()
+	s := c.NewStore("a")
+	ctx := context.Background()
+	l, err := s.Grant(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(ctx, l.ID, storage.Owner{RunnerID: "a"}, []sharding.ShardID{3})
+	if err != nil || len(res) != 1 || res[0].Status != storage.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	stale := res[0].Epoch - 1
+	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, []byte("x")); !errors.Is(err, storage.ErrFenced) {
+		t.Fatalf("WriteCheckpoint under a stale epoch = %v, want ErrFenced", err)
+	}
+	c.DisableFencing(true)
+	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, []byte("y")); err != nil {
+		t.Fatalf("WriteCheckpoint with fencing disabled = %v", err)
+	}
+	if cp, ok, err := s.ReadCheckpoint(ctx, 3, "k/e"); err != nil || !ok || string(cp.Data) != "y" {
+		t.Fatalf("ReadCheckpoint = %q, %v, %v; want the stale write", cp.Data, ok, err)
+	}
+	if err := s.DeleteCheckpoint(ctx, 3, "k/e", stale); err != nil {
+		t.Fatalf("DeleteCheckpoint with fencing disabled = %v", err)
+	}
+	c.DisableFencing(false)
+	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, []byte("z")); !errors.Is(err, storage.ErrFenced) {
+		t.Fatalf("WriteCheckpoint under a stale epoch, fencing repaired = %v, want ErrFenced", err)
+	}
 }

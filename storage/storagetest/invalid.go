@@ -111,6 +111,10 @@ func testInvalid(t *testing.T, in Instance) {
 			_, err := s.PutRunner(ctx, l, storage.RunnerRecord{ID: "a", Incarnation: "1", Address: "nowhere"})
 			return err
 		}()},
+		{"runner debug URL not http(s)", func() error {
+			_, err := s.PutRunner(ctx, l, storage.RunnerRecord{ID: "a", Incarnation: "1", DebugURL: "ftp://host/debug"})
+			return err
+		}()},
 		{"runner ID with a control character", func() error {
 			_, err := s.PutRunner(ctx, l, storage.RunnerRecord{ID: "a\x01", Incarnation: "1"})
 			return err

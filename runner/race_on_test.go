@@ -1,0 +1,6 @@
+//go:build race
+
+package runner_test
+
+// raceEnabled: the test binary runs under the race detector.
+const raceEnabled = true
