@@ -52,6 +52,9 @@ commands:
                          dry run: which shards would move, from whom to whom, and the
                          counts per runner, with the cluster's own strategy; -moves
                          lists every shard (writes nothing)
+  singletons             every singleton's record: the runner that runs it, since when,
+                         at which epoch, and whether that is the shard's owner now
+  remembered             the remembered entities of each shard, and the shard's owner
 
 flags (before or after the command):
 `
@@ -221,12 +224,14 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"status":  {args: 0, flags: noFlags, run: cmdStatus},
-	"shards":  {args: 0, flags: shardsFlags, run: cmdShards},
-	"drain":   {args: 1, flags: drainFlags, run: cmdDrain},
-	"undrain": {args: 1, flags: noFlags, run: cmdUndrain},
-	"where":   {args: 2, flags: noFlags, run: cmdWhere},
-	"plan":    {args: -1, flags: planFlags, run: cmdPlan},
+	"status":     {args: 0, flags: noFlags, run: cmdStatus},
+	"shards":     {args: 0, flags: shardsFlags, run: cmdShards},
+	"drain":      {args: 1, flags: drainFlags, run: cmdDrain},
+	"undrain":    {args: 1, flags: noFlags, run: cmdUndrain},
+	"where":      {args: 2, flags: noFlags, run: cmdWhere},
+	"plan":       {args: -1, flags: planFlags, run: cmdPlan},
+	"singletons": {args: 0, flags: noFlags, run: cmdSingletons},
+	"remembered": {args: 0, flags: noFlags, run: cmdRemembered},
 }
 
 func noFlags(*flag.FlagSet) any { return nil }

@@ -58,8 +58,8 @@ func startRunner(t *testing.T, endpoint, ns, id string, shards int) *node {
 
 // startRunnerWith is startRunner with more of the configuration (ID and
 // NumShards included; a transport, a 3 s lease TTL and a WARN logger are
-// added).
-func startRunnerWith(t *testing.T, endpoint, ns string, cfg runner.Config) *node {
+// added); setup, if given, runs before Run (kinds, workers, singletons).
+func startRunnerWith(t *testing.T, endpoint, ns string, cfg runner.Config, setup ...func(*runner.Runner) error) *node {
 	t.Helper()
 	cli := testenv.NewEtcdClient(t, endpoint)
 	store, err := etcd.New(cli, ns, etcd.Config{})
@@ -69,6 +69,11 @@ func startRunnerWith(t *testing.T, endpoint, ns string, cfg runner.Config) *node
 	cfg.ListenAddr, cfg.LeaseTTL = "127.0.0.1:0", 3*time.Second
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	r, err := runner.New(store, cfg)
+	for _, f := range setup {
+		if err == nil {
+			err = f(r)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

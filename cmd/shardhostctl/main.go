@@ -9,6 +9,8 @@
 //	shardhostctl [flags] where KIND ID          the shard and owner of an entity
 //	shardhostctl [flags] plan join RUNNER [-weight W] | leave RUNNER | drain RUNNER | weight RUNNER W
 //	                                            dry run of the assignment after that change
+//	shardhostctl [flags] singletons             where each singleton runs, since when
+//	shardhostctl [flags] remembered             remembered entities per shard
 //
 // Flags (before or after the command):
 //
@@ -32,7 +34,8 @@
 //
 // A user whose role is limited to the namespace's prefix cannot list the
 // other namespaces: give -namespace. status, shards, where and plan need
-// read on "/{namespace}/", drain and undrain readwrite (see SECURITY.md).
+// read on "/{namespace}/" (singletons and remembered too), drain and
+// undrain readwrite (see SECURITY.md).
 // When etcd cannot be reached the error says what a TLS handshake with the
 // first endpoint found (an unknown CA, a missing client certificate, TLS
 // on one side only).
