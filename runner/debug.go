@@ -54,6 +54,8 @@ type DebugConfig = debugpage.Config
 //	Shards   DebugShards     the shard map
 //	Handoffs []DebugHandoff  handoff records in flight, by shard
 //	Kinds    []DebugKind     kinds registered on this runner, by name
+//	Workers    []DebugWorker      shard workers and singletons running on this runner
+//	Remembered []DebugShardCount  remembered entities of its shards, by shard
 //	Events   []DebugEvent    this runner's latest events, newest first
 type DebugState = debugpage.State
 
@@ -128,6 +130,14 @@ type DebugHandoff = debugpage.Handoff
 // since registration), MessagesPerSec (their rate, see DebugHandler) and
 // MailboxRejections.
 type DebugKind = debugpage.Kind
+
+// DebugWorker is a shard worker or singleton running on the serving
+// runner. Its fields: Name, Singleton, Shard, Epoch (the shard's on this
+// runner) and Since (when its current run started).
+type DebugWorker = debugpage.Worker
+
+// DebugShardCount is a count for one shard. Its fields: Shard, Count.
+type DebugShardCount = debugpage.ShardCount
 
 // DebugEvent is one of the serving runner's events. Its fields: Time, Type
 // (the event's Go type name, e.g. ShardAcquired), and Shard, Epoch and
