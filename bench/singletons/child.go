@@ -41,7 +41,7 @@ type childSpec struct {
 
 // childLine is one record of a child.
 type childLine struct {
-	Kind   string        `json:"k"` // "start", "end", "act"
+	Kind   string        `json:"k"` // "start", "end", "act", "rel"
 	Name   string        `json:"name,omitempty"`
 	Runner string        `json:"runner,omitempty"`
 	Epoch  storage.Epoch `json:"epoch,omitempty"`
@@ -103,6 +103,8 @@ func (s *lineSink) singletonReturned(run int, at time.Time) {
 }
 
 func (s *lineSink) activated(a activation) { s.emit(childLine{Kind: "act", Act: &a}) }
+
+func (s *lineSink) released(a activation) { s.emit(childLine{Kind: "rel", Act: &a}) }
 
 func runChild(spec childSpec) error {
 	setSink(&lineSink{})
@@ -185,6 +187,10 @@ func (e *env) startChild(id string) (*child, error) {
 			case "act":
 				if l.Act != nil {
 					e.life.activated(*l.Act)
+				}
+			case "rel":
+				if l.Act != nil {
+					e.life.released(*l.Act)
 				}
 			}
 		}

@@ -124,7 +124,7 @@ func newRunner(store storage.Store, cfg runner.Config, singletons int, verbose b
 	if err != nil {
 		return nil, err
 	}
-	if err := r.Register(twinKind); err != nil {
+	if err := r.Register(twinKind, busyKind); err != nil {
 		return nil, err
 	}
 	for i := range singletons {

@@ -9,12 +9,16 @@
 // crash scenario's SIGKILL victim in a child process):
 //
 //   - handover: -runners runners, -singletons singletons registered on
-//     every runner, each recording its own start and return; -rounds
-//     rounds of planned moves (a runner joins, then the oldest leaves with
-//     Shutdown): the handover gap (the new instance's start minus the old
+//     every runner, each recording its own start and return, and
+//     -handover-remembered remembered entities; -rounds rounds of planned
+//     moves (a runner joins, then the oldest leaves with Shutdown): the
+//     singleton handover gap (the new instance's start minus the old
 //     one's return) p50/p99/max over every handover, its parts (old
-//     return -> ShardReleased on the old owner -> ShardAcquired on the new
-//     one -> new start), and the instances that overlapped (must be 0).
+//     return -> ShardReleased on the old owner -> cutover -> ShardAcquired
+//     on the new one -> new start), the instances that overlapped (must
+//     be 0); the same for the remembered entities (old Release -> new
+//     Activate). With -busy, callers keep handlers of -busy-handler
+//     running meanwhile (a drain lets them finish).
 //   - crash: -runners runners, the singletons and -crash-remembered
 //     remembered entities; a runner stops abruptly -repeat times per mode
 //     in -crash (close: Runner.Close in this process, no release, the
@@ -52,10 +56,14 @@ type params struct {
 	shards          int
 	singletons      int
 	rounds          int
+	handRemembered  int
+	busy            int
+	busyHandler     time.Duration
 	repeat          int
 	crash           []string
 	crashRemembered int
 	restart         int
+	restartShard    int
 	rates           []int
 	entities        int
 	messages        int
@@ -79,10 +87,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.shards, "shards", 1024, "NumShards")
 	fs.IntVar(&p.singletons, "singletons", 20, "handover, crash: singletons registered on every runner")
 	fs.IntVar(&p.rounds, "rounds", 10, "handover: rounds of planned moves (a join, then a graceful shutdown)")
+	fs.IntVar(&p.handRemembered, "handover-remembered", 3000, "handover: remembered entities spread over the shards")
+	fs.IntVar(&p.busy, "busy", 0, "handover: callers asking ordinary entities for -busy-handler of work each, one ask after the other (0: none); the runners then serve gRPC on loopback")
+	fs.DurationVar(&p.busyHandler, "busy-handler", 100*time.Millisecond, "handover: how long each -busy ask's handler runs")
 	fs.IntVar(&p.repeat, "repeat", 5, "crash: stops per mode")
 	crash := fs.String("crash", "close,kill", "crash: modes, comma-separated: close (Runner.Close in this process), kill (SIGKILL of a child process)")
 	fs.IntVar(&p.crashRemembered, "crash-remembered", 3000, "crash: remembered entities spread over the shards")
 	fs.IntVar(&p.restart, "restart", 10000, "restart: remembered entities stored in one shard")
+	fs.IntVar(&p.restartShard, "restart-shard", 7, "restart: that shard")
 	rates := fs.String("rates", "0,5000", "restart: RememberedStartRate values, comma-separated (0: the default)")
 	fs.IntVar(&p.entities, "entities", 10000, "writes: remembered entities activated")
 	fs.IntVar(&p.messages, "messages", 100000, "writes: messages to them")
@@ -111,7 +123,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case p.runners < 2:
 		fmt.Fprintln(stderr, "singletons: -runners: want at least 2")
 		return 2
-	case p.shards < 1 || p.singletons < 1 || p.rounds < 1 || p.repeat < 1 || p.restart < 1 || p.entities < 1 || p.messages < 0 || p.crashRemembered < 0 || p.quiet <= 0:
+	case p.shards < 1 || p.singletons < 1 || p.rounds < 1 || p.repeat < 1 || p.restart < 1 || p.entities < 1 || p.restartShard < 0 || p.handRemembered < 0 || p.busy < 0 || p.busyHandler <= 0 || p.messages < 0 || p.crashRemembered < 0 || p.quiet <= 0:
 		fmt.Fprintln(stderr, "singletons: -shards, -singletons, -rounds, -repeat, -restart, -entities, -quiet: want positive values")
 		return 2
 	}

@@ -24,6 +24,7 @@ type sink interface {
 	singletonStarted(name, runner string, epoch storage.Epoch, at time.Time) int
 	singletonReturned(run int, at time.Time)
 	activated(a activation)
+	released(a activation)
 }
 
 // active is where this process's singletons and entities record (one
@@ -75,6 +76,47 @@ func (t *twin) Activate(ctx context.Context, info entity.ActivateInfo) error {
 	return nil
 }
 
+// Release records the end of the instance (a planned move, a shutdown).
+func (t *twin) Release(ctx context.Context, info entity.ReleaseInfo) error {
+	si, _ := runner.ShardInfoFrom(ctx)
+	currentSink().released(activation{ID: t.id, Runner: si.Runner, Epoch: info.Epoch, At: time.Now()})
+	return nil
+}
+
+// busy is an ordinary kind whose work handler runs for a while: the load
+// of the handover scenario's -busy callers (a drain lets running handlers
+// finish).
+type busy struct{}
+
+var (
+	busyKind = entity.NewKind("busy", func(string) *busy { return &busy{} })
+	work     = entity.Method(busyKind, "work", func(_ *busy, ctx context.Context, d time.Duration) (none, error) {
+		si, _ := runner.ShardInfoFrom(ctx)
+		h := handlerRun{runner: si.Runner, shard: int(si.Shard), start: time.Now()}
+		defer func() {
+			h.end = time.Now()
+			if l, ok := currentSink().(*lifeLog); ok {
+				l.handled(h)
+			}
+		}()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return none{}, nil
+		case <-ctx.Done(): // the detach instant, a crash
+			return none{}, context.Cause(ctx)
+		}
+	})
+)
+
+// handlerRun is one run of a busy handler.
+type handlerRun struct {
+	runner     string
+	shard      int
+	start, end time.Time
+}
+
 // activation is one Activate of a twin.
 type activation struct {
 	ID     string                `json:"id"`
@@ -97,6 +139,8 @@ type lifeLog struct {
 	mu   sync.Mutex
 	runs []singletonRun
 	acts []activation
+	rels []activation // Release calls
+	work []handlerRun // busy handlers
 	// last activation of each entity
 	last map[string]activation
 }
@@ -149,6 +193,25 @@ func (l *lifeLog) activated(a activation) {
 	l.last[a.ID] = a
 }
 
+func (l *lifeLog) handled(h handlerRun) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.work = append(l.work, h)
+}
+
+// handlers returns a copy of the busy handlers' runs.
+func (l *lifeLog) handlers() []handlerRun {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.work)
+}
+
+func (l *lifeLog) released(a activation) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rels = append(l.rels, a)
+}
+
 func (l *lifeLog) activations() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -160,6 +223,13 @@ func (l *lifeLog) snapshot() ([]singletonRun, []activation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.runs), slices.Clone(l.acts)
+}
+
+// releases returns a copy of the Release records.
+func (l *lifeLog) releases() []activation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.rels)
 }
 
 // handover is one singleton moving from one instance to the next.
@@ -200,6 +270,43 @@ func handovers(runs []singletonRun, since time.Time) []handover {
 		}
 	}
 	return out
+}
+
+// entityMoves pairs each activation at or after since with the end of
+// the entity's previous instance (its Release): the gaps, the activations
+// that came while an instance on another runner had not been released
+// (overlaps), and the activations by reason.
+func entityMoves(acts, rels []activation, since time.Time) (gaps []time.Duration, overlaps []string, reasons map[entity.ActivateReason]int) {
+	type ev struct {
+		a   activation
+		rel bool
+	}
+	by := map[string][]ev{}
+	for _, a := range acts {
+		by[a.ID] = append(by[a.ID], ev{a: a})
+	}
+	for _, r := range rels {
+		by[r.ID] = append(by[r.ID], ev{a: r, rel: true})
+	}
+	reasons = map[entity.ActivateReason]int{}
+	for id, evs := range by {
+		slices.SortStableFunc(evs, func(x, y ev) int { return x.a.At.Compare(y.a.At) })
+		for i := 1; i < len(evs); i++ {
+			cur, prev := evs[i], evs[i-1]
+			if cur.rel || cur.a.At.Before(since) {
+				continue
+			}
+			reasons[cur.a.Reason]++
+			switch {
+			case prev.rel:
+				gaps = append(gaps, cur.a.At.Sub(prev.a.At))
+			case prev.a.Runner != cur.a.Runner:
+				overlaps = append(overlaps, fmt.Sprintf("%s activated on %s at %v while its instance on %s (since %v) was not released",
+					id, cur.a.Runner, cur.a.At.Format(time.StampMicro), prev.a.Runner, prev.a.At.Format(time.StampMicro)))
+			}
+		}
+	}
+	return gaps, overlaps, reasons
 }
 
 // overlapsAll counts, for every singleton, pairs of runs alive at once

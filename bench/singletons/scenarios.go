@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,47 +35,57 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 		return err
 	}
 	defer e.close()
+	e.transport = p.busy > 0 // asks reach the entities of other runners
+	ids := twinIDs(p.handRemembered, p.shards, -1)
+	if err := e.remember(ctx, ids); err != nil {
+		return err
+	}
 	for i := range p.runners {
 		if _, err := e.start(fmt.Sprint("r", i+1)); err != nil {
 			return err
 		}
 	}
-	cold, err := e.waitSettled(ctx, nil, settleLimit)
+	cold, err := e.waitSettled(ctx, ids, settleLimit)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "   %d runners, %d shards, %d singletons: settled %v after the start\n", p.runners, p.shards, p.singletons, cold.Round(time.Millisecond))
+	fmt.Fprintf(w, "   %d runners, %d shards, %d singletons, %d remembered entities: settled %v after the start\n", p.runners, p.shards, p.singletons, len(ids), cold.Round(time.Millisecond))
+	load := startBusy(e, p)
 	since := time.Now()
 	next := p.runners + 1
 	var settles []time.Duration
 	for round := range p.rounds {
 		id := fmt.Sprint("r", next)
 		next++
+		t0 := time.Now()
 		if _, err := e.start(id); err != nil {
 			return err
 		}
-		d, err := e.waitSettled(ctx, nil, settleLimit)
-		if err != nil {
+		load.publish(e)
+		if _, err := e.waitSettled(ctx, ids, settleLimit); err != nil {
 			return fmt.Errorf("round %d, join %s: %w", round+1, id, err)
 		}
-		settles = append(settles, d)
+		settles = append(settles, time.Since(t0))
 		old := e.live()[0]
-		t0 := time.Now()
+		t0 = time.Now()
+		load.publish(e, old)
 		if err := old.shutdown(); err != nil {
 			return fmt.Errorf("round %d, shutdown %s: %w", round+1, old.r.ID(), err)
 		}
-		d, err = e.waitSettled(ctx, nil, settleLimit)
-		if err != nil {
+		if _, err := e.waitSettled(ctx, ids, settleLimit); err != nil {
 			return fmt.Errorf("round %d, after the shutdown of %s: %w", round+1, old.r.ID(), err)
 		}
 		settles = append(settles, time.Since(t0))
-		_ = d
+	}
+	if err := load.stop(w); err != nil {
+		return err
 	}
 	runs, _ := e.life.snapshot()
 	evs := e.evs.snapshot()
 	hs := handovers(runs, since)
-	var gaps, drain, transfer, watch, start []time.Duration
-	overlaps, sameRunner := 0, 0
+	work := e.life.handlers()
+	var gaps, drain, transfer, watch, start, batches, toHandler, handlerToRel []time.Duration
+	overlaps, sameRunner, waited := 0, 0, 0
 	var worst handover
 	for _, h := range hs {
 		if h.overlap {
@@ -98,6 +109,26 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 			continue
 		}
 		drain = append(drain, rel.Sub(h.from.end))
+		// The shards cut over with this one (released together), and the
+		// last of their handlers still running when the singleton returned.
+		batch := map[int]bool{}
+		for _, ev := range evs {
+			if r, ok := ev.(runner.ShardReleased); ok && r.Runner == h.from.runner && r.Time.Sub(rel).Abs() < 2*time.Millisecond {
+				batch[int(r.Shard)] = true
+			}
+		}
+		batches = append(batches, time.Duration(len(batch)))
+		var lastEnd time.Time
+		for _, hr := range work {
+			if hr.runner == h.from.runner && batch[hr.shard] && hr.start.Before(h.from.end) && hr.end.After(h.from.end) && hr.end.After(lastEnd) {
+				lastEnd = hr.end
+			}
+		}
+		if !lastEnd.IsZero() {
+			waited++
+			toHandler = append(toHandler, lastEnd.Sub(h.from.end))
+			handlerToRel = append(handlerToRel, rel.Sub(lastEnd))
+		}
 		transfer = append(transfer, cut.Sub(rel))
 		watch = append(watch, acq.Sub(cut))
 		start = append(start, h.to.start.Sub(acq))
@@ -109,11 +140,17 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 		p50, p99, mx := quantiles(ds)
 		fmt.Fprintf(w, "     %-58s p50 %s, p99 %s, max %s\n", name, ms(p50), ms(p99), ms(mx))
 	}
-	fmt.Fprintf(w, "   parts of %d handovers:\n", len(drain))
+	b50, _, bmx := quantiles(batches)
+	fmt.Fprintf(w, "   parts of %d handovers (each cut over with p50 %d, max %d shards of its old owner):\n", len(drain), b50, bmx)
 	part("old return -> ShardReleased (rest of the drain, progress):", drain)
 	part("ShardReleased -> cutover (the lock transfer txn):", transfer)
 	part("cutover -> ShardAcquired on the new owner (watch, install):", watch)
 	part("ShardAcquired -> new start (singleton record write):", start)
+	if waited > 0 {
+		fmt.Fprintf(w, "   in %d of %d handovers a handler of another shard of the same cutover was running when the singleton returned:\n", waited, len(drain))
+		part("old return -> the last such handler's end:", toHandler)
+		part("that end -> ShardReleased:", handlerToRel)
+	}
 	if worst.name != "" {
 		shard := int(runner.SingletonShard(worst.name, p.shards))
 		rel := releasedAt(evs, worst.from.runner, shard, worst.from.epoch)
@@ -122,11 +159,88 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 		fmt.Fprintf(w, "   worst: %s shard %d %s -> %s: returned, +%s released, +%s cutover, +%s acquired, +%s started\n", worst.name, shard,
 			worst.from.runner, worst.to.runner, ms(sinceOr(rel, worst.from.end)), ms(sinceOr(cut, worst.from.end)), ms(sinceOr(acq, worst.from.end)), ms(worst.gap))
 	}
+	_, acts := e.life.snapshot()
+	egaps, eover, reasons := entityMoves(acts, e.life.releases(), since)
+	p50, p99, mx = quantiles(egaps)
+	fmt.Fprintf(w, "   remembered entities: %d moves (activations by reason: %v), gap (new Activate - old Release) p50 %s, p99 %s, max %s; activated before the old instance's release %d\n",
+		len(egaps), reasons, ms(p50), ms(p99), ms(mx), len(eover))
+	for i, o := range eover {
+		if i == 5 {
+			fmt.Fprintf(w, "     ...\n")
+			break
+		}
+		fmt.Fprintf(w, "     OVERLAP: %s\n", o)
+	}
 	p50, _, mx = quantiles(settles)
-	fmt.Fprintf(w, "   each move settled (every shard owned by its assignee, every singleton running there) in p50 %s, max %s\n", ms(p50), ms(mx))
+	fmt.Fprintf(w, "   each move settled (every shard owned by its assignee, every singleton and remembered entity running there) in p50 %s, max %s\n", ms(p50), ms(mx))
 	if n := overlapsAll(runs); n > 0 {
 		return fmt.Errorf("%d pairs of instances of one singleton ran at once", n)
 	}
+	if len(eover) > 0 {
+		return fmt.Errorf("%d remembered entities activated on a runner while their instance elsewhere had not been released", len(eover))
+	}
+	return nil
+}
+
+// busyLoad is the handover scenario's -busy callers.
+type busyLoad struct {
+	p       params
+	routers atomic.Pointer[[]*runner.Runner]
+	done    chan struct{}
+	wg      sync.WaitGroup
+	ok, bad atomic.Int64
+	lastErr atomic.Value
+}
+
+// startBusy starts p.busy callers (none if 0).
+func startBusy(e *env, p params) *busyLoad {
+	b := &busyLoad{p: p, done: make(chan struct{})}
+	b.publish(e)
+	for c := range p.busy {
+		b.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-b.done:
+					return
+				default:
+				}
+				rs := *b.routers.Load()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := work.Ask(ctx, rs[(c+i)%len(rs)], fmt.Sprint("b", (c*7919+i*104729)%5000), p.busyHandler)
+				cancel()
+				if err != nil {
+					b.bad.Add(1)
+					b.lastErr.Store(err.Error())
+					continue
+				}
+				b.ok.Add(1)
+			}
+		})
+	}
+	return b
+}
+
+// publish sets the runners the callers send through: the live ones but
+// leaving.
+func (b *busyLoad) publish(e *env, leaving ...*node) {
+	var rs []*runner.Runner
+	for _, n := range e.live() {
+		if !slices.Contains(leaving, n) {
+			rs = append(rs, n.r)
+		}
+	}
+	b.routers.Store(&rs)
+}
+
+// stop stops the callers and reports their asks.
+func (b *busyLoad) stop(w io.Writer) error {
+	close(b.done)
+	b.wg.Wait()
+	if b.p.busy == 0 {
+		return nil
+	}
+	last, _ := b.lastErr.Load().(string)
+	fmt.Fprintf(w, "   load: %d callers, handlers of %v: %d asks served, %d failed (last error: %q)\n", b.p.busy, b.p.busyHandler, b.ok.Load(), b.bad.Load(), last)
 	return nil
 }
 
@@ -205,7 +319,7 @@ func crashMode(ctx context.Context, p params, mode string, w io.Writer) error {
 	}
 	how := map[string]string{"close": "Runner.Close in this process (no release, the lease runs out)", "kill": "SIGKILL of a runner process"}[mode]
 	fmt.Fprintf(w, "   %s; %d runners, %d shards, %d singletons, %d remembered entities; LeaseTTL %v\n", how, p.runners, p.shards, p.singletons, len(ids), p.leaseTTL())
-	var singles, entities, expiries []time.Duration
+	var singles, entities, expiries, singlesAfter, entitiesAfter []time.Duration
 	for rep := range p.repeat {
 		victim := fmt.Sprint("v", rep+1)
 		var mine []string
@@ -266,9 +380,15 @@ func crashMode(ctx context.Context, p params, mode string, w io.Writer) error {
 		expiries = append(expiries, expiry)
 		if len(mine) > 0 {
 			singles = append(singles, single)
+			if expiry != unmeasured {
+				singlesAfter = append(singlesAfter, single-expiry)
+			}
 		}
 		if len(myIDs) > 0 {
 			entities = append(entities, entity)
+			if expiry != unmeasured {
+				entitiesAfter = append(entitiesAfter, entity-expiry)
+			}
 		}
 		fmt.Fprintf(w, "   stop %d (%s: %d shards, %d singletons, %d remembered entities): its lease's keys deleted +%s, first shard re-owned +%s, its singletons running again +%s, all its remembered entities +%s\n",
 			rep+1, victim, len(victimShards), len(mine), len(myIDs), ms(expiry), ms(sinceOr(firstAcq, at)), ms(single), ms(entity))
@@ -291,6 +411,9 @@ func crashMode(ctx context.Context, p params, mode string, w io.Writer) error {
 	x50, _, xmx := quantiles(expiries)
 	fmt.Fprintf(w, "   %d stops: singletons running again p50 %s, max %s; remembered entities all running again p50 %s, max %s (target LeaseTTL + 1 s = %v); lease keys deleted p50 %s, max %s; singleton overlaps %d\n",
 		p.repeat, ms(s50), ms(smx), ms(e50), ms(emx), bound, ms(x50), ms(xmx), overlapsAll(runs))
+	s50, _, smx = quantiles(singlesAfter)
+	e50, _, emx = quantiles(entitiesAfter)
+	fmt.Fprintf(w, "   after the lease's keys were deleted: singletons running again p50 %s, max %s; remembered entities p50 %s, max %s\n", ms(s50), ms(smx), ms(e50), ms(emx))
 	if n := overlapsAll(runs); n > 0 {
 		return fmt.Errorf("%d pairs of instances of one singleton ran at once", n)
 	}
@@ -314,7 +437,7 @@ func restartOnce(ctx context.Context, p params, rate int, w io.Writer) error {
 		return err
 	}
 	defer e.close()
-	shard := sharding.ShardID(7 % p.shards)
+	shard := sharding.ShardID(p.restartShard % p.shards)
 	ids := twinIDs(p.restart, p.shards, int(shard))
 	t0 := time.Now()
 	if err := e.remember(ctx, ids); err != nil {
@@ -336,11 +459,19 @@ func restartOnce(ctx context.Context, p params, rate int, w io.Writer) error {
 		}
 	}
 	_, acts := e.life.snapshot()
-	var acq time.Time
+	var acq, allOwned time.Time
+	owned := map[sharding.ShardID]bool{}
 	for _, ev := range e.evs.snapshot() {
-		if a, ok := ev.(runner.ShardAcquired); ok && a.Shard == shard {
+		a, ok := ev.(runner.ShardAcquired)
+		if !ok || owned[a.Shard] {
+			continue
+		}
+		owned[a.Shard] = true
+		if a.Shard == shard {
 			acq = a.Time
-			break
+		}
+		if len(owned) == p.shards {
+			allOwned = a.Time
 		}
 	}
 	if acq.IsZero() {
@@ -361,17 +492,13 @@ func restartOnce(ctx context.Context, p params, rate int, w io.Writer) error {
 	if len(seen) != len(ids) {
 		return fmt.Errorf("%d distinct entities activated, want %d", len(seen), len(ids))
 	}
-	if _, err := e.waitSettled(ctx, nil, settleLimit); err != nil {
-		return err
-	}
-	settled := time.Since(start)
 	name := fmt.Sprintf("%d/s", rate)
 	if rate == 0 {
 		name = fmt.Sprintf("%d/s (default)", runner.DefaultRememberedStartRate)
 	}
-	fmt.Fprintf(w, "   %d remembered entities in shard %d (stored in %v), cold start of one runner (%d shards), RememberedStartRate %s: shard acquired +%s after the start; from the acquisition: first activation +%s, all %d activated +%s (target <= 1 s at the default); %.0f activations/s between the first and the last; every shard owned +%s after the start\n",
+	fmt.Fprintf(w, "   %d remembered entities in shard %d (stored in %v), cold start of one runner (%d shards), RememberedStartRate %s: shard acquired +%s after the start; from the acquisition: first activation +%s, all %d activated +%s (target <= 1 s at the default); %.0f activations/s between the first and the last; every shard acquired +%s after the start\n",
 		len(ids), shard, stored.Round(time.Millisecond), p.shards, name, ms(acq.Sub(start)), ms(first.Sub(acq)), len(ids), ms(last.Sub(acq)),
-		float64(len(ids)-1)/last.Sub(first).Seconds(), ms(settled))
+		float64(len(ids)-1)/last.Sub(first).Seconds(), ms(sinceOr(allOwned, start)))
 	return nil
 }
 
