@@ -2,7 +2,7 @@
 // etcd (./bin/etcd, started on a free loopback port): the figures of
 // BENCHMARKS.md's "Singletons and remembered entities" section.
 //
-//	go run ./bench/singletons                      # every scenario, default sizes (several minutes)
+//	go run ./bench/singletons                      # every scenario, default sizes (about 2 minutes)
 //	go run ./bench/singletons -scenario handover   # one of: handover, crash, restart, writes
 //
 // Scenarios (runners in this process, each with its own etcd client; the

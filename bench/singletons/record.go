@@ -274,8 +274,9 @@ func handovers(runs []singletonRun, since time.Time) []handover {
 
 // entityMoves pairs each activation at or after since with the end of
 // the entity's previous instance (its Release): the gaps, the activations
-// that came while an instance on another runner had not been released
-// (overlaps), and the activations by reason.
+// that came while the previous instance had not been released (overlaps:
+// on planned moves, without failures, every instance is released before
+// the next one starts), and the activations by reason.
 func entityMoves(acts, rels []activation, since time.Time) (gaps []time.Duration, overlaps []string, reasons map[entity.ActivateReason]int) {
 	type ev struct {
 		a   activation
@@ -300,9 +301,9 @@ func entityMoves(acts, rels []activation, since time.Time) (gaps []time.Duration
 			switch {
 			case prev.rel:
 				gaps = append(gaps, cur.a.At.Sub(prev.a.At))
-			case prev.a.Runner != cur.a.Runner:
-				overlaps = append(overlaps, fmt.Sprintf("%s activated on %s at %v while its instance on %s (since %v) was not released",
-					id, cur.a.Runner, cur.a.At.Format(time.StampMicro), prev.a.Runner, prev.a.At.Format(time.StampMicro)))
+			default:
+				overlaps = append(overlaps, fmt.Sprintf("%s activated on %s (epoch %d) at %v while its instance on %s (epoch %d, since %v) was not released",
+					id, cur.a.Runner, cur.a.Epoch, cur.a.At.Format(time.StampMicro), prev.a.Runner, prev.a.Epoch, prev.a.At.Format(time.StampMicro)))
 			}
 		}
 	}

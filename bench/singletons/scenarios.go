@@ -85,7 +85,7 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 	hs := handovers(runs, since)
 	work := e.life.handlers()
 	var gaps, drain, transfer, watch, start, batches, toHandler, handlerToRel []time.Duration
-	overlaps, sameRunner, waited := 0, 0, 0
+	overlaps, sameRunner, waited, ownShard := 0, 0, 0, 0
 	var worst handover
 	for _, h := range hs {
 		if h.overlap {
@@ -120,8 +120,12 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 		batches = append(batches, time.Duration(len(batch)))
 		var lastEnd time.Time
 		for _, hr := range work {
-			if hr.runner == h.from.runner && batch[hr.shard] && hr.start.Before(h.from.end) && hr.end.After(h.from.end) && hr.end.After(lastEnd) {
-				lastEnd = hr.end
+			if hr.runner == h.from.runner && batch[hr.shard] && hr.start.Before(h.from.end) && hr.end.After(h.from.end) {
+				if hr.shard == shard {
+					ownShard++
+				} else if hr.end.After(lastEnd) {
+					lastEnd = hr.end
+				}
 			}
 		}
 		if !lastEnd.IsZero() {
@@ -146,8 +150,8 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 	part("ShardReleased -> cutover (the lock transfer txn):", transfer)
 	part("cutover -> ShardAcquired on the new owner (watch, install):", watch)
 	part("ShardAcquired -> new start (singleton record write):", start)
-	if waited > 0 {
-		fmt.Fprintf(w, "   in %d of %d handovers a handler of another shard of the same cutover was running when the singleton returned:\n", waited, len(drain))
+	if waited > 0 || ownShard > 0 {
+		fmt.Fprintf(w, "   in %d of %d handovers a handler of another shard of the same cutover was running when the singleton returned (of its own shard: %d):\n", waited, len(drain), ownShard)
 		part("old return -> the last such handler's end:", toHandler)
 		part("that end -> ShardReleased:", handlerToRel)
 	}
