@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -453,4 +454,27 @@ func (w *keyWatch) deletedAt(key string, t time.Time) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// byKeyspace returns, for the revisions in (from, to], how many touched
+// each keyspace (the first segment of the key under the namespace).
+func (w *keyWatch) byKeyspace(ns string, from, to int64) map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[string]map[int64]bool{}
+	for _, ev := range w.evs {
+		if ev.rev <= from || ev.rev > to {
+			continue
+		}
+		ks, _, _ := strings.Cut(strings.TrimPrefix(ev.key, "/"+ns+"/"), "/")
+		if seen[ks] == nil {
+			seen[ks] = map[int64]bool{}
+		}
+		seen[ks][ev.rev] = true
+	}
+	out := map[string]int{}
+	for ks, revs := range seen {
+		out[ks] = len(revs)
+	}
+	return out
 }

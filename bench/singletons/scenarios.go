@@ -600,6 +600,7 @@ func writesOnce(ctx context.Context, p params, k int, w io.Writer) (int64, error
 	if err != nil {
 		return 0, err
 	}
+	all := e.watch("", rev2)
 	olds := e.live()
 	var acquired atomic.Int64
 	countFrom := len(e.evs.snapshot())
@@ -630,6 +631,13 @@ func writesOnce(ctx context.Context, p params, k int, w io.Writer) (int64, error
 			acquired.Add(1)
 		}
 	}
+	var counted int64
+	for _, n := range e.live() {
+		counted += n.r.RememberedCount()
+	}
+	if counted != int64(k) {
+		return 0, fmt.Errorf("after the moves the runners count %d remembered entities (RememberedCount), want %d", counted, k)
+	}
 	ev, wr := marks.between(rev2, rev3)
 	resp, err := e.cli.Get(ctx, "/"+e.ns+"/remembered/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -639,8 +647,8 @@ func writesOnce(ctx context.Context, p params, k int, w io.Writer) (int64, error
 	for _, kv := range resp.Kvs {
 		newest = max(newest, kv.ModRevision)
 	}
-	fmt.Fprintf(w, "   %d remembered entities; planned moves of every shard (%d runners join, the %d old ones shut down, %v, %d shard acquisitions): %d etcd writes (%.2f a shard acquisition), %d of them touching markers (%d events); %d markers stored, newest written at revision %d (the moves began after %d)\n",
-		k, p.runners, p.runners, took.Round(time.Millisecond), acquired.Load(), rev3-rev2, float64(rev3-rev2)/float64(max(acquired.Load(), 1)), wr, ev, len(resp.Kvs), newest, rev2)
+	fmt.Fprintf(w, "   %d remembered entities; planned moves of every shard (%d runners join, the %d old ones shut down, %v, %d shard acquisitions): %d etcd writes (%.2f a shard acquisition; by keyspace touched: %v), %d of them touching markers (%d events); %d markers stored, newest written at revision %d (the moves began after %d)\n",
+		k, p.runners, p.runners, took.Round(time.Millisecond), acquired.Load(), rev3-rev2, float64(rev3-rev2)/float64(max(acquired.Load(), 1)), all.byKeyspace(e.ns, rev2, rev3), wr, ev, len(resp.Kvs), newest, rev2)
 	return rev3 - rev2, nil
 }
 
