@@ -136,10 +136,11 @@ type Runner struct {
 	runStarted      bool            // Run was called (done will be closed)
 	lastStreak      int             // keep-alive streak last logged
 	wouldDetach     detachment.Reason
-	reg             *registration.Record // the own record (internal/registration)
-	fatal           error                // set once: Run ends with it (failRun)
-	badKeys         map[string]struct{}  // damaged keys already logged (keys.go)
-	workerRegs      []workerReg          // shard workers and singletons (workers.go), fixed once Run began
+	reg             *registration.Record         // the own record (internal/registration)
+	fatal           error                        // set once: Run ends with it (failRun)
+	badKeys         map[string]struct{}          // damaged keys already logged (keys.go)
+	workerRegs      []workerReg                  // shard workers and singletons (workers.go), fixed once Run began
+	singletonRecs   chan storage.SingletonRecord // singletons started, their records to write (workers.go)
 	badKeysFull     bool
 	lostLocks       []lostLock   // dropped shards not logged yet
 	st              startState   // starting up (start.go)
@@ -242,6 +243,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		policy:          detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
 		incarnation:     newIncarnation(),
 		kick:            make(chan struct{}, 1),
+		singletonRecs:   make(chan storage.SingletonRecord, singletonRecQueue),
 		rebalance:       make(chan struct{}, 1),
 		opDrain:         drainState{kick: make(chan struct{}, 1)},
 		badKeys:         make(map[string]struct{}),

@@ -118,7 +118,11 @@ func (r *Runner) installWorkers() {
 			},
 			Started: func(id sharding.ShardID, epoch storage.Epoch) {
 				if reg.singleton {
-					r.recordSingleton(reg.name, id, epoch)
+					select {
+					case r.singletonRecs <- storage.SingletonRecord{Shard: id, Name: reg.name, Runner: r.cfg.ID, Started: time.Now().UTC(), Epoch: epoch}:
+					default:
+						r.log.Warn("singleton record not written: too many queued", "singleton", reg.name, "shard", id)
+					}
 				}
 				r.hub.Publish(WorkerStarted{EventBase: r.base(), Name: reg.name, Singleton: reg.singleton, Shard: id, Epoch: epoch})
 			},
@@ -130,12 +134,30 @@ func (r *Runner) installWorkers() {
 	r.hosting.SetWorkers(ws)
 }
 
-// singletonRecordTimeout bounds the write of a singleton's record before
-// it starts (the record is for operators: a failed write is logged).
-const singletonRecordTimeout = 500 * time.Millisecond
+// singletonRecordTimeout bounds the write of a singleton's record (it is
+// for operators: a failed write is logged); singletonRecQueue bounds the
+// records waiting to be written.
+const (
+	singletonRecordTimeout = 500 * time.Millisecond
+	singletonRecQueue      = 256
+)
 
-// recordSingleton writes singletons/{shard}/{name}, fenced by epoch.
-func (r *Runner) recordSingleton(name string, id sharding.ShardID, epoch storage.Epoch) {
+// recordSingletons writes the singletons' records (singletons/{shard}/{name},
+// fenced by their epochs) queued when they start, in the background: a
+// singleton starts without waiting for its record.
+func (r *Runner) recordSingletons(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case rec := <-r.singletonRecs:
+			r.recordSingleton(rec)
+		}
+	}
+}
+
+// recordSingleton writes rec, fenced by rec.Epoch.
+func (r *Runner) recordSingleton(rec storage.SingletonRecord) {
 	r.mu.Lock()
 	actx := r.attachCtx
 	r.mu.Unlock()
@@ -144,12 +166,11 @@ func (r *Runner) recordSingleton(name string, id sharding.ShardID, epoch storage
 	}
 	ctx, cancel := context.WithTimeout(actx, singletonRecordTimeout)
 	defer cancel()
-	res, err := r.store.WriteShardStates(ctx, []storage.ShardWrite{{Shard: id, Epoch: epoch,
-		PutSingletons: []storage.SingletonRecord{{Shard: id, Name: name, Runner: r.cfg.ID, Started: time.Now().UTC()}}}})
+	res, err := r.store.WriteShardStates(ctx, []storage.ShardWrite{{Shard: rec.Shard, Epoch: rec.Epoch, PutSingletons: []storage.SingletonRecord{rec}}})
 	if len(res) == 1 {
 		err = res[0].Err
 	}
-	if err != nil && actx.Err() == nil {
-		r.log.Warn("cannot record where a singleton runs", "singleton", name, "shard", id, "err", err)
+	if err != nil && actx.Err() == nil && !errors.Is(err, storage.ErrFenced) {
+		r.log.Warn("cannot record where a singleton runs", "singleton", rec.Name, "shard", rec.Shard, "err", err)
 	}
 }
