@@ -85,25 +85,35 @@ func TestEtcdSingletonsWorkersAndRememberedEntitiesFollowTheirShards(t *testing.
 			}
 			return true
 		})
-		// The singletons' records name where they run.
-		resp, err := c.direct.Get(t.Context(), "/"+c.ns+"/"+string(storage.KeyspaceSingletons)+"/", clientv3.WithPrefix())
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := 0
-		for _, kv := range resp.Kvs {
-			key := strings.TrimPrefix(string(kv.Key), "/"+c.ns+"/"+string(storage.KeyspaceSingletons)+"/")
-			rec, err := storage.DecodeSingleton(storage.KeyValue{Key: key, Value: kv.Value, ModRevision: storage.Revision(kv.ModRevision)})
+		// The singletons' records (written in the background once they
+		// start) name where they run.
+		var why string
+		records := func() bool {
+			resp, err := c.direct.Get(t.Context(), "/"+c.ns+"/"+string(storage.KeyspaceSingletons)+"/", clientv3.WithPrefix())
 			if err != nil {
-				t.Fatalf("singleton record %s: %v", kv.Key, err)
+				t.Fatal(err)
 			}
-			seen++
-			if rec.Runner != owner(rec.Shard) {
-				t.Errorf("singleton %s recorded on %s, its shard %d is owned by %s", rec.Name, rec.Runner, rec.Shard, owner(rec.Shard))
+			if len(resp.Kvs) != singletons {
+				why = fmt.Sprintf("%d singleton records, want %d", len(resp.Kvs), singletons)
+				return false
 			}
+			for _, kv := range resp.Kvs {
+				key := strings.TrimPrefix(string(kv.Key), "/"+c.ns+"/"+string(storage.KeyspaceSingletons)+"/")
+				rec, err := storage.DecodeSingleton(storage.KeyValue{Key: key, Value: kv.Value, ModRevision: storage.Revision(kv.ModRevision)})
+				if err != nil {
+					t.Fatalf("singleton record %s: %v", kv.Key, err)
+				}
+				if rec.Runner != owner(rec.Shard) {
+					why = fmt.Sprintf("singleton %s recorded on %s, its shard %d is owned by %s", rec.Name, rec.Runner, rec.Shard, owner(rec.Shard))
+					return false
+				}
+			}
+			return true
 		}
-		if seen != singletons {
-			t.Errorf("%d singleton records, want %d", seen, singletons)
+		for deadline := time.Now().Add(10 * time.Second); !records(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 10 s: %s", why)
+			}
 		}
 	}
 	check(a)

@@ -270,8 +270,10 @@ func (s *Service) RememberedByShard() map[sharding.ShardID]int {
 	return out
 }
 
-// writeRemembered writes the queued puts, one fenced write per shard (in
-// chunks of storage.MaxShardWriteOps).
+// writeRemembered writes the queued puts: one fenced write per shard, all
+// in one store call (the store batches them into few transactions), each
+// set's write lock held so no Forget interleaves. A set's puts beyond
+// storage.MaxShardWriteOps wait for the next call.
 func (s *Service) writeRemembered(ctx context.Context, ms []*rememberedEntity) error {
 	bySet := map[*shardSet][]*rememberedEntity{}
 	var order []*shardSet
@@ -281,52 +283,80 @@ func (s *Service) writeRemembered(ctx context.Context, ms []*rememberedEntity) e
 		}
 		bySet[m.set] = append(bySet[m.set], m)
 	}
+	sets := s.live(order)
+	slices.SortFunc(sets, func(a, b *shardSet) int { return int(a.id) - int(b.id) })
+	// Only this goroutine takes several write locks, in shard order; every
+	// other holder takes one and waits for nothing of this goroutine's.
+	for _, set := range sets {
+		set.writeMu.Lock()
+	}
+	defer func() {
+		for _, set := range sets {
+			set.writeMu.Unlock()
+		}
+	}()
+	var writes []storage.ShardWrite
+	var lives [][]*rememberedEntity
+	var later []*rememberedEntity
+	for _, set := range sets {
+		set.mu.Lock()
+		var refs []storage.EntityRef
+		var live []*rememberedEntity
+		for _, m := range bySet[set] {
+			switch {
+			case !m.queued || m.removed || set.stopped:
+			case len(refs) == storage.MaxShardWriteOps:
+				later = append(later, m)
+			default:
+				refs = append(refs, m.ref)
+				live = append(live, m)
+			}
+		}
+		set.mu.Unlock()
+		if len(refs) > 0 {
+			writes = append(writes, storage.ShardWrite{Shard: set.id, Epoch: set.epoch, PutRemembered: refs})
+			lives = append(lives, live)
+		}
+	}
+	defer func() {
+		if len(later) > 0 {
+			s.mu.Lock()
+			s.rememberQ = append(s.rememberQ, later...)
+			s.mu.Unlock()
+			s.wake()
+		}
+	}()
+	if len(writes) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	res, err := s.store.WriteShardStates(cctx, writes)
+	cancel()
 	var first error
-	for _, set := range s.live(order) {
-		for chunk := range slices.Chunk(bySet[set], storage.MaxShardWriteOps) {
-			if err := s.rememberChunk(ctx, set, chunk); err != nil && first == nil {
-				first = err
+	for i, w := range writes {
+		e := err
+		if res != nil {
+			e = res[i].Err
+		}
+		switch {
+		case e == nil:
+			s.met.Writes.Add(context.Background(), 1, s.met.Attrs, opAttr("remember"))
+			set := lives[i][0].set
+			set.mu.Lock()
+			for _, m := range lives[i] {
+				m.queued = false
+			}
+			set.mu.Unlock()
+		case errors.Is(e, storage.ErrFenced):
+			// The shard moved on: its next owner does not know them.
+		default:
+			later = append(later, lives[i]...)
+			if first == nil {
+				first = fmt.Errorf("remember %d entities of shard %d: %w", len(w.PutRemembered), w.Shard, e)
 			}
 		}
 	}
 	return first
-}
-
-func (s *Service) rememberChunk(ctx context.Context, set *shardSet, ms []*rememberedEntity) error {
-	set.writeMu.Lock()
-	defer set.writeMu.Unlock()
-	set.mu.Lock()
-	var refs []storage.EntityRef
-	var live []*rememberedEntity
-	for _, m := range ms {
-		if m.queued && !m.removed && !set.stopped {
-			refs = append(refs, m.ref)
-			live = append(live, m)
-		}
-	}
-	set.mu.Unlock()
-	if len(refs) == 0 {
-		return nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-	_, err := s.write(cctx, storage.ShardWrite{Shard: set.id, Epoch: set.epoch, PutRemembered: refs}, "remember")
-	cancel()
-	switch {
-	case err == nil:
-		set.mu.Lock()
-		for _, m := range live {
-			m.queued = false
-		}
-		set.mu.Unlock()
-		return nil
-	case errors.Is(err, storage.ErrFenced):
-		return nil // the shard moved on: its next owner does not know them
-	default:
-		s.mu.Lock()
-		s.rememberQ = append(s.rememberQ, live...)
-		s.mu.Unlock()
-		return fmt.Errorf("remember %d entities of shard %d: %w", len(refs), set.id, err)
-	}
 }
 
 // badMarker logs a remembered entity this runner does not activate (once
