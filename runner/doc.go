@@ -250,7 +250,7 @@
 //
 //   - Recorded once: its first activation on a shard where it is not
 //     remembered yet queues a marker remembered/{shard}/{kind/id}, written
-//     fenced by the epoch, batched per shard; a message or an activation
+//     fenced by the epoch, batched with the other shards' puts; a message or an activation
 //     of an entity already remembered writes nothing. (An entity activated
 //     and crashed before its marker landed is not remembered.)
 //   - Activated without a message after its shard's state is loaded (after
