@@ -36,7 +36,7 @@ func TestEveryScenarioMeasuresAtTinySizes(t *testing.T) {
 	}{
 		{"handover", []string{"-rounds", "1"}, []string{
 			`: (\d+) singleton handovers`, `overlaps 0 \(all runs: 0\)`,
-			`ShardAcquired -> new start.*p50 (\d+)\.\d ms`,
+			`ShardAcquired -> new start.*p50 \d+\.\d ms`,
 		}},
 		{"crash", []string{"-repeat", "1", "-crash-remembered", "60", "-singletons", "20"}, []string{
 			`Close in this process.*\n.*stop 1 \(v1: (\d+) shards`, `SIGKILL.*\n.*stop 1 \(v1: (\d+) shards`,

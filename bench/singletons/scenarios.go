@@ -149,7 +149,7 @@ func benchHandover(ctx context.Context, p params, w io.Writer) error {
 	part("old return -> ShardReleased (rest of the drain, progress):", drain)
 	part("ShardReleased -> cutover (the lock transfer txn):", transfer)
 	part("cutover -> ShardAcquired on the new owner (watch, install):", watch)
-	part("ShardAcquired -> new start (singleton record write):", start)
+	part("ShardAcquired -> new start (the worker goroutine):  ", start)
 	if waited > 0 || ownShard > 0 {
 		fmt.Fprintf(w, "   in %d of %d handovers a handler of another shard of the same cutover was running when the singleton returned (of its own shard: %d):\n", waited, len(drain), ownShard)
 		part("old return -> the last such handler's end:", toHandler)
