@@ -321,7 +321,7 @@ func TestReminderAfterACrashFiresAgainAtLeastOnce(t *testing.T) {
 		if checked == 0 {
 			t.Fatal("no reminder lived on the crashed runner")
 		}
-		checkFiresByOwners(t, rc.rec.all(), env.fires)
+		checkFiresByOwners(t, rc.rec.all(), env.allFires())
 	})
 }
 
@@ -411,7 +411,7 @@ func TestReminderNeverFiresAfterTheDetachInstant(t *testing.T) {
 			t.Fatalf("a fired %d ticks after taking the shard over", onA)
 		}
 		st.Partition(false)
-		checkFiresByOwners(t, rc.rec.all(), env.fires)
+		checkFiresByOwners(t, rc.rec.all(), env.allFires())
 	})
 }
 
