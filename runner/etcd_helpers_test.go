@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -42,6 +43,7 @@ func newCluster(t *testing.T, srvEndpoints []string, direct *clientv3.Client) *c
 // etcdRunner is a runner on a real etcd.
 type etcdRunner struct {
 	*runner.Runner
+	t    testing.TB // fails when the runner does not stop
 	sub  *runner.Subscription
 	done chan error
 	once sync.Once
@@ -76,7 +78,7 @@ func (c *cluster) startWith(cfg runner.Config, setup func(*runner.Runner) error,
 	if err != nil {
 		t.Fatal(err)
 	}
-	er := &etcdRunner{Runner: r, sub: r.Subscribe(), done: make(chan error, 1)}
+	er := &etcdRunner{Runner: r, t: t, sub: r.Subscribe(), done: make(chan error, 1)}
 	c.rec.follow(er.sub)
 	go func() { er.done <- r.Run(context.Background()) }()
 	waitRunning(t, r)
@@ -87,24 +89,53 @@ func (c *cluster) startWith(cfg runner.Config, setup func(*runner.Runner) error,
 	return er
 }
 
+// stopTimeout bounds the wait for Run to return once Close was called:
+// a runner that does not stop fails the test with every goroutine's stack
+// instead of hanging it until go test's timeout.
+const stopTimeout = time.Minute
+
 // stop closes the runner (if still running). Its subscription stays open
 // until the test ends, so the recorder gets every event it emitted.
 func (er *etcdRunner) stop() {
 	er.once.Do(func() {
-		er.Close()
-		<-er.done
+		go er.Close() // returns once Run has
+		select {
+		case <-er.done:
+		case <-time.After(stopTimeout):
+			er.t.Errorf("runner %s: Run did not return %v after Close; goroutines:\n%s", er.ID(), stopTimeout, allStacks())
+		}
 	})
 }
 
 // shutdown stops the runner gracefully.
 func (er *etcdRunner) shutdown(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	const limit = 30 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	if err := er.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
+	res := make(chan error, 1)
+	go func() { res <- er.Shutdown(ctx) }() // past ctx, Shutdown waits for Close
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(limit + stopTimeout):
+		t.Fatalf("runner %s: Shutdown did not return %v after its context ended; goroutines:\n%s", er.ID(), stopTimeout, allStacks())
 	}
 	er.stop()
+}
+
+// allStacks returns the stacks of every goroutine.
+func allStacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // locks lists the shard locks in etcd: shard -> lease.

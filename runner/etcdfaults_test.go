@@ -108,7 +108,7 @@ func (c *cluster) startWithClientConfig(cfg runner.Config, endpoints []string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	er := &etcdRunner{Runner: r, sub: r.Subscribe(), done: make(chan error, 1)}
+	er := &etcdRunner{Runner: r, t: t, sub: r.Subscribe(), done: make(chan error, 1)}
 	c.rec.follow(er.sub)
 	go func() { er.done <- r.Run(context.Background()) }()
 	t.Cleanup(func() {

@@ -321,7 +321,7 @@ func TestReminderAfterACrashFiresAgainAtLeastOnce(t *testing.T) {
 		if checked == 0 {
 			t.Fatal("no reminder lived on the crashed runner")
 		}
-		checkFiresByOwners(t, rc.rec.all(), env.fires)
+		checkFiresByOwners(t, rc.rec.all(), env.allFires())
 	})
 }
 
@@ -411,7 +411,7 @@ func TestReminderNeverFiresAfterTheDetachInstant(t *testing.T) {
 			t.Fatalf("a fired %d ticks after taking the shard over", onA)
 		}
 		st.Partition(false)
-		checkFiresByOwners(t, rc.rec.all(), env.fires)
+		checkFiresByOwners(t, rc.rec.all(), env.allFires())
 	})
 }
 
@@ -644,4 +644,50 @@ func mustHistoryKeys(t *testing.T, c *memory.Cluster, prefix string) []string {
 		}
 	}
 	return out
+}
+
+// TestReminderTickWaitsForItsEntitysRunningHandler: a tick is delivered
+// through the mailbox, one message at a time with the entity's other
+// messages: due while a handler of the entity runs (one that ignores its
+// context here), it waits for that handler and fires as soon as it
+// returns; the ticks due meanwhile then fire once with their count, none
+// lost and none twice. (The simulation's "firing resumes" rule counts
+// from the instant the entity is free for this reason.)
+func TestReminderTickWaitsForItsEntitysRunningHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newAlarmEnv()
+		_, r, rec := startOwningAll(t, runner.Config{ID: "a", NumShards: 4}, env.kind)
+		if _, err := env.arm.Ask(t.Context(), r, "x", armReq{Name: "every", Period: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2500 * time.Millisecond) // ticks 1 and 2
+		stalled := make(chan error, 1)
+		go func() {
+			_, err := env.stall.Ask(context.Background(), r, "x", armReq{Name: "later", Timer: true, Delay: time.Hour})
+			stalled <- err
+		}()
+		time.Sleep(5 * time.Second) // ticks 3 to 7 due while the handler runs
+		if fs := env.firesOf("x", "every"); len(fs) != 2 {
+			t.Fatalf("ticks %v fired by 7.5 s, want 1 and 2 only: a handler of x ran from 2.5 s on", ticks(fs))
+		}
+		freed := time.Now()
+		close(env.stubborn)
+		if err := <-stalled; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1200 * time.Millisecond)
+		fs := env.firesOf("x", "every")
+		if len(fs) < 3 || fs[2].At.Sub(freed) > 10*time.Millisecond {
+			t.Fatalf("ticks %v: want a fire as soon as the handler returned at %v", ticks(fs), freed.Format(time.StampMilli))
+		}
+		for i := 1; i < len(fs); i++ {
+			if f, p := fs[i], fs[i-1]; f.Tick != p.Tick+f.Missed+1 || f.Redelivered {
+				t.Errorf("tick %d (missed %d, redelivered %v) after tick %d: a tick lost or fired twice", f.Tick, f.Missed, f.Redelivered, p.Tick)
+			}
+		}
+		if last := fs[len(fs)-1].Tick; last != 8 {
+			t.Errorf("ticks %v by 8.7 s, want up to 8", ticks(fs))
+		}
+		checkFiresByOwners(t, rec.all(), env.allFires())
+	})
 }

@@ -81,6 +81,20 @@ func (w *simWorld) running() int {
 	return n
 }
 
+// stubbornRunning reports whether a handler that ignores its context runs.
+func (w *simWorld) stubbornRunning() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range w.active {
+		for _, e := range m {
+			if e.stubborn {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (w *simWorld) violate(format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -181,6 +181,13 @@ func (env *alarmEnv) firesOf(entityID, name string) []alarmFire {
 	return out
 }
 
+// allFires returns every recorded fire, in the order recorded.
+func (env *alarmEnv) allFires() []alarmFire {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	return slices.Clone(env.fires)
+}
+
 func ticks(fs []alarmFire) []uint64 {
 	out := make([]uint64, len(fs))
 	for i, f := range fs {

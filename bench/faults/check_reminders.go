@@ -22,7 +22,9 @@ type fire struct {
 
 // ownership is one (process, shard, epoch) ownership by the runners' own
 // records: from its acquisition to its release, its loss, the runner's
-// detach or the process's death.
+// detach or the process's death. A key can own several in turn: a
+// cutover given up after the release reopens the shard on the same
+// runner at the same epoch (acquired again).
 type ownership struct {
 	from, until int64
 }
@@ -34,7 +36,13 @@ func (c *checker) reminders() {
 		shard int
 		epoch int64
 	}
-	owned := map[okey]*ownership{}
+	owned := map[okey][]*ownership{} // in acquisition order
+	last := func(k okey) *ownership {
+		if os := owned[k]; len(os) > 0 {
+			return os[len(os)-1]
+		}
+		return nil
+	}
 	open := map[int]map[okey]*ownership{} // pid -> its ownerships not ended
 	unplanned := map[int][]int64{}        // shard -> instants of unplanned losses
 	endAll := func(pid int, t int64, planned bool) {
@@ -56,18 +64,18 @@ func (c *checker) reminders() {
 				execStart[[2]int64{int64(pid), r.Inst}] = r.Mono
 			case runnerproc.HistAcquired:
 				o := &ownership{from: r.Mono, until: never}
-				owned[k] = o
+				owned[k] = append(owned[k], o)
 				if open[pid] == nil {
 					open[pid] = map[okey]*ownership{}
 				}
 				open[pid][k] = o
 			case runnerproc.HistReleased:
-				if o := owned[k]; o != nil {
+				if o := last(k); o != nil {
 					o.until = r.Mono
 					delete(open[pid], k)
 				}
 			case runnerproc.HistLost:
-				if o := owned[k]; o != nil {
+				if o := last(k); o != nil {
 					o.until = r.Mono
 					delete(open[pid], k)
 				}
@@ -89,14 +97,16 @@ func (c *checker) reminders() {
 	// A SIGSTOP longer than the TTL loses the process's shards while it
 	// cannot record anything: each shard it owned when stopped counts as
 	// lost then.
-	for k, o := range owned {
+	for k, os := range owned {
 		inc := c.in.incarnations[k.pid]
 		if inc == nil {
 			continue
 		}
-		for _, p := range inc.pauses {
-			if o.from <= p[0] && p[0] <= o.until {
-				unplanned[k.shard] = append(unplanned[k.shard], p[0])
+		for _, o := range os {
+			for _, p := range inc.pauses {
+				if o.from <= p[0] && p[0] <= o.until {
+					unplanned[k.shard] = append(unplanned[k.shard], p[0])
+				}
 			}
 		}
 	}
@@ -116,8 +126,7 @@ func (c *checker) reminders() {
 			if f.redelivered {
 				c.st.ReminderRedelivered++
 			}
-			o := owned[okey{f.pid, f.shard, f.epoch}]
-			if o == nil || f.start < o.from || f.start > o.until {
+			if !slices.ContainsFunc(owned[okey{f.pid, f.shard, f.epoch}], func(o *ownership) bool { return o.from <= f.start && f.start <= o.until }) {
 				c.violate("reminder %s: tick %d fired on %s (pid %d) under epoch %d of shard %d at %s, outside that ownership",
 					key, f.tick, f.runner, f.pid, f.epoch, f.shard, at(f.start))
 			}

@@ -102,6 +102,38 @@ func TestCheckerFlagsATickFiredOutsideItsOwnership(t *testing.T) {
 	wantViolation(t, h, "outside that ownership")
 }
 
+// reopenedHist: r1 owns shard 7 at epoch 10, releases it for a cutover
+// at 2.5 s, gives the cutover up and reopens the shard at the same epoch
+// at 2.6 s (acquired again), then hands it to r2 at 3.5 s.
+func reopenedHist() *hist {
+	h := newHist()
+	h.in.p.Reminders = 1
+	h.runner(1, "r1", 100, 0)
+	h.runner(2, "r2", 200, 0)
+	h.owns(1, 7, 10, 0.5, 2.5)
+	h.owns(1, 7, 10, 2.6, 3.5)
+	h.owns(2, 7, 20, 3.6, -1)
+	return h
+}
+
+func TestCheckerAcceptsRemindersBeforeAndAfterAReopenedCutover(t *testing.T) {
+	h := reopenedHist()
+	h.tick(1, 7, 10, 1, 1, 0, false) // in the first ownership at epoch 10
+	h.tick(1, 7, 10, 2, 2, 0, false)
+	h.tick(1, 7, 10, 3, 3, 0, false) // in the reopened one
+	h.tick(2, 7, 20, 4, 4, 0, false)
+	if st := wantClean(t, h); st.ReminderFires != 4 {
+		t.Fatalf("ReminderFires = %d, want 4", st.ReminderFires)
+	}
+}
+
+func TestCheckerFlagsATickFiredBetweenACutoverAndItsReopening(t *testing.T) {
+	h := reopenedHist()
+	h.tick(1, 7, 10, 2, 2, 0, false)
+	h.tick(1, 7, 10, 2.55, 3, 0, false) // released at 2.5, not reopened before 2.6
+	wantViolation(t, h, "outside that ownership")
+}
+
 func TestCheckerFlagsAReminderSlowToRecoverFromAKill(t *testing.T) {
 	h := newHist()
 	h.in.p.Reminders = 1
