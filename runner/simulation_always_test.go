@@ -184,26 +184,7 @@ func (s *simRun) checkAlwaysLive() {
 // checkAlways checks the recorded runs and lives against each other and
 // the runners' ownerships (after the run).
 func (s *simRun) checkAlways() {
-	type owner struct {
-		runner string
-		shard  sharding.ShardID
-		epoch  storage.Epoch
-	}
-	from, until := map[owner]time.Time{}, map[owner]time.Time{}
-	for _, ev := range s.evs {
-		switch e := ev.(type) {
-		case runner.ShardAcquired:
-			k := owner{e.Runner, e.Shard, e.Epoch}
-			if _, ok := from[k]; !ok {
-				from[k] = e.Time
-			}
-			delete(until, k)
-		case runner.ShardReleased:
-			until[owner{e.Runner, e.Shard, e.Epoch}] = e.Time
-		case runner.ShardLost:
-			until[owner{e.Runner, e.Shard, e.Epoch}] = e.Time
-		}
-	}
+	from, _ := s.ownerships()
 	a := s.w.always
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -223,12 +204,40 @@ func (s *simRun) checkAlways() {
 	overlaps("worker", a.runs)
 	overlaps("remembered entity", a.lives)
 	for _, r := range a.runs {
-		k := owner{r.runner, r.shard, r.epoch}
-		start, owned := from[k]
+		start, owned := from[simOwner{r.runner, r.shard, r.epoch}]
 		if !owned || r.start.Before(start) {
 			s.w.violate("worker %s started on %s at %v under epoch %d of shard %d, outside that ownership", r.name, r.runner, r.start.Sub(simStart), r.epoch, r.shard)
 		}
 	}
 	s.stats.workerRuns += len(a.runs)
 	s.stats.rememberedLives += len(a.lives)
+}
+
+// simOwner is one ownership of a shard: a runner at an epoch.
+type simOwner struct {
+	runner string
+	shard  sharding.ShardID
+	epoch  storage.Epoch
+}
+
+// ownerships returns, from the runners' events, when each ownership began
+// (its first ShardAcquired) and when it ended (its last ShardReleased or
+// ShardLost, unless a later ShardAcquired reopened it: a cutover given up).
+func (s *simRun) ownerships() (from, until map[simOwner]time.Time) {
+	from, until = map[simOwner]time.Time{}, map[simOwner]time.Time{}
+	for _, ev := range s.evs {
+		switch e := ev.(type) {
+		case runner.ShardAcquired:
+			k := simOwner{e.Runner, e.Shard, e.Epoch}
+			if _, ok := from[k]; !ok {
+				from[k] = e.Time
+			}
+			delete(until, k)
+		case runner.ShardReleased:
+			until[simOwner{e.Runner, e.Shard, e.Epoch}] = e.Time
+		case runner.ShardLost:
+			until[simOwner{e.Runner, e.Shard, e.Epoch}] = e.Time
+		}
+	}
+	return from, until
 }

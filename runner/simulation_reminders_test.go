@@ -133,28 +133,15 @@ func (s *simRun) armAll(gw *simNode) {
 // and the runners' events, observed until observed.
 func (s *simRun) checkReminders(converged, observed time.Time) {
 	rem := s.w.rem
-	type owner struct {
-		runner string
-		shard  sharding.ShardID
-		epoch  storage.Epoch
-	}
-	from, until := map[owner]time.Time{}, map[owner]time.Time{}
+	from, until := s.ownerships()
 	unplanned := map[sharding.ShardID][]time.Time{}
 	for _, ev := range s.evs {
 		switch e := ev.(type) {
-		case runner.ShardAcquired:
-			k := owner{e.Runner, e.Shard, e.Epoch}
-			if _, ok := from[k]; !ok {
-				from[k] = e.Time
-			}
-			delete(until, k)
 		case runner.ShardReleased:
-			until[owner{e.Runner, e.Shard, e.Epoch}] = e.Time
 			if e.Interrupted > 0 {
 				unplanned[e.Shard] = append(unplanned[e.Shard], e.Time)
 			}
 		case runner.ShardLost:
-			until[owner{e.Runner, e.Shard, e.Epoch}] = e.Time
 			unplanned[e.Shard] = append(unplanned[e.Shard], e.Time)
 		case runner.RemindersUnrecorded:
 			unplanned[e.Shard] = append(unplanned[e.Shard], e.Time)
@@ -174,7 +161,7 @@ func (s *simRun) checkReminders(converged, observed time.Time) {
 		fs := rem.fires[key]
 		s.stats.reminderFires += len(fs)
 		for i, f := range fs {
-			k := owner{f.runner, f.shard, f.epoch}
+			k := simOwner{f.runner, f.shard, f.epoch}
 			start, owned := from[k]
 			end, ended := until[k]
 			if !owned || f.at.Before(start) || (ended && f.at.After(end)) {
