@@ -92,7 +92,9 @@ type alwaysStats struct {
 	// FencedOnly: overlaps whose older run was on a process frozen
 	// (SIGSTOP) past its detach instant — it could not honour its
 	// context; the newer run's higher epoch fences its writes. Resumed:
-	// how long after the SIGCONT each such run returned.
+	// how long after its process was seen running again (the harness
+	// polls /proc after SIGCONT: it may see it a little after the process
+	// ran, hence negative values) each such run returned.
 	FencedOnly int
 	Resumed    []time.Duration
 	Stillborn  int // runs and lives started with their context already ended
@@ -311,7 +313,7 @@ func (c *checker) fencedOnly(older, newer *span) (time.Duration, bool) {
 		if instant, ok := c.detachAfter(older.pid, older.start); !ok || instant > p[1]+int64(resumeSlack) {
 			continue
 		}
-		return time.Duration(max(0, older.end-p[1])), true
+		return time.Duration(older.end - p[1]), true
 	}
 	return 0, false
 }
