@@ -24,6 +24,7 @@ type checkInput struct {
 	incarnations map[int]*incarnation // by PID
 	converged    int64                // when the cluster converged after the last fault (Mono; 0: never)
 	stopped      int64                // when the final stop of the runners began (Mono; 0: not recorded)
+	faults       []applied            // the faults injected, with their instants
 }
 
 // stats are one run's figures.

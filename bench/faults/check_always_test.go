@@ -249,3 +249,26 @@ func TestAlwaysFlagsARunOnAFormerOwnerAtTheEnd(t *testing.T) {
 	h.life(2, "k0", ks, 5, 9, 0.3, -1, "")
 	wantViolation(t, h, "which does not own shard")
 }
+
+// detachedDuring: r1's worker of shard 3 returns at its detach at 4 s,
+// while a latency fault on r1 lasts from 2 s to healed; r1 runs it again
+// (re-attached, same lease) from next.
+func detachedDuring(healed, next float64) *hist {
+	h := twoRunners()
+	h.owns(1, 3, 10, 0.5, -1)
+	h.run(1, runnerproc.ShardWorkerName, 3, 10, 1, 1, 4, runnerproc.EndDetached)
+	h.detached(1, 4.001, 5.7)
+	h.owns(1, 3, 30, next-0.01, -1)
+	h.run(1, runnerproc.ShardWorkerName, 3, 30, 2, next, -1, "")
+	h.in.faults = []applied{{fault: fault{Kind: faultLatency, Target: "r1"}, Begin: 2 * sec, Healed: int64(healed * 1e9)}}
+	return h
+}
+
+func TestAlwaysCountsRunningAgainAfterADetachFromTheFaultsHeal(t *testing.T) {
+	st := wantClean(t, detachedDuring(30, 31))
+	if a := st.Always; len(a.AfterOther) != 1 || a.AfterOther[0].Round(time.Millisecond) != 27*time.Second {
+		t.Fatalf("AfterOther = %v, want [27s] (from the return)", a.AfterOther)
+	}
+	wantViolation(t, detachedDuring(30, 42), "more than 2 x TTL")
+	wantViolation(t, detachedDuring(6, 17), "more than 2 x TTL")
+}

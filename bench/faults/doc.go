@@ -125,11 +125,13 @@
 //     its process's ownership of its shard at its epoch (the runners' own
 //     records, 50 ms either side). After every run or life interrupted by
 //     a SIGKILL (from the kill), a SIGSTOP (from the stop), a planned move
-//     or shutdown, a detach or a lost lock (from its return) the thing
-//     runs again, on its shard's next owner, within 2 x TTL (the bound of
-//     check 8: a killed runner restarts with its ID at once, so its shards
-//     wait for the old lease, then for the new process); the summary gives
-//     each distribution. When the session stops (the cluster converged),
+//     or shutdown, a detach or a lost lock (from its return, or from the
+//     heal of the fault then in progress if later: a runner whose links
+//     are slow keeps its lease alive on the server, and its shards wait
+//     for it to re-attach) the thing runs again, on its shard's next
+//     owner, within 2 x TTL (the bound of check 8: a killed runner
+//     restarts with its ID at once, so its shards wait for the old lease,
+//     then for the new process); the summary gives each distribution. When the session stops (the cluster converged),
 //     every singleton, every shard's worker and every keeper runs exactly
 //     once, on the process owning its shard then.
 //

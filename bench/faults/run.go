@@ -190,7 +190,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	}
 	in := &checkInput{
 		p: p, asks: d.all(), etcd: events, deleteSeen: e.obs.seen, incarnations: e.incarnations(),
-		converged: converged, stopped: stopped,
+		converged: converged, stopped: stopped, faults: res.Applied,
 	}
 	if why != "" {
 		in.converged = 0 // never converged: check 8's liveness part does not apply
