@@ -99,12 +99,43 @@ type alwaysStats struct {
 	Resumed    []time.Duration
 	Stillborn  int // runs and lives started with their context already ended
 	Ambiguous  int // starts outside their ownership right after a SIGSTOP (not judged)
-	// Running again, from the interruption to the next run's start: after
-	// a SIGKILL of the process (from the kill), a planned move or a
-	// graceful shutdown (from the old run's return), a SIGSTOP (from the
-	// stop), a detach or a lost lock (from the old run's return; its bound
-	// counts from the fault's heal if that came later).
-	AfterKill, AfterPlanned, AfterPause, AfterOther []time.Duration
+	// Again: how soon each thing ran again, by cause and kind of thing,
+	// from the interruption to the next run's start: after a SIGKILL of
+	// the process (from the kill), a planned move or a graceful shutdown
+	// (from the old run's return), a SIGSTOP (from the stop), a detach or
+	// a lost lock (from the old run's return; its bound counts from the
+	// fault's heal if that came later).
+	Again map[again][]time.Duration
+}
+
+// again is a cause of interruption and a kind of always-on thing.
+type again struct{ cause, kind string }
+
+// Causes of interruption and kinds of things (alwaysStats.Again).
+const (
+	causeKill    = "a SIGKILL"
+	causePlanned = "a planned move or shutdown"
+	causePause   = "a SIGSTOP"
+	causeOther   = "a detach or lost lock"
+
+	kindSingleton = "singletons"
+	kindWorker    = "shard workers"
+	kindKeeper    = "remembered entities"
+)
+
+var (
+	againCauses = []string{causeKill, causePlanned, causePause, causeOther}
+	againKinds  = []string{kindSingleton, kindWorker, kindKeeper}
+)
+
+func (s *span) kind() string {
+	switch {
+	case s.life:
+		return kindKeeper
+	case s.name == runnerproc.ShardWorkerName:
+		return kindWorker
+	}
+	return kindSingleton
 }
 
 func (a *alwaysStats) add(b alwaysStats) {
@@ -115,10 +146,12 @@ func (a *alwaysStats) add(b alwaysStats) {
 	a.Resumed = append(a.Resumed, b.Resumed...)
 	a.Stillborn += b.Stillborn
 	a.Ambiguous += b.Ambiguous
-	a.AfterKill = append(a.AfterKill, b.AfterKill...)
-	a.AfterPlanned = append(a.AfterPlanned, b.AfterPlanned...)
-	a.AfterPause = append(a.AfterPause, b.AfterPause...)
-	a.AfterOther = append(a.AfterOther, b.AfterOther...)
+	for k, ds := range b.Again {
+		if a.Again == nil {
+			a.Again = map[again][]time.Duration{}
+		}
+		a.Again[k] = append(a.Again[k], ds...)
+	}
 }
 
 // always is rule 10.
@@ -355,18 +388,17 @@ func (c *checker) runningAgain(ss []*span, tenures map[tenureKey][]*tenure) {
 			continue
 		}
 		var t0 int64
-		var list *[]time.Duration
-		cause := ""
+		by, cause := "", ""
 		if pauseStart, ok := c.frozenEnd(x); ok {
-			t0, list, cause = pauseStart, &c.st.Always.AfterPause, "its process was stopped (SIGSTOP)"
+			t0, by, cause = pauseStart, causePause, "its process was stopped (SIGSTOP)"
 		} else if inc := c.in.incarnations[x.pid]; !x.ended && inc != nil && inc.killed != 0 && x.end == inc.killed {
-			t0, list, cause = inc.killed, &c.st.Always.AfterKill, "its process was killed"
+			t0, by, cause = inc.killed, causeKill, "its process was killed"
 		} else if !x.ended || (c.in.stopped != 0 && x.end >= c.in.stopped) {
 			continue // ran until the end of the session
 		} else if o := tenureAt(tenures, x, x.start, admitSlack); o != nil && o.how == runnerproc.HistReleased {
-			t0, list, cause = x.end, &c.st.Always.AfterPlanned, "its shard was released (a planned move or shutdown)"
+			t0, by, cause = x.end, causePlanned, "its shard was released (a planned move or shutdown)"
 		} else {
-			t0, list, cause = x.end, &c.st.Always.AfterOther, "it returned ("+x.class+")"
+			t0, by, cause = x.end, causeOther, "it returned ("+x.class+")"
 		}
 		i := slices.IndexFunc(ss, func(y *span) bool { return y.start > t0 && !y.stillborn })
 		if i < 0 {
@@ -375,10 +407,13 @@ func (c *checker) runningAgain(ss []*span, tenures map[tenureKey][]*tenure) {
 			}
 			continue
 		}
-		gap := time.Duration(ss[i].start - t0)
-		*list = append(*list, gap)
+		if c.st.Always.Again == nil {
+			c.st.Always.Again = map[again][]time.Duration{}
+		}
+		k := again{by, x.kind()}
+		c.st.Always.Again[k] = append(c.st.Always.Again[k], time.Duration(ss[i].start-t0))
 		from, healed := t0, ""
-		if list == &c.st.Always.AfterOther {
+		if by == causeOther {
 			for _, f := range c.in.faults {
 				if f.Healed != 0 && f.Begin <= t0 && t0 < f.Healed && f.Healed > from {
 					from, healed = f.Healed, fmt.Sprintf(" (the fault %v in progress then was healed at %s)", f.fault, at(f.Healed))

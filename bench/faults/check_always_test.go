@@ -68,7 +68,7 @@ func TestAlwaysAcceptsASingletonHandedOverAfterItReturned(t *testing.T) {
 	h.owns(2, single0Shard, 20, 3.6, -1)
 	h.run(2, single0, single0Shard, 20, 1, 3.65, -1, "")
 	st := wantClean(t, h)
-	if st.Always.Runs != 2 || len(st.Always.AfterPlanned) != 1 || st.Always.AfterPlanned[0].Round(time.Millisecond) != 250*time.Millisecond {
+	if ds := st.Always.Again[again{causePlanned, kindSingleton}]; st.Always.Runs != 2 || len(ds) != 1 || ds[0].Round(time.Millisecond) != 250*time.Millisecond {
 		t.Fatalf("always = %+v, want 2 runs, one planned move followed 250ms later", st.Always)
 	}
 }
@@ -123,8 +123,8 @@ func TestAlwaysCountsARunFrozenPastItsDetachInstantAsFencedOnly(t *testing.T) {
 	if a.Overlaps != 0 || a.FencedOnly != 1 || len(a.Resumed) != 1 || a.Resumed[0].Round(time.Millisecond) != 50*time.Millisecond {
 		t.Fatalf("always = %+v, want one fenced-only overlap, returned 50ms after the SIGCONT", a)
 	}
-	if len(a.AfterPause) != 1 || a.AfterPause[0].Round(time.Millisecond) != 5600*time.Millisecond {
-		t.Fatalf("AfterPause = %v, want [5.6s] (from the SIGSTOP to the next run)", a.AfterPause)
+	if ds := a.Again[again{causePause, kindSingleton}]; len(ds) != 1 || ds[0].Round(time.Millisecond) != 5600*time.Millisecond {
+		t.Fatalf("Again = %v, want the singleton again 5.6s after a SIGSTOP (from the stop to the next run)", a.Again)
 	}
 }
 
@@ -168,7 +168,7 @@ func killed(next float64) *hist {
 
 func TestAlwaysMeasuresRunningAgainAfterAKill(t *testing.T) {
 	st := wantClean(t, killed(8.1))
-	if a := st.Always; a.Lives != 2 || len(a.AfterKill) != 1 || a.AfterKill[0].Round(time.Millisecond) != 5100*time.Millisecond {
+	if a := st.Always; a.Lives != 2 || len(a.Again[again{causeKill, kindKeeper}]) != 1 || a.Again[again{causeKill, kindKeeper}][0].Round(time.Millisecond) != 5100*time.Millisecond {
 		t.Fatalf("always = %+v, want 2 lives, running again 5.1s after the kill", a)
 	}
 }
@@ -266,8 +266,8 @@ func detachedDuring(healed, next float64) *hist {
 
 func TestAlwaysCountsRunningAgainAfterADetachFromTheFaultsHeal(t *testing.T) {
 	st := wantClean(t, detachedDuring(30, 31))
-	if a := st.Always; len(a.AfterOther) != 1 || a.AfterOther[0].Round(time.Millisecond) != 27*time.Second {
-		t.Fatalf("AfterOther = %v, want [27s] (from the return)", a.AfterOther)
+	if ds := st.Always.Again[again{causeOther, kindWorker}]; len(ds) != 1 || ds[0].Round(time.Millisecond) != 27*time.Second {
+		t.Fatalf("Again = %v, want the worker again 27s after its detach (from the return)", st.Always.Again)
 	}
 	wantViolation(t, detachedDuring(30, 42), "more than 2 x TTL")
 	wantViolation(t, detachedDuring(6, 17), "more than 2 x TTL")

@@ -172,8 +172,14 @@ func (s *summary) print(w io.Writer) {
 	a := st.Always
 	fmt.Fprintf(w, "always-on (%d singletons, a worker per shard, %d remembered keepers): %d runs and %d lives recorded; two at once: %d; fenced-only (the older on a process frozen past its detach instant): %d, returned after the SIGCONT was seen: %s; started with their context ended: %d; starts after a SIGSTOP not judged: %d\n",
 		p.Singletons, p.Keepers, a.Runs, a.Lives, a.Overlaps, a.FencedOnly, dist(a.Resumed), a.Stillborn, a.Ambiguous)
-	fmt.Fprintf(w, "always-on running again (limit 2 x TTL = %v): after a SIGKILL %s; after a planned move or shutdown %s; after a SIGSTOP %s; after a detach or lost lock %s (from the return; the limit counts from the fault's heal when later)\n",
-		2*p.TTL, quantiles(a.AfterKill), quantiles(a.AfterPlanned), quantiles(a.AfterPause), quantiles(a.AfterOther))
+	fmt.Fprintf(w, "always-on running again (limit 2 x TTL = %v; after a detach from the return, the limit counting from the fault's heal when later):\n", 2*p.TTL)
+	for _, cause := range againCauses {
+		parts := make([]string, 0, len(againKinds))
+		for _, kind := range againKinds {
+			parts = append(parts, kind+" "+quantiles(a.Again[again{cause, kind}]))
+		}
+		fmt.Fprintf(w, "  after %s: %s\n", cause, strings.Join(parts, "; "))
+	}
 	fmt.Fprintf(w, "violations: %d\n", len(s.violations))
 	for _, v := range s.violations {
 		fmt.Fprintln(w, "  "+v)
