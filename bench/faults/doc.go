@@ -131,9 +131,10 @@
 //     for it to re-attach) the thing runs again, on its shard's next
 //     owner, within 2 x TTL (the bound of check 8: a killed runner
 //     restarts with its ID at once, so its shards wait for the old lease,
-//     then for the new process); the summary gives each distribution. When the session stops (the cluster converged),
-//     every singleton, every shard's worker and every keeper runs exactly
-//     once, on the process owning its shard then.
+//     then for the new process); the summary gives each distribution.
+//     When the session stops (the cluster converged), every singleton,
+//     every shard's worker and every keeper runs exactly once, on the
+//     process owning its shard then.
 //
 // A violation makes the run fail; its files (histories, runner logs, etcd
 // and toxiproxy logs) are kept and their directory printed. The summary
