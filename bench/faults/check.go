@@ -23,6 +23,8 @@ type checkInput struct {
 	deleteSeen   func(rev int64) int64
 	incarnations map[int]*incarnation // by PID
 	converged    int64                // when the cluster converged after the last fault (Mono; 0: never)
+	stopped      int64                // when the final stop of the runners began (Mono; 0: not recorded)
+	faults       []applied            // the faults injected, with their instants
 }
 
 // stats are one run's figures.
@@ -60,6 +62,7 @@ type stats struct {
 	ReminderRedelivered int
 	ReminderRecovery    []time.Duration
 	Lin                 linearize.Report // rule 9: the registers' histories
+	Always              alwaysStats      // rule 10: singletons, shard workers, remembered entities
 }
 
 func (s *stats) failedTotal() int {
@@ -115,6 +118,13 @@ const never = int64(1<<63 - 1)
 //     every reminder fires again after the cluster converged, and within
 //     2 x TTL of a SIGKILL of the runner it fired on (which restarts with
 //     the same ID at once).
+//  10. always-on work (check_always.go): no two runs of a singleton or of
+//     a shard's worker, no two lives of a remembered entity, at once —
+//     but an older one on a process frozen past its detach instant
+//     (fenced-only, counted); every one started inside its ownership;
+//     after a crash, a freeze, a move or a detach each runs again within
+//     2 x TTL; when the session stops each runs exactly once, on its
+//     shard's owner.
 func check(in *checkInput) ([]string, stats) {
 	c := &checker{in: in, margin: in.p.TTL / 3}
 	c.st.AsksFailed, c.st.Examples = map[string]int{}, map[string]string{}
@@ -127,6 +137,7 @@ func check(in *checkInput) ([]string, stats) {
 	c.detachBeforeExpiry()
 	c.healthBeforeReattach()
 	c.reminders()
+	c.always()
 	c.countAsks()
 	return c.violations, c.st
 }

@@ -43,7 +43,8 @@
 // start and end of every handler with its shard, entity, instance, epoch,
 // lease and lease deadline, every checkpoint write and its result, every
 // activation with the count it restored, every release, and its ownership,
-// registration and detach events. Times are CLOCK_MONOTONIC, one clock for
+// registration and detach events, and the runs and lives of rule 10's
+// always-on work. Times are CLOCK_MONOTONIC, one clock for
 // all processes on Linux. The driver records every ask and its answer
 // (value, epoch, process, instance) or error. The checker (check.go) then
 // demands:
@@ -103,14 +104,46 @@
 //     never (linearize.OutcomeOf). Each register's search is bounded (30 s);
 //     one that runs out is a violation (undecided, never a pass). The
 //     visualization of the first register found not linearizable is kept
-//     in the run's directory (linearizability.html).
+//     in the run's directory (linearizability.html);
+//  10. always-on work (check_always.go): every runner runs Singletons
+//     singletons (-singletons, 4) and a shard worker, whose bodies record
+//     their start and their return (when their context ends), and hosts a
+//     remembered kind whose Keepers entities (-keepers, 16; one ask each
+//     before the faults, none after) record each life, from Activate to
+//     Release or the end of their context. A run (life) cut by SIGKILL
+//     has no end record: it ends at the kill. No two runs of a singleton
+//     or of one shard's worker, and no two lives of a keeper, overlap in
+//     time — except when the older one's process was frozen (SIGSTOP)
+//     before the newer started, its runner's detach instant (lease
+//     deadline - margin) came during the freeze, it returned within 1 s
+//     of the SIGCONT and the newer runs under a higher epoch: such a
+//     "fenced-only" overlap is counted, not a violation, because the
+//     guarantee (runner/doc.go) is never two at once among instances that
+//     honour their context, and a frozen process honours nothing — which
+//     is what Work.Epoch, the fencing token, is for (the newer epoch's
+//     writes make the older's refusable). Every run and life starts inside
+//     its process's ownership of its shard at its epoch (the runners' own
+//     records, 50 ms either side). After every run or life interrupted by
+//     a SIGKILL (from the kill), a SIGSTOP (from the stop), a planned move
+//     or shutdown, a detach or a lost lock (from its return, or from the
+//     heal of the fault then in progress if later: a runner whose links
+//     are slow keeps its lease alive on the server, and its shards wait
+//     for it to re-attach) the thing runs again, on its shard's next
+//     owner, within 2 x TTL (the bound of check 8: a killed runner
+//     restarts with its ID at once, so its shards wait for the old lease,
+//     then for the new process); the summary gives each distribution.
+//     When the session stops (the cluster converged), every singleton,
+//     every shard's worker and every keeper runs exactly once, on the
+//     process owning its shard then.
 //
 // A violation makes the run fail; its files (histories, runner logs, etcd
 // and toxiproxy logs) are kept and their directory printed. The summary
 // counts faults by kind, SIGSTOPs that caught a handler running and late
 // handlers withheld, asks by outcome and error class, increments lost,
-// fenced and accepted writes, detach margins, convergence times, and the
-// register operations checked for linearizability and how long it took; the
+// fenced and accepted writes, detach margins, convergence times, the
+// register operations checked for linearizability and how long it took,
+// and the always-on runs and lives, fenced-only overlaps and how soon each
+// always-on thing ran again by cause (p50 / p99 / max); the
 // command exits 1 on any violation or on a run that could not be carried
 // out.
 //

@@ -83,7 +83,7 @@ func startDriver(e *env) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := gw.Register(runnerproc.Kind, runnerproc.Counter, runnerproc.Register); err != nil {
+	if err := gw.Register(runnerproc.Kind, runnerproc.Counter, runnerproc.Register, runnerproc.Keeper); err != nil {
 		return nil, err
 	}
 	d := &driver{p: e.p, gw: gw, run: make(chan error, 1)}
@@ -255,6 +255,22 @@ func (d *driver) armReminders(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			return fmt.Errorf("arm the reminder of %s: %w", entityID(i), err)
+		}
+	}
+	return nil
+}
+
+// touchKeepers activates the Keepers remembered entities, one ask each,
+// before the faults (Touch is idempotent; the cluster just converged):
+// from then on their shards' owners keep them running without a message
+// (rule 10).
+func (d *driver) touchKeepers(ctx context.Context) error {
+	for i := range d.p.Keepers {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := runnerproc.Touch.Ask(tctx, d.gw, runnerproc.KeeperID(i), runnerproc.TouchReq{})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("touch keeper %s: %w", runnerproc.KeeperID(i), err)
 		}
 	}
 	return nil

@@ -142,8 +142,8 @@ func (e *env) start(ctx context.Context, s *slot) error {
 	hist := filepath.Join(e.dir, fmt.Sprintf("history-%s-%d.jsonl", s.id, n))
 	spec := runnerproc.Spec{
 		Endpoints: eps, Namespace: namespace, History: hist, CheckpointEvery: e.p.CheckpointEvery,
-		StatusPoll: 2 * time.Millisecond,
-		Config:     runnerproc.Config{ID: s.id, NumShards: e.p.Shards, LeaseTTL: e.p.TTL},
+		StatusPoll: 2 * time.Millisecond, Singletons: e.p.Singletons, ShardWorker: true,
+		Config: runnerproc.Config{ID: s.id, NumShards: e.p.Shards, LeaseTTL: e.p.TTL},
 		// The runners log warnings; SHARDHOST_FAULTS_LOG=info (or debug)
 		// when replaying a seed to see why.
 		LogLevel: os.Getenv("SHARDHOST_FAULTS_LOG"),

@@ -14,6 +14,9 @@ import (
 // linChecked finds the operations rule 9 checked in a summary.
 var linChecked = regexp.MustCompile(`registers \(.*\): linearizable; (\d+) operations of`)
 
+// alwaysChecked finds the runs and lives rule 10 checked in a summary.
+var alwaysChecked = regexp.MustCompile(`always-on \(.*\): (\d+) runs and (\d+) lives recorded; two at once: 0;`)
+
 // shortSeeds are the runs `make test` does: between them every fault kind
 // (3: scale-up, blackhole, kill, pause; 7: reset, graceful, leader-pause,
 // kill; 2: leader-kill, blackhole, kill, latency).
@@ -49,6 +52,9 @@ func TestRandomizedFaultsKeepEveryGuarantee(t *testing.T) {
 		}
 		if m := linChecked.FindStringSubmatch(out.String()); m == nil || m[1] == "0" {
 			t.Errorf("seed %d: the summary does not report register operations checked linearizable (rule 9)", seed)
+		}
+		if m := alwaysChecked.FindStringSubmatch(out.String()); m == nil || m[1] == "0" || m[2] == "0" {
+			t.Errorf("seed %d: the summary does not report always-on runs and lives checked, none at once (rule 10)", seed)
 		}
 		sum++
 	}

@@ -44,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&p.Work, "work", p.Work, "how long each increment's handler runs")
 	fs.DurationVar(&p.AskTimeout, "ask-timeout", p.AskTimeout, "each ask's deadline")
 	fs.IntVar(&p.Reminders, "reminders", p.Reminders, "counters that register a periodic reminder (every second) before the faults")
+	fs.IntVar(&p.Singletons, "singletons", p.Singletons, "singletons every runner runs, beside one shard worker (rule 10)")
+	fs.IntVar(&p.Keepers, "keepers", p.Keepers, "remembered entities activated once before the faults (rule 10)")
 	fs.StringVar(&p.Dir, "dir", "", "where runs keep their files (default: the temp dir)")
 	fs.BoolVar(&p.Keep, "keep", false, "keep every run's files (a failed run's are always kept)")
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *runs < 1 || p.Faults < 1 || p.Runners < 2 || p.Shards < 1 || p.Entities < 1 || p.Rate < 1 || p.MaxInFlight < 1 || p.TTL < time.Second {
 		fmt.Fprintln(stderr, "faults: -runs, -faults, -shards, -entities, -rate, -max-in-flight must be positive, -runners at least 2, -ttl at least 1s")
+		return 2
+	}
+	if p.Singletons < 0 || p.Keepers < 0 {
+		fmt.Fprintln(stderr, "faults: -singletons and -keepers must not be negative")
 		return 2
 	}
 	if p.Registers < 0 || p.RegisterRate < 0 || (p.RegisterRate > 0 && p.Registers == 0) {

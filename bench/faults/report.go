@@ -25,6 +25,7 @@ func (r *result) line() string {
 			st.AsksOK, st.failedTotal(), st.Handlers, st.Pauses, st.PausesHit, st.LateHandlers, st.LateWithheld,
 			st.LostPlanned, st.LostCrash, st.FencedWrites, st.Detaches, st.ReminderFires, st.ReminderRedelivered, r.Converge.Round(time.Millisecond))
 		fmt.Fprintf(&b, ", register operations checked %d (%d pending) in %v", st.Lin.Ops, st.Lin.Pending, st.Lin.Took.Round(time.Millisecond))
+		fmt.Fprintf(&b, ", always-on runs %d / lives %d (two at once %d, fenced-only %d)", st.Always.Runs, st.Always.Lives, st.Always.Overlaps, st.Always.FencedOnly)
 	}
 	if r.Dir != "" {
 		fmt.Fprintf(&b, "; files in %s", r.Dir)
@@ -94,6 +95,7 @@ func (s *summary) add(r *result) {
 	s.st.ReminderRedelivered += st.ReminderRedelivered
 	s.st.ReminderRecovery = append(s.st.ReminderRecovery, st.ReminderRecovery...)
 	s.st.Lin.Add(st.Lin)
+	s.st.Always.add(st.Always)
 	if r.Converge >= 0 {
 		s.converge = append(s.converge, r.Converge)
 	}
@@ -110,6 +112,17 @@ func dist(ds []time.Duration) string {
 	q := func(f float64) time.Duration { return ds[int(f*float64(len(ds)-1))] }
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	return fmt.Sprintf("min %v / p50 %v / max %v (%d)", r(ds[0]), r(q(0.5)), r(ds[len(ds)-1]), len(ds))
+}
+
+// quantiles is p50 / p99 / max of ds, with their count.
+func quantiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	q := func(f float64) time.Duration { return ds[int(f*float64(len(ds)-1))].Round(time.Millisecond) }
+	return fmt.Sprintf("p50 %v / p99 %v / max %v (%d)", q(0.5), q(0.99), q(1), len(ds))
 }
 
 func (s *summary) print(w io.Writer) {
@@ -156,6 +169,17 @@ func (s *summary) print(w io.Writer) {
 		min(p.Reminders, p.Entities), reminderPeriod, st.ReminderFires, st.ReminderRedelivered, dist(st.ReminderRecovery))
 	fmt.Fprintf(w, "converged after the last fault: %s (limit 2 x TTL = %v)\n", dist(s.converge), 2*p.TTL)
 	fmt.Fprintf(w, "registers (%d, %d operations/s): %s\n", p.Registers, p.RegisterRate, st.Lin)
+	a := st.Always
+	fmt.Fprintf(w, "always-on (%d singletons, a worker per shard, %d remembered keepers): %d runs and %d lives recorded; two at once: %d; fenced-only (the older on a process frozen past its detach instant): %d, returned after the SIGCONT was seen: %s; started with their context ended: %d; starts after a SIGSTOP not judged: %d\n",
+		p.Singletons, p.Keepers, a.Runs, a.Lives, a.Overlaps, a.FencedOnly, dist(a.Resumed), a.Stillborn, a.Ambiguous)
+	fmt.Fprintf(w, "always-on running again (limit 2 x TTL = %v; after a detach from the return, the limit counting from the fault's heal when later):\n", 2*p.TTL)
+	for _, cause := range againCauses {
+		parts := make([]string, 0, len(againKinds))
+		for _, kind := range againKinds {
+			parts = append(parts, kind+" "+quantiles(a.Again[again{cause, kind}]))
+		}
+		fmt.Fprintf(w, "  after %s: %s\n", cause, strings.Join(parts, "; "))
+	}
 	fmt.Fprintf(w, "violations: %d\n", len(s.violations))
 	for _, v := range s.violations {
 		fmt.Fprintln(w, "  "+v)

@@ -35,12 +35,14 @@ type params struct {
 	Dir             string // where runs keep their files ("": the temp dir)
 	Keep            bool   // keep every run's files (a failed run's are always kept)
 	Reminders       int    // counters that register a periodic reminder (every second) before the faults
+	Singletons      int    // singletons every runner runs (a shard worker runs too)
+	Keepers         int    // remembered entities the driver activates before the faults
 }
 
 func defaultParams() params {
 	return params{Runners: 4, Shards: 64, Entities: 2000, Rate: 1500, MaxInFlight: 4000, TTL: 5 * time.Second, Work: 5 * time.Millisecond,
 		AskTimeout: 12 * time.Second, Faults: 4, CheckpointEvery: 3, Warmup: 2 * time.Second, Reminders: 200,
-		Registers: 200, RegisterRate: 150}
+		Registers: 200, RegisterRate: 150, Singletons: 4, Keepers: 16}
 }
 
 // applied is one injected fault with its instants.
@@ -127,6 +129,9 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	if err := d.armReminders(ctx); err != nil {
 		return err
 	}
+	if err := d.touchKeepers(ctx); err != nil {
+		return err
+	}
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan struct{})
@@ -175,6 +180,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 		violate("%d registers never answered the final read (e.g. %s)", len(failed), registerID(failed[0]))
 	}
 	cancel()
+	stopped := runnerproc.Mono()
 	if err := e.stopAll(ctx); err != nil {
 		violate("graceful stop at the end: %v", err)
 	}
@@ -184,7 +190,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	}
 	in := &checkInput{
 		p: p, asks: d.all(), etcd: events, deleteSeen: e.obs.seen, incarnations: e.incarnations(),
-		converged: converged,
+		converged: converged, stopped: stopped, faults: res.Applied,
 	}
 	if why != "" {
 		in.converged = 0 // never converged: check 8's liveness part does not apply

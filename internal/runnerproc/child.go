@@ -102,7 +102,10 @@ func runChild(spec Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Register(Kind, Counter, Register); err != nil {
+	if err := r.Register(Kind, Counter, Register, Keeper); err != nil {
+		return err
+	}
+	if err := installAlways(r, spec); err != nil {
 		return err
 	}
 	var hist *historyFile
@@ -113,6 +116,7 @@ func runChild(spec Spec) error {
 		defer hist.close()
 	}
 	counterChild.r, counterChild.hist, counterChild.every = r, hist, spec.CheckpointEvery
+	alwaysChild.hist = hist
 	out := &emitter{id: r.ID()}
 	sub := r.Subscribe()
 	ctx, cancel := context.WithCancel(context.Background())

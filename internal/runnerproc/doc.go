@@ -20,8 +20,11 @@
 // client settings (etcd.ClientConfig), hosts the entity kind [Kind] (method
 // [Echo] answers with the runner, shard and epoch that served the call, so
 // callers see where their asks ran), the fault suite's entities — [Counter]
-// and [Register], whose every change is checkpointed before it answers —
-// and prints one JSON [Event] per line on
+// and [Register], whose every change is checkpointed before it answers,
+// and [Keeper], a remembered kind whose instances record each life — runs
+// the singletons and shard worker the spec asks for (Spec.Singletons,
+// Spec.ShardWorker), whose bodies record each run, and prints one JSON
+// [Event] per line on
 // its standard output: every runner event (shard acquired, released, lost,
 // registered, detached, re-attached, handoff phases), each change of its
 // lease deadline (one per acknowledged renewal) and, optionally, every

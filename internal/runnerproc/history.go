@@ -34,6 +34,22 @@ const (
 	// A plain release could not record which reminder ticks fired (the
 	// next owner fires them at least once): Shard, Epoch, Err.
 	HistUnrecorded = "unrecorded"
+	// Always-on work (always.go). A singleton's or the shard worker's
+	// body started: Entity (its name), Shard, Epoch, Inst (the run,
+	// numbered per process), Detail (RunSingleton or RunWorker), Err (its
+	// context's cause when it had already ended).
+	HistRun = "run"
+	// The body returned (its context ended): Entity, Shard, Epoch, Inst,
+	// Detail (EndClass of the cause), Err (the cause).
+	HistRunEnd = "run-end"
+	// A Keeper activated: Entity, Shard, Epoch, Inst (the life, numbered
+	// per process), Detail (the activation reason), Err (its context's
+	// cause when it had already ended).
+	HistLife = "life"
+	// Its life ended (its Release hook or the end of its context,
+	// whichever came first): Entity, Shard, Epoch, Inst, Detail (EndClass
+	// of the cause), Err (the cause).
+	HistLifeEnd = "life-end"
 )
 
 // Record is one line of a history file. Times are CLOCK_MONOTONIC

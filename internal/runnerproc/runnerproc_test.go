@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/runnerproc"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
@@ -33,7 +36,7 @@ func gateway(t *testing.T, endpoints []string, ns string) *runner.Runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gw.Register(runnerproc.Kind, runnerproc.Register); err != nil {
+	if err := gw.Register(runnerproc.Kind, runnerproc.Register, runnerproc.Keeper); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -188,6 +191,136 @@ func entityOf(s sharding.ShardID, n int) string {
 	for i := 0; ; i++ {
 		if id := fmt.Sprintf("e%d", i); sharding.ShardOf(id, n) == s {
 			return id
+		}
+	}
+}
+
+// A child's singletons and shard worker record each run (start and
+// return) and its keepers each life in the history file: after a SIGKILL
+// of the first child the second one runs every worker and brings the
+// touched keepers back without a message; its graceful stop ends them all.
+func TestAlwaysOnWorkRecordsItsRunsAndLives(t *testing.T) {
+	srv := testenv.StartEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	const shards, singletons, keepers = 8, 2, 3
+	dir := t.TempDir()
+	spec := func(id string) runnerproc.Spec {
+		return runnerproc.Spec{Endpoints: []string{srv.Endpoint()}, Namespace: "always", History: dir + "/" + id + ".jsonl",
+			Singletons: singletons, ShardWorker: true, Config: runnerproc.Config{ID: id, NumShards: shards, LeaseTTL: 2 * time.Second}}
+	}
+	a, err := runnerproc.Start(ctx, spec("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Kill() })
+	gw := gateway(t, []string{srv.Endpoint()}, "always")
+	for i := range keepers {
+		if got, err := runnerproc.Touch.Ask(ctx, gw, runnerproc.KeeperID(i), runnerproc.TouchReq{}); err != nil || got.Runner != "a" {
+			t.Fatalf("Touch(%s) = %+v, %v; want served by a", runnerproc.KeeperID(i), got, err)
+		}
+	}
+	// The keepers' markers are written in the background: wait for them
+	// before the crash (an entity crashed before its marker landed is not
+	// remembered).
+	cli := testenv.NewEtcdClient(t, srv.Endpoint())
+	for {
+		resp, err := cli.Get(ctx, "/always/remembered/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count == keepers {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := runnerproc.Start(ctx, spec("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Kill() })
+	// b lives every keeper again, without a message.
+	for {
+		recs, err := runnerproc.ReadHistory(dir + "/b.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range recs {
+			if r.Kind == runnerproc.HistLife && r.Detail == string(entity.ActivateRemembered) {
+				n++
+			}
+		}
+		if n == keepers {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("b lives %d of %d keepers: %v\n%s", n, keepers, ctx.Err(), b.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	type key struct {
+		kind, name string
+		shard      int
+	}
+	tally := func(id string) (starts map[key]int, ends map[key][]string) {
+		recs, err := runnerproc.ReadHistory(dir + "/" + id + ".jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts, ends = map[key]int{}, map[key][]string{}
+		open := map[int64]key{}
+		for _, r := range recs {
+			switch r.Kind {
+			case runnerproc.HistRun, runnerproc.HistLife:
+				k := key{r.Kind, r.Entity, r.Shard}
+				starts[k]++
+				open[r.Inst] = k
+				if r.Epoch == 0 || r.Err != "" {
+					t.Errorf("%s: %+v: want an epoch and a live context at the start", id, r)
+				}
+			case runnerproc.HistRunEnd, runnerproc.HistLifeEnd:
+				k, ok := open[r.Inst]
+				if !ok || k.name != r.Entity {
+					t.Errorf("%s: %+v ends no run or life started", id, r)
+				}
+				delete(open, r.Inst)
+				ends[k] = append(ends[k], r.Detail)
+			}
+		}
+		return starts, ends
+	}
+	want := map[key]int{}
+	for s := range shards {
+		want[key{runnerproc.HistRun, runnerproc.ShardWorkerName, s}] = 1
+	}
+	for i := range singletons {
+		name := runnerproc.SingletonName(i)
+		want[key{runnerproc.HistRun, name, int(runner.SingletonShard(name, shards))}] = 1
+	}
+	for i := range keepers {
+		id := runnerproc.KeeperID(i)
+		want[key{runnerproc.HistLife, id, int(sharding.ShardOf(id, shards))}] = 1
+	}
+	for _, id := range []string{"a", "b"} {
+		starts, ends := tally(id)
+		if !maps.Equal(starts, want) {
+			t.Errorf("%s started %v, want %v", id, starts, want)
+		}
+		for k := range want {
+			switch got := ends[k]; {
+			case id == "a" && len(got) != 0:
+				t.Errorf("a (killed) recorded the end of %v: %v", k, got)
+			case id == "b" && (len(got) != 1 || (got[0] != runnerproc.EndShutdown && got[0] != runnerproc.EndMoved)):
+				t.Errorf("b (stopped) recorded the end of %v as %v, want once, shut down", k, got)
+			}
 		}
 	}
 }

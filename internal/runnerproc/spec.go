@@ -28,12 +28,19 @@ type Spec struct {
 	StatusPoll time.Duration `json:"statusPoll,omitempty"`
 	// History is a file the child appends its history to (Record lines:
 	// every Counter handler's start and end, checkpoint writes,
-	// activations, releases, and the runner's ownership, detach and
+	// activations, releases, the runs of its singletons and shard worker,
+	// the lives of its keepers, and the runner's ownership, detach and
 	// registration events); "" records nothing.
 	History string `json:"history,omitempty"`
 	// CheckpointEvery: a Counter checkpoints (fenced) after this many
 	// increments, and in its Release hook; 0 only in Release.
 	CheckpointEvery int `json:"checkpointEvery,omitempty"`
+	// Singletons: run this many singletons (SingletonName(0..n-1)),
+	// whose bodies record their runs in History (always.go).
+	Singletons int `json:"singletons,omitempty"`
+	// ShardWorker: run the shard worker ShardWorkerName, recording its
+	// runs in History.
+	ShardWorker bool `json:"shardWorker,omitempty"`
 }
 
 // Config is the part of runner.Config a child accepts. Zero fields mean
