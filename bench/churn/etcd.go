@@ -88,13 +88,8 @@ func startEtcd(ctx context.Context) (*etcdServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "shardhost-churn-etcd-")
+	m, dir, err := testenv.LaunchEtcdTemp(ctx, "shardhost-churn-etcd-")
 	if err != nil {
-		return nil, err
-	}
-	m, err := testenv.LaunchEtcd(ctx, dir)
-	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	return &etcdServer{Endpoint: m.Endpoint(), Namespace: "churn", Source: bin, member: m, dir: dir}, nil

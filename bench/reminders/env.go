@@ -43,13 +43,8 @@ type node struct {
 var namespaces atomic.Int64
 
 func newEnv(ctx context.Context, p params) (*env, error) {
-	dir, err := os.MkdirTemp("", "shardhost-reminders-")
+	m, dir, err := testenv.LaunchEtcdTemp(ctx, "shardhost-reminders-")
 	if err != nil {
-		return nil, err
-	}
-	m, err := testenv.LaunchEtcd(ctx, dir)
-	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	cli, err := client(m.Endpoint())

@@ -36,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shardhost/shardhost/bench/internal/scenario"
 )
 
 type params struct {
@@ -86,21 +88,5 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"register": benchRegister, "fire": benchFire, "steady": benchSteady, "stored": benchStored, "moves": benchMoves,
 	}
 	order := []string{"register", "fire", "steady", "moves", "stored"}
-	if p.scenario != "all" {
-		if scenarios[p.scenario] == nil {
-			fmt.Fprintf(stderr, "reminders: unknown scenario %q\n", p.scenario)
-			return 2
-		}
-		order = []string{p.scenario}
-	}
-	for _, name := range order {
-		start := time.Now()
-		fmt.Fprintf(stdout, "== %s\n", name)
-		if err := scenarios[name](ctx, p, stdout); err != nil {
-			fmt.Fprintf(stderr, "reminders: %s: %v\n", name, err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "   (%v)\n", time.Since(start).Round(time.Second))
-	}
-	return 0
+	return scenario.Run(ctx, "reminders", p.scenario, order, scenarios, p, stdout, stderr)
 }

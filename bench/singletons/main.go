@@ -48,6 +48,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shardhost/shardhost/bench/internal/scenario"
 )
 
 type params struct {
@@ -133,21 +135,5 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"handover": benchHandover, "crash": benchCrash, "restart": benchRestart, "writes": benchWrites,
 	}
 	order := []string{"handover", "crash", "restart", "writes"}
-	if p.scenario != "all" {
-		if scenarios[p.scenario] == nil {
-			fmt.Fprintf(stderr, "singletons: unknown scenario %q\n", p.scenario)
-			return 2
-		}
-		order = []string{p.scenario}
-	}
-	for _, name := range order {
-		start := time.Now()
-		fmt.Fprintf(stdout, "== %s\n", name)
-		if err := scenarios[name](ctx, p, stdout); err != nil {
-			fmt.Fprintf(stderr, "singletons: %s: %v\n", name, err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "   (%v)\n", time.Since(start).Round(time.Second))
-	}
-	return 0
+	return scenario.Run(ctx, "singletons", p.scenario, order, scenarios, p, stdout, stderr)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -529,4 +530,20 @@ func LaunchEtcd(ctx context.Context, dir string, opts ...EtcdOption) (*Etcd, err
 		return nil, err
 	}
 	return c.members[0], nil
+}
+
+// LaunchEtcdTemp is [LaunchEtcd] with its data in a new temporary
+// directory named after pattern ([os.MkdirTemp]), which it returns: the
+// caller removes it after [Etcd.Close]. On an error nothing is left.
+func LaunchEtcdTemp(ctx context.Context, pattern string, opts ...EtcdOption) (m *Etcd, dir string, err error) {
+	dir, err = os.MkdirTemp("", pattern)
+	if err != nil {
+		return nil, "", err
+	}
+	m, err = LaunchEtcd(ctx, dir, opts...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, "", err
+	}
+	return m, dir, nil
 }
