@@ -126,10 +126,26 @@ func (d *driver) call(ctx context.Context, i int, get bool, timeout time.Duratio
 // sent (counted as shed).
 func (d *driver) load(ctx context.Context, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	sem := make(chan struct{}, d.p.MaxInFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { d.loadRegisters(ctx, seed) })
+	d.openLoop(ctx, d.p.Rate, func() func() {
+		i, get := rng.IntN(d.p.Entities), rng.IntN(10) == 0
+		// Not ctx: stopping the load lets the asks in flight finish.
+		return func() { d.call(context.Background(), i, get, d.p.AskTimeout) }
+	})
+}
+
+// openLoop makes rate calls a second until ctx ends, in bursts every 2 ms:
+// an open loop, slow calls do not slow it. next, called on the loop's
+// goroutine (its random draws in a fixed order), returns each call, which
+// runs on a goroutine of its own; at most MaxInFlight of them wait at
+// once, and a call due beyond that is not made (counted as shed). It
+// returns when the calls made have returned.
+func (d *driver) openLoop(ctx context.Context, rate int, next func() func()) {
+	sem := make(chan struct{}, d.p.MaxInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	start, sent := time.Now(), 0
@@ -139,10 +155,10 @@ func (d *driver) load(ctx context.Context, seed uint64) {
 			return
 		case <-tick.C:
 		}
-		due := int(time.Since(start).Seconds()*float64(d.p.Rate)) - sent
+		due := int(time.Since(start).Seconds()*float64(rate)) - sent
 		for range due {
 			sent++
-			i, get := rng.IntN(d.p.Entities), rng.IntN(10) == 0
+			call := next()
 			select {
 			case sem <- struct{}{}:
 			default:
@@ -153,8 +169,7 @@ func (d *driver) load(ctx context.Context, seed uint64) {
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				// Not ctx: stopping the load lets the asks in flight finish.
-				d.call(context.Background(), i, get, d.p.AskTimeout)
+				call()
 			})
 		}
 	}

@@ -93,42 +93,16 @@ func (d *driver) loadRegisters(ctx context.Context, seed uint64) {
 		return
 	}
 	rng := rand.New(rand.NewPCG(seed, 2))
-	sem := make(chan struct{}, d.p.MaxInFlight)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	start, sent := time.Now(), 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	d.openLoop(ctx, d.p.RegisterRate, func() func() {
+		i, kind := rng.IntN(d.p.Registers), linearize.Read
+		switch n := rng.IntN(10); {
+		case n >= 7:
+			kind = linearize.CAS
+		case n >= 4:
+			kind = linearize.Write
 		}
-		due := int(time.Since(start).Seconds()*float64(d.p.RegisterRate)) - sent
-		for range due {
-			sent++
-			i, kind := rng.IntN(d.p.Registers), linearize.Read
-			switch n := rng.IntN(10); {
-			case n >= 7:
-				kind = linearize.CAS
-			case n >= 4:
-				kind = linearize.Write
-			}
-			select {
-			case sem <- struct{}{}:
-			default:
-				d.mu.Lock()
-				d.shed++
-				d.mu.Unlock()
-				continue
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				d.callRegister(context.Background(), i, kind, d.p.AskTimeout)
-			})
-		}
-	}
+		return func() { d.callRegister(context.Background(), i, kind, d.p.AskTimeout) }
+	})
 }
 
 // readRegisters reads every register once more after the faults (an
