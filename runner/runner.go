@@ -22,6 +22,7 @@ import (
 	"github.com/shardhost/shardhost/internal/reminders"
 	"github.com/shardhost/shardhost/internal/routing"
 	"github.com/shardhost/shardhost/internal/schedule"
+	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -184,9 +185,11 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
 	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
+	tracer := newTracer(cfg, r.log)
 	r.hosting = hosting.New(hosting.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
+		Tracer: tracer,
 	}, hostingEnv{r}, store, &r.met.host, r.log)
 	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout, StartRate: float64(cfg.RememberedStartRate)},
 		store, r.hosting, r.sched, &r.met.rem, r.log)
@@ -194,6 +197,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.hosting.SetRemembrance(r.reminders)
 	r.router = routing.New(routing.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, MaxWaitingSends: cfg.MaxWaitingSends, MaxMessageSize: cfg.MaxMessageSize,
+		Tracer: tracer,
 	}, routingDir{r}, r.hosting, r.net, &r.met.route, r.log)
 	return r, nil
 }
@@ -232,7 +236,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 	return &Runner{
 		store:  store,
 		cfg:    cfg,
-		log:    cfg.Logger.With("runner", cfg.ID),
+		log:    slog.New(tracing.LogHandler(cfg.Logger.Handler())).With("runner", cfg.ID),
 		keeper: keeper,
 		machine: detachment.New(detachment.Config{
 			Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow,

@@ -23,7 +23,15 @@ func nothing() {}
 // is written to the connection: an admitted ask counts in its shard's
 // drain until then.
 func (rc Receiver) Deliver(ctx context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, func()) {
-	resp, sh := rc.deliverTo(ctx, req)
+	var (
+		resp *transport.DeliverResponse
+		sh   *hosting.Shard
+	)
+	if rc.r.cfg.Tracer.On() {
+		resp, sh = rc.deliverTraced(ctx, req)
+	} else {
+		resp, sh = rc.deliverTo(ctx, req)
+	}
 	if sh == nil {
 		return resp, nothing
 	}
