@@ -429,6 +429,71 @@
 //	sharding.remembered_restarts             counter           {restart}  -             remembered entities activated again after their activation failed or their instance panicked
 //	sharding.worker_restarts                 counter           {restart}  -             shard workers and singletons restarted after an error or a panic
 //
+// # Traces
+//
+// A runner traces the calls it sends and handles with OpenTelemetry: spans
+// from Config.TracerProvider (default otel.GetTracerProvider()) under the
+// scope "github.com/shardhost/shardhost", and each call's trace context
+// and baggage carried to the runner that handles it in the request's
+// headers, written and read by Config.Propagator (default
+// otel.GetTextMapPropagator(); set W3C propagation.TraceContext{} and
+// propagation.Baggage{} there or globally). The spans of one ask:
+//
+//   - client "{kind}/{method}" on the sender: the whole Send, every
+//     attempt, local or remote, with a shardhost.retry event for each
+//     attempt that failed before any handler ran it and was tried again
+//     (its reason the attempt's error), and the outcome as the span's
+//     status: an error status with the error's text and error.type;
+//   - server "{kind}/{method}" on the runner each remote attempt reached,
+//     a child of the client span;
+//   - internal "handle {kind}/{method}" where the handler runs, a child
+//     of the server span (of the client span when the entity is local),
+//     with "activate {kind}" as its child when the message activated the
+//     entity. The handler's context carries this span (and the asker's
+//     baggage): the calls it makes — to other entities, over HTTP or gRPC
+//     — join the trace, and the runner's log records made for the handler
+//     (a panic, a withheld result, a failed signal) carry trace_id and
+//     span_id.
+//
+// A signal's handler span starts a new trace, linked to the span that sent
+// it (the sender's client span, or the server span of its hop): its sender
+// has its answer before the handler runs. A timer tick's span starts a new
+// trace linked to the span of the handler that started the timer. A
+// reminder tick's span, and a remembered entity's activation without a
+// message, start new traces without a link: a reminder is stored, the span
+// context that registered it is not. A SendAsync (AskAsync, TellAsync)
+// takes no context: its client span starts a new trace.
+//
+// Tracing is off with a noop.TracerProvider, and with the global provider
+// while no program has set one (otel.SetTracerProvider, which turns it on
+// for runners already made): Send and delivery then test one switch and
+// allocate nothing more (BENCHMARKS.md, "Tracing"). While it is on,
+// attributes are built only for spans that record (sampled in); a sampler
+// sees none at the start of a span.
+//
+// Span attributes (OpenTelemetry's RPC conventions, shardhost's own under
+// shardhost.; entity IDs are attributes of spans, never of metrics):
+//
+//	attribute                  spans                          meaning
+//	rpc.system                 client, server, handler        "shardhost"
+//	rpc.service                client, server, handler, act.  the entity kind
+//	rpc.method                 client, server, handler        the method, signal, timer or reminder handler
+//	shardhost.entity           client, server, handler, act.  the entity ID
+//	shardhost.shard            client, server, handler, act.  the entity's shard
+//	shardhost.runner           client, server, handler, act.  the runner that recorded the span (Config.ID)
+//	shardhost.one_way          client, server                 true for a signal
+//	shardhost.attempts         client                         attempts made (local or remote), retries included
+//	shardhost.owner            client, retry event            the runner of the last attempt ("" when no owner was known)
+//	server.address             client                         host of the owner's transport address (last attempt, remote)
+//	server.port                client                         port of the owner's transport address
+//	shardhost.sender           server                         the sending runner
+//	shardhost.epoch            server, handler                the shard's ownership epoch the handler ran under
+//	shardhost.tick             handler                        timer or reminder, for a tick's handler
+//	shardhost.activate.reason  activation                     new, handoff, restart or remembered (entity.ActivateReason)
+//	shardhost.attempt          retry event                    the number of the attempt that failed
+//	shardhost.retry.reason     retry event                    the attempt's error
+//	error.type                 client, server, handler, act.  the outcome, on an error status: maybe_delivered, stale_result, deadline_exceeded, canceled, handler_error, handler_panic, not_owner, undelivered, mailbox_full, unknown_kind, unknown_method, bad_request, too_large, not_sent, no_owner, too_many_waiting, no_transport, error (the runtime's, before any handler)
+//
 // # Debug page
 //
 // DebugHandler returns an http.Handler, mounted by the program like

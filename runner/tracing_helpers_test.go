@@ -143,14 +143,16 @@ type tracee struct {
 }
 
 type traceeEnv struct {
-	ticks chan string // timer ticks: the entity's ID
-	relay *entity.MethodRef[tracee, relayReq, relayResp]
+	ticks    chan string   // timer ticks: the entity's ID
+	release  chan struct{} // blocked handlers return
+	relay    *entity.MethodRef[tracee, relayReq, relayResp]
+	reminder *entity.ReminderRef[tracee, int]
 }
 
 type relayReq struct {
 	To    string // ask the tracee To (on whatever runner owns it) first
 	Panic bool
-	Block bool // wait for the context's end
+	Block bool // wait, ignoring the context, until the test releases it
 }
 
 type relayResp struct{ Runners []string }
@@ -164,8 +166,10 @@ func (e *tracee) Relay(ctx context.Context, r relayReq) (relayResp, error) {
 	case r.Panic:
 		panic("tracee told to panic")
 	case r.Block:
-		<-ctx.Done()
-		return out, context.Cause(ctx)
+		select {
+		case <-e.env.release:
+		case <-time.After(10 * time.Second):
+		}
 	case r.To != "":
 		s, ok := runner.SenderFrom(ctx)
 		if !ok {
@@ -192,15 +196,27 @@ func (e *tracee) Tick(_ context.Context, _ entity.TimerTick[int]) error {
 	return nil
 }
 
+// Remind (a signal) registers a one-shot reminder, due at once.
+func (e *tracee) Remind(ctx context.Context, _ traceArmReq) error {
+	return e.env.reminder.Register(ctx, "r", entity.Schedule{First: time.Now()}, 1)
+}
+
+func (e *tracee) Reminded(_ context.Context, _ entity.ReminderTick[int]) error {
+	e.env.ticks <- e.id
+	return nil
+}
+
 var (
-	traceeEnvs  = &traceeEnv{ticks: make(chan string, 16)}
-	traceeKind  = entity.NewKind("tracee", func(id string) *tracee { return &tracee{id: id, env: traceeEnvs} })
-	traceeRelay = entity.Method(traceeKind, "relay", (*tracee).Relay)
-	traceeArm   = entity.Signal(traceeKind, "arm", (*tracee).Arm)
-	traceeTimer = entity.Timer(traceeKind, "tick", (*tracee).Tick)
+	traceeEnvs     = &traceeEnv{ticks: make(chan string, 16), release: make(chan struct{})}
+	traceeKind     = entity.NewKind("tracee", func(id string) *tracee { return &tracee{id: id, env: traceeEnvs} })
+	traceeRelay    = entity.Method(traceeKind, "relay", (*tracee).Relay)
+	traceeArm      = entity.Signal(traceeKind, "arm", (*tracee).Arm)
+	traceeTimer    = entity.Timer(traceeKind, "tick", (*tracee).Tick)
+	traceeRemind   = entity.Signal(traceeKind, "remind", (*tracee).Remind)
+	traceeReminder = entity.Reminder(traceeKind, "reminded", (*tracee).Reminded)
 )
 
-func init() { traceeEnvs.relay = traceeRelay }
+func init() { traceeEnvs.relay, traceeEnvs.reminder = traceeRelay, traceeReminder }
 
 // spanKeys lists the attribute keys of spans and their events.
 func spanKeys(sps []sdktrace.ReadOnlySpan) map[string]bool {

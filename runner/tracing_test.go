@@ -46,6 +46,8 @@ func TestLocalAskTraced(t *testing.T) {
 	client := s.waitEnded(t, "the client span", func(sp sdktrace.ReadOnlySpan) bool {
 		return named("tracee/relay", trace.SpanKindClient, "a")(sp) && spanAttr(sp, "shardhost.entity") == "x"
 	})
+	// Every span of a handler ends before its asker's: the trace is
+	// complete when the ask returned.
 	got := s.trace(client.SpanContext().TraceID())
 	if len(got) != 6 { // client, handler, activation; the same for y
 		t.Fatalf("trace of the ask has %d spans, want 6:%s", len(got), describe(got))
@@ -102,7 +104,7 @@ func TestLocalAskTraced(t *testing.T) {
 // TestSignalAndTimerTracesLinked: a signal's handler starts a new trace
 // linked to the sender's span (its sender has its answer already), and so
 // does a timer's tick, linked to the span of the handler that started the
-// timer.
+// timer; a reminder's tick starts a new trace without a link.
 func TestSignalAndTimerTracesLinked(t *testing.T) {
 	c := memory.NewCluster()
 	defer c.Close()
@@ -125,4 +127,20 @@ func TestSignalAndTimerTracesLinked(t *testing.T) {
 	linkedTo(t, arm, client)
 	linkedTo(t, tick, arm)
 	hasAttrs(t, tick, "shardhost.tick", "timer", "shardhost.entity", "z")
+
+	// A reminder's tick: a new trace, without a link (the span context
+	// that registered it is not stored).
+	if err := traceeRemind.Tell(ctx, r, "z", traceArmReq{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-traceeEnvs.ticks:
+	case <-ctx.Done():
+		t.Fatal("the reminder never fired")
+	}
+	reminded := s.waitEnded(t, "the reminder tick's span", named("handle tracee/reminded", trace.SpanKindInternal, "a"))
+	hasAttrs(t, reminded, "shardhost.tick", "reminder", "shardhost.entity", "z")
+	if reminded.Parent().IsValid() || len(reminded.Links()) != 0 {
+		t.Errorf("a reminder tick's span has parent %v and links %v; want a new trace without links", reminded.Parent(), reminded.Links())
+	}
 }

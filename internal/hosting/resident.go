@@ -230,6 +230,9 @@ func (e *resident) processOne(m *message) error {
 	}
 	v, err := e.handle(m)
 	if m.reply != nil {
+		if m.tr != nil {
+			m.endSpan(err) // before the answer: the asker's span ends after it
+		}
 		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
 	} else if err != nil {
 		sh.h.signalFailed(m.logContext(), e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited

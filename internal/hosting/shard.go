@@ -173,13 +173,18 @@ type message struct {
 // certainly did not reach a handler (safe to retry); Result.Epoch is the
 // epoch a handler ran under. With remote set, an admitted ask counts in
 // the shard's replies until the transport reports its answer written
-// (ReplyWritten): drains wait for it.
-func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id string, req any, oneWay, remote bool) Result {
+// (ReplyWritten): drains wait for it. With traced set (tracing is on:
+// the caller tested Config.Tracer.On) the handler runs in a span
+// (trace.go).
+func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id string, req any, oneWay, remote, traced bool) Result {
 	if h.TickKind() != entity.NotTick {
 		// Timer and reminder handlers are the runtime's to call.
 		return Result{Err: fmt.Errorf("%w: %s.%s is a timer or reminder handler", entity.ErrUnknownMethod, k.Desc.Name(), h.Name()), Undelivered: true}
 	}
-	msg := message{h: h, req: req, tr: sh.h.traceOf(ctx, oneWay)}
+	msg := message{h: h, req: req}
+	if traced {
+		msg.tr = traceOf(ctx, oneWay)
+	}
 	if !oneWay {
 		msg.reply, msg.ctx = sh.h.waiters.Get().(*waiter), ctx
 	}

@@ -34,12 +34,9 @@ type msgTrace struct {
 	span trace.Span        // the handler's span (set by the entity's goroutine)
 }
 
-// traceOf returns the trace of a message admitted with ctx, or nil when
-// tracing is off.
-func (h *Host) traceOf(ctx context.Context, oneWay bool) *msgTrace {
-	if !h.cfg.Tracer.On() {
-		return nil
-	}
+// traceOf returns the trace of a message admitted with ctx while tracing
+// is on.
+func traceOf(ctx context.Context, oneWay bool) *msgTrace {
 	if oneWay { // a signal: a new trace, linked to its sender's span
 		return &msgTrace{link: trace.SpanContextFromContext(ctx)}
 	}
@@ -81,10 +78,12 @@ func (e *resident) startSpan(m *message) {
 	m.tr.span = span
 }
 
-// endSpan ends m's handler span with the outcome err.
+// endSpan ends m's handler span with the outcome err, if it has not
+// ended yet.
 func (m *message) endSpan(err error) {
 	if m.tr.span != nil {
 		tracing.End(m.tr.span, err, ErrorType(err))
+		m.tr.span = nil
 	}
 }
 
@@ -129,7 +128,7 @@ func (e *resident) activateSpan(m *message, reason entity.ActivateReason) (conte
 		trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
 		span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyRPCService.String(e.key.Kind),
-			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(e.host.id)))
+			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner())
 	}
 	return e.traceContext(e.ctx, m, span), span
 }
@@ -166,7 +165,7 @@ func ErrorType(err error) string {
 		return "stale_result"
 	case errors.Is(err, ErrMaybeDelivered):
 		return "maybe_delivered"
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrCallerDeadline):
 		return "deadline_exceeded"
 	case errors.Is(err, context.Canceled):
 		return "canceled"

@@ -122,7 +122,7 @@ func (r *Router) sendOnce(ctx context.Context, c entity.Call, cs *clientSpan) (a
 	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
 	var first error
 	if sh := r.host.Lookup(id); sh != nil { // fast path
-		res := sh.Deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
+		res := sh.Deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false, cs != nil)
 		if cs != nil {
 			cs.tried(r.cfg.RunnerID, "", res.Epoch != 0)
 		}

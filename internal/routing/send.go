@@ -95,7 +95,7 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 // handler may have run it.
 func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bool) {
 	if sh := r.host.Lookup(a.id); sh != nil {
-		res := sh.Deliver(ctx, a.k, a.h, a.c.Entity, a.c.Req, a.h.OneWay(), false)
+		res := sh.Deliver(ctx, a.k, a.h, a.c.Entity, a.c.Req, a.h.OneWay(), false, a.cs != nil)
 		if a.cs != nil {
 			a.cs.tried(r.cfg.RunnerID, "", res.Epoch != 0)
 		}

@@ -88,7 +88,7 @@ func (rc Receiver) deliverTraced(ctx context.Context, req *transport.DeliverRequ
 		span.SetAttributes(tracing.Call(req.Kind, req.Method, req.Entity, req.Shard)...)
 		span.SetAttributes(tr.Runner(), tracing.KeySender.String(req.Sender), tracing.KeyOneWay.Bool(req.OneWay))
 	}
-	resp, sh := rc.deliverTo(ctx, req)
+	resp, sh := rc.deliverTo(ctx, req, true)
 	if resp.Epoch != 0 && span.IsRecording() {
 		span.SetAttributes(tracing.KeyEpoch.Int64(int64(resp.Epoch)))
 	}
