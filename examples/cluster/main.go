@@ -7,6 +7,10 @@
 //	cluster -role runner  -id runner-1 -listen 127.0.0.1:7101 -debug 127.0.0.1:8081
 //	cluster -role gateway -id gateway  -debug 127.0.0.1:8080
 //
+// With -traces FILE a process exports its OpenTelemetry spans to FILE,
+// one JSON span a line (-trace-ratio of the gateway's asks are traced);
+// an ask is one trace across the gateway and the runner that served it.
+//
 // A runner hosts counter entities; the gateway is a client-only runner
 // that routes asks to their owners and prints a line of traffic
 // statistics every -report interval. Each runner publishes the URL of its
@@ -57,6 +61,7 @@ type config struct {
 	report    time.Duration
 	verbose   bool
 	security  security // TLS and authentication (secure.go)
+	traces    traces   // OpenTelemetry traces (tracing.go)
 }
 
 func parseFlags(args []string) (config, error) {
@@ -75,6 +80,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.entities, "entities", 5000, "gateway: counters addressed")
 	fs.DurationVar(&c.report, "report", 2*time.Second, "gateway: interval of the traffic line")
 	fs.BoolVar(&c.verbose, "v", false, "info logs of the runner and warnings of the etcd client")
+	fs.StringVar(&c.traces.file, "traces", "", "export OpenTelemetry spans to `file` (JSON, one span a line; default: tracing off)")
+	fs.Float64Var(&c.traces.ratio, "trace-ratio", 0.01, "with -traces: the share of requests traced (0 to 1)")
 	c.security.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -146,6 +153,17 @@ func run(ctx context.Context, c config) error {
 	if err := c.security.runnerTLS(&cfg); err != nil {
 		return err
 	}
+	flushTraces, err := c.traces.setup(&cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := flushTraces(fctx); err != nil {
+			fmt.Fprintf(os.Stderr, "cluster %s: traces: %v\n", c.id, err)
+		}
+	}()
 	r, err := runner.New(store, cfg)
 	if err != nil {
 		return err
