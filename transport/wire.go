@@ -156,23 +156,35 @@ func entrySize(s string) int {
 // decodeHeader decodes one map<string, string> entry into *h (allocated
 // at the first entry); a key repeated keeps its last value, as protobuf
 // requires.
-func decodeHeader(h *map[string]string, v []byte) error {
-	var k, val string
-	if err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+func decodeHeader(h *map[string]string, b []byte) error {
+	var k, val []byte // walk's loop, without a closure to allocate
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: header: %w", ErrMalformed, protowire.ParseError(n))
+		}
+		b = b[n:]
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(b)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: header field %d: %w", ErrMalformed, num, protowire.ParseError(n))
+		}
+		b = b[n:]
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			k = string(v)
+			k = v
 		case num == 2 && typ == protowire.BytesType:
-			val = string(v)
+			val = v
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
 	if *h == nil {
 		*h = make(map[string]string, 2)
 	}
-	(*h)[k] = val
+	(*h)[string(k)] = string(val)
 	return nil
 }
 

@@ -211,7 +211,7 @@ func (e *resident) processOne(m *message) error {
 		actx, span := e.activateSpan(m, reason)
 		err := e.activate(actx, reason)
 		if span != nil {
-			tracing.End(span, err, ErrorType(err))
+			tracing.End(span, err, ErrorType)
 		}
 		if err != nil {
 			return e.fail(m, err, false)

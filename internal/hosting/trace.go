@@ -43,21 +43,27 @@ func traceOf(ctx context.Context, oneWay bool) *msgTrace {
 	return &msgTrace{} // an ask: a child of the asker's span (message.ctx)
 }
 
+// handlerNames are the names of handler spans, by handler.
+var handlerNames tracing.Names[*entity.Handler]
+
 // startSpan starts m's handler span (before its activation, if any).
 func (e *resident) startSpan(m *message) {
 	tr := e.host.h.cfg.Tracer
-	parent, opts := e.ctx, []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	parent, opts := e.ctx, tracing.InternalSpan
 	switch {
 	case m.ctx != nil:
 		parent = m.ctx
 	case m.tr.link.IsValid():
-		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: m.tr.link}))
+		opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithNewRoot(),
+			trace.WithLinks(trace.Link{SpanContext: m.tr.link})}
 	default:
-		opts = append(opts, trace.WithNewRoot())
+		opts = tracing.RootSpan
 	}
-	name := "activate " + e.key.Kind
+	var name string
 	if m.h != nil {
-		name = "handle " + e.key.Kind + "/" + m.h.Name()
+		name = handlerNames.Get(m.h, func() string { return "handle " + m.h.Kind() + "/" + m.h.Name() })
+	} else {
+		name = "activate " + e.key.Kind
 	}
 	_, span := tr.Start(parent, name, opts...)
 	if span.IsRecording() {
@@ -82,17 +88,20 @@ func (e *resident) startSpan(m *message) {
 // ended yet.
 func (m *message) endSpan(err error) {
 	if m.tr.span != nil {
-		tracing.End(m.tr.span, err, ErrorType(err))
+		tracing.End(m.tr.span, err, ErrorType)
 		m.tr.span = nil
 	}
 }
 
-// traceContext returns ctx carrying span, the entity's runtime that
-// links the timers it starts to span, and, for an ask, the asker's
+// traceContext returns ctx carrying span, and, when it is sampled, the
+// entity's runtime that links the timers it starts to span (a link to a
+// span not exported would lead nowhere), and, for an ask, the asker's
 // baggage.
 func (e *resident) traceContext(ctx context.Context, m *message, span trace.Span) context.Context {
 	ctx = trace.ContextWithSpan(ctx, span)
-	ctx = entity.WithRuntime(ctx, tracedRuntime{e, span.SpanContext()})
+	if sc := span.SpanContext(); sc.IsSampled() {
+		ctx = entity.WithRuntime(ctx, tracedRuntime{e, sc})
+	}
 	if m.ctx != nil {
 		if b := baggage.FromContext(m.ctx); b.Len() > 0 {
 			ctx = baggage.ContextWithBaggage(ctx, b)
@@ -124,8 +133,7 @@ func (e *resident) activateSpan(m *message, reason entity.ActivateReason) (conte
 		}
 		return e.traceContext(e.ctx, m, m.tr.span), nil
 	}
-	_, span := e.host.h.cfg.Tracer.Start(trace.ContextWithSpan(e.ctx, m.tr.span), "activate "+e.key.Kind,
-		trace.WithSpanKind(trace.SpanKindInternal))
+	_, span := e.host.h.cfg.Tracer.Start(trace.ContextWithSpan(e.ctx, m.tr.span), "activate "+e.key.Kind, tracing.InternalSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyRPCService.String(e.key.Kind),
 			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner())
@@ -152,6 +160,13 @@ func (t tracedRuntime) StartTimer(name string, h *entity.Handler, delay, period 
 // the caller's context ended; an error of none of the runtime's kinds is
 // the handler's.
 func ErrorType(err error) string {
+	if err == nil {
+		return ""
+	}
+	return errorType(err)
+}
+
+func errorType(err error) string {
 	var (
 		stale *StaleResultError
 		pe    *entity.PanicError
@@ -159,8 +174,6 @@ func ErrorType(err error) string {
 		ud    *UndeliveredError
 	)
 	switch {
-	case err == nil:
-		return ""
 	case errors.As(err, &stale):
 		return "stale_result"
 	case errors.Is(err, ErrMaybeDelivered):

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -51,6 +52,9 @@ func (cs *clientSpan) retry(err error) {
 		tracing.KeyRetryReason.String(err.Error())))
 }
 
+// callNames are the names of client spans, by handler.
+var callNames tracing.Names[*entity.Handler]
+
 // sendTraced is Send in a client span.
 func (r *Router) sendTraced(ctx context.Context, c entity.Call) (any, error) {
 	kind, method := "?", "?"
@@ -60,8 +64,14 @@ func (r *Router) sendTraced(ctx context.Context, c entity.Call) (any, error) {
 	if c.Handler != nil {
 		method = c.Handler.Name()
 	}
+	var name string
+	if c.Handler != nil && c.Kind != nil && c.Handler.Kind() == kind {
+		name = callNames.Get(c.Handler, func() string { return kind + "/" + method })
+	} else {
+		name = kind + "/" + method
+	}
 	tr := r.cfg.Tracer
-	ctx, span := tr.Start(ctx, kind+"/"+method, trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := tr.Start(ctx, name, tracing.ClientSpan...)
 	cs := &clientSpan{span: span, rec: span.IsRecording()}
 	if cs.rec {
 		span.SetAttributes(tracing.Call(kind, method, c.Entity, uint32(sharding.ShardOf(c.Entity, r.cfg.NumShards)))...)
@@ -74,7 +84,7 @@ func (r *Router) sendTraced(ctx context.Context, c entity.Call) (any, error) {
 			span.SetAttributes(tracing.Server(cs.addr)...)
 		}
 	}
-	tracing.End(span, err, errorType(err, cs.ran))
+	tracing.End(span, err, func(err error) string { return errorType(err, cs.ran) })
 	return v, err
 }
 
@@ -83,7 +93,16 @@ func (r *Router) sendTraced(ctx context.Context, c entity.Call) (any, error) {
 func (rc Receiver) deliverTraced(ctx context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, *hosting.Shard) {
 	tr := rc.r.cfg.Tracer
 	ctx = tr.Extract(ctx, req.Headers)
-	ctx, span := tr.Start(ctx, req.Kind+"/"+req.Method, trace.WithSpanKind(trace.SpanKindServer))
+	var name string
+	if k := rc.r.host.Kind(req.Kind); k != nil {
+		if h, ok := k.Desc.Handler(req.Method); ok {
+			name = callNames.Get(h, func() string { return req.Kind + "/" + req.Method })
+		}
+	}
+	if name == "" {
+		name = req.Kind + "/" + req.Method
+	}
+	ctx, span := tr.Start(ctx, name, tracing.ServerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.Call(req.Kind, req.Method, req.Entity, req.Shard)...)
 		span.SetAttributes(tr.Runner(), tracing.KeySender.String(req.Sender), tracing.KeyOneWay.Bool(req.OneWay))
@@ -94,12 +113,9 @@ func (rc Receiver) deliverTraced(ctx context.Context, req *transport.DeliverRequ
 	}
 	var err error
 	if resp.Code != transport.CodeOK {
-		err = errors.New(resp.Message)
-		if resp.Message == "" {
-			err = errors.New(resp.Code.String())
-		}
+		err = errors.New(cmp.Or(resp.Message, resp.Code.String()))
 	}
-	tracing.End(span, err, strings.ToLower(resp.Code.String()))
+	tracing.End(span, err, func(error) string { return strings.ToLower(resp.Code.String()) })
 	return resp, sh
 }
 
@@ -108,8 +124,6 @@ func (rc Receiver) deliverTraced(ctx context.Context, req *transport.DeliverRequ
 func errorType(err error, ran bool) string {
 	var re *RemoteError
 	switch {
-	case err == nil:
-		return ""
 	case errors.Is(err, hosting.ErrMaybeDelivered), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return hosting.ErrorType(err)
 	case errors.Is(err, ErrNoOwner):

@@ -6,6 +6,7 @@ import (
 	"net"
 	"reflect"
 	"strconv"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -135,6 +136,27 @@ func (t *Tracer) On() bool {
 	return false
 }
 
+// Span start options without an allocation per span (a variadic option
+// built at the call allocates).
+var (
+	ClientSpan   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	ServerSpan   = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	InternalSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	RootSpan     = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithNewRoot()}
+)
+
+// Names caches the span names of a key (a handler), made once each.
+type Names[K comparable] struct{ m sync.Map }
+
+// Get returns the name of k, made by mk the first time.
+func (n *Names[K]) Get(k K, mk func() string) string {
+	if v, ok := n.m.Load(k); ok {
+		return v.(string)
+	}
+	v, _ := n.m.LoadOrStore(k, mk())
+	return v.(string)
+}
+
 // Start starts a span (see trace.Tracer.Start). Call it only when On.
 func (t *Tracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	return t.tr.Start(ctx, name, opts...)
@@ -185,11 +207,12 @@ func Server(addr string) []attribute.KeyValue {
 }
 
 // End ends span with the outcome: err (nil for success) as an error
-// status whose description is its text, classified by errType (the
-// error.type attribute, low cardinality).
-func End(span trace.Span, err error, errType string) {
+// status whose description is its text, classified by errType(err) (the
+// error.type attribute, low cardinality), called only for an error of a
+// span that records.
+func End(span trace.Span, err error, errType func(error) string) {
 	if err != nil && span.IsRecording() {
-		span.SetAttributes(KeyErrorType.String(errType))
+		span.SetAttributes(KeyErrorType.String(errType(err)))
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()

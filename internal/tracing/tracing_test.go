@@ -109,9 +109,9 @@ func TestEndRecordsTheOutcome(t *testing.T) {
 	defer func() { _ = sdk.Shutdown(context.Background()) }()
 	tr := New(sdk, w3c, "r")
 	_, ok := tr.Start(context.Background(), "ok")
-	End(ok, nil, "")
+	End(ok, nil, func(error) string { t.Error("error.type asked of a success"); return "" })
 	_, bad := tr.Start(context.Background(), "bad")
-	End(bad, errors.New("it broke"), "handler_error")
+	End(bad, errors.New("it broke"), func(error) string { return "handler_error" })
 	spans := rec.Ended()
 	if len(spans) != 2 {
 		t.Fatalf("%d spans ended", len(spans))
