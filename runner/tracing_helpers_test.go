@@ -145,6 +145,7 @@ type tracee struct {
 type traceeEnv struct {
 	ticks    chan string   // timer ticks: the entity's ID
 	release  chan struct{} // blocked handlers return
+	started  chan string   // a blocked handler started: the entity's ID
 	relay    *entity.MethodRef[tracee, relayReq, relayResp]
 	reminder *entity.ReminderRef[tracee, int]
 }
@@ -166,6 +167,7 @@ func (e *tracee) Relay(ctx context.Context, r relayReq) (relayResp, error) {
 	case r.Panic:
 		panic("tracee told to panic")
 	case r.Block:
+		e.env.started <- e.id
 		select {
 		case <-e.env.release:
 		case <-time.After(10 * time.Second):
@@ -207,7 +209,7 @@ func (e *tracee) Reminded(_ context.Context, _ entity.ReminderTick[int]) error {
 }
 
 var (
-	traceeEnvs     = &traceeEnv{ticks: make(chan string, 16), release: make(chan struct{})}
+	traceeEnvs     = &traceeEnv{ticks: make(chan string, 16), release: make(chan struct{}), started: make(chan string, 1)}
 	traceeKind     = entity.NewKind("tracee", func(id string) *tracee { return &tracee{id: id, env: traceeEnvs} })
 	traceeRelay    = entity.Method(traceeKind, "relay", (*tracee).Relay)
 	traceeArm      = entity.Signal(traceeKind, "arm", (*tracee).Arm)
