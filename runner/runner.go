@@ -94,6 +94,9 @@ type Runner struct {
 	onServe   atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
 	tripKick  chan struct{}                                                               // 1-buffered: a sender saw the detach instant pass
 	tripAt    atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
+	trace     *tracing.Tracer                                                             // the runner's tracer (Config.TracerProvider; tracing.go)
+	spans     sync.WaitGroup                                                              // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
+	spansStop chan struct{}                                                               // closed when Run ends: they end their spans at once
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -147,6 +150,7 @@ type Runner struct {
 	st              startState   // starting up (start.go)
 	ownLog          ownershipLog // ownership changes of a round (ownershiplog.go)
 	async           asyncSends   // SendAsync's sends in flight (async.go)
+	life            lifeTrace    // the detach and re-attach spans (trace_lifecycle.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -186,6 +190,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	}
 	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
 	tracer := newTracer(cfg, r.log)
+	r.trace = tracer
 	r.hosting = hosting.New(hosting.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
@@ -266,6 +271,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		pending:         make(map[sharding.ShardID]*pending),
 		work:            control.NewQueue(cfg.NumShards),
 		tripKick:        make(chan struct{}, 1),
+		spansStop:       make(chan struct{}),
 		view: clusterView{
 			members:    make(map[string]storage.Runner),
 			byLease:    make(map[storage.LeaseID]storage.Runner),
@@ -447,6 +453,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 		}
 		warmed = in.TakeWarmed()
 		r.markLocked(id) // the round deletes our record, now without an inbound
+		r.endInbound(in, outcomeAcquired, epoch, len(warmed))
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
 }

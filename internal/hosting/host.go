@@ -277,6 +277,9 @@ func checkpointName(key EntityKey) string { return key.Kind + "/" + key.ID }
 func (h *Host) restoreFunc(id sharding.ShardID, key EntityKey) func(context.Context) ([]byte, bool, error) {
 	return func(ctx context.Context) ([]byte, bool, error) {
 		cp, ok, err := h.store.ReadCheckpoint(ctx, id, checkpointName(key))
+		if h.cfg.Tracer.On() {
+			restored(ctx, len(cp.Data), ok, err)
+		}
 		return cp.Data, ok, err
 	}
 }

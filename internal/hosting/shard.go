@@ -233,7 +233,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg messag
 		sh.mu.RLock()
 		if !sh.admitting {
 			sh.mu.RUnlock()
-			if err := sh.waitCutover(ctx); err != nil {
+			if err := sh.waitCutover(ctx, msg.tr != nil); err != nil {
 				return err
 			}
 			continue

@@ -129,16 +129,42 @@ func (e *resident) activateSpan(m *message, reason entity.ActivateReason) (conte
 	}
 	if m.h == nil { // the message's own span is the activation's
 		if m.tr.span.IsRecording() {
-			m.tr.span.SetAttributes(tracing.KeyActivateReason.String(string(reason)))
+			m.tr.span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyActivateWarmed.Bool(e.inst != nil))
 		}
 		return e.traceContext(e.ctx, m, m.tr.span), nil
 	}
 	_, span := e.host.h.cfg.Tracer.Start(trace.ContextWithSpan(e.ctx, m.tr.span), "activate "+e.key.Kind, tracing.InternalSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyRPCService.String(e.key.Kind),
-			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner())
+			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner(),
+			tracing.KeyActivateWarmed.Bool(e.inst != nil))
 	}
 	return e.traceContext(e.ctx, m, span), span
+}
+
+// restored records the restore of an entity's checkpoint (n bytes, found
+// or not, or failed with err) as an event of the span ctx carries: the
+// activation's span when the Activate hook passes on its context, a
+// handoff's warm span for a Warm hook.
+func restored(ctx context.Context, n int, found bool, err error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{tracing.KeyRestoreFound.Bool(found), tracing.KeyRestoreBytes.Int(n)}
+	if err != nil {
+		attrs = append(attrs, tracing.KeyErrorType.String("restore_failed"))
+	}
+	span.AddEvent(tracing.EventRestore, trace.WithAttributes(attrs...))
+}
+
+// cutoverWait records, as an event of the span ctx carries (the sender's
+// client span for a local send, the server span of a remote one), that a
+// message waits at the old owner for the cutover of its shard to runner to.
+func (sh *Shard) cutoverWait(ctx context.Context, to string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent(tracing.EventCutoverWait, trace.WithAttributes(tracing.KeyShard.Int64(int64(sh.id)), tracing.KeyPeer.String(to)))
+	}
 }
 
 // tracedRuntime is the runtime of an entity as a traced handler sees it:

@@ -46,18 +46,54 @@ const (
 	KeyEpoch          = attribute.Key("shardhost.epoch")
 	KeyTick           = attribute.Key("shardhost.tick")
 	KeyActivateReason = attribute.Key("shardhost.activate.reason")
+	KeyActivateWarmed = attribute.Key("shardhost.activate.warmed")
+	KeyRestoreFound   = attribute.Key("shardhost.restore.found")
+	KeyRestoreBytes   = attribute.Key("shardhost.restore.bytes")
+	KeyPeer           = attribute.Key("shardhost.peer")
+	KeyPeerEpoch      = attribute.Key("shardhost.peer.epoch")
+	KeyOutcome        = attribute.Key("shardhost.outcome")
+	KeyWarmed         = attribute.Key("shardhost.warmed")
+	KeyShards         = attribute.Key("shardhost.shards")
+	KeyShardCount     = attribute.Key("shardhost.shard_count")
+	KeyDetachReason   = attribute.Key("shardhost.detach.reason")
+	KeyLease          = attribute.Key("shardhost.lease")
+	KeyLeaseDeadline  = attribute.Key("shardhost.lease.deadline")
+	KeyLeaseNew       = attribute.Key("shardhost.lease.new")
+	KeyRunning        = attribute.Key("shardhost.running")
 )
 
 // Keys lists every attribute key above (the documentation test's list).
 var Keys = []attribute.Key{
 	KeyRPCSystem, KeyRPCService, KeyRPCMethod, KeyServerAddress, KeyServerPort, KeyErrorType,
 	KeyRunner, KeyEntity, KeyShard, KeyOneWay, KeyOwner, KeyAttempts, KeyAttempt, KeyRetryReason,
-	KeySender, KeyEpoch, KeyTick, KeyActivateReason,
+	KeySender, KeyEpoch, KeyTick, KeyActivateReason, KeyActivateWarmed, KeyRestoreFound, KeyRestoreBytes,
+	KeyPeer, KeyPeerEpoch, KeyOutcome, KeyWarmed, KeyShards, KeyShardCount, KeyDetachReason,
+	KeyLease, KeyLeaseDeadline, KeyLeaseNew, KeyRunning,
 }
 
 // EventRetry is the name of the event a client span gets for each attempt
 // that failed in a way that proves no handler ran it and was retried.
 const EventRetry = "shardhost.retry"
+
+// The events of the lifecycle spans (see the runner's "Traces"): the
+// restore of a checkpoint by an Activate or Warm hook; a sender held at
+// the old owner during a cutover; the phases of a handoff on each side;
+// the end of a detach's interruption and a re-attachment's steps.
+const (
+	EventRestore          = "shardhost.restore"
+	EventCutoverWait      = "shardhost.cutover_wait"
+	EventWarming          = "shardhost.handoff.warming"
+	EventWarmed           = "shardhost.handoff.warmed"
+	EventWarmTimeout      = "shardhost.handoff.warm_timeout"
+	EventReady            = "shardhost.handoff.ready"
+	EventAdmissionStopped = "shardhost.handoff.admission_stopped"
+	EventDrained          = "shardhost.handoff.drained"
+	EventReleaseHook      = "shardhost.handoff.release_shard"
+	EventProgress         = "shardhost.handoff.progress_recorded"
+	EventEntitiesStopped  = "shardhost.detach.entities_stopped"
+	EventRegistered       = "shardhost.reattach.registered"
+	EventEpochsBumped     = "shardhost.reattach.epochs_bumped"
+)
 
 // The log attribute keys of a record made inside a traced call.
 const (
