@@ -38,7 +38,8 @@ import (
 //   - "reattach": one re-attachment (registration, epochs of the locks
 //     kept under a surviving lease bumped), linked to the detach span.
 
-// handoffWarmSpan and the other names of the lifecycle spans.
+// handoffWarmSpan and the other names of the lifecycle spans
+// (tracing.LifecycleSpans lists them for the documentation test).
 const (
 	handoffWarmSpan    = "handoff warm"
 	handoffReleaseSpan = "handoff release"

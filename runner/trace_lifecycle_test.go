@@ -158,6 +158,7 @@ func TestHandoffTracedOnBothSides(t *testing.T) {
 		if n, _ := eventAttr(act, "shardhost.restore", "shardhost.restore.bytes"); n != "8" {
 			t.Errorf("restore event bytes = %q, want 8", n)
 		}
+		keysKnown(t, s.ended())
 	})
 }
 
@@ -184,6 +185,7 @@ func TestWarmTimeoutTracedAsAbort(t *testing.T) {
 		if len(b.Owned()) != 0 {
 			t.Errorf("b owns %v after its takeover was abandoned", b.Owned())
 		}
+		keysKnown(t, s.ended())
 	})
 }
 
@@ -249,5 +251,6 @@ func TestDetachAndReattachTraced(t *testing.T) {
 		if lease := spanAttr(re, "shardhost.lease"); lease == "" || lease == "0" {
 			t.Errorf("reattach span: lease %q", lease)
 		}
+		keysKnown(t, s.ended())
 	})
 }

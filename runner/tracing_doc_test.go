@@ -4,8 +4,11 @@ import (
 	"context"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/runner"
@@ -65,11 +68,7 @@ func TestSpanAttributesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-traceeEnvs.ticks
-	for k := range spanKeys(s.ended()) {
-		if !known[k] {
-			t.Errorf("spans carry %s, which is not in tracing.Keys", k)
-		}
-	}
+	keysKnown(t, s.ended())
 	if len(tables["runner/doc.go"]) < len(known) || len(tables["README.md"]) < len(known) {
 		t.Errorf("tables document %d and %d attributes, want %d", len(tables["runner/doc.go"]), len(tables["README.md"]), len(known))
 	}
@@ -83,6 +82,37 @@ func TestSpanAttributesDocumented(t *testing.T) {
 			if !known[k] {
 				t.Errorf("%s documents span attribute %s, which no span carries", where, k)
 			}
+		}
+	}
+	// The lifecycle spans (their keys are checked by keysKnown in the
+	// tests that make them: TestHandoffTracedOnBothSides and others) and
+	// every event: named in the package doc; the spans in the README too.
+	for _, name := range tracing.LifecycleSpans {
+		for where, text := range map[string]string{"runner/doc.go": string(docGo), "README.md": string(readme)} {
+			if !strings.Contains(text, "`"+name+"`") && !strings.Contains(text, `"`+name+`"`) {
+				t.Errorf("%s does not name the span %q", where, name)
+			}
+		}
+	}
+	for _, ev := range tracing.Events {
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(ev) + `\b`).MatchString(strings.ReplaceAll(string(docGo), "\n//", "")) {
+			t.Errorf("runner/doc.go does not name the event %s", ev)
+		}
+	}
+}
+
+// keysKnown checks that every attribute key of the spans sps and their
+// events is in tracing.Keys (which TestSpanAttributesDocumented checks
+// against the documentation).
+func keysKnown(t *testing.T, sps []sdktrace.ReadOnlySpan) {
+	t.Helper()
+	known := map[string]bool{}
+	for _, k := range tracing.Keys {
+		known[string(k)] = true
+	}
+	for k := range spanKeys(sps) {
+		if !known[k] {
+			t.Errorf("spans carry %s, which is not in tracing.Keys", k)
 		}
 	}
 }

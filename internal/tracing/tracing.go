@@ -95,6 +95,17 @@ const (
 	EventEpochsBumped     = "shardhost.reattach.epochs_bumped"
 )
 
+// Events lists every event name (the documentation test's list).
+var Events = []string{
+	EventRetry, EventRestore, EventCutoverWait, EventWarming, EventWarmed, EventWarmTimeout, EventReady,
+	EventAdmissionStopped, EventDrained, EventReleaseHook, EventProgress, EventEntitiesStopped,
+	EventRegistered, EventEpochsBumped,
+}
+
+// LifecycleSpans lists the names of the lifecycle spans (the runner's;
+// the documentation test's list).
+var LifecycleSpans = []string{"handoff warm", "handoff release", "detach", "reattach"}
+
 // The log attribute keys of a record made inside a traced call.
 const (
 	LogTraceID = "trace_id"
