@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -203,4 +205,62 @@ func TestEtcdTraceCrossesRunners(t *testing.T) {
 	s.waitEnded(t, "the blocked handler's span, in the ask's trace", func(sp sdktrace.ReadOnlySpan) bool {
 		return named("handle tracee/relay", trace.SpanKindInternal, "b")(sp) && sp.SpanContext().TraceID() == cb.SpanContext().TraceID()
 	})
+}
+
+// TestEtcdHandoffTraced: on a real etcd and gRPC, the shards a joining
+// runner takes over in a planned move are each a "handoff warm" span on
+// it and a "handoff release" span on the old owner, with the shard, the
+// two epochs (each side's own and the peer's) and the peer; the moved
+// entity's first activation on the new owner restores the checkpoint its
+// Release hook wrote on the old one (a restore event of 8 bytes).
+func TestEtcdHandoffTraced(t *testing.T) {
+	c := startEtcdCluster(t)
+	s := newSpans(t)
+	const n = 4
+	hooks := &hookTrace{}
+	kind := entity.NewKind("acct", func(id string) *acct { return &acct{id: id, hooks: hooks} })
+	inc := entity.Method(kind, "inc", (*acct).Inc)
+	setup := func(r *runner.Runner) error { return r.Register(kind) }
+	release := func(context.Context, sharding.ShardID, string) error { return nil }
+	a := c.startWith(s.traced(t, runner.Config{ID: "a", NumShards: n, ListenAddr: "127.0.0.1:0", LeaseTTL: 3 * time.Second, ReleaseShard: release}), setup)
+	waitFor(t, 10*time.Second, "a owns every shard", func() bool { return len(a.Owned()) == n })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = idFor(sharding.ShardID(i), n, "e")
+		if _, err := inc.Ask(ctx, a, ids[i], acctReq{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := a.Owned()
+	b := c.startWith(s.traced(t, runner.Config{ID: "b", NumShards: n, ListenAddr: "127.0.0.1:0", LeaseTTL: 3 * time.Second}), setup)
+	waitFor(t, 30*time.Second, "b owns half the shards", func() bool { return len(b.Owned()) == n/2 && len(a.Owned()) == n/2 })
+	for id, epoch := range b.Owned() {
+		warm := s.waitEnded(t, fmt.Sprintf("b's warm span of shard %d", id), shardSpan("handoff warm", "b", id))
+		rel := s.waitEnded(t, fmt.Sprintf("a's release span of shard %d", id), shardSpan("handoff release", "a", id))
+		rootSpan(t, warm)
+		rootSpan(t, rel)
+		hasAttrs(t, warm, "shardhost.peer", "a", "shardhost.peer.epoch", epochText(before[id]), "shardhost.epoch", epochText(epoch), "shardhost.outcome", "cutover")
+		hasAttrs(t, rel, "shardhost.peer", "b", "shardhost.epoch", epochText(before[id]), "shardhost.peer.epoch", epochText(epoch), "shardhost.outcome", "cutover")
+		hasEvents(t, rel, "shardhost.handoff.admission_stopped", "shardhost.handoff.drained", "shardhost.handoff.release_shard",
+			"shardhost.handoff.progress_recorded")
+		got, err := inc.Ask(ctx, a, ids[id], acctReq{By: 1}) // through a: one hop to b
+		if err != nil || got.N != 2 || got.Runner != "b" {
+			t.Fatalf("ask of %s after the move = %+v, %v; want N 2 on b", ids[id], got, err)
+		}
+		act := s.waitEnded(t, "the activation on b", func(sp sdktrace.ReadOnlySpan) bool {
+			return named("activate acct", trace.SpanKindInternal, "b")(sp) && spanAttr(sp, "shardhost.entity") == ids[id]
+		})
+		hasAttrs(t, act, "shardhost.activate.reason", "handoff")
+		if bytes, _ := eventAttr(act, "shardhost.restore", "shardhost.restore.bytes"); bytes != "8" {
+			t.Errorf("activation of %s on b: restore event bytes %q, want 8 (events %v)", ids[id], bytes, act.Events())
+		}
+	}
+	for _, sp := range s.ended() {
+		if sp.Name() == "handoff warm" && spanAttr(sp, "shardhost.runner") == "a" || sp.Name() == "handoff release" && spanAttr(sp, "shardhost.runner") == "b" {
+			t.Errorf("a handoff span the wrong way round:%s", describe([]sdktrace.ReadOnlySpan{sp}))
+		}
+	}
+	keysKnown(t, s.ended())
 }
