@@ -216,12 +216,13 @@ func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
 	// of this takeover can come between (it ended).
 	err := in.Advance(handoff.Cutover, nil)
 	warmed := in.TakeWarmed()
+	n := len(warmed) // the map is hosting's once installed
 	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, warmed)
 	if err != nil {
 		r.phaseRefused(id, err)
 		return
 	}
-	r.endInbound(in, outcomeCutover, l.Epoch, len(warmed))
+	r.endInbound(in, outcomeCutover, l.Epoch, n)
 	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("completed"))
 	r.met.handoffPhase.Record(context.Background(), time.Since(in.Started()).Seconds(), r.met.attrs, withPhase("total"))
 	r.publishPhase(id, handoff.Cutover, in.From().ID, r.cfg.ID, "")
