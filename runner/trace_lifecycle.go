@@ -96,15 +96,15 @@ func endLife(span trace.Span, outcome, errType, desc string) {
 }
 
 // startLife starts a lifecycle root span from ctx and returns its context
-// and the span, nil unless it records.
-func (r *Runner) startLife(ctx context.Context, name string, opts []trace.SpanStartOption, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+// and the span, nil unless it records (the caller then builds its
+// attributes: none are built for a span sampled out).
+func (r *Runner) startLife(ctx context.Context, name string, opts []trace.SpanStartOption) (context.Context, trace.Span) {
 	sctx, span := r.trace.Start(ctx, name, opts...)
 	if !span.IsRecording() {
 		span.End()
 		return ctx, nil
 	}
 	span.SetAttributes(r.trace.Runner())
-	span.SetAttributes(attrs...)
 	return sctx, span
 }
 
@@ -115,8 +115,10 @@ func (r *Runner) inboundContext(parent context.Context, id sharding.ShardID, fro
 	if !r.trace.On() {
 		return parent
 	}
-	ctx, _ := r.startLife(parent, handoffWarmSpan, tracing.RootSpan,
-		tracing.KeyShard.Int64(int64(id)), tracing.KeyPeer.String(from.ID), tracing.KeyPeerEpoch.Int64(int64(fromEpoch)))
+	ctx, span := r.startLife(parent, handoffWarmSpan, tracing.RootSpan)
+	if span != nil {
+		span.SetAttributes(tracing.KeyShard.Int64(int64(id)), tracing.KeyPeer.String(from.ID), tracing.KeyPeerEpoch.Int64(int64(fromEpoch)))
+	}
 	return ctx
 }
 
@@ -164,9 +166,11 @@ func (r *Runner) startOutbound(items []cutoverItem) {
 	}
 	for i := range items {
 		it := &items[i]
-		_, it.span = r.startLife(context.Background(), handoffReleaseSpan, tracing.RootSpan,
-			tracing.KeyShard.Int64(int64(it.s.id)), tracing.KeyEpoch.Int64(int64(it.s.epoch)), tracing.KeyPeer.String(it.h.To))
-		lifeEvent(it.span, tracing.EventAdmissionStopped)
+		_, it.span = r.startLife(context.Background(), handoffReleaseSpan, tracing.RootSpan)
+		if it.span != nil {
+			it.span.SetAttributes(tracing.KeyShard.Int64(int64(it.s.id)), tracing.KeyEpoch.Int64(int64(it.s.epoch)), tracing.KeyPeer.String(it.h.To))
+			lifeEvent(it.span, tracing.EventAdmissionStopped)
+		}
 	}
 }
 
@@ -229,18 +233,18 @@ func (r *Runner) traceDetachLocked(reason detachment.Reason, detail string, dead
 	if !r.trace.On() {
 		return
 	}
-	ids := make([]sharding.ShardID, len(hosts))
-	for i, h := range hosts {
-		ids[i] = h.ID()
-	}
-	attrs := append(shardList(ids), tracing.KeyDetachReason.String(reason.String()),
-		tracing.KeyLeaseDeadline.String(deadline.UTC().Format(time.RFC3339Nano)))
-	_, span := r.startLife(context.Background(), detachSpan, tracing.RootSpan, attrs...)
+	_, span := r.startLife(context.Background(), detachSpan, tracing.RootSpan)
 	if span == nil {
 		r.life.detach = trace.SpanContext{}
 		return
 	}
 	r.life.detach = span.SpanContext()
+	ids := make([]sharding.ShardID, len(hosts))
+	for i, h := range hosts {
+		ids[i] = h.ID()
+	}
+	span.SetAttributes(shardList(ids)...)
+	span.SetAttributes(tracing.KeyDetachReason.String(reason.String()), tracing.KeyLeaseDeadline.String(deadline.UTC().Format(time.RFC3339Nano)))
 	span.SetAttributes(tracing.KeyErrorType.String(detachType(reason)))
 	span.SetStatus(codes.Error, fmt.Sprintf("detached (%s): %s", reason, detail))
 	r.spans.Go(func() {
@@ -289,8 +293,10 @@ func (r *Runner) startReattach(leaseID storage.LeaseID, newLease bool) trace.Spa
 	if link.IsValid() {
 		opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: link})}
 	}
-	_, span := r.startLife(context.Background(), reattachSpan, opts,
-		tracing.KeyLease.String(fmt.Sprintf("%x", leaseID)), tracing.KeyLeaseNew.Bool(newLease))
+	_, span := r.startLife(context.Background(), reattachSpan, opts)
+	if span != nil {
+		span.SetAttributes(tracing.KeyLease.String(fmt.Sprintf("%x", leaseID)), tracing.KeyLeaseNew.Bool(newLease))
+	}
 	return span
 }
 
