@@ -254,3 +254,60 @@ func TestDetachAndReattachTraced(t *testing.T) {
 		keysKnown(t, s.ended())
 	})
 }
+
+// TestCutoverWaitTraced: an ask that reaches the old owner while its
+// shard's cutover runs waits there for the outcome, and its client span
+// says so (a shardhost.cutover_wait event naming the shard and the new
+// owner) before it is answered by the new owner.
+func TestCutoverWaitTraced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		net := transport.NewInmemNetwork()
+		s := newSpans(t)
+		_, k, do := newWho()
+		a := start(t, c, nil, s.traced(t, runner.Config{ID: "a", NumShards: 1, HandoffWait: time.Minute, Transport: net.Transport("a:7100")}))
+		if err := a.Register(k); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "a owns the shard", func() bool { return len(a.Owned()) == 1 })
+		warming, warm := make(chan struct{}, 1), make(chan struct{})
+		hold := func(ctx context.Context, _ sharding.ShardID, _ string) error {
+			warming <- struct{}{}
+			<-warm
+			return nil
+		}
+		b := start(t, c, nil, s.traced(t, runner.Config{ID: "b", NumShards: 1, Transport: net.Transport("b:7100"), WarmShard: hold}))
+		if err := b.Register(k); err != nil {
+			t.Fatal(err)
+		}
+		<-warming
+		long := make(chan error, 1)
+		go func() { // holds a's drain for 1 s (less than its bound, the detach instant)
+			_, err := do.Ask(t.Context(), a, idFor(0, 1, "long"), whoReq{Sleep: time.Second, IgnoreCt: true})
+			long <- err
+		}()
+		synctest.Wait()
+		close(warm)
+		time.Sleep(300 * time.Millisecond) // b is ready; a stopped admission and drains
+		id := idFor(0, 1, "held")
+		got, err := do.Ask(t.Context(), a, id, whoReq{})
+		if err != nil || got.Runner != "b" {
+			t.Fatalf("ask during the cutover = %+v, %v; want it served by b", got, err)
+		}
+		if err := <-long; err != nil {
+			t.Fatalf("the long ask: %v", err)
+		}
+		client := s.waitEnded(t, "the held ask's client span", func(sp sdktrace.ReadOnlySpan) bool {
+			return named("who/do", trace.SpanKindClient, "a")(sp) && spanAttr(sp, "shardhost.entity") == id
+		})
+		peer, ok := eventAttr(client, "shardhost.cutover_wait", "shardhost.peer")
+		if !ok || peer != "b" {
+			t.Errorf("client span events %v: want a shardhost.cutover_wait event naming b", client.Events())
+		}
+		if shard, _ := eventAttr(client, "shardhost.cutover_wait", "shardhost.shard"); shard != "0" {
+			t.Errorf("cutover_wait event shard %q, want 0", shard)
+		}
+		keysKnown(t, s.ended())
+	})
+}
