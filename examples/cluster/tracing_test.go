@@ -4,14 +4,19 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/html"
 
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
@@ -194,6 +199,84 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 	if relays < 10 {
 		t.Errorf("%d relays traced across the three processes, want at least 10", relays)
 	}
+
+	// The waterfall of these files draws a relay across the three
+	// processes by default, every span of its trace a row.
+	page := filepath.Join(dir, "trace.html")
+	wf := goBuild(t, dir, "waterfall", "./waterfall")
+	if out, err := exec.Command(wf, "-o", page, files["gateway"], files["runner-1"], files["runner-2"]).CombinedOutput(); err != nil {
+		t.Fatalf("waterfall: %v\n%s", err, out)
+	} else {
+		t.Logf("waterfall: %s", bytes.TrimSpace(out))
+	}
+	doc, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := waterfallRows(t, doc)
+	if len(rows) == 0 {
+		t.Fatalf("%s: no rows", page)
+	}
+	drawn := byTrace[traceOf(byTrace, rows[0].span)]
+	drawnBy := map[string]bool{}
+	for _, r := range rows {
+		drawnBy[r.process] = true
+	}
+	if len(rows) != len(drawn) || len(drawnBy) != 3 || rows[0].name != "counter/relay" {
+		t.Errorf("the waterfall drew %d rows from %d processes, first %q; want the %d spans of a relay across the 3 processes", len(rows), len(drawnBy), rows[0].name, len(drawn))
+	}
+	if dir := os.Getenv("SHARDHOST_SCREENSHOTS"); dir != "" {
+		if b := testenv.TryChromium(t); b != nil {
+			b.Screenshot("file://"+page, filepath.Join(dir, "trace-waterfall.png"), 1280, 80+22*len(rows)+420, time.Second)
+		}
+	}
+}
+
+// waterfallRow is a row of a waterfall page, as its SVG has it.
+type waterfallRow struct{ span, parent, name, process string }
+
+// waterfallRows parses the rows of a waterfall page, in order.
+func waterfallRows(t *testing.T, page []byte) []waterfallRow {
+	t.Helper()
+	doc, err := html.Parse(bytes.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []waterfallRow
+	for n := range doc.Descendants() {
+		if n.Type == html.ElementNode && n.Data == "g" && attrOf(n, "class") == "row" {
+			r := waterfallRow{span: attrOf(n, "data-span-id"), parent: attrOf(n, "data-parent-id"), process: attrOf(n, "data-process")}
+			for c := range n.Descendants() {
+				if c.Type == html.ElementNode && c.Data == "tspan" && attrOf(c, "class") == "label" {
+					r.name = textOf(c)
+				}
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+func textOf(n *html.Node) string {
+	var b strings.Builder
+	for c := range n.Descendants() {
+		if c.Type == html.TextNode {
+			b.WriteString(c.Data)
+		}
+	}
+	return b.String()
+}
+
+// traceOf returns the trace of span ID id.
+func traceOf(byTrace map[string][]exportedSpan, id string) string {
+	for tr, spans := range byTrace {
+		for _, s := range spans {
+			if s.SpanContext.SpanID == id {
+				return tr
+			}
+		}
+	}
+	return ""
 }
 
 // spanTree is one trace's spans by parent.
