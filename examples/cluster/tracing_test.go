@@ -227,7 +227,7 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 	}
 	if dir := os.Getenv("SHARDHOST_SCREENSHOTS"); dir != "" {
 		if b := testenv.TryChromium(t); b != nil {
-			b.Screenshot("file://"+page, filepath.Join(dir, "trace-waterfall.png"), 1280, 80+22*len(rows)+420, time.Second)
+			b.Screenshot("file://"+page, filepath.Join(dir, "trace-waterfall.png"), 1280, 440+22*len(rows), time.Second)
 		}
 	}
 }
