@@ -94,12 +94,12 @@ func TestTraceExporterOTLPSendsSpansToCollector(t *testing.T) {
 	go func() { ran <- r.Run(context.Background()) }()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	resp, err := Relay.Ask(ctx, r, "counter-a", RelayReq{To: "counter-b"})
+	resp, err := Relay.Ask(ctx, r, "counter-9", RelayReq{To: "counter-10"})
 	if err != nil || resp.Value != 1 || resp.Runner != "runner-1" || resp.ToRunner != "runner-1" {
-		t.Fatalf("relay counter-a -> counter-b = %+v, %v; want value 1 served by runner-1", resp, err)
+		t.Fatalf("relay counter-9 -> counter-10 = %+v, %v; want value 1 served by runner-1", resp, err)
 	}
-	if _, err := Relay.Ask(ctx, r, "counter-b", RelayReq{To: "counter-a"}); err == nil {
-		t.Errorf("relay counter-b -> counter-a succeeded; want %v", ErrRelayOrder)
+	if _, err := Relay.Ask(ctx, r, "counter-10", RelayReq{To: "counter-9"}); err == nil {
+		t.Errorf("relay counter-10 -> counter-9 succeeded; want %v", ErrRelayOrder)
 	}
 	if err := r.Shutdown(ctx); err != nil {
 		t.Fatal(err)

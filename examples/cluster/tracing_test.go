@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,6 +118,13 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 		}
 		return healthy(ids...)(st)
 	})
+	// The gateway counts the relays served by two runners in its lines.
+	const minRelays = 15
+	for deadline := time.Now().Add(20 * time.Second); relaysAcross(t, procs["gateway"].log) < minRelays; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway reported %d relays across two runners in 20 s, want %d", relaysAcross(t, procs["gateway"].log), minRelays)
+		}
+	}
 	// Stop gracefully: each process flushes its spans as it exits.
 	for _, id := range append([]string{"gateway"}, ids...) {
 		p := procs[id]
@@ -184,7 +193,7 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 			continue
 		}
 		if second.proc == handler.proc {
-			local++ // no other runner's counter among the gateway's candidates
+			local++ // sent before the gateway knew the shards' owners
 			continue
 		}
 		if procs := tr.procs(); len(procs) != 3 {
@@ -196,8 +205,8 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 	if asks < 10 || served["runner-1"] == 0 || served["runner-2"] == 0 {
 		t.Errorf("%d asks traced across processes, served by %v: want at least 10, on both runners", asks, served)
 	}
-	if relays < 10 {
-		t.Errorf("%d relays traced across the three processes, want at least 10", relays)
+	if relays < minRelays {
+		t.Errorf("%d relays traced across the three processes, want at least the %d the gateway reported", relays, minRelays)
 	}
 
 	// The waterfall of these files draws a relay across the three
@@ -278,6 +287,24 @@ func traceOf(byTrace map[string][]exportedSpan, id string) string {
 	}
 	return ""
 }
+
+// relaysAcross sums the relays across two runners that the gateway's
+// traffic lines in log report.
+func relaysAcross(t *testing.T, log string) int {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range relayLine.FindAllSubmatch(b, -1) {
+		k, _ := strconv.Atoi(string(m[1]))
+		n += k
+	}
+	return n
+}
+
+var relayLine = regexp.MustCompile(`relays \((\d+) across two runners\)`)
 
 // spanTree is one trace's spans by parent.
 type spanTree struct {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,9 +40,13 @@ func (c *Counter) Inc(ctx context.Context, _ IncReq) (IncResp, error) {
 }
 
 // RelayReq asks a counter to add one to counter To on its behalf. To must
-// sort after the relaying counter's ID (strings.Compare): relays then never
+// come after the relaying counter's ID in relayOrder: relays then never
 // wait for each other in a cycle (each holds its mailbox while it asks).
 type RelayReq struct{ To string }
+
+// relayOrder orders entity IDs shorter first, then lexically: for the
+// example's IDs the numeric order (counter-9 before counter-10).
+func relayOrder(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) }
 
 // RelayResp is To's new value, the runner that served the relay and the
 // one that served To's inc.
@@ -51,16 +56,16 @@ type RelayResp struct {
 	ToRunner string
 }
 
-// ErrRelayOrder rejects a relay to a counter whose ID does not sort after
-// the relaying counter's.
-var ErrRelayOrder = errors.New("cluster: relay to a counter whose ID does not sort after the relaying one's")
+// ErrRelayOrder rejects a relay to a counter whose ID does not come after
+// the relaying counter's (relayOrder).
+var ErrRelayOrder = errors.New("cluster: relay to a counter whose ID does not come after the relaying one's")
 
 // Relay asks counter req.To to add one, from its handler, through the
 // runner hosting it (runner.SenderFrom): with tracing on, the handler's
 // context carries its span, so the gateway's ask, this runner's handler
 // and To's runner are one trace.
 func (c *Counter) Relay(ctx context.Context, req RelayReq) (RelayResp, error) {
-	if req.To <= c.id {
+	if relayOrder(req.To, c.id) <= 0 {
 		return RelayResp{}, fmt.Errorf("%w: %s -> %s", ErrRelayOrder, c.id, req.To)
 	}
 	s, ok := runner.SenderFrom(ctx)
@@ -173,29 +178,25 @@ func startTraffic(gw *runner.Runner, rate, relay float64, entities int, every ti
 	return t
 }
 
-// relayTarget returns the counter that counter-i relays to: one whose ID
-// sorts after its own (see RelayReq) and whose shard is owned by another
-// runner than counter-i's in the gateway's view (Runner.OwnerOf), or any
-// whose ID sorts after when no such one is among the candidates; "" when
-// none sorts after (then the ask is a plain inc).
+// relayTarget returns the counter that counter-i relays to: one of the
+// next relayCandidates counters (their IDs come after its own in
+// relayOrder) whose shard another runner than counter-i's owns in the
+// gateway's view (Runner.OwnerOf), or the next counter when none does or
+// an owner is not known yet; "" for the last counter (its ask is a plain
+// inc).
 func (t *traffic) relayTarget(i int) string {
+	if i+1 >= t.entities {
+		return ""
+	}
 	n := t.gw.Config().NumShards
-	from := fmt.Sprintf("counter-%d", i)
-	owner, _ := t.gw.OwnerOf(sharding.ShardOf(from, n))
-	fallback := ""
-	for k := 1; k <= min(relayCandidates, t.entities-1); k++ {
-		to := fmt.Sprintf("counter-%d", (i+k)%t.entities)
-		if to <= from {
-			continue
-		}
+	owner, _ := t.gw.OwnerOf(sharding.ShardOf(fmt.Sprintf("counter-%d", i), n))
+	for j := i + 1; j < min(i+1+relayCandidates, t.entities); j++ {
+		to := fmt.Sprintf("counter-%d", j)
 		if o, _ := t.gw.OwnerOf(sharding.ShardOf(to, n)); owner != "" && o != "" && o != owner {
 			return to
 		}
-		if fallback == "" {
-			fallback = to
-		}
 	}
-	return fallback
+	return fmt.Sprintf("counter-%d", i+1)
 }
 
 // record counts an ask served by runner id (and a relay's inc by runner to).
