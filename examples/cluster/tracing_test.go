@@ -193,7 +193,7 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 			continue
 		}
 		if second.proc == handler.proc {
-			local++ // sent before the gateway knew the shards' owners
+			local++ // the gateway found no target on the other runner (before it knew the shards' owners)
 			continue
 		}
 		if procs := tr.procs(); len(procs) != 3 {
