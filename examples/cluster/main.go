@@ -8,15 +8,19 @@
 //	cluster -role gateway -id gateway  -debug 127.0.0.1:8080
 //
 // With -traces FILE a process exports its OpenTelemetry spans to FILE,
-// one JSON span a line (-trace-ratio of the gateway's asks are traced);
-// an ask is one trace across the gateway and the runner that served it.
+// one JSON span a line, with -trace-exporter otlp to an OTLP collector
+// ($OTEL_EXPORTER_OTLP_ENDPOINT); -trace-ratio of the gateway's asks are
+// traced. An ask is one trace across the gateway and the runner that
+// served it; a relay (-relay-ratio of the asks) one across the gateway and
+// two runners. cluster/waterfall draws one trace of the files as a picture.
 //
 // A runner hosts counter entities; the gateway is a client-only runner
-// that routes asks to their owners and prints a line of traffic
-// statistics every -report interval. Each runner publishes the URL of its
-// debug page in its runner record (runner.Config.DebugURL), so every
-// page shows every runner's own state, and a runner whose process died
-// as unreachable. SIGINT or SIGTERM stops a process
+// that routes asks to their owners (a -relay-ratio share of them relays:
+// a counter asks a counter on another runner from its handler) and prints
+// a line of traffic statistics every -report interval. Each runner
+// publishes the URL of its debug page in its runner record
+// (runner.Config.DebugURL), so every page shows every runner's own state,
+// and a runner whose process died as unreachable. SIGINT or SIGTERM stops a process
 // gracefully (a runner hands its shards off first); SIGKILL is a crash.
 package main
 
@@ -57,6 +61,7 @@ type config struct {
 	shards    int
 	ttl       time.Duration
 	rate      float64
+	relay     float64
 	entities  int
 	report    time.Duration
 	verbose   bool
@@ -77,11 +82,11 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.shards, "shards", runner.DefaultNumShards, "NumShards (the same on every process)")
 	fs.DurationVar(&c.ttl, "ttl", 5*time.Second, "runners' lease TTL: a killed runner's shards move after about this")
 	fs.Float64Var(&c.rate, "rate", 500, "gateway: asks per second, each on its own goroutine")
+	fs.Float64Var(&c.relay, "relay-ratio", 0.1, "gateway: the share of asks that are relays: counter A asks counter B, on another runner, from its handler (0 to 1)")
 	fs.IntVar(&c.entities, "entities", 5000, "gateway: counters addressed")
 	fs.DurationVar(&c.report, "report", 2*time.Second, "gateway: interval of the traffic line")
 	fs.BoolVar(&c.verbose, "v", false, "info logs of the runner and warnings of the etcd client")
-	fs.StringVar(&c.traces.file, "traces", "", "export OpenTelemetry spans to `file` (JSON, one span a line; default: tracing off)")
-	fs.Float64Var(&c.traces.ratio, "trace-ratio", 0.01, "with -traces: the share of requests traced (0 to 1)")
+	c.traces.register(fs)
 	c.security.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -94,6 +99,12 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.rate <= 0 || c.entities <= 0 {
 		return c, errors.New("-rate and -entities must be positive")
+	}
+	if c.relay < 0 || c.relay > 1 {
+		return c, fmt.Errorf("-relay-ratio %v: want 0 to 1", c.relay)
+	}
+	if err := c.traces.check(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -153,7 +164,7 @@ func run(ctx context.Context, c config) error {
 	if err := c.security.runnerTLS(&cfg); err != nil {
 		return err
 	}
-	flushTraces, err := c.traces.setup(&cfg)
+	flushTraces, err := c.traces.setup(ctx, &cfg)
 	if err != nil {
 		return err
 	}
@@ -184,7 +195,7 @@ func run(ctx context.Context, c config) error {
 	go func() { ran <- r.Run(context.Background()) }()
 	var traffic *traffic
 	if c.role == "gateway" {
-		traffic = startTraffic(r, c.rate, c.entities, c.report, os.Stdout)
+		traffic = startTraffic(r, c.rate, c.relay, c.entities, c.report, os.Stdout)
 	}
 
 	select {
