@@ -75,7 +75,7 @@ demo-cluster-secure: $(BIN)/etcd $(BIN)/etcdctl
 
 ## screenshots: regenerate the pictures in docs/ (needs chromium: make browser)
 screenshots:
-	cd examples && SHARDHOST_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run '^TestClusterProcesses$$' ./cluster
+	cd examples && SHARDHOST_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run '^(TestClusterProcesses|TestClusterTracesCrossProcesses)$$' ./cluster
 	SHARDHOST_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run '^TestDebugPageInBrowser$$' ./runner
 	$(GO) run ./bench/churn -duration 20s -seed 3 -html docs/churn-report.html > /dev/null
 	chromium --headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update \

@@ -84,7 +84,7 @@ func TestDeliverHereRefusesEndedContext(t *testing.T) {
 	k := a.hosting.Kind("echo")
 	h, _ := k.Desc.Handler("echo")
 	var ud *UndeliveredError
-	if res := sh.Deliver(ctx, k, h, "k", echoReq{}, false, false); !res.Undelivered || !errors.As(res.Err, &ud) || !errors.Is(res.Err, context.Canceled) {
+	if res := sh.Deliver(ctx, k, h, "k", echoReq{}, false, false, false); !res.Undelivered || !errors.As(res.Err, &ud) || !errors.Is(res.Err, context.Canceled) {
 		t.Errorf("deliver(ended context) = %v (undelivered %v), want a not-sent *UndeliveredError matching context.Canceled", res.Err, res.Undelivered)
 	}
 }

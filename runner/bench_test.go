@@ -32,12 +32,18 @@ var (
 )
 
 // benchRunner returns a runner on the memory store that owns all shards.
-func benchRunner(b *testing.B) *runner.Runner {
+func benchRunner(b *testing.B) *runner.Runner { return benchRunnerWith(b, nil) }
+
+// benchRunnerWith is benchRunner with its Config changed by adjust (nil:
+// as it is).
+func benchRunnerWith(b *testing.B, adjust func(runner.Config) runner.Config) *runner.Runner {
 	b.Helper()
 	c := memory.NewCluster()
-	r, err := runner.New(c.NewStore("bench"), runner.Config{
-		ID: "bench", NumShards: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	cfg := runner.Config{ID: "bench", NumShards: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if adjust != nil {
+		cfg = adjust(cfg)
+	}
+	r, err := runner.New(c.NewStore("bench"), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,6 +65,51 @@ func benchRunner(b *testing.B) *runner.Runner {
 		time.Sleep(time.Millisecond)
 	}
 	return r
+}
+
+// remotePair starts an owner serving gRPC on loopback and a client-only
+// runner on one memory store, their Configs changed by adjust (nil: as
+// they are), and returns the client once it routes to the owner.
+func remotePair(b *testing.B, adjust func(runner.Config) runner.Config) *runner.Runner {
+	b.Helper()
+	c := memory.NewCluster()
+	b.Cleanup(c.Close)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var rs []*runner.Runner
+	for _, cfg := range []runner.Config{
+		{ID: "owner", NumShards: 64, ListenAddr: "127.0.0.1:0", Logger: quiet},
+		{ID: "client", NumShards: 64, ClientOnly: true, Logger: quiet},
+	} {
+		if adjust != nil {
+			cfg = adjust(cfg)
+		}
+		r, err := runner.New(c.NewStore(cfg.ID), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	for _, r := range rs {
+		if err := r.Register(benchKind); err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(context.Background()) }()
+		b.Cleanup(func() { r.Close(); <-done })
+	}
+	client := rs[1]
+	deadline := time.Now().Add(10 * time.Second)
+	for { // until the client routes to the owner
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := benchInc.Ask(cctx, client, "warm", incReq{})
+		cancel()
+		if err == nil {
+			return client
+		}
+		if time.Now().After(deadline) {
+			b.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkTell: fire-and-forget to one entity; the clock stops when the
@@ -150,38 +201,8 @@ func BenchmarkActivate(b *testing.B) {
 func BenchmarkRemoteAsk(b *testing.B) {
 	for _, callers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			c := memory.NewCluster()
-			b.Cleanup(c.Close)
-			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-			owner, err := runner.New(c.NewStore("owner"), runner.Config{ID: "owner", NumShards: 64, ListenAddr: "127.0.0.1:0", Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			client, err := runner.New(c.NewStore("client"), runner.Config{ID: "client", NumShards: 64, ClientOnly: true, Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, r := range []*runner.Runner{owner, client} {
-				if err := r.Register(benchKind); err != nil {
-					b.Fatal(err)
-				}
-				done := make(chan struct{})
-				go func() { defer close(done); _ = r.Run(context.Background()) }()
-				b.Cleanup(func() { r.Close(); <-done })
-			}
+			client := remotePair(b, nil)
 			ctx := context.Background()
-			deadline := time.Now().Add(10 * time.Second)
-			for { // until the client routes to the owner
-				cctx, cancel := context.WithTimeout(ctx, time.Second)
-				_, err := benchInc.Ask(cctx, client, "warm", incReq{})
-				cancel()
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					b.Fatal(err)
-				}
-			}
 			var mu sync.Mutex
 			var lat []time.Duration
 			var next atomic.Int64

@@ -12,6 +12,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -337,6 +339,19 @@ type Config struct {
 	Logger *slog.Logger
 	// MeterProvider for metrics. Default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// TracerProvider for traces (see "Traces" in the package doc). Default
+	// otel.GetTracerProvider(): while no program has set one
+	// (otel.SetTracerProvider), and with a noop.TracerProvider, tracing is
+	// off and costs nothing.
+	TracerProvider trace.TracerProvider
+	// Propagator carries the trace context and baggage of a call to the
+	// runner that handles it (in the request's headers). Default
+	// otel.GetTextMapPropagator(), which carries nothing until a program
+	// sets one: set propagation.NewCompositeTextMapPropagator(
+	// propagation.TraceContext{}, propagation.Baggage{}) (W3C traceparent
+	// and baggage) here or globally, or each runner's spans start a trace
+	// of their own (New logs a warning when tracing is on without it).
+	Propagator propagation.TextMapPropagator
 }
 
 func (c Config) withDefaults() Config {
@@ -459,6 +474,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = otel.GetTextMapPropagator()
 	}
 	return c
 }

@@ -327,7 +327,7 @@ func (r *Runner) cancelAllInbound() {
 	defer r.mu.Unlock()
 	for id, in := range r.inbound {
 		delete(r.inbound, id)
-		r.reportInbound(id, in, handoff.Aborted, "shutting down")
+		r.reportInbound(id, in, handoff.Aborted, "shutting down", abortShutdown)
 	}
 }
 

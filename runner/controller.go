@@ -282,7 +282,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	}
 	if d.Abort != "" {
 		delete(r.inbound, id)
-		r.reportInbound(id, in, handoff.Aborted, d.Abort)
+		r.reportInbound(id, in, handoff.Aborted, d.Abort, abortAbandoned)
 		if d.AbortRecord {
 			p.records = append(p.records, id)
 		}

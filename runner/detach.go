@@ -7,8 +7,12 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardhost/shardhost/detachment"
 	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -182,17 +186,25 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	r.gen++
 	r.attachStop(ErrDetached)
 	n := len(r.owned)
+	var hosts []*hosting.Shard // the detach span's (traced only)
+	if r.trace.On() {
+		hosts = make([]*hosting.Shard, 0, n)
+		for _, s := range r.owned {
+			hosts = append(hosts, s.host)
+		}
+	}
 	r.dropOwnedLocked(ErrDetached)
 	clear(r.pending)
 	r.work.Reset()
 	for id, in := range r.inbound { // handoffs never block detachment
 		delete(r.inbound, id)
-		r.reportInbound(id, in, handoff.Aborted, "detached")
+		r.reportInbound(id, in, handoff.Aborted, "detached", abortDetached)
 	}
 	clear(r.movedTo)
 	clear(r.storageErrs)
 	r.wouldDetach = detachment.ReasonNone
 	r.hub.Publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
+	r.traceDetachLocked(reason, detail, h.Deadline, hosts)
 	ctx := context.Background()
 	r.met.detached.Record(ctx, 1, r.met.attrs)
 	r.met.detaches.Add(ctx, 1, r.met.attrs, withReason(reason.String()))
@@ -273,9 +285,10 @@ func (r *Runner) heldUnder(lease storage.LeaseID) (locks, records []sharding.Sha
 // and, when the lease survived a detach, bumps the epochs of the locks
 // still under it so no pre-detach epoch stays valid. Then it marks the
 // runner attached.
-func (r *Runner) attach(ctx context.Context, h lease.Health) error {
+func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	r.mu.Lock()
 	stopping, drainMode, prev := r.stopping, r.drainMode, r.lease
+	reattaching := r.phase == phaseDetached
 	r.mu.Unlock()
 	if stopping {
 		return nil // Shutdown revoked the lease: never register again
@@ -293,6 +306,14 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	// no locks of ours, also when an earlier attempt granted it and then
 	// failed to register.
 	newLease := h.Lease != prev
+	var (
+		kept []storage.AcquireResult
+		span trace.Span // the re-attachment's (trace_lifecycle.go)
+	)
+	if reattaching {
+		span = r.startReattach(h.Lease, newLease)
+		defer func() { endReattach(span, kept, err) }()
+	}
 	// Re-attaching during Shutdown: stay drained.
 	rec := r.recordFor(h.TTL, drainMode)
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
@@ -301,11 +322,12 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) error {
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
-	var kept []storage.AcquireResult
+	lifeEvent(span, tracing.EventRegistered)
 	if !newLease {
 		if kept, err = r.rewriteKept(cctx, h.Lease); err != nil {
 			return err
 		}
+		lifeEvent(span, tracing.EventEpochsBumped, tracing.KeyShardCount.Int(len(kept)))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -429,6 +429,139 @@
 //	sharding.remembered_restarts             counter           {restart}  -             remembered entities activated again after their activation failed or their instance panicked
 //	sharding.worker_restarts                 counter           {restart}  -             shard workers and singletons restarted after an error or a panic
 //
+// # Traces
+//
+// A runner traces the calls it sends and handles with OpenTelemetry: spans
+// from Config.TracerProvider (default otel.GetTracerProvider()) under the
+// scope "github.com/shardhost/shardhost", and each call's trace context
+// and baggage carried to the runner that handles it in the request's
+// headers, written and read by Config.Propagator (default
+// otel.GetTextMapPropagator(); set W3C propagation.TraceContext{} and
+// propagation.Baggage{} there or globally). The spans of one ask:
+//
+//   - client "{kind}/{method}" on the sender: the whole Send, every
+//     attempt, local or remote, with a shardhost.retry event for each
+//     attempt that failed before any handler ran it and was tried again
+//     (its reason the attempt's error), and the outcome as the span's
+//     status: an error status with the error's text and error.type;
+//   - server "{kind}/{method}" on the runner each remote attempt reached,
+//     a child of the client span;
+//   - internal "handle {kind}/{method}" where the handler runs, a child
+//     of the server span (of the client span when the entity is local),
+//     with "activate {kind}" as its child when the message activated the
+//     entity. The handler's context carries this span (and the asker's
+//     baggage): the calls it makes — to other entities, over HTTP or gRPC
+//     — join the trace, and the runner's log records made for the handler
+//     (a panic, a withheld result, a failed signal) carry trace_id and
+//     span_id.
+//
+// A signal's handler span starts a new trace, linked to the span that sent
+// it (the sender's client span, or the server span of its hop): its sender
+// has its answer before the handler runs. A timer tick's span starts a new
+// trace linked to the span of the handler that started the timer. A
+// reminder tick's span, and a remembered entity's activation without a
+// message, start new traces without a link: a reminder is stored, the span
+// context that registered it is not. A SendAsync (AskAsync, TellAsync)
+// takes no context: its client span starts a new trace.
+//
+// The lifecycle work a user waits on is traced too, each operation a root
+// span of its own (internal; no request causes it) on the runner doing it:
+//
+//   - "handoff warm" on the new owner, one per shard it takes over in a
+//     planned move: from the takeover's start to the lock's arrival, with
+//     events shardhost.handoff.warming (its record written),
+//     shardhost.handoff.warmed (the WarmShard and Warm hooks returned;
+//     shardhost.handoff.warm_timeout instead when WarmTimeout cut them)
+//     and shardhost.handoff.ready. The hooks run under it: their calls
+//     join its trace, and a Warm hook's Restore is an event of it;
+//   - "handoff release" on the old owner, one per shard it hands off: from
+//     admission stopped (event shardhost.handoff.admission_stopped) through
+//     shardhost.handoff.drained (running handlers finished, shard workers
+//     and singletons stopped, the entities' Release hooks — their
+//     checkpoints — run), shardhost.handoff.release_shard (the
+//     ReleaseShard hook, when configured) and
+//     shardhost.handoff.progress_recorded (the reminders' progress saved)
+//     to the lock moved to the new owner;
+//   - "detach": from the detach (its reason, the lease deadline, the
+//     shards it interrupted) to the moment their last handler returned
+//     (event shardhost.detach.entities_stopped; at most DrainTimeout), so
+//     its duration is how long the entities took to stop; an error status
+//     whose error.type is the reason;
+//   - "reattach": one re-attachment (events shardhost.reattach.registered
+//     and, under a lease that survived, shardhost.reattach.epochs_bumped),
+//     linked to the last detach span, naming the lease and the shards kept
+//     at new epochs (the others come back through the control loop, as
+//     acquisitions).
+//
+// The two sides of a handoff carry the shard, their own epoch and the
+// peer's (shardhost.peer, shardhost.peer.epoch): the warm span's epoch is
+// the release span's peer.epoch and the other way round. A handoff that
+// did not move the lock ends with shardhost.outcome aborted and an error
+// status whose error.type says why: detached, shutdown, abandoned
+// (reassigned, or the old owner changed or rewrote its lock),
+// warm_timeout, record_failed (new owner); handlers_running,
+// progress_unrecorded, transfer_failed, transfer_unknown, lock_lost,
+// detached (old owner). A warm span ends with outcome acquired when the
+// old owner's lease ended first and the new owner took the lock. An
+// activation span says whether the instance was warmed
+// (shardhost.activate.warmed) and, when its Activate hook restores its
+// checkpoint with the context it was given, has a shardhost.restore event
+// (found, bytes). A message that waits at the old owner for a cutover adds
+// a shardhost.cutover_wait event to the span its context carries (the
+// sender's client span, or the server span of its hop).
+//
+// Volume: a membership change moves many shards at once, and each moving
+// shard makes one span on each side; they are root spans, so the
+// provider's sampler (a TraceIDRatioBased one, say) keeps the same share
+// of them as of requests' traces. A detach or re-attachment is one span
+// whatever the number of shards (the first 1024 shard IDs listed,
+// shardhost.shard_count has the number).
+//
+// Tracing is off with a noop.TracerProvider, and with the global provider
+// while no program has set one (otel.SetTracerProvider, which turns it on
+// for runners already made): Send and delivery then test one switch and
+// allocate nothing more (BENCHMARKS.md, "Tracing"); so do the handoffs,
+// detaches and re-attachments. While it is on,
+// attributes are built only for spans that record (sampled in); a sampler
+// sees none at the start of a span.
+//
+// Span attributes (OpenTelemetry's RPC conventions, shardhost's own under
+// shardhost.; entity IDs are attributes of spans, never of metrics):
+//
+//	attribute                  spans                          meaning
+//	rpc.system                 client, server, handler        "shardhost"
+//	rpc.service                client, server, handler, act.  the entity kind
+//	rpc.method                 client, server, handler        the method, signal, timer or reminder handler
+//	shardhost.entity           client, server, handler, act.  the entity ID
+//	shardhost.shard            client, server, handler, act., warm, release, cutover wait  the entity's shard; the shard handed off
+//	shardhost.runner           every span                     the runner that recorded the span (Config.ID)
+//	shardhost.one_way          client, server                 true for a signal
+//	shardhost.attempts         client                         attempts made (local or remote), retries included
+//	shardhost.owner            client, retry event            the runner of the last attempt ("" when no owner was known)
+//	server.address             client                         host of the owner's transport address (last attempt, remote)
+//	server.port                client                         port of the owner's transport address
+//	shardhost.sender           server                         the sending runner
+//	shardhost.epoch            server, handler, warm, release  the shard's ownership epoch the handler ran under; the epoch the new owner got (warm), the one released (release)
+//	shardhost.tick             handler                        timer or reminder, for a tick's handler
+//	shardhost.activate.reason  activation                     new, handoff, restart or remembered (entity.ActivateReason)
+//	shardhost.activate.warmed  activation                     true when the instance was warmed (Warm hook) during the handoff
+//	shardhost.restore.found    restore event                  whether the entity had a checkpoint
+//	shardhost.restore.bytes    restore event                  the size of the checkpoint restored
+//	shardhost.peer             warm, release, cutover wait    the other runner of the handoff: the old owner (warm), the new owner (release, cutover wait)
+//	shardhost.peer.epoch       warm, release                  the peer's epoch: the old owner's (warm), the new owner's once the lock moved (release)
+//	shardhost.outcome          warm, release                  cutover, aborted, or acquired (warm: the old owner's lease ended first)
+//	shardhost.warmed           warm                           entities warmed and handed to the new owner's entities
+//	shardhost.shards           detach, reattach               the shards interrupted (detach), kept at new epochs (reattach); the first 1024, in order
+//	shardhost.shard_count      detach, reattach, epochs event  how many shards (all of them)
+//	shardhost.detach.reason    detach                         the detach's reason (detachment.Reason)
+//	shardhost.lease.deadline   detach                         the lease deadline known at the detach (RFC 3339)
+//	shardhost.lease            reattach                       the lease re-attached under (hex)
+//	shardhost.lease.new        reattach                       true when the old lease was lost and a new one granted
+//	shardhost.running          entities stopped event         handlers still running when the detach span ended (0 unless DrainTimeout passed)
+//	shardhost.attempt          retry event                    the number of the attempt that failed
+//	shardhost.retry.reason     retry event                    the attempt's error
+//	error.type                 client, server, handler, act., lifecycle  the outcome, on an error status: maybe_delivered, stale_result, deadline_exceeded, canceled, handler_error, handler_panic, not_owner, undelivered, mailbox_full, unknown_kind, unknown_method, bad_request, too_large, not_sent, no_owner, too_many_waiting, no_transport, error (the runtime's, before any handler); a handoff's abort (above); a detach's reason: lease_deadline, keepalive_streak, storage_error, lease_lost, lock_lost, manual; reattach_failed; restore_failed (restore event)
+//
 // # Debug page
 //
 // DebugHandler returns an http.Handler, mounted by the program like

@@ -47,22 +47,31 @@ type HandoffPhase struct {
 // reportInbound moves the takeover in of shard id to phase to and reports
 // it, in the order of the takeover's transitions. Ending the takeover
 // cancels its context. It reports whether the transition was legal.
-func (r *Runner) reportInbound(id sharding.ShardID, in *handoff.Inbound, to handoff.Phase, detail string) bool {
+// errType classifies an abort for the takeover's span (error.type).
+func (r *Runner) reportInbound(id sharding.ShardID, in *handoff.Inbound, to handoff.Phase, detail, errType string) bool {
 	err := in.Advance(to, func() { r.publishPhase(id, to, in.From().ID, r.cfg.ID, detail) })
 	if err != nil {
 		r.phaseRefused(id, err)
 		return false
 	}
+	r.traceInbound(in, to, detail, errType)
 	return true
 }
 
-// reportOutbound moves the cutover it to phase to and reports it.
-func (r *Runner) reportOutbound(it *cutoverItem, to handoff.Phase, detail string) {
+// reportOutbound moves the cutover it to phase to and reports it; an end
+// ends its span, errType classifying an abort (error.type).
+func (r *Runner) reportOutbound(it *cutoverItem, to handoff.Phase, detail, errType string) {
 	if err := it.m.Advance(to); err != nil {
 		r.phaseRefused(it.s.id, err)
 		return
 	}
 	r.publishPhase(it.s.id, to, r.cfg.ID, it.h.To, detail)
+	switch to {
+	case handoff.Cutover:
+		endLife(it.span, outcomeCutover, "", "")
+	case handoff.Aborted:
+		endLife(it.span, outcomeAborted, errType, detail)
+	}
 }
 
 // phaseRefused logs a phase the state machine refused: a late report (the

@@ -10,6 +10,7 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -29,7 +30,7 @@ type inboundItem struct {
 // newInboundLocked registers a takeover of shard id from its live owner
 // from; runInbound runs it.
 func (r *Runner) newInboundLocked(id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) inboundItem {
-	in := handoff.NewInbound(r.attachCtx, from, fromEpoch, time.Now())
+	in := handoff.NewInbound(r.inboundContext(r.attachCtx, id, from, fromEpoch), from, fromEpoch, time.Now())
 	r.inbound[id] = in
 	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
 	return inboundItem{id: id, in: in}
@@ -45,7 +46,7 @@ func (r *Runner) runInbound(gen uint64, actx context.Context, leaseID storage.Le
 	start := time.Now()
 	items = r.putInbound(gen, actx, leaseID, items, storage.HandoffWarming)
 	for _, it := range items {
-		r.reportInbound(it.id, it.in, handoff.Warming, "")
+		r.reportInbound(it.id, it.in, handoff.Warming, "", "")
 	}
 	sem := make(chan struct{}, warmParallelism)
 	var wg sync.WaitGroup
@@ -58,6 +59,13 @@ func (r *Runner) runInbound(gen uint64, actx context.Context, leaseID storage.Le
 			defer cancel()
 			r.warm(wctx, it.id, it.in)
 			timedOut[i] = errors.Is(wctx.Err(), context.DeadlineExceeded) && it.in.Context().Err() == nil
+			if span := r.inboundSpan(it.in); span != nil && it.in.Context().Err() == nil {
+				if timedOut[i] {
+					lifeEvent(span, tracing.EventWarmTimeout)
+				} else {
+					lifeEvent(span, tracing.EventWarmed)
+				}
+			}
 		})
 	}
 	wg.Wait()
@@ -69,14 +77,14 @@ func (r *Runner) runInbound(gen uint64, actx context.Context, leaseID storage.Le
 		r.met.handoffPhase.Record(context.Background(), time.Since(start).Seconds(), r.met.attrs, withPhase("warm"))
 		if timedOut[i] {
 			if r.cfg.AbortOnWarmTimeout {
-				r.abortInbound(gen, leaseID, []inboundItem{it}, fmt.Sprintf("warming exceeded WarmTimeout %v", r.cfg.WarmTimeout), true)
+				r.abortInbound(gen, leaseID, []inboundItem{it}, fmt.Sprintf("warming exceeded WarmTimeout %v", r.cfg.WarmTimeout), abortWarmTimeout, true)
 				continue
 			}
 			r.log.Warn("warming timed out; proceeding cold", "shard", it.id, "from", it.in.From().ID, "timeout", r.cfg.WarmTimeout)
 		}
 		// Reported before the write: the old owner may act on the record
 		// before our call returns, and observers must see ready first.
-		if !r.reportInbound(it.id, it.in, handoff.Ready, "") {
+		if !r.reportInbound(it.id, it.in, handoff.Ready, "", "") {
 			continue // ended meanwhile (aborted, or the lock came)
 		}
 		ready = append(ready, it)
@@ -130,7 +138,7 @@ func (r *Runner) putInbound(gen uint64, actx context.Context, leaseID storage.Le
 	if len(failed) > 0 {
 		// A warming record that failed may still have been written (the
 		// outcome of a failed call is unknown): delete what is ours.
-		r.abortInbound(gen, leaseID, failed, fmt.Sprintf("record %s: %v", phase, why), true)
+		r.abortInbound(gen, leaseID, failed, fmt.Sprintf("record %s: %v", phase, why), abortRecord, true)
 	}
 	return ok
 }
@@ -161,9 +169,10 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *handoff.Inbo
 	r.hosting.WarmEntities(ctx, id, from.ID, keys, in.Warmed) // dropped once installed
 }
 
-// abortInbound ends takeovers from the goroutine running them; with
-// deleteRecords their handoff records are deleted (batched).
-func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem, why string, deleteRecords bool) {
+// abortInbound ends takeovers from the goroutine running them (errType
+// classifies why for their spans); with deleteRecords their handoff
+// records are deleted (batched).
+func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem, why, errType string, deleteRecords bool) {
 	var records []sharding.ShardID
 	r.mu.Lock()
 	retry := time.Now().Add(r.cfg.AcquireRetryWindow + r.cfg.AcquireRetryInterval)
@@ -183,7 +192,7 @@ func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inbou
 	actx := r.attachCtx
 	r.mu.Unlock()
 	for _, it := range items {
-		r.reportInbound(it.id, it.in, handoff.Aborted, why) // cancels it
+		r.reportInbound(it.id, it.in, handoff.Aborted, why, errType) // cancels it
 	}
 	r.log.Warn("handoff aborted", "shards", len(items), "first", items[0].id, "from", items[0].in.From().ID, "why", why)
 	if deleteRecords && len(records) > 0 {
@@ -206,11 +215,14 @@ func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
 	// Ended (and cancelled) first, reported after the install: no report
 	// of this takeover can come between (it ended).
 	err := in.Advance(handoff.Cutover, nil)
-	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, in.TakeWarmed())
+	warmed := in.TakeWarmed()
+	n := len(warmed) // the map is hosting's once installed
+	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, warmed)
 	if err != nil {
 		r.phaseRefused(id, err)
 		return
 	}
+	r.endInbound(in, outcomeCutover, l.Epoch, n)
 	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("completed"))
 	r.met.handoffPhase.Record(context.Background(), time.Since(in.Started()).Seconds(), r.met.attrs, withPhase("total"))
 	r.publishPhase(id, handoff.Cutover, in.From().ID, r.cfg.ID, "")

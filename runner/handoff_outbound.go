@@ -6,7 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -50,9 +53,10 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) handoff.Decisio
 // cutoverItem is one owned shard to hand over with its ready record, and
 // the phase of that handoff on this (the old owner's) side.
 type cutoverItem struct {
-	s *shard
-	h storage.Handoff
-	m handoff.Machine
+	s    *shard
+	h    storage.Handoff
+	m    handoff.Machine
+	span trace.Span // its release span (nil: not traced; trace_lifecycle.go)
 }
 
 // cutover is the old owner's side of the handoffs decided in one round:
@@ -70,6 +74,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 		return
 	}
 	start := time.Now()
+	r.startOutbound(items)
 	shards := make([]*shard, len(items))
 	for i, it := range items {
 		r.log.Debug("handoff: cutting over", "shard", it.s.id, "to", it.h.To)
@@ -80,15 +85,20 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	drainStart := time.Now()
 	r.drain(actx, shards, ErrShardMoved)
 	items = r.abortBusy(gen, items, time.Since(drainStart))
-	var wg sync.WaitGroup
-	for _, it := range items {
-		wg.Go(func() { r.releaseShardHook(actx, it.s, it.h.To) })
+	outboundEvent(items, tracing.EventDrained)
+	if r.cfg.ReleaseShard != nil {
+		var wg sync.WaitGroup
+		for _, it := range items {
+			wg.Go(func() { r.releaseShardHook(actx, it.s, it.h.To) })
+		}
+		wg.Wait()
+		outboundEvent(items, tracing.EventReleaseHook)
 	}
-	wg.Wait()
 	// The drain left no handler running and admission is stopped: no
 	// reminder tick of these shards can fire here any more. The new owner
 	// must know which did before the locks move.
 	items = r.abortUnrecorded(gen, items)
+	outboundEvent(items, tracing.EventProgress)
 	// Our ownership ends here, before the locks move: observers must never
 	// see a new owner start before this.
 	r.mu.Lock()
@@ -103,7 +113,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	}
 	reqs := make([]storage.TransferRequest, len(items))
 	for i, it := range items {
-		r.reportOutbound(&items[i], handoff.Drained, "")
+		r.reportOutbound(&items[i], handoff.Drained, "", "")
 		reqs[i] = storage.TransferRequest{
 			Shard: it.s.id, FromLease: leaseID, FromEpoch: it.s.epoch, ToLease: it.h.Lease,
 			HandoffRevision: it.h.ModRevision, ToOwner: storage.Owner{RunnerID: it.h.To, Incarnation: it.h.ToIncarnation},
@@ -149,6 +159,7 @@ func (r *Runner) stillOwnedLocked(gen uint64, items []cutoverItem) []cutoverItem
 			continue
 		}
 		r.clearReleasingLocked(it.s)
+		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 	}
 	return out
 }
@@ -173,23 +184,26 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duratio
 			out = append(out, it)
 			continue
 		}
-		r.reopenLocked(gen, it, retryIn, fmt.Sprintf("%d handlers still running after the drain (%v)", busy, drained.Round(time.Millisecond)))
+		r.reopenLocked(gen, it, retryIn, fmt.Sprintf("%d handlers still running after the drain (%v)", busy, drained.Round(time.Millisecond)), abortBusy)
 	}
 	return out
 }
 
 // reopenLocked gives up the cutover of it: the shard serves here again
 // (its reminders fire again once their progress is no longer final) and
-// is cut over again after retryIn at the earliest.
-func (r *Runner) reopenLocked(gen uint64, it cutoverItem, retryIn time.Duration, why string) {
+// is cut over again after retryIn at the earliest. errType classifies
+// why for its span.
+func (r *Runner) reopenLocked(gen uint64, it cutoverItem, retryIn time.Duration, why, errType string) {
 	r.clearReleasingLocked(it.s)
 	if r.gen == gen && r.owned[it.s.id] == it.s {
 		it.s.cutoverRetryAt = time.Now().Add(retryIn)
 		it.s.host.Reopen()
 		r.reminders.Resume(it.s.id, it.s.epoch)
-		r.reportOutbound(&it, handoff.Aborted, why)
+		r.reportOutbound(&it, handoff.Aborted, why, errType)
 		r.markLocked(it.s.id)
+		return
 	}
+	endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 }
 
 // abortUnrecorded writes the reminder progress of the items' shards and
@@ -216,7 +230,7 @@ func (r *Runner) abortUnrecorded(gen uint64, items []cutoverItem) []cutoverItem 
 			out = append(out, it)
 			continue
 		}
-		r.reopenLocked(gen, it, r.cfg.ProbeInterval, fmt.Sprintf("reminder progress not recorded: %v", err))
+		r.reopenLocked(gen, it, r.cfg.ProbeInterval, fmt.Sprintf("reminder progress not recorded: %v", err), abortProgress)
 	}
 	return out
 }
@@ -227,6 +241,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 	s, h := it.s, it.h
 	r.clearReleasingLocked(s)
 	if r.gen != gen || r.owned[s.id] != s {
+		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 		return // detached meanwhile: detachment wins
 	}
 	r.markLocked(s.id)
@@ -240,20 +255,24 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 		}
 		r.disownLocked(s, ErrShardMoved)
 		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, withPhase("cutover"))
-		r.reportOutbound(&it, handoff.Cutover, "")
+		if it.span != nil && o.Epoch != 0 {
+			it.span.SetAttributes(tracing.KeyPeerEpoch.Int64(int64(o.Epoch)))
+		}
+		r.reportOutbound(&it, handoff.Cutover, "", "")
 	case handoff.Lost:
 		// Our lock is not ours any more: never serve it again here.
 		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, o.Err))
+		endLife(it.span, outcomeAborted, abortLockLost, fmt.Sprintf("transfer: %v", o.Err))
 	case handoff.Unknown:
 		// Unknown outcome and the store unreachable: drop the shard (our
 		// lock, if it survived, is released by the orphan safety net).
 		r.log.Error("handoff transfer outcome unknown; dropping the shard", "shard", s.id, "to", h.To, "err", o.Err)
-		r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("transfer outcome unknown: %v", o.Err))
+		r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("transfer outcome unknown: %v", o.Err), abortUnknown)
 		r.disownLocked(s, ErrShardMoved)
 	default: // handoff.Reopen
 		// The lock is still ours at our epoch: serve again.
 		r.log.Warn("handoff transfer failed; the shard reopens here", "shard", s.id, "to", h.To, "err", o.Err)
-		r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("transfer: %v", o.Err))
+		r.reportOutbound(&it, handoff.Aborted, fmt.Sprintf("transfer: %v", o.Err), abortTransfer)
 		s.unassignedSince = time.Now()
 		s.host.Reopen()
 		r.reminders.Resume(s.id, s.epoch)

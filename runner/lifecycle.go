@@ -48,8 +48,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	// abruptly after Close or an ended context (like a crash).
 	r.net.Close(grace)
 	r.mu.Lock()
-	r.phase = phaseStopped
+	r.phase = phaseStopped // no detach, hence no detach span, from here on
 	r.mu.Unlock()
+	close(r.spansStop)
+	r.spans.Wait()
 	return err
 }
 

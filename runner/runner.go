@@ -22,6 +22,7 @@ import (
 	"github.com/shardhost/shardhost/internal/reminders"
 	"github.com/shardhost/shardhost/internal/routing"
 	"github.com/shardhost/shardhost/internal/schedule"
+	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/lease"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -93,6 +94,9 @@ type Runner struct {
 	onServe   atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
 	tripKick  chan struct{}                                                               // 1-buffered: a sender saw the detach instant pass
 	tripAt    atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
+	trace     *tracing.Tracer                                                             // the runner's tracer (Config.TracerProvider; tracing.go)
+	spans     sync.WaitGroup                                                              // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
+	spansStop chan struct{}                                                               // closed when Run ends: they end their spans at once
 
 	kick      chan struct{} // 1-buffered: run a control round now
 	rebalance chan struct{} // 1-buffered: membership changed
@@ -146,6 +150,7 @@ type Runner struct {
 	st              startState   // starting up (start.go)
 	ownLog          ownershipLog // ownership changes of a round (ownershiplog.go)
 	async           asyncSends   // SendAsync's sends in flight (async.go)
+	life            lifeTrace    // the detach and re-attach spans (trace_lifecycle.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -184,9 +189,12 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
 	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
+	tracer := newTracer(cfg, r.log)
+	r.trace = tracer
 	r.hosting = hosting.New(hosting.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
+		Tracer: tracer,
 	}, hostingEnv{r}, store, &r.met.host, r.log)
 	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout, StartRate: float64(cfg.RememberedStartRate)},
 		store, r.hosting, r.sched, &r.met.rem, r.log)
@@ -194,6 +202,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.hosting.SetRemembrance(r.reminders)
 	r.router = routing.New(routing.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, MaxWaitingSends: cfg.MaxWaitingSends, MaxMessageSize: cfg.MaxMessageSize,
+		Tracer: tracer,
 	}, routingDir{r}, r.hosting, r.net, &r.met.route, r.log)
 	return r, nil
 }
@@ -232,7 +241,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 	return &Runner{
 		store:  store,
 		cfg:    cfg,
-		log:    cfg.Logger.With("runner", cfg.ID),
+		log:    slog.New(tracing.LogHandler(cfg.Logger.Handler())).With("runner", cfg.ID),
 		keeper: keeper,
 		machine: detachment.New(detachment.Config{
 			Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow,
@@ -262,6 +271,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		pending:         make(map[sharding.ShardID]*pending),
 		work:            control.NewQueue(cfg.NumShards),
 		tripKick:        make(chan struct{}, 1),
+		spansStop:       make(chan struct{}),
 		view: clusterView{
 			members:    make(map[string]storage.Runner),
 			byLease:    make(map[storage.LeaseID]storage.Runner),
@@ -443,6 +453,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 		}
 		warmed = in.TakeWarmed()
 		r.markLocked(id) // the round deletes our record, now without an inbound
+		r.endInbound(in, outcomeAcquired, epoch, len(warmed))
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -18,6 +19,11 @@ type DeliverRequest struct {
 	Shard                uint32
 	Sender               string
 	Codec                string
+	// Headers carries context propagated with the request, as a
+	// propagation.TextMapCarrier fills it: the W3C trace context
+	// (traceparent, tracestate) and baggage. nil when nothing is
+	// propagated, and then it costs nothing on the wire.
+	Headers map[string]string
 }
 
 // Code is the outcome of a delivery (transport.proto's Code).
@@ -97,7 +103,11 @@ func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 
 // Marshal returns m's protobuf encoding.
 func (m *DeliverRequest) Marshal() []byte {
-	b := make([]byte, 0, 32+len(m.Kind)+len(m.Method)+len(m.Entity)+len(m.Payload)+len(m.Sender)+len(m.Codec))
+	n := 32 + len(m.Kind) + len(m.Method) + len(m.Entity) + len(m.Payload) + len(m.Sender) + len(m.Codec)
+	for k, v := range m.Headers {
+		n += 8 + len(k) + len(v)
+	}
+	b := make([]byte, 0, n)
 	b = appendString(b, 1, m.Kind)
 	b = appendString(b, 2, m.Method)
 	b = appendString(b, 3, m.Entity)
@@ -108,7 +118,74 @@ func (m *DeliverRequest) Marshal() []byte {
 	b = appendVarint(b, 6, uint64(m.Shard))
 	b = appendString(b, 7, m.Sender)
 	b = appendString(b, 8, m.Codec)
+	return appendHeaders(b, 9, m.Headers)
+}
+
+// appendHeaders appends h as a protobuf map<string, string> field: one
+// entry message (key 1, value 2) per pair, in key order so that the
+// encoding is canonical.
+func appendHeaders(b []byte, num protowire.Number, h map[string]string) []byte {
+	if len(h) == 0 {
+		return b
+	}
+	var buf [4]string
+	keys := buf[:0]
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := h[k]
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(entrySize(k)+entrySize(v)))
+		b = appendString(b, 1, k)
+		b = appendString(b, 2, v)
+	}
 	return b
+}
+
+// entrySize is the encoded size of a string field of a map entry (number
+// 1 or 2: a one-byte tag), 0 when s is empty (not encoded).
+func entrySize(s string) int {
+	if s == "" {
+		return 0
+	}
+	return 1 + protowire.SizeBytes(len(s))
+}
+
+// decodeHeader decodes one map<string, string> entry into *h (allocated
+// at the first entry); a key repeated keeps its last value, as protobuf
+// requires.
+func decodeHeader(h *map[string]string, b []byte) error {
+	var k, val []byte // walk's loop, without a closure to allocate
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: header: %w", ErrMalformed, protowire.ParseError(n))
+		}
+		b = b[n:]
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(b)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: header field %d: %w", ErrMalformed, num, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			k = v
+		case num == 2 && typ == protowire.BytesType:
+			val = v
+		}
+	}
+	if *h == nil {
+		*h = make(map[string]string, 2)
+	}
+	(*h)[string(k)] = string(val)
+	return nil
 }
 
 // Marshal returns m's protobuf encoding.
@@ -181,6 +258,8 @@ func (m *DeliverRequest) Unmarshal(b []byte) error {
 			m.Sender = string(v)
 		case num == 8 && typ == protowire.BytesType:
 			m.Codec = string(v)
+		case num == 9 && typ == protowire.BytesType:
+			return decodeHeader(&m.Headers, v)
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -76,7 +77,8 @@ func equalRequest(a, b *DeliverRequest) bool {
 		return a == b
 	}
 	return bytes.Equal(a.Payload, b.Payload) && a.Kind == b.Kind && a.Method == b.Method && a.Entity == b.Entity &&
-		a.OneWay == b.OneWay && a.Shard == b.Shard && a.Sender == b.Sender && a.Codec == b.Codec
+		a.OneWay == b.OneWay && a.Shard == b.Shard && a.Sender == b.Sender && a.Codec == b.Codec &&
+		maps.Equal(a.Headers, b.Headers) // nil and empty alike
 }
 
 func equalResponse(a, b *DeliverResponse) bool {
@@ -115,6 +117,13 @@ var (
 		{Kind: "counter", Method: "Reset", Entity: "user/42", OneWay: true, Shard: 17, Sender: "runner-1", Codec: "json"},
 		{Kind: "k", Method: "m", Entity: "", Shard: 0},
 		{Kind: "k", Method: "m", Entity: "e", Payload: make([]byte, 300), Shard: 1<<32 - 1},
+		// A traced ask: W3C trace context and baggage in its headers.
+		{Kind: "counter", Method: "Add", Entity: "user/42", Payload: []byte(`{"n":1}`), Shard: 17, Sender: "gw", Codec: "json",
+			Headers: map[string]string{
+				"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+				"tracestate":  "congo=t61rcWkgMzE", "baggage": "tenant=acme",
+			}},
+		{Kind: "k", Method: "m", OneWay: true, Headers: map[string]string{"": ""}}, // an empty entry
 	}
 	seedResponses = []*DeliverResponse{
 		{Payload: []byte(`{"total":3}`), Epoch: 1234},
@@ -140,6 +149,7 @@ var (
 		{GoAway: true},
 		{ID: 3, Req: &DeliverRequest{}},   // an empty request
 		{ID: 3, Resp: &DeliverResponse{}}, // an empty answer (OK, no payload)
+		{ID: 4, Req: seedRequests[4], TimeoutMs: 250},
 	}
 	seedHotRequests  = []*hotRequest{{Shard: 17, Limit: 256}, {Shard: 0, Limit: 1<<32 - 1}}
 	seedHotResponses = []*hotResponse{
@@ -165,20 +175,29 @@ var seedMalformed = [][]byte{
 	protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 5),
 	protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 5),
 	protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), "\xff not utf-8"),
+	// Header entries: truncated, a key repeated (the last value kept),
+	// an entry with an unknown field, a header of the wrong wire type.
+	{0x4a, 0x03, 0x0a, 0x05, 'k'},
+	{0x4a, 0x06, 0x0a, 0x01, 'k', 0x12, 0x01, 'a', 0x4a, 0x06, 0x0a, 0x01, 'k', 0x12, 0x01, 'b'},
+	{0x4a, 0x05, 0x0a, 0x01, 'k', 0x18, 0x07},
+	{0x48, 0x01},
 }
 
 // FuzzDeliverRequest fuzzes DeliverRequest.Unmarshal.
 func FuzzDeliverRequest(f *testing.F) {
 	for _, m := range seedRequests {
-		f.Add(m.Marshal(), m.Kind, m.Method, m.Entity, m.Payload, m.OneWay, m.Shard, m.Sender, m.Codec)
+		f.Add(m.Marshal(), m.Kind, m.Method, m.Entity, m.Payload, m.OneWay, m.Shard, m.Sender, m.Codec, m.Headers["traceparent"], m.Headers["baggage"])
 	}
 	for _, b := range seedMalformed {
-		f.Add(b, "k", "m", "\xff", []byte{}, false, uint32(0), "", "json")
+		f.Add(b, "k", "m", "\xff", []byte{}, false, uint32(0), "", "json", "", "\xff")
 	}
 	fresh := func() *DeliverRequest { return new(DeliverRequest) }
-	f.Fuzz(func(t *testing.T, b []byte, kind, method, entity string, payload []byte, oneWay bool, shard uint32, sender, codec string) {
+	f.Fuzz(func(t *testing.T, b []byte, kind, method, entity string, payload []byte, oneWay bool, shard uint32, sender, codec, parent, bag string) {
 		checkDecode(t, b, fresh, equalRequest)
 		x := &DeliverRequest{Kind: kind, Method: method, Entity: entity, Payload: payload, OneWay: oneWay, Shard: shard, Sender: sender, Codec: codec}
+		if parent != "" || bag != "" {
+			x.Headers = map[string]string{"traceparent": parent, "baggage": bag, bag: parent}
+		}
 		checkRoundTrip(t, x, fresh, equalRequest)
 	})
 }
@@ -203,20 +222,29 @@ func FuzzDeliverResponse(f *testing.F) {
 // stream), including the request and answer inside a frame.
 func FuzzFrame(f *testing.F) {
 	for _, m := range seedFrames {
-		f.Add(m.Marshal(), m.ID, m.Req != nil, m.Resp != nil, "e", []byte("p"), int32(CodeOK), m.TimeoutMs, m.GoAway)
+		var parent string
+		if m.Req != nil {
+			parent = m.Req.Headers["traceparent"]
+		}
+		f.Add(m.Marshal(), m.ID, m.Req != nil, m.Resp != nil, "e", []byte("p"), int32(CodeOK), m.TimeoutMs, m.GoAway, parent)
 	}
 	for _, b := range seedMalformed {
-		f.Add(b, uint64(0), true, true, "", []byte(nil), int32(-1), uint32(0), true)
+		f.Add(b, uint64(0), true, true, "", []byte(nil), int32(-1), uint32(0), true, "")
 	}
 	// A frame whose request or answer is itself malformed.
-	f.Add([]byte{0x08, 0x01, 0x12, 0x02, 0xff, 0xff}, uint64(1), true, false, "", []byte(nil), int32(0), uint32(0), false)
-	f.Add([]byte{0x08, 0x01, 0x1a, 0x01, 0x08}, uint64(1), false, true, "", []byte(nil), int32(0), uint32(0), false)
+	f.Add([]byte{0x08, 0x01, 0x12, 0x02, 0xff, 0xff}, uint64(1), true, false, "", []byte(nil), int32(0), uint32(0), false, "")
+	f.Add([]byte{0x08, 0x01, 0x1a, 0x01, 0x08}, uint64(1), false, true, "", []byte(nil), int32(0), uint32(0), false, "")
+	// A frame whose request's header entry is malformed.
+	f.Add([]byte{0x08, 0x01, 0x12, 0x04, 0x4a, 0x02, 0x0a, 0x05}, uint64(1), true, false, "", []byte(nil), int32(0), uint32(0), false, "x")
 	fresh := func() *frame { return new(frame) }
-	f.Fuzz(func(t *testing.T, b []byte, id uint64, hasReq, hasResp bool, entity string, payload []byte, code int32, timeoutMs uint32, goAway bool) {
+	f.Fuzz(func(t *testing.T, b []byte, id uint64, hasReq, hasResp bool, entity string, payload []byte, code int32, timeoutMs uint32, goAway bool, parent string) {
 		checkDecode(t, b, fresh, equalFrame)
 		x := &frame{ID: id, TimeoutMs: timeoutMs, GoAway: goAway}
 		if hasReq {
 			x.Req = &DeliverRequest{Kind: "k", Method: "m", Entity: entity, Payload: payload, Shard: uint32(id)}
+			if parent != "" {
+				x.Req.Headers = map[string]string{"traceparent": parent}
+			}
 		}
 		if hasResp {
 			x.Resp = &DeliverResponse{Payload: payload, Code: Code(code), Message: entity, Epoch: id}

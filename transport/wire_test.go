@@ -1,8 +1,12 @@
 package transport
 
 import (
+	"bytes"
 	"errors"
+	"maps"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 func TestWireRoundTrip(t *testing.T) {
@@ -29,5 +33,37 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	if err := gr.Unmarshal([]byte{0xff, 0xff}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("unmarshal(garbage) = %v, want ErrMalformed", err)
+	}
+}
+
+// TestRequestHeadersOnTheWire: a request's headers travel as a protobuf
+// map (one entry message per pair, in key order, so that the encoding is
+// canonical), and a request without any is encoded as before the field
+// existed: not one byte more.
+func TestRequestHeadersOnTheWire(t *testing.T) {
+	plain := &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte("p"), Shard: 3, Sender: "s", Codec: "json"}
+	traced := *plain
+	traced.Headers = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "baggage": "a=1", "tracestate": "x=y"}
+	enc := traced.Marshal()
+	if !bytes.HasPrefix(enc, plain.Marshal()) {
+		t.Fatalf("a traced request's encoding %x does not extend the plain one %x", enc, plain.Marshal())
+	}
+	want := plain.Marshal()
+	for _, k := range []string{"baggage", "traceparent", "tracestate"} { // key order
+		entry := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), k)
+		entry = protowire.AppendString(protowire.AppendTag(entry, 2, protowire.BytesType), traced.Headers[k])
+		want = protowire.AppendBytes(protowire.AppendTag(want, 9, protowire.BytesType), entry)
+	}
+	for range 20 { // map iteration order varies; the encoding does not
+		if got := traced.Marshal(); !bytes.Equal(got, want) {
+			t.Fatalf("Marshal(%+v) = %x, want %x", traced, got, want)
+		}
+	}
+	var got DeliverRequest
+	if err := got.Unmarshal(enc); err != nil || !maps.Equal(got.Headers, traced.Headers) {
+		t.Fatalf("Unmarshal: headers %v, %v; want %v", got.Headers, err, traced.Headers)
+	}
+	if err := got.Unmarshal(plain.Marshal()); err != nil || got.Headers != nil {
+		t.Fatalf("Unmarshal(plain): headers %v (%v), want nil: no allocation when nothing is propagated", got.Headers, err)
 	}
 }

@@ -7,12 +7,20 @@
 //	cluster -role runner  -id runner-1 -listen 127.0.0.1:7101 -debug 127.0.0.1:8081
 //	cluster -role gateway -id gateway  -debug 127.0.0.1:8080
 //
+// With -traces FILE a process exports its OpenTelemetry spans to FILE,
+// one JSON span a line, with -trace-exporter otlp to an OTLP collector
+// ($OTEL_EXPORTER_OTLP_ENDPOINT); -trace-ratio of the gateway's asks are
+// traced. An ask is one trace across the gateway and the runner that
+// served it; a relay (-relay-ratio of the asks) one across the gateway and
+// two runners. cluster/waterfall draws one trace of the files as a picture.
+//
 // A runner hosts counter entities; the gateway is a client-only runner
-// that routes asks to their owners and prints a line of traffic
-// statistics every -report interval. Each runner publishes the URL of its
-// debug page in its runner record (runner.Config.DebugURL), so every
-// page shows every runner's own state, and a runner whose process died
-// as unreachable. SIGINT or SIGTERM stops a process
+// that routes asks to their owners (a -relay-ratio share of them relays:
+// a counter asks a counter on another runner from its handler) and prints
+// a line of traffic statistics every -report interval. Each runner
+// publishes the URL of its debug page in its runner record
+// (runner.Config.DebugURL), so every page shows every runner's own state,
+// and a runner whose process died as unreachable. SIGINT or SIGTERM stops a process
 // gracefully (a runner hands its shards off first); SIGKILL is a crash.
 package main
 
@@ -53,10 +61,12 @@ type config struct {
 	shards    int
 	ttl       time.Duration
 	rate      float64
+	relay     float64
 	entities  int
 	report    time.Duration
 	verbose   bool
 	security  security // TLS and authentication (secure.go)
+	traces    traces   // OpenTelemetry traces (tracing.go)
 }
 
 func parseFlags(args []string) (config, error) {
@@ -72,9 +82,11 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.shards, "shards", runner.DefaultNumShards, "NumShards (the same on every process)")
 	fs.DurationVar(&c.ttl, "ttl", 5*time.Second, "runners' lease TTL: a killed runner's shards move after about this")
 	fs.Float64Var(&c.rate, "rate", 500, "gateway: asks per second, each on its own goroutine")
+	fs.Float64Var(&c.relay, "relay-ratio", 0.1, "gateway: the share of asks that are relays: counter A asks counter B, on another runner, from its handler (0 to 1)")
 	fs.IntVar(&c.entities, "entities", 5000, "gateway: counters addressed")
 	fs.DurationVar(&c.report, "report", 2*time.Second, "gateway: interval of the traffic line")
 	fs.BoolVar(&c.verbose, "v", false, "info logs of the runner and warnings of the etcd client")
+	c.traces.register(fs)
 	c.security.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -87,6 +99,12 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.rate <= 0 || c.entities <= 0 {
 		return c, errors.New("-rate and -entities must be positive")
+	}
+	if c.relay < 0 || c.relay > 1 {
+		return c, fmt.Errorf("-relay-ratio %v: want 0 to 1", c.relay)
+	}
+	if err := c.traces.check(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -146,6 +164,17 @@ func run(ctx context.Context, c config) error {
 	if err := c.security.runnerTLS(&cfg); err != nil {
 		return err
 	}
+	flushTraces, err := c.traces.setup(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := flushTraces(fctx); err != nil {
+			fmt.Fprintf(os.Stderr, "cluster %s: traces: %v\n", c.id, err)
+		}
+	}()
 	r, err := runner.New(store, cfg)
 	if err != nil {
 		return err
@@ -166,7 +195,7 @@ func run(ctx context.Context, c config) error {
 	go func() { ran <- r.Run(context.Background()) }()
 	var traffic *traffic
 	if c.role == "gateway" {
-		traffic = startTraffic(r, c.rate, c.entities, c.report, os.Stdout)
+		traffic = startTraffic(r, c.rate, c.relay, c.entities, c.report, os.Stdout)
 	}
 
 	select {

@@ -7,6 +7,10 @@
 #   examples/cluster/run.sh                 start the cluster and wait (Ctrl-C stops it)
 #   examples/cluster/run.sh start runner-2  start one runner again (after a kill -9), in
 #                                           the background, from another terminal
+#   TRACES=1 examples/cluster/run.sh        the same, each process exporting its OpenTelemetry spans to
+#                                           $DEMO_DIR/spans-ID.jsonl (TRACES=otlp: to an OTLP collector at
+#                                           $OTEL_EXPORTER_OTLP_ENDPOINT); draw one trace with
+#                                           cd examples && go run ./cluster/waterfall -o trace.html $DEMO_DIR/spans-*.jsonl
 #   SECURE=1 examples/cluster/run.sh        the same, secured (make demo-cluster-secure): etcd
 #                                           with client TLS and auth, each process logged in
 #                                           as a user whose role covers /demo/ only (the
@@ -18,7 +22,7 @@
 # this script, which stops the gateway and the runners first (SIGTERM: each
 # hands its shards off and revokes its lease), then etcd.
 #
-# Environment: SECURE (0), DEMO_DIR (default /tmp/shardhost-demo), ETCD_PORT (2379),
+# Environment: SECURE (0), TRACES (0; 1 or otlp), TRACE_RATIO (0.01), DEMO_DIR (default /tmp/shardhost-demo), ETCD_PORT (2379),
 # DEBUG_PORT (8080: gateway; runners DEBUG_PORT+1..3), TRANSPORT_PORT (7100:
 # runners TRANSPORT_PORT+1..3), SHARDS (1024), TTL (5s), RATE (500 asks/s).
 set -euo pipefail
@@ -35,6 +39,8 @@ RATE=${RATE:-500}
 NAMESPACE=demo
 RUNNERS=(runner-1 runner-2 runner-3)
 SECURE=${SECURE:-0}
+TRACES=${TRACES:-0}
+TRACE_RATIO=${TRACE_RATIO:-0.01}
 PKI=$DEMO_DIR/pki
 
 debug_url() { # debug_url INDEX (0: gateway)
@@ -51,17 +57,27 @@ secure_args() {
 		-require-cluster-peers -client-peers gateway
 }
 
+# trace_args NAME: the tracing flags of process NAME (nothing unless TRACES
+# is set: 1 for span files in $DEMO_DIR, otlp for an OTLP collector).
+trace_args() {
+	case "$TRACES" in
+	0 | "") ;;
+	otlp) echo -trace-exporter otlp -trace-ratio "$TRACE_RATIO" ;;
+	*) echo -traces "$DEMO_DIR/spans-$1.jsonl" -trace-ratio "$TRACE_RATIO" ;;
+	esac
+}
+
 # password USER: USER's etcd password ("" unless secured).
 password() { cat "$PKI/$1.password" 2>/dev/null || true; }
 
 # start_runner N: runner-N in the background, logging to $DEMO_DIR/runner-N.log.
 start_runner() {
 	local n=$1
-	# shellcheck disable=SC2046 # secure_args are words without spaces
+	# shellcheck disable=SC2046 # secure_args and trace_args are words without spaces
 	SHARDHOST_ETCD_PASSWORD=$(password shardhost-demo) setsid "$DEMO_DIR/bin/cluster" -role runner -id "runner-$n" \
 		-etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" \
 		-listen "127.0.0.1:$((TRANSPORT_PORT + n))" -debug "127.0.0.1:$((DEBUG_PORT + n))" \
-		-shards "$SHARDS" -ttl "$TTL" $(secure_args "runner-$n" shardhost-demo) >>"$DEMO_DIR/runner-$n.log" 2>&1 &
+		-shards "$SHARDS" -ttl "$TTL" $(secure_args "runner-$n" shardhost-demo) $(trace_args "runner-$n") >>"$DEMO_DIR/runner-$n.log" 2>&1 &
 	echo $! >"$DEMO_DIR/runner-$n.pid"
 	echo "runner-$n: pid $!, $(debug_url "$n")"
 }
@@ -190,10 +206,10 @@ if [ "$SECURE" = 1 ]; then
 fi
 
 for i in 1 2 3; do start_runner "$i"; done
-# shellcheck disable=SC2046 # secure_args are words without spaces
+# shellcheck disable=SC2046 # secure_args and trace_args are words without spaces
 SHARDHOST_ETCD_PASSWORD=$(password shardhost-demo-gateway) setsid "$DEMO_DIR/bin/cluster" -role gateway -id gateway \
 	-etcd "127.0.0.1:$ETCD_PORT" -namespace "$NAMESPACE" -debug "127.0.0.1:$DEBUG_PORT" -shards "$SHARDS" \
-	-rate "$RATE" $(secure_args gateway shardhost-demo-gateway) >"$DEMO_DIR/gateway.log" 2>&1 &
+	-rate "$RATE" $(secure_args gateway shardhost-demo-gateway) $(trace_args gateway) >"$DEMO_DIR/gateway.log" 2>&1 &
 echo $! >"$DEMO_DIR/gateway.pid"
 echo "gateway: pid $!, $(debug_url 0)"
 
@@ -210,6 +226,14 @@ In another terminal:
   start it again:     $0 start runner-2
   drain runner-1:     $ctl drain runner-1 -wait
   undrain it:         $ctl undrain runner-1
+EOF
+if [ "$TRACES" != 0 ] && [ "$TRACES" != otlp ]; then
+	cat <<EOF
+  draw a trace:       (cd $ROOT/examples && go run ./cluster/waterfall -o $DEMO_DIR/trace.html $DEMO_DIR/spans-*.jsonl)
+                      (each process writes its spans every 5 s, and the rest as it stops)
+EOF
+fi
+cat <<EOF
 Ctrl-C here stops everything. The gateway's traffic:
 
 EOF

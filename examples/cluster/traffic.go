@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +14,14 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // Counter is the example's entity: an in-memory count.
-type Counter struct{ n int64 }
+type Counter struct {
+	id string
+	n  int64
+}
 
 // IncReq asks a counter to add one.
 type IncReq struct{}
@@ -34,11 +39,53 @@ func (c *Counter) Inc(ctx context.Context, _ IncReq) (IncResp, error) {
 	return IncResp{Value: c.n, Runner: info.Runner}, nil
 }
 
-// The kind and its method, registered on every process (the gateway needs
+// RelayReq asks a counter to add one to counter To on its behalf. To must
+// come after the relaying counter's ID in relayOrder: relays then never
+// wait for each other in a cycle (each holds its mailbox while it asks).
+type RelayReq struct{ To string }
+
+// relayOrder orders entity IDs shorter first, then lexically: for the
+// example's IDs the numeric order (counter-9 before counter-10).
+func relayOrder(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) }
+
+// RelayResp is To's new value, the runner that served the relay and the
+// one that served To's inc.
+type RelayResp struct {
+	Value    int64
+	Runner   string
+	ToRunner string
+}
+
+// ErrRelayOrder rejects a relay to a counter whose ID does not come after
+// the relaying counter's (relayOrder).
+var ErrRelayOrder = errors.New("cluster: relay to a counter whose ID does not come after the relaying one's")
+
+// Relay asks counter req.To to add one, from its handler, through the
+// runner hosting it (runner.SenderFrom): with tracing on, the handler's
+// context carries its span, so the gateway's ask, this runner's handler
+// and To's runner are one trace.
+func (c *Counter) Relay(ctx context.Context, req RelayReq) (RelayResp, error) {
+	if relayOrder(req.To, c.id) <= 0 {
+		return RelayResp{}, fmt.Errorf("%w: %s -> %s", ErrRelayOrder, c.id, req.To)
+	}
+	s, ok := runner.SenderFrom(ctx)
+	if !ok {
+		return RelayResp{}, errors.New("cluster: relay outside a runner's handler")
+	}
+	info, _ := runner.ShardInfoFrom(ctx)
+	resp, err := Inc.Ask(ctx, s, req.To, IncReq{})
+	if err != nil {
+		return RelayResp{}, fmt.Errorf("relay %s -> %s: %w", c.id, req.To, err)
+	}
+	return RelayResp{Value: resp.Value, Runner: info.Runner, ToRunner: resp.Runner}, nil
+}
+
+// The kind and its methods, registered on every process (the gateway needs
 // them to route).
 var (
-	CounterKind = entity.NewKind("counter", func(string) *Counter { return &Counter{} })
+	CounterKind = entity.NewKind("counter", func(id string) *Counter { return &Counter{id: id} })
 	Inc         = entity.Method(CounterKind, "inc", (*Counter).Inc)
+	Relay       = entity.Method(CounterKind, "relay", (*Counter).Relay)
 )
 
 // askTimeout bounds one ask: asks for a killed runner's shards wait (the
@@ -49,24 +96,33 @@ const askTimeout = 15 * time.Second
 // shards, until they have a new owner); beyond it asks are skipped.
 const maxInFlight = 20000
 
+// relayCandidates bounds the targets the gateway considers for a relay.
+const relayCandidates = 64
+
 // traffic is the gateway's load: asks sent at a steady rate, each on its
 // own goroutine (open loop: asks for a dead runner's shards wait without
-// holding up the others), and a line of statistics per interval.
+// holding up the others), and a line of statistics per interval. A share
+// of them are relays, each to a counter on another runner than the
+// relaying one's when the gateway's view of the shard locks has one.
 type traffic struct {
-	quit chan struct{}
-	wg   sync.WaitGroup
-	sem  chan struct{} // one token per ask in flight
+	gw       *runner.Runner
+	entities int
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	sem      chan struct{} // one token per ask in flight
 
 	mu      sync.Mutex
 	ok      int
+	relays  int            // of ok: relays
+	across  int            // of relays: served by two runners
 	failed  map[string]int // by error class
 	skipped int            // not sent: maxInFlight asks were waiting
 	lat     []time.Duration
-	by      map[string]int // served by runner
+	by      map[string]int // served by runner (a relay: the relaying one)
 }
 
-func startTraffic(gw *runner.Runner, rate float64, entities int, every time.Duration, out io.Writer) *traffic {
-	t := &traffic{quit: make(chan struct{}), sem: make(chan struct{}, maxInFlight), failed: map[string]int{}, by: map[string]int{}}
+func startTraffic(gw *runner.Runner, rate, relay float64, entities int, every time.Duration, out io.Writer) *traffic {
+	t := &traffic{gw: gw, entities: entities, quit: make(chan struct{}), sem: make(chan struct{}, maxInFlight), failed: map[string]int{}, by: map[string]int{}}
 	t.wg.Go(func() {
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
@@ -87,13 +143,22 @@ func startTraffic(gw *runner.Runner, rate float64, entities int, every time.Dura
 					continue
 				}
 				id := fmt.Sprintf("counter-%d", sent%entities)
+				to := ""
+				if int(float64(sent+1)*relay) > int(float64(sent)*relay) { // relay share of the asks, evenly spread
+					to = t.relayTarget(sent % entities)
+				}
 				t.wg.Go(func() {
 					defer func() { <-t.sem }()
 					ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 					defer cancel()
 					begin := time.Now()
-					resp, err := Inc.Ask(ctx, gw, id, IncReq{})
-					t.record(resp, time.Since(begin), err)
+					if to == "" {
+						resp, err := Inc.Ask(ctx, gw, id, IncReq{})
+						t.record(resp.Runner, "", time.Since(begin), err)
+						return
+					}
+					resp, err := Relay.Ask(ctx, gw, id, RelayReq{To: to})
+					t.record(resp.Runner, resp.ToRunner, time.Since(begin), err)
 				})
 			}
 		}
@@ -113,7 +178,29 @@ func startTraffic(gw *runner.Runner, rate float64, entities int, every time.Dura
 	return t
 }
 
-func (t *traffic) record(resp IncResp, d time.Duration, err error) {
+// relayTarget returns the counter that counter-i relays to: one of the
+// next relayCandidates counters (their IDs come after its own in
+// relayOrder) whose shard another runner than counter-i's owns in the
+// gateway's view (Runner.OwnerOf), or the next counter when none does or
+// an owner is not known yet; "" for the last counter (its ask is a plain
+// inc).
+func (t *traffic) relayTarget(i int) string {
+	if i+1 >= t.entities {
+		return ""
+	}
+	n := t.gw.Config().NumShards
+	owner, _ := t.gw.OwnerOf(sharding.ShardOf(fmt.Sprintf("counter-%d", i), n))
+	for j := i + 1; j < min(i+1+relayCandidates, t.entities); j++ {
+		to := fmt.Sprintf("counter-%d", j)
+		if o, _ := t.gw.OwnerOf(sharding.ShardOf(to, n)); owner != "" && o != "" && o != owner {
+			return to
+		}
+	}
+	return fmt.Sprintf("counter-%d", i+1)
+}
+
+// record counts an ask served by runner id (and a relay's inc by runner to).
+func (t *traffic) record(id, to string, d time.Duration, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
@@ -122,7 +209,13 @@ func (t *traffic) record(resp IncResp, d time.Duration, err error) {
 	}
 	t.ok++
 	t.lat = append(t.lat, d)
-	t.by[resp.Runner]++
+	t.by[id]++
+	if to != "" {
+		t.relays++
+		if to != id {
+			t.across++
+		}
+	}
 }
 
 func classify(err error) string {
@@ -142,11 +235,14 @@ func classify(err error) string {
 // line sums up the interval just ended and starts a new one.
 func (t *traffic) line(every time.Duration) string {
 	t.mu.Lock()
-	ok, failed, lat, by, skipped := t.ok, t.failed, t.lat, t.by, t.skipped
-	t.ok, t.failed, t.lat, t.by, t.skipped = 0, map[string]int{}, nil, map[string]int{}, 0
+	ok, relays, across, failed, lat, by, skipped := t.ok, t.relays, t.across, t.failed, t.lat, t.by, t.skipped
+	t.ok, t.relays, t.across, t.failed, t.lat, t.by, t.skipped = 0, 0, 0, map[string]int{}, nil, map[string]int{}, 0
 	t.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "gateway: %d asks ok (%.0f/s)", ok, float64(ok)/every.Seconds())
+	if relays > 0 {
+		fmt.Fprintf(&b, " of which %d relays (%d across two runners)", relays, across)
+	}
 	if n := len(t.sem); n > 100 {
 		fmt.Fprintf(&b, ", %d waiting", n)
 	}

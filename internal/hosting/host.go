@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/schedule"
+	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"go.opentelemetry.io/otel/attribute"
@@ -35,6 +36,8 @@ type Config struct {
 	// Scheduler fires the entities' timers (the runner's one timer
 	// structure; its Run is the runner's).
 	Scheduler *schedule.Scheduler
+	// Tracer traces the handlers (trace.go); nil: never.
+	Tracer *tracing.Tracer
 }
 
 // Env is what hosting asks of the runner around it.
@@ -274,6 +277,9 @@ func checkpointName(key EntityKey) string { return key.Kind + "/" + key.ID }
 func (h *Host) restoreFunc(id sharding.ShardID, key EntityKey) func(context.Context) ([]byte, bool, error) {
 	return func(ctx context.Context) ([]byte, bool, error) {
 		cp, ok, err := h.store.ReadCheckpoint(ctx, id, checkpointName(key))
+		if h.cfg.Tracer.On() {
+			restored(ctx, len(cp.Data), ok, err)
+		}
 		return cp.Data, ok, err
 	}
 }

@@ -120,7 +120,7 @@ func newFixture(t *testing.T, maxResident int) *fixture {
 }
 
 func (f *fixture) ask(id string, block bool) Result {
-	return f.shard.Deliver(context.Background(), f.kind, f.work, id, workReq{Block: block}, false, false)
+	return f.shard.Deliver(context.Background(), f.kind, f.work, id, workReq{Block: block}, false, false, false)
 }
 
 // askAsync sends an ask whose handler blocks at the gate and waits until
@@ -212,7 +212,7 @@ func TestResultOfAHandlerWhoseShardLeftIsWithheldUnlessItsLockIsKept(t *testing.
 
 func TestDrainWaitsUntilRemoteAnswersAreWritten(t *testing.T) {
 	f := newFixture(t, 0)
-	res := f.shard.Deliver(context.Background(), f.kind, f.work, "a", workReq{}, false, true) // remote
+	res := f.shard.Deliver(context.Background(), f.kind, f.work, "a", workReq{}, false, true, false) // remote
 	if res.Err != nil || !res.Admitted {
 		t.Fatal(res)
 	}
@@ -349,7 +349,7 @@ func TestRememberedEntitiesStayResidentAndWarmFirst(t *testing.T) {
 	}
 	pk := f.host.Kind("pinned")
 	h, _ := pk.Desc.Handler(touch.Name())
-	if res := f.shard.Deliver(context.Background(), pk, h, "p", 0, false, false); res.Err != nil {
+	if res := f.shard.Deliver(context.Background(), pk, h, "p", 0, false, false, false); res.Err != nil {
 		t.Fatal(res.Err)
 	}
 	for _, id := range []string{"a", "b", "c"} {

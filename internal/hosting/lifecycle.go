@@ -13,7 +13,8 @@ import (
 // handoff it waits (bounded by CutoverWaiters and ctx) for the outcome,
 // then the caller re-checks; otherwise it returns the not-here error,
 // naming the new owner when known.
-func (sh *Shard) waitCutover(ctx context.Context) error {
+// With traced set, the wait is an event of the span ctx carries.
+func (sh *Shard) waitCutover(ctx context.Context, traced bool) error {
 	sh.mu.Lock()
 	ch := sh.cutover
 	if ch == nil || sh.cutoverWaiters >= sh.h.cfg.CutoverWaiters {
@@ -28,7 +29,11 @@ func (sh *Shard) waitCutover(ctx context.Context) error {
 		return sh.h.env.NotHere(sh.id)
 	}
 	sh.cutoverWaiters++
+	to := sh.movedTo
 	sh.mu.Unlock()
+	if traced {
+		sh.cutoverWait(ctx, to)
+	}
 	sh.h.met.CutoverBuffered.Add(context.Background(), 1, sh.h.met.Attrs)
 	defer func() {
 		sh.mu.Lock()

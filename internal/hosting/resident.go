@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/tracing"
 )
 
 // lingerSpins is how many times a hot entity's goroutine yields before
@@ -175,52 +176,68 @@ func (e *resident) startGate() error {
 	return nil
 }
 
-// process runs one message, unless the shard is gone.
+// process runs one message, unless the shard is gone; a traced message
+// runs in its handler's span (trace.go).
 func (e *resident) process(m *message) {
+	if m.tr != nil {
+		e.startSpan(m)
+		m.endSpan(e.processOne(m))
+		return
+	}
+	e.processOne(m)
+}
+
+// processOne is process; it returns the message's outcome (nil when its
+// handler succeeded, or its activation without a message did).
+func (e *resident) processOne(m *message) error {
 	sh := e.host
 	if why := e.startGate(); why != nil {
-		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
-		return
+		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 	}
 	if m.reply != nil && sh.handingOff.Load() {
 		// The shard is being handed to a ready owner: an ask not started
 		// yet goes back to its sender, which retries there. (A signal's
 		// sender has its answer already: it runs here.)
-		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
-		return
+		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
 	}
 	if m.ctx != nil && m.ctx.Err() != nil { // the asker gave up before it ran
-		e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ContextError(m.ctx)}, true)
-		return
+		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ContextError(m.ctx)}, true)
 	}
 	if !e.activated {
 		reason := sh.reason
 		if m.h == nil {
 			reason = entity.ActivateRemembered
 		}
-		if err := e.activate(reason); err != nil {
-			e.fail(m, err, false)
-			return
+		actx, span := e.activateSpan(m, reason)
+		err := e.activate(actx, reason)
+		if span != nil {
+			tracing.End(span, err, ErrorType)
+		}
+		if err != nil {
+			return e.fail(m, err, false)
 		}
 		// Activation may take a while (Restore reads the store; the
 		// process may be paused): check again, right before the handler.
 		if why := e.startGate(); why != nil {
-			e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
-			return
+			return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 		}
 	}
 	if m.done != nil {
 		m.done(true) // a reminder tick: fired from here on; an activation: done
 	}
 	if m.h == nil { // an activation without a message (Activate)
-		return
+		return nil
 	}
 	v, err := e.handle(m)
 	if m.reply != nil {
+		if m.tr != nil {
+			m.endSpan(err) // before the answer: the asker's span ends after it
+		}
 		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
 	} else if err != nil {
-		sh.h.signalFailed(e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
+		sh.h.signalFailed(m.logContext(), e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
 	}
+	return err
 }
 
 // handle runs m's handler and withholds its result if the shard left this
@@ -249,28 +266,30 @@ func (e *resident) handle(m *message) (any, error) {
 	// discarded.
 	e.discard()
 	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropStaleResult))
-	sh.h.log.Warn("handler finished after its shard left this runner; result withheld, instance discarded",
+	sh.h.log.WarnContext(m.logContext(), "handler finished after its shard left this runner; result withheld, instance discarded",
 		"kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "epoch", sh.epoch, "why", why)
 	return nil, &StaleResultError{Shard: sh.id, Runner: sh.h.cfg.RunnerID, Epoch: sh.epoch, Reason: why, Cause: cause}
 }
 
-// fail answers m with err; undelivered says no handler ran it.
-func (e *resident) fail(m *message, err error, undelivered bool) {
+// fail answers m with err, and returns it; undelivered says no handler
+// ran it.
+func (e *resident) fail(m *message, err error, undelivered bool) error {
 	if m.reply != nil {
 		m.reply.ch <- Result{Err: err, Undelivered: undelivered}
-		return
+		return err
 	}
 	if m.done != nil {
 		m.done(false)
 	}
 	if m.h == nil { // an activation: the Remembrance retries it
 		if !undelivered {
-			e.host.h.log.Warn("remembered entity failed to activate; retrying", "kind", e.key.Kind, "shard", e.host.id, "err", err)
+			e.host.h.log.WarnContext(m.logContext(), "remembered entity failed to activate; retrying", "kind", e.key.Kind, "shard", e.host.id, "err", err)
 		}
-		return
+		return err
 	}
 	met := e.host.h.met
 	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropShardLeft))
+	return err
 }
 
 // invoke calls the handler, turning a panic into a *entity.PanicError and
@@ -282,7 +301,7 @@ func (e *resident) invoke(m *message) (v any, err error) {
 			err = &entity.PanicError{Kind: e.key.Kind, Method: m.h.Name(), Entity: e.key.ID, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
 			e.discard()
 			sh.h.met.Panics.Add(context.Background(), 1, sh.h.met.Attrs)
-			sh.h.log.Error("entity handler panicked; instance discarded", "kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
+			sh.h.log.ErrorContext(m.logContext(), "entity handler panicked; instance discarded", "kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
 		}
 	}()
 	ctx, cancel := e.handlerContext(m)
@@ -292,8 +311,9 @@ func (e *resident) invoke(m *message) (v any, err error) {
 	return m.h.Invoke(e.inst, ctx, m.req)
 }
 
-// activate creates the instance and calls its Activate hook.
-func (e *resident) activate(reason entity.ActivateReason) error {
+// activate creates the instance and calls its Activate hook with ctx (the
+// entity's, carrying the activation's span when traced).
+func (e *resident) activate(ctx context.Context, reason entity.ActivateReason) error {
 	sh := e.host
 	if e.restart {
 		reason = entity.ActivateRestart
@@ -309,7 +329,7 @@ func (e *resident) activate(reason entity.ActivateReason) error {
 					err = &entity.PanicError{Kind: e.key.Kind, Method: "Activate", Entity: e.key.ID, Value: fmt.Sprint(p), Stack: string(debug.Stack())}
 				}
 			}()
-			return a.Activate(e.ctx, entity.ActivateInfo{
+			return a.Activate(ctx, entity.ActivateInfo{
 				Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
 				Restore: sh.h.restoreFunc(sh.id, e.key), Checkpoint: sh.checkpointFunc(e.key),
 				DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),

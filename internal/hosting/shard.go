@@ -165,6 +165,7 @@ type message struct {
 	// done, for a reminder tick, is called once: with true right before
 	// its handler runs, with false if it never will.
 	done func(started bool)
+	tr   *msgTrace // nil when tracing is off (trace.go)
 }
 
 // Deliver enqueues a message for entity id of kind k and waits for the
@@ -172,13 +173,18 @@ type message struct {
 // certainly did not reach a handler (safe to retry); Result.Epoch is the
 // epoch a handler ran under. With remote set, an admitted ask counts in
 // the shard's replies until the transport reports its answer written
-// (ReplyWritten): drains wait for it.
-func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id string, req any, oneWay, remote bool) Result {
+// (ReplyWritten): drains wait for it. With traced set (tracing is on:
+// the caller tested Config.Tracer.On) the handler runs in a span
+// (trace.go).
+func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id string, req any, oneWay, remote, traced bool) Result {
 	if h.TickKind() != entity.NotTick {
 		// Timer and reminder handlers are the runtime's to call.
 		return Result{Err: fmt.Errorf("%w: %s.%s is a timer or reminder handler", entity.ErrUnknownMethod, k.Desc.Name(), h.Name()), Undelivered: true}
 	}
 	msg := message{h: h, req: req}
+	if traced {
+		msg.tr = traceOf(ctx, oneWay)
+	}
 	if !oneWay {
 		msg.reply, msg.ctx = sh.h.waiters.Get().(*waiter), ctx
 	}
@@ -227,7 +233,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg messag
 		sh.mu.RLock()
 		if !sh.admitting {
 			sh.mu.RUnlock()
-			if err := sh.waitCutover(ctx); err != nil {
+			if err := sh.waitCutover(ctx, msg.tr != nil); err != nil {
 				return err
 			}
 			continue
@@ -322,17 +328,22 @@ func (sh *Shard) newResident(k *Kind, key EntityKey) *resident {
 // ErrShutdown, and its ShardInfo — carrying the entity's runtime: its
 // timers and reminders) bounded by the asker's deadline, if it has one,
 // with cause ErrCallerDeadline. A remote asker's deadline arrives with its
-// request (the frame's timeout); signals carry none. The returned cancel is
+// request (the frame's timeout); signals carry none. A traced message's
+// context carries its handler's span (trace.go). The returned cancel is
 // nil when the entity's context is used as it is.
 func (e *resident) handlerContext(m *message) (context.Context, context.CancelFunc) {
+	ctx := e.ctx
+	if m.tr != nil && m.tr.span != nil {
+		ctx = e.traceContext(ctx, m, m.tr.span)
+	}
 	if m.ctx == nil {
-		return e.ctx, nil
+		return ctx, nil
 	}
 	dl, ok := m.ctx.Deadline()
 	if !ok {
-		return e.ctx, nil
+		return ctx, nil
 	}
-	return context.WithDeadlineCause(e.ctx, dl, ErrCallerDeadline)
+	return context.WithDeadlineCause(ctx, dl, ErrCallerDeadline)
 }
 
 // ID returns the shard's ID.

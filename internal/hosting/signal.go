@@ -28,10 +28,10 @@ type signalLogEntry struct {
 }
 
 // signalFailed reports a signal handler's error (a signal's sender has
-// its answer already): counted (SignalFailures) and logged at WARN, at
+// its answer already; ctx is its log records'): counted (SignalFailures) and logged at WARN, at
 // most once per signalLogEvery per kind and signal with the count of
 // those not logged.
-func (h *Host) signalFailed(kind, method string, shard sharding.ShardID, err error) {
+func (h *Host) signalFailed(ctx context.Context, kind, method string, shard sharding.ShardID, err error) {
 	h.met.SignalFailures.Add(context.Background(), 1, h.met.Attrs,
 		metric.WithAttributes(attribute.String("kind", kind), attribute.String("method", method)))
 	now := time.Now()
@@ -53,6 +53,6 @@ func (h *Host) signalFailed(kind, method string, shard sharding.ShardID, err err
 	n := e.suppressed
 	e.at, e.suppressed = now, 0
 	l.mu.Unlock()
-	h.log.Warn("signal handler failed", "kind", kind, "method", method, "shard", shard, "err", err,
+	h.log.WarnContext(ctx, "signal handler failed", "kind", kind, "method", method, "shard", shard, "err", err,
 		"suppressed", n, "every", signalLogEvery)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/shardhost/shardhost/internal/schedule"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Timers and the entities' runtime. Every resident entity is its own
@@ -48,7 +49,8 @@ type timer struct {
 	period  time.Duration
 	payload any
 	fires   uint64
-	stopped bool // under e.mu
+	stopped bool               // under e.mu
+	link    *trace.SpanContext // the span that started it (traced), linked to each tick's
 }
 
 var _ entity.Runtime = (*resident)(nil)
@@ -58,6 +60,12 @@ func (e *resident) Entity() (kind, id string) { return e.key.Kind, e.key.ID }
 
 // StartTimer implements entity.Runtime.
 func (e *resident) StartTimer(name string, h *entity.Handler, delay, period time.Duration, payload any) error {
+	return e.startTimer(name, h, delay, period, payload, nil)
+}
+
+// startTimer is StartTimer; link, if not nil, is the span that starts the
+// timer (a traced handler's: tracedRuntime).
+func (e *resident) startTimer(name string, h *entity.Handler, delay, period time.Duration, payload any, link *trace.SpanContext) error {
 	if h == nil || h.TickKind() != entity.TimerHandler || h.Kind() != e.key.Kind {
 		return fmt.Errorf("%w: timer %q: not a timer handler of kind %s", entity.ErrInvalidTimer, name, e.key.Kind)
 	}
@@ -80,7 +88,7 @@ func (e *resident) StartTimer(name string, h *entity.Handler, delay, period time
 	if e.timers == nil {
 		e.timers = make(map[string]*timer)
 	}
-	t := &timer{e: e, name: name, h: h, period: period, payload: payload}
+	t := &timer{e: e, name: name, h: h, period: period, payload: payload, link: link}
 	t.F = t
 	e.timers[name] = t
 	e.host.h.timerCount.Add(1)
@@ -148,7 +156,14 @@ func (t *timer) Fire(_ *schedule.Entry, now int64) {
 		t.fires++
 		req, err := t.h.TickRequest(nil, entity.Tick{Name: t.name, Tick: t.fires, Missed: missed, Value: t.payload})
 		if err == nil {
-			start, err = e.pushLocked(message{h: t.h, req: req})
+			msg := message{h: t.h, req: req}
+			if t.link != nil || sh.h.cfg.Tracer.On() { // a new trace, linked to the timer's start
+				msg.tr = &msgTrace{}
+				if t.link != nil {
+					msg.tr.link = *t.link
+				}
+			}
+			start, err = e.pushLocked(msg)
 		}
 		delivered = err == nil
 		if !delivered {
@@ -234,6 +249,9 @@ func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(
 	}
 	key := EntityKey{Kind: k.Desc.Name(), ID: id}
 	msg := message{h: h, req: req, done: done}
+	if sh.h.cfg.Tracer.On() { // a new trace: a reminder's registration keeps no span context
+		msg.tr = &msgTrace{}
+	}
 	sh.mu.RLock()
 	if !sh.admitting {
 		sh.mu.RUnlock()

@@ -23,7 +23,15 @@ func nothing() {}
 // is written to the connection: an admitted ask counts in its shard's
 // drain until then.
 func (rc Receiver) Deliver(ctx context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, func()) {
-	resp, sh := rc.deliverTo(ctx, req)
+	var (
+		resp *transport.DeliverResponse
+		sh   *hosting.Shard
+	)
+	if rc.r.cfg.Tracer.On() {
+		resp, sh = rc.deliverTraced(ctx, req)
+	} else {
+		resp, sh = rc.deliverTo(ctx, req, false)
+	}
 	if sh == nil {
 		return resp, nothing
 	}
@@ -40,9 +48,10 @@ func (rc Receiver) Hot(shard uint32, limit int) []transport.EntityRef {
 	return out
 }
 
-// deliverTo delivers req here; sh is the shard whose replying count the
-// answer is in (nil when not counted).
-func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, *hosting.Shard) {
+// deliverTo delivers req here (in the server span ctx carries when
+// traced); sh is the shard whose replying count the answer is in (nil
+// when not counted).
+func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest, traced bool) (*transport.DeliverResponse, *hosting.Shard) {
 	r := rc.r
 	k := r.host.Kind(req.Kind)
 	if k == nil {
@@ -74,7 +83,7 @@ func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest)
 	if sh == nil {
 		return ErrorResponse(r.dir.NotHere(id), false), nil
 	}
-	res := sh.Deliver(ctx, k, h, req.Entity, v, req.OneWay, true)
+	res := sh.Deliver(ctx, k, h, req.Entity, v, req.OneWay, true, traced)
 	counted := sh
 	if !res.Admitted || req.OneWay {
 		counted = nil // not admitted, or a signal: not counted

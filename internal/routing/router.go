@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"
@@ -24,6 +25,8 @@ type Config struct {
 	NumShards       int
 	MaxWaitingSends int // sends waiting for an owner at once
 	MaxMessageSize  int // bytes of a request or response received
+	// Tracer traces the calls sent and received (trace.go); nil: never.
+	Tracer *tracing.Tracer
 }
 
 // Directory is the runner's view of the cluster that routing reads.
@@ -91,16 +94,24 @@ func New(cfg Config, dir Directory, host *hosting.Host, net transport.Transport,
 // Send delivers c to its entity (see runner.Runner.Send, which documents
 // it for users).
 func (r *Router) Send(ctx context.Context, c entity.Call) (any, error) {
-	v, err := r.sendOnce(ctx, c)
+	if r.cfg.Tracer.On() {
+		return r.sendTraced(ctx, c)
+	}
+	return r.send(ctx, c, nil)
+}
+
+// send is Send, in the client span cs (nil: not traced).
+func (r *Router) send(ctx context.Context, c entity.Call, cs *clientSpan) (any, error) {
+	v, err := r.sendOnce(ctx, c, cs)
 	if err != nil && c.Handler != nil && c.Handler.Idempotent() && errors.Is(err, hosting.ErrMaybeDelivered) {
-		return r.sendIdempotent(ctx, c, err)
+		return r.sendIdempotent(ctx, c, err, cs)
 	}
 	return v, err
 }
 
 // sendOnce is one Send: admission, routing and the retries that keep
 // delivery at most once.
-func (r *Router) sendOnce(ctx context.Context, c entity.Call) (any, error) {
+func (r *Router) sendOnce(ctx context.Context, c entity.Call, cs *clientSpan) (any, error) {
 	if err := r.admit(ctx, c); err != nil {
 		return nil, err
 	}
@@ -111,13 +122,17 @@ func (r *Router) sendOnce(ctx context.Context, c entity.Call) (any, error) {
 	id := sharding.ShardOf(c.Entity, r.cfg.NumShards)
 	var first error
 	if sh := r.host.Lookup(id); sh != nil { // fast path
-		res := sh.Deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false)
+		res := sh.Deliver(ctx, k, h, c.Entity, c.Req, h.OneWay(), false, cs != nil)
+		if cs != nil {
+			cs.tried(r.cfg.RunnerID, "", res.Epoch != 0)
+		}
 		if !res.Undelivered || !retryable(res.Err) {
 			return res.V, res.Err
 		}
 		first = res.Err
+		cs.retry(first)
 	}
-	return r.sendSlow(ctx, k, h, id, c, first)
+	return r.sendSlow(ctx, k, h, id, c, first, cs)
 }
 
 // admit is the first check of every Send, before any routing: a call whose

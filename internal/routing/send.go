@@ -24,16 +24,17 @@ type attempt struct {
 	payload []byte // encoded once, on the first remote attempt
 	hint    string // owner named by the last NotOwner answer
 	start   time.Time
-	badReq  bool // the request cannot be encoded: returned at once
+	badReq  bool        // the request cannot be encoded: returned at once
+	cs      *clientSpan // nil: not traced
 }
 
 // sendSlow is the routing loop with retries.
-func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handler, id sharding.ShardID, c entity.Call, last error) (any, error) {
+func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handler, id sharding.ShardID, c entity.Call, last error, cs *clientSpan) (any, error) {
 	var (
 		waiting bool // counted in r.waiting (MaxWaitingSends)
 		bo      *backoff.ExponentialBackOff
 		timer   *time.Timer
-		a       = attempt{k: k, h: h, id: id, c: c, start: time.Now()}
+		a       = attempt{k: k, h: h, id: id, c: c, start: time.Now(), cs: cs}
 	)
 	defer func() {
 		if timer != nil {
@@ -85,6 +86,7 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 			}
 		case <-timer.C:
 		}
+		cs.retry(err)
 	}
 }
 
@@ -93,7 +95,10 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 // handler may have run it.
 func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bool) {
 	if sh := r.host.Lookup(a.id); sh != nil {
-		res := sh.Deliver(ctx, a.k, a.h, a.c.Entity, a.c.Req, a.h.OneWay(), false)
+		res := sh.Deliver(ctx, a.k, a.h, a.c.Entity, a.c.Req, a.h.OneWay(), false, a.cs != nil)
+		if a.cs != nil {
+			a.cs.tried(r.cfg.RunnerID, "", res.Epoch != 0)
+		}
 		return res.V, res.Err, !res.Undelivered
 	}
 	owner, ok := r.dir.Route(a.id)
@@ -105,6 +110,9 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 		}
 	}
 	a.hint = ""
+	if a.cs != nil {
+		a.cs.tried(owner.ID, owner.Address, false)
+	}
 	switch {
 	case !ok:
 		return nil, r.dir.NoRoute(a.id, time.Since(a.start)), false
@@ -129,6 +137,9 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 		Kind: k.Desc.Name(), Method: h.Name(), Entity: a.c.Entity, Payload: a.payload,
 		OneWay: h.OneWay(), Shard: uint32(a.id), Sender: r.cfg.RunnerID, Codec: k.Opts.Codec.Name(),
 	}
+	if a.cs != nil {
+		req.Headers = r.cfg.Tracer.Inject(ctx)
+	}
 	resp, sent, err := r.net.Call(ctx, owner.Address, req)
 	if err != nil {
 		if sent {
@@ -136,10 +147,13 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 		}
 		return nil, err, sent
 	}
+	if resp.Epoch != 0 && a.cs != nil {
+		a.cs.ran = true
+	}
 	if resp.Epoch != 0 && resp.Code != transport.CodeStaleResult {
 		// A result (value, handler error or panic): withheld if it may
 		// come from a former owner that lost the shard while it ran.
-		if err := r.checkEpoch(a.id, owner, storage.Epoch(resp.Epoch)); err != nil {
+		if err := r.checkEpoch(ctx, a.id, owner, storage.Epoch(resp.Epoch)); err != nil {
 			return nil, err, true
 		}
 	}
@@ -167,7 +181,7 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 // its result ran before the newer epoch began. The owner's own check (the
 // detach instant and its shard's hosting, at the handler's end) covers the
 // rest; this one closes the gap between that check and the socket write.
-func (r *Router) checkEpoch(id sharding.ShardID, owner storage.Runner, epoch storage.Epoch) error {
+func (r *Router) checkEpoch(ctx context.Context, id sharding.ShardID, owner storage.Runner, epoch storage.Epoch) error {
 	newer := storage.Epoch(r.epochs[id].Load())
 	if newer <= epoch {
 		r.SawEpoch(id, epoch)
@@ -177,7 +191,7 @@ func (r *Router) checkEpoch(id sharding.ShardID, owner storage.Runner, epoch sto
 		return nil
 	}
 	r.met.Dropped.Add(context.Background(), 1, r.met.Attrs, hosting.WithReason(hosting.DropStaleResult))
-	r.log.Warn("result from an ended lease, older than an epoch already seen; withheld",
+	r.log.WarnContext(ctx, "result from an ended lease, older than an epoch already seen; withheld",
 		"shard", id, "from", owner.ID, "epoch", epoch, "seen", newer)
 	return &hosting.StaleResultError{Shard: id, Runner: owner.ID, Epoch: epoch, Newer: newer, Cause: hosting.ErrShardMoved}
 }
@@ -191,13 +205,13 @@ func (r *Router) checkEpoch(id sharding.ShardID, owner storage.Runner, epoch sto
 // Every error it returns matches ErrMaybeDelivered: the first attempt may
 // have run the call, whatever a later attempt's error says about itself.
 // Running an idempotent handler more than once is harmless by definition.
-func (r *Router) sendIdempotent(ctx context.Context, c entity.Call, first error) (any, error) {
+func (r *Router) sendIdempotent(ctx context.Context, c entity.Call, first error, cs *clientSpan) (any, error) {
 	last := first
 	bo := newBackoff()
 	timer := time.NewTimer(bo.NextBackOff())
 	defer timer.Stop()
 	for n := 1; ; n++ {
-		r.log.Debug("idempotent call may have run; sending it again", "kind", c.Kind.Name(), "method", c.Handler.Name(),
+		r.log.DebugContext(ctx, "idempotent call may have run; sending it again", "kind", c.Kind.Name(), "method", c.Handler.Name(),
 			"attempt", n, "err", last)
 		select {
 		case <-ctx.Done():
@@ -205,8 +219,9 @@ func (r *Router) sendIdempotent(ctx context.Context, c entity.Call, first error)
 				c.Kind.Name(), c.Handler.Name(), c.Entity, hosting.ContextError(ctx), last)
 		case <-timer.C:
 		}
+		cs.retry(last)
 		r.met.SendRetries.Add(context.Background(), 1, r.met.Attrs)
-		v, err := r.sendOnce(ctx, c)
+		v, err := r.sendOnce(ctx, c, cs)
 		switch {
 		case err == nil:
 			return v, nil

@@ -1,0 +1,227 @@
+package hosting
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/tracing"
+)
+
+// Traces of the handlers (Config.Tracer). A message admitted while
+// tracing is on carries a msgTrace; its handler runs in an internal span,
+// with the activation it needed, if any, as a child span, and its context
+// carries that span so the handler's own calls join the trace:
+//
+//   - an ask's handler span is a child of the asker's span (the sender's
+//     client span, or the server span of the hop that brought it);
+//   - a signal's and a timer's start a new trace linked to the span that
+//     sent the signal or started the timer; a reminder's (and a
+//     remembered entity's activation without a message) start a new
+//     trace without a link, since a reminder outlives any span: its
+//     registration is stored, the span context that made it is not.
+//
+// A message without a msgTrace (tracing off) costs one nil test.
+
+// msgTrace is the trace of one message.
+type msgTrace struct {
+	link trace.SpanContext // a signal's sender, a timer's scheduler (invalid: none)
+	span trace.Span        // the handler's span (set by the entity's goroutine)
+}
+
+// traceOf returns the trace of a message admitted with ctx while tracing
+// is on.
+func traceOf(ctx context.Context, oneWay bool) *msgTrace {
+	if oneWay { // a signal: a new trace, linked to its sender's span
+		return &msgTrace{link: trace.SpanContextFromContext(ctx)}
+	}
+	return &msgTrace{} // an ask: a child of the asker's span (message.ctx)
+}
+
+// handlerNames are the names of handler spans, by handler.
+var handlerNames tracing.Names[*entity.Handler]
+
+// startSpan starts m's handler span (before its activation, if any).
+func (e *resident) startSpan(m *message) {
+	tr := e.host.h.cfg.Tracer
+	parent, opts := e.ctx, tracing.InternalSpan
+	switch {
+	case m.ctx != nil:
+		parent = m.ctx
+	case m.tr.link.IsValid():
+		opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithNewRoot(),
+			trace.WithLinks(trace.Link{SpanContext: m.tr.link})}
+	default:
+		opts = tracing.RootSpan
+	}
+	var name string
+	if m.h != nil {
+		name = handlerNames.Get(m.h, func() string { return "handle " + m.h.Kind() + "/" + m.h.Name() })
+	} else {
+		name = "activate " + e.key.Kind
+	}
+	_, span := tr.Start(parent, name, opts...)
+	if span.IsRecording() {
+		sh := e.host
+		attrs := []attribute.KeyValue{tracing.KeyRPCSystem.String(tracing.System), tracing.KeyRPCService.String(e.key.Kind),
+			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(sh.id)), tracing.KeyEpoch.Int64(int64(sh.epoch)), tr.Runner()}
+		if m.h != nil {
+			attrs = append(attrs, tracing.KeyRPCMethod.String(m.h.Name()))
+			switch m.h.TickKind() {
+			case entity.TimerHandler:
+				attrs = append(attrs, tracing.KeyTick.String("timer"))
+			case entity.ReminderHandler:
+				attrs = append(attrs, tracing.KeyTick.String("reminder"))
+			}
+		}
+		span.SetAttributes(attrs...)
+	}
+	m.tr.span = span
+}
+
+// endSpan ends m's handler span with the outcome err, if it has not
+// ended yet.
+func (m *message) endSpan(err error) {
+	if m.tr.span != nil {
+		tracing.End(m.tr.span, err, ErrorType)
+		m.tr.span = nil
+	}
+}
+
+// traceContext returns ctx carrying span, and, when it is sampled, the
+// entity's runtime that links the timers it starts to span (a link to a
+// span not exported would lead nowhere), and, for an ask, the asker's
+// baggage.
+func (e *resident) traceContext(ctx context.Context, m *message, span trace.Span) context.Context {
+	ctx = trace.ContextWithSpan(ctx, span)
+	if sc := span.SpanContext(); sc.IsSampled() {
+		ctx = entity.WithRuntime(ctx, tracedRuntime{e, sc})
+	}
+	if m.ctx != nil {
+		if b := baggage.FromContext(m.ctx); b.Len() > 0 {
+			ctx = baggage.ContextWithBaggage(ctx, b)
+		}
+	}
+	return ctx
+}
+
+// logContext is the context of m's log records: carrying its handler's
+// span, if traced, so that they carry its trace and span IDs.
+func (m *message) logContext() context.Context {
+	if m.tr == nil || m.tr.span == nil {
+		return context.Background()
+	}
+	return trace.ContextWithSpan(context.Background(), m.tr.span)
+}
+
+// activateSpan starts the span of an activation, a child of m's handler
+// span (an activation without a message has its own span already: its
+// message's); it returns the Activate hook's context and the span to end
+// (nil: none).
+func (e *resident) activateSpan(m *message, reason entity.ActivateReason) (context.Context, trace.Span) {
+	if m.tr == nil || m.tr.span == nil {
+		return e.ctx, nil
+	}
+	if m.h == nil { // the message's own span is the activation's
+		if m.tr.span.IsRecording() {
+			m.tr.span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyActivateWarmed.Bool(e.inst != nil))
+		}
+		return e.traceContext(e.ctx, m, m.tr.span), nil
+	}
+	_, span := e.host.h.cfg.Tracer.Start(trace.ContextWithSpan(e.ctx, m.tr.span), "activate "+e.key.Kind, tracing.InternalSpan...)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyRPCService.String(e.key.Kind),
+			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner(),
+			tracing.KeyActivateWarmed.Bool(e.inst != nil))
+	}
+	return e.traceContext(e.ctx, m, span), span
+}
+
+// restored records the restore of an entity's checkpoint (n bytes, found
+// or not, or failed with err) as an event of the span ctx carries: the
+// activation's span when the Activate hook passes on its context, a
+// handoff's warm span for a Warm hook.
+func restored(ctx context.Context, n int, found bool, err error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{tracing.KeyRestoreFound.Bool(found), tracing.KeyRestoreBytes.Int(n)}
+	if err != nil {
+		attrs = append(attrs, tracing.KeyErrorType.String("restore_failed"))
+	}
+	span.AddEvent(tracing.EventRestore, trace.WithAttributes(attrs...))
+}
+
+// cutoverWait records, as an event of the span ctx carries (the sender's
+// client span for a local send, the server span of a remote one), that a
+// message waits at the old owner for the cutover of its shard to runner to.
+func (sh *Shard) cutoverWait(ctx context.Context, to string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent(tracing.EventCutoverWait, trace.WithAttributes(tracing.KeyShard.Int64(int64(sh.id)), tracing.KeyPeer.String(to)))
+	}
+}
+
+// tracedRuntime is the runtime of an entity as a traced handler sees it:
+// the timers it starts are linked to the handler's span.
+type tracedRuntime struct {
+	*resident
+	link trace.SpanContext
+}
+
+// StartTimer implements entity.Runtime.
+func (t tracedRuntime) StartTimer(name string, h *entity.Handler, delay, period time.Duration, payload any) error {
+	link := t.link
+	return t.startTimer(name, h, delay, period, payload, &link)
+}
+
+// ErrorType classifies a delivery's outcome for the error.type attribute
+// of its spans: a low-cardinality name ("" for nil). An outcome that may
+// have run (a withheld result, ErrMaybeDelivered) says so first, then one
+// the caller's context ended; an error of none of the runtime's kinds is
+// the handler's.
+func ErrorType(err error) string {
+	if err == nil {
+		return ""
+	}
+	return errorType(err)
+}
+
+func errorType(err error) string {
+	var (
+		stale *StaleResultError
+		pe    *entity.PanicError
+		no    *NotOwnerError
+		ud    *UndeliveredError
+	)
+	switch {
+	case errors.As(err, &stale):
+		return "stale_result"
+	case errors.Is(err, ErrMaybeDelivered):
+		return "maybe_delivered"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrCallerDeadline):
+		return "deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.As(err, &pe):
+		return "handler_panic"
+	case errors.As(err, &no):
+		return "not_owner"
+	case errors.As(err, &ud):
+		return "undelivered"
+	case errors.Is(err, entity.ErrMailboxFull):
+		return "mailbox_full"
+	case errors.Is(err, entity.ErrUnknownKind):
+		return "unknown_kind"
+	case errors.Is(err, entity.ErrUnknownMethod):
+		return "unknown_method"
+	case errors.Is(err, entity.ErrBadRequest):
+		return "bad_request"
+	}
+	return "handler_error"
+}

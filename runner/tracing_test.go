@@ -1,0 +1,146 @@
+package runner_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+// startTraced starts a runner owning every shard of the memory cluster c,
+// hosting tracees, traced into s.
+func startTraced(t *testing.T, c *memory.Cluster, s *spans, cfg runner.Config) *started {
+	t.Helper()
+	r := start(t, c, nil, s.traced(t, cfg))
+	if err := r.Register(traceeKind); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the runner owns its shards", func() bool { return len(r.Owned()) == cfg.NumShards })
+	return r
+}
+
+// TestLocalAskTraced: an ask to an entity of the sender's own runner is a
+// client span, with the handler's span as its child and the entity's
+// activation as the handler's child; the handler's context carries its
+// span, so the ask it makes joins the trace; an ask whose handler panics
+// ends its spans with an error status, and the runner's log record of the
+// panic carries the handler span's trace and span IDs.
+func TestLocalAskTraced(t *testing.T) {
+	c := memory.NewCluster()
+	defer c.Close()
+	s := newSpans(t)
+	var lc logCapture
+	r := startTraced(t, c, s, runner.Config{ID: "a", NumShards: 4, Logger: lc.logger(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	if _, err := traceeRelay.Ask(ctx, r, "x", relayReq{To: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	client := s.waitEnded(t, "the client span", func(sp sdktrace.ReadOnlySpan) bool {
+		return named("tracee/relay", trace.SpanKindClient, "a")(sp) && spanAttr(sp, "shardhost.entity") == "x"
+	})
+	// Every span of a handler ends before its asker's: the trace is
+	// complete when the ask returned.
+	got := s.trace(client.SpanContext().TraceID())
+	if len(got) != 6 { // client, handler, activation; the same for y
+		t.Fatalf("trace of the ask has %d spans, want 6:%s", len(got), describe(got))
+	}
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, sp := range got {
+		byName[sp.Name()+"/"+spanAttr(sp, "shardhost.entity")] = append(byName[sp.Name()+"/"+spanAttr(sp, "shardhost.entity")], sp)
+	}
+	one := func(name string) sdktrace.ReadOnlySpan {
+		if len(byName[name]) != 1 {
+			t.Fatalf("%d spans %q in the trace:%s", len(byName[name]), name, describe(got))
+		}
+		return byName[name][0]
+	}
+	hx, ax := one("handle tracee/relay/x"), one("activate tracee/x")
+	cy, hy, ay := byName["tracee/relay/y"], one("handle tracee/relay/y"), one("activate tracee/y")
+	if client.Parent().IsValid() {
+		t.Errorf("the client span of an ask made without a span has parent %v", client.Parent())
+	}
+	childOf(t, hx, client)
+	childOf(t, ax, hx)
+	if len(cy) != 1 || cy[0].SpanKind() != trace.SpanKindClient {
+		t.Fatalf("no client span of the handler's ask to y:%s", describe(got))
+	}
+	childOf(t, cy[0], hx)
+	childOf(t, hy, cy[0])
+	childOf(t, ay, hy)
+	hasAttrs(t, client, "rpc.system", "shardhost", "rpc.service", "tracee", "rpc.method", "relay", "shardhost.runner", "a",
+		"shardhost.attempts", "1", "shardhost.owner", "a", "shardhost.one_way", "false")
+	hasAttrs(t, hx, "rpc.system", "shardhost", "rpc.service", "tracee", "rpc.method", "relay", "shardhost.entity", "x")
+	hasAttrs(t, ax, "shardhost.activate.reason", "new", "shardhost.entity", "x")
+	if hx.SpanKind() != trace.SpanKindInternal || ax.SpanKind() != trace.SpanKindInternal {
+		t.Errorf("handler span kind %v, activation span kind %v; want internal", hx.SpanKind(), ax.SpanKind())
+	}
+
+	_, err := traceeRelay.Ask(ctx, r, "x", relayReq{Panic: true})
+	if err == nil {
+		t.Fatal("a panicking handler's ask succeeded")
+	}
+	hp := s.waitEnded(t, "the panicking handler's span", func(sp sdktrace.ReadOnlySpan) bool {
+		return sp.Name() == "handle tracee/relay" && sp.Status().Description != ""
+	})
+	failedWith(t, hp, "handler_panic")
+	cp := s.waitEnded(t, "the panicking ask's client span", func(sp sdktrace.ReadOnlySpan) bool {
+		return sp.SpanContext().SpanID() == hp.Parent().SpanID()
+	})
+	failedWith(t, cp, "handler_panic")
+	lines := lc.find(slog.LevelError, "panicked", "trace_id", hp.SpanContext().TraceID().String(), "span_id", hp.SpanContext().SpanID().String())
+	if len(lines) != 1 {
+		t.Errorf("log lines of the panic with the handler span's IDs: %v; all: %v", lines, lc.all())
+	}
+}
+
+// TestSignalAndTimerTracesLinked: a signal's handler starts a new trace
+// linked to the sender's span (its sender has its answer already), and so
+// does a timer's tick, linked to the span of the handler that started the
+// timer; a reminder's tick starts a new trace without a link.
+func TestSignalAndTimerTracesLinked(t *testing.T) {
+	c := memory.NewCluster()
+	defer c.Close()
+	s := newSpans(t)
+	r := startTraced(t, c, s, runner.Config{ID: "a", NumShards: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := traceeArm.Tell(ctx, r, "z", traceArmReq{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-traceeEnvs.ticks:
+	case <-ctx.Done():
+		t.Fatal("the timer never ticked")
+	}
+	client := s.waitEnded(t, "the signal's client span", named("tracee/arm", trace.SpanKindClient, "a"))
+	arm := s.waitEnded(t, "the signal handler's span", named("handle tracee/arm", trace.SpanKindInternal, "a"))
+	tick := s.waitEnded(t, "the timer tick's span", named("handle tracee/tick", trace.SpanKindInternal, "a"))
+	hasAttrs(t, client, "shardhost.one_way", "true")
+	linkedTo(t, arm, client)
+	linkedTo(t, tick, arm)
+	hasAttrs(t, tick, "shardhost.tick", "timer", "shardhost.entity", "z")
+
+	// A reminder's tick: a new trace, without a link (the span context
+	// that registered it is not stored).
+	if err := traceeRemind.Tell(ctx, r, "z", traceArmReq{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-traceeEnvs.ticks:
+	case <-ctx.Done():
+		t.Fatal("the reminder never fired")
+	}
+	reminded := s.waitEnded(t, "the reminder tick's span", named("handle tracee/reminded", trace.SpanKindInternal, "a"))
+	hasAttrs(t, reminded, "shardhost.tick", "reminder", "shardhost.entity", "z")
+	if reminded.Parent().IsValid() || len(reminded.Links()) != 0 {
+		t.Errorf("a reminder tick's span has parent %v and links %v; want a new trace without links", reminded.Parent(), reminded.Links())
+	}
+}
