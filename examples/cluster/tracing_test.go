@@ -88,6 +88,10 @@ func readSpans(t *testing.T, file, proc string) []exportedSpan {
 // one trace across all three processes' files: the gateway's client span
 // -> runner A's server span -> its handler's span -> the client span of
 // the handler's own ask -> runner B's server span -> B's handler's span.
+// The other traces are the runners' own work, each an internal root span
+// on a runner: the shards moving as the second runner joins, whose
+// "handoff release" on one runner and "handoff warm" on the other name
+// each other (peer and epochs) across the two files.
 func TestClusterTracesCrossProcesses(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	dir := t.TempDir()
@@ -148,6 +152,7 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 		}
 	}
 	asks, relays, local, served := 0, 0, 0, map[string]int{}
+	lifecycle := map[string][]*exportedSpan{} // by span name
 	for id, spans := range byTrace {
 		tr := newSpanTree(spans)
 		var roots []*exportedSpan
@@ -155,6 +160,15 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 			if s.Parent.SpanID == "0000000000000000" {
 				roots = append(roots, &spans[i])
 			}
+		}
+		if len(roots) == 1 && lifecycleSpans[roots[0].Name] {
+			// A runner's own work (a shard moving when the second runner
+			// joined): a trace of its own, on a runner, no request's.
+			if r := roots[0]; r.proc == "gateway" || r.SpanKind != 1 {
+				t.Errorf("trace %s: lifecycle span %q on %s of kind %d, want an internal span on a runner", id, r.Name, r.proc, r.SpanKind)
+			}
+			lifecycle[roots[0].Name] = append(lifecycle[roots[0].Name], roots[0])
+			continue
 		}
 		if len(roots) != 1 || roots[0].proc != "gateway" || roots[0].SpanKind != 3 {
 			t.Errorf("trace %s: roots %v, want one: the gateway's client span", id, names(roots))
@@ -201,7 +215,9 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 		}
 		relays++
 	}
-	t.Logf("%d traces: %d asks across two processes (served by %v), %d relays across three, %d relays on one runner", len(byTrace), asks, served, relays, local)
+	t.Logf("%d traces: %d asks across two processes (served by %v), %d relays across three, %d relays on one runner; lifecycle: %d handoff warm, %d handoff release",
+		len(byTrace), asks, served, relays, local, len(lifecycle["handoff warm"]), len(lifecycle["handoff release"]))
+	checkHandoffSides(t, lifecycle["handoff warm"], lifecycle["handoff release"])
 	if asks < 10 || served["runner-1"] == 0 || served["runner-2"] == 0 {
 		t.Errorf("%d asks traced across processes, served by %v: want at least 10, on both runners", asks, served)
 	}
@@ -370,4 +386,38 @@ func names(spans []*exportedSpan) []string {
 		out = append(out, fmt.Sprintf("%s(%s, kind %d, %s <- %s)", s.Name, s.proc, s.SpanKind, s.SpanContext.SpanID, s.Parent.SpanID))
 	}
 	return out
+}
+
+// lifecycleSpans are the names of the root spans a runner records for its
+// own work (runner/doc.go, "Traces").
+var lifecycleSpans = map[string]bool{"handoff warm": true, "handoff release": true, "detach": true, "reattach": true}
+
+// checkHandoffSides checks the handoffs traced in two processes against
+// each other: a shard released by cutover on one runner was warmed on the
+// other, and the two spans name each other's epochs (the release's peer
+// epoch is the epoch the new owner got; the warm span's peer epoch is the
+// one released).
+func checkHandoffSides(t *testing.T, warms, releases []*exportedSpan) {
+	t.Helper()
+	type key struct{ shard, epoch string }
+	warmed := map[key]*exportedSpan{}
+	for _, w := range warms {
+		if w.attr("shardhost.outcome") == "cutover" {
+			warmed[key{w.attr("shardhost.shard"), w.attr("shardhost.epoch")}] = w
+		}
+	}
+	for _, r := range releases {
+		if r.attr("shardhost.outcome") != "cutover" {
+			continue
+		}
+		w := warmed[key{r.attr("shardhost.shard"), r.attr("shardhost.peer.epoch")}]
+		switch {
+		case w == nil:
+			t.Errorf("shard %s released by cutover on %s to %s at epoch %s: no handoff warm span of that shard and epoch",
+				r.attr("shardhost.shard"), r.proc, r.attr("shardhost.peer"), r.attr("shardhost.peer.epoch"))
+		case w.proc == r.proc || w.proc != r.attr("shardhost.peer") || w.attr("shardhost.peer") != r.proc || w.attr("shardhost.peer.epoch") != r.attr("shardhost.epoch"):
+			t.Errorf("shard %s: release on %s (peer %s, epoch %s) and warm on %s (peer %s, peer epoch %s) do not name each other",
+				r.attr("shardhost.shard"), r.proc, r.attr("shardhost.peer"), r.attr("shardhost.epoch"), w.proc, w.attr("shardhost.peer"), w.attr("shardhost.peer.epoch"))
+		}
+	}
 }
