@@ -217,18 +217,25 @@ func probeEntities(shards, entities int) map[int]int {
 // each until it answers or ctx ends; it returns the entities that never
 // answered.
 func (d *driver) readAll(ctx context.Context) []int {
+	return untilAnswered(ctx, d.p.Entities, func(i int) bool { return d.call(ctx, i, true, d.p.AskTimeout).OK })
+}
+
+// untilAnswered calls ask for every i in [0, n), 32 at once, each again
+// every 100 ms until it returns true or ctx ends; it returns the i whose
+// ask never did.
+func untilAnswered(ctx context.Context, n int, ask func(i int) bool) []int {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		failed []int
 	)
 	sem := make(chan struct{}, 32)
-	for i := range d.p.Entities {
+	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			for ctx.Err() == nil {
-				if a := d.call(ctx, i, true, d.p.AskTimeout); a.OK {
+				if ask(i) {
 					return
 				}
 				time.Sleep(100 * time.Millisecond)

@@ -109,29 +109,9 @@ func (d *driver) loadRegisters(ctx context.Context, seed uint64) {
 // observation of each one's final value), retrying each until it answers
 // or ctx ends; it returns the registers that never answered.
 func (d *driver) readRegisters(ctx context.Context) []int {
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		failed []int
-	)
-	sem := make(chan struct{}, 32)
-	for i := range d.p.Registers {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			for ctx.Err() == nil {
-				if op := d.callRegister(ctx, i, linearize.Read, d.p.AskTimeout); op.Outcome == linearize.OK {
-					return
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			mu.Lock()
-			failed = append(failed, i)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return failed
+	return untilAnswered(ctx, d.p.Registers, func(i int) bool {
+		return d.callRegister(ctx, i, linearize.Read, d.p.AskTimeout).Outcome == linearize.OK
+	})
 }
 
 func (d *driver) registerOps() []linearize.Op {
