@@ -2,15 +2,22 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
+	"github.com/shardhost/shardhost/transport"
 )
 
 // startTraced starts a runner owning every shard of the memory cluster c,
@@ -142,5 +149,61 @@ func TestSignalAndTimerTracesLinked(t *testing.T) {
 	hasAttrs(t, reminded, "shardhost.tick", "reminder", "shardhost.entity", "z")
 	if reminded.Parent().IsValid() || len(reminded.Links()) != 0 {
 		t.Errorf("a reminder tick's span has parent %v and links %v; want a new trace without links", reminded.Parent(), reminded.Links())
+	}
+}
+
+// TestSpanTextValidUTF8FromAnyPeer: the text a span takes from a request
+// — an entity ID a program chose, a peer's kind, method, entity and runner
+// ID on the wire, an error's text — is valid UTF-8 in every span, event
+// and status: OTLP encodes it as protobuf strings, and one span with
+// invalid UTF-8 makes its whole export batch fail (the other spans lost).
+func TestSpanTextValidUTF8FromAnyPeer(t *testing.T) {
+	c := memory.NewCluster()
+	defer c.Close()
+	s := newSpans(t)
+	net := transport.NewInmemNetwork()
+	r := startTraced(t, c, s, runner.Config{ID: "a", NumShards: 4, Transport: net.Transport("a:7100")})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := traceeRelay.Ask(ctx, r, "local\xff", relayReq{Panic: true}); err == nil {
+		t.Fatal("a panicking handler's ask succeeded")
+	}
+	peer := net.Transport("evil:1")
+	for _, req := range []*transport.DeliverRequest{
+		{Kind: "tracee", Method: "relay", Entity: "remote\xfe", Payload: []byte(`{}`), Codec: entity.JSON.Name(), Sender: "evil\xff"},
+		{Kind: "no\xffkind", Method: "m\xfe", Entity: "e\xff", Sender: "evil\xff"},
+	} {
+		req.Shard = uint32(sharding.ShardOf(req.Entity, 4))
+		if _, _, err := peer.Call(ctx, "a:7100", req); err != nil {
+			t.Fatalf("peer's request %+v: %v", req, err)
+		}
+	}
+	s.waitEnded(t, "the server span of the unknown kind", func(sp sdktrace.ReadOnlySpan) bool {
+		return sp.SpanKind() == trace.SpanKindServer && strings.HasPrefix(sp.Name(), "no")
+	})
+	s.waitEnded(t, "the remote ask's handler span", func(sp sdktrace.ReadOnlySpan) bool {
+		return sp.Name() == "handle tracee/relay" && strings.HasPrefix(spanAttr(sp, "shardhost.entity"), "remote")
+	})
+	valid := func(what, text string) {
+		if !utf8.ValidString(text) {
+			t.Errorf("%s %q is not valid UTF-8", what, text)
+		}
+	}
+	validAttrs := func(where string, kvs []attribute.KeyValue) {
+		for _, kv := range kvs {
+			if kv.Value.Type() == attribute.STRING {
+				valid(where+" attribute "+string(kv.Key), kv.Value.AsString())
+			}
+		}
+	}
+	for _, sp := range s.ended() {
+		where := fmt.Sprintf("span %s %q", sp.SpanKind(), sp.Name())
+		valid("span name", sp.Name())
+		valid(where+" status", sp.Status().Description)
+		validAttrs(where, sp.Attributes())
+		for _, ev := range sp.Events() {
+			valid(where+" event", ev.Name)
+			validAttrs(where+" event "+ev.Name, ev.Attributes)
+		}
 	}
 }

@@ -22,9 +22,25 @@ type DeliverRequest struct {
 	// Headers carries context propagated with the request, as a
 	// propagation.TextMapCarrier fills it: the W3C trace context
 	// (traceparent, tracestate) and baggage. nil when nothing is
-	// propagated, and then it costs nothing on the wire.
+	// propagated, and then it costs nothing on the wire. Decoding keeps
+	// at most maxHeaders entries of at most maxHeaderBytes (keys and
+	// values) in all, in wire order, and drops the others: a peer cannot
+	// make a request's headers cost more memory than that.
 	Headers map[string]string
 }
+
+// The bounds of the headers a decoded request keeps (DeliverRequest.
+// Headers): room for W3C trace context (traceparent, tracestate of at
+// most 512 bytes) and baggage (at most 8192 bytes, the limit
+// OpenTelemetry's propagator parses), with some to spare.
+const (
+	maxHeaders     = 32
+	maxHeaderBytes = 16 << 10
+)
+
+// headerBudget is what a request being decoded may still keep of its
+// headers.
+type headerBudget struct{ entries, bytes int }
 
 // Code is the outcome of a delivery (transport.proto's Code).
 type Code int32
@@ -154,9 +170,10 @@ func entrySize(s string) int {
 }
 
 // decodeHeader decodes one map<string, string> entry into *h (allocated
-// at the first entry); a key repeated keeps its last value, as protobuf
-// requires.
-func decodeHeader(h *map[string]string, b []byte) error {
+// at the first entry kept); a key repeated keeps its last value, as
+// protobuf requires. An entry beyond what budget has room for is checked,
+// then dropped.
+func decodeHeader(h *map[string]string, b []byte, budget *headerBudget) error {
 	var k, val []byte // walk's loop, without a closure to allocate
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -181,6 +198,11 @@ func decodeHeader(h *map[string]string, b []byte) error {
 			val = v
 		}
 	}
+	if budget.entries >= maxHeaders || budget.bytes+len(k)+len(val) > maxHeaderBytes {
+		return nil
+	}
+	budget.entries++
+	budget.bytes += len(k) + len(val)
 	if *h == nil {
 		*h = make(map[string]string, 2)
 	}
@@ -240,6 +262,7 @@ func walk(b []byte, field func(num protowire.Number, typ protowire.Type, v []byt
 // ErrMalformed.
 func (m *DeliverRequest) Unmarshal(b []byte) error {
 	*m = DeliverRequest{}
+	var budget headerBudget
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
@@ -259,7 +282,7 @@ func (m *DeliverRequest) Unmarshal(b []byte) error {
 		case num == 8 && typ == protowire.BytesType:
 			m.Codec = string(v)
 		case num == 9 && typ == protowire.BytesType:
-			return decodeHeader(&m.Headers, v)
+			return decodeHeader(&m.Headers, v, &budget)
 		}
 		return nil
 	})

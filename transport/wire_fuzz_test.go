@@ -181,6 +181,26 @@ var seedMalformed = [][]byte{
 	{0x4a, 0x06, 0x0a, 0x01, 'k', 0x12, 0x01, 'a', 0x4a, 0x06, 0x0a, 0x01, 'k', 0x12, 0x01, 'b'},
 	{0x4a, 0x05, 0x0a, 0x01, 'k', 0x18, 0x07},
 	{0x48, 0x01},
+	// Headers over the bounds a request keeps: a value too large, dropped,
+	// then an entry kept.
+	protowire.AppendBytes(protowire.AppendTag(protowire.AppendBytes(protowire.AppendTag(nil, 9, protowire.BytesType),
+		protowire.AppendString(protowire.AppendTag([]byte{0x0a, 0x01, 'b'}, 2, protowire.BytesType), string(make([]byte, maxHeaderBytes)))),
+		9, protowire.BytesType), []byte{0x0a, 0x01, 'k', 0x12, 0x01, 'v'}),
+}
+
+// withinHeaderBounds returns h, or nil when a decoded request would not
+// keep all of it (maxHeaders, maxHeaderBytes): the round trip of headers
+// within the bounds is checked, the dropping of the others by checkDecode
+// and TestRequestHeadersDecodedWithinBounds.
+func withinHeaderBounds(h map[string]string) map[string]string {
+	n := 0
+	for k, v := range h {
+		n += len(k) + len(v)
+	}
+	if len(h) > maxHeaders || n > maxHeaderBytes {
+		return nil
+	}
+	return h
 }
 
 // FuzzDeliverRequest fuzzes DeliverRequest.Unmarshal.
@@ -196,7 +216,7 @@ func FuzzDeliverRequest(f *testing.F) {
 		checkDecode(t, b, fresh, equalRequest)
 		x := &DeliverRequest{Kind: kind, Method: method, Entity: entity, Payload: payload, OneWay: oneWay, Shard: shard, Sender: sender, Codec: codec}
 		if parent != "" || bag != "" {
-			x.Headers = map[string]string{"traceparent": parent, "baggage": bag, bag: parent}
+			x.Headers = withinHeaderBounds(map[string]string{"traceparent": parent, "baggage": bag, bag: parent})
 		}
 		checkRoundTrip(t, x, fresh, equalRequest)
 	})
@@ -243,7 +263,7 @@ func FuzzFrame(f *testing.F) {
 		if hasReq {
 			x.Req = &DeliverRequest{Kind: "k", Method: "m", Entity: entity, Payload: payload, Shard: uint32(id)}
 			if parent != "" {
-				x.Req.Headers = map[string]string{"traceparent": parent}
+				x.Req.Headers = withinHeaderBounds(map[string]string{"traceparent": parent})
 			}
 		}
 		if hasResp {

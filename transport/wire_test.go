@@ -3,7 +3,9 @@ package transport
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -65,5 +67,49 @@ func TestRequestHeadersOnTheWire(t *testing.T) {
 	}
 	if err := got.Unmarshal(plain.Marshal()); err != nil || got.Headers != nil {
 		t.Fatalf("Unmarshal(plain): headers %v (%v), want nil: no allocation when nothing is propagated", got.Headers, err)
+	}
+}
+
+// TestRequestHeadersDecodedWithinBounds: a peer's request whose headers
+// field holds hundreds of thousands of entries (within the transport's
+// message limit) decodes to at most maxHeaders entries of at most
+// maxHeaderBytes, without allocating in proportion to the entries sent;
+// an entry too large for what is left (a huge baggage) is dropped while a
+// trace context after it is kept.
+func TestRequestHeadersDecodedWithinBounds(t *testing.T) {
+	entry := func(b []byte, k, v string) []byte {
+		e := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), k)
+		e = protowire.AppendString(protowire.AppendTag(e, 2, protowire.BytesType), v)
+		return protowire.AppendBytes(protowire.AppendTag(b, 9, protowire.BytesType), e)
+	}
+	b := (&DeliverRequest{Kind: "k", Method: "m", Entity: "e"}).Marshal()
+	b = entry(b, "baggage", strings.Repeat("x", 2*maxHeaderBytes))
+	parent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	b = entry(b, "traceparent", parent)
+	n := 0
+	for ; len(b) < 4<<20; n++ {
+		b = entry(b, fmt.Sprintf("k%07d", n), "")
+	}
+	var m DeliverRequest
+	var err error
+	allocs := testing.AllocsPerRun(1, func() { err = m.Unmarshal(b) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Headers["traceparent"] != parent {
+		t.Errorf("traceparent = %q, want %q kept (the oversized baggage before it dropped)", m.Headers["traceparent"], parent)
+	}
+	if _, ok := m.Headers["baggage"]; ok {
+		t.Errorf("a baggage of %d bytes was kept, over the %d bytes of headers a request keeps", 2*maxHeaderBytes, maxHeaderBytes)
+	}
+	size := 0
+	for k, v := range m.Headers {
+		size += len(k) + len(v)
+	}
+	if len(m.Headers) > maxHeaders || size > maxHeaderBytes {
+		t.Errorf("%d entries sent (%d bytes): %d kept, %d bytes; want at most %d, %d bytes", n+2, len(b), len(m.Headers), size, maxHeaders, maxHeaderBytes)
+	}
+	if allocs > 4*maxHeaders {
+		t.Errorf("decoding %d header entries made %v allocations, want at most %d", n+2, allocs, 4*maxHeaders)
 	}
 }

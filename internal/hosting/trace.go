@@ -69,7 +69,7 @@ func (e *resident) startSpan(m *message) {
 	if span.IsRecording() {
 		sh := e.host
 		attrs := []attribute.KeyValue{tracing.KeyRPCSystem.String(tracing.System), tracing.KeyRPCService.String(e.key.Kind),
-			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(sh.id)), tracing.KeyEpoch.Int64(int64(sh.epoch)), tr.Runner()}
+			tracing.KeyEntity.String(tracing.Text(e.key.ID)), tracing.KeyShard.Int64(int64(sh.id)), tracing.KeyEpoch.Int64(int64(sh.epoch)), tr.Runner()}
 		if m.h != nil {
 			attrs = append(attrs, tracing.KeyRPCMethod.String(m.h.Name()))
 			switch m.h.TickKind() {
@@ -136,7 +136,7 @@ func (e *resident) activateSpan(m *message, reason entity.ActivateReason) (conte
 	_, span := e.host.h.cfg.Tracer.Start(trace.ContextWithSpan(e.ctx, m.tr.span), "activate "+e.key.Kind, tracing.InternalSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyRPCService.String(e.key.Kind),
-			tracing.KeyEntity.String(e.key.ID), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner(),
+			tracing.KeyEntity.String(tracing.Text(e.key.ID)), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner(),
 			tracing.KeyActivateWarmed.Bool(e.inst != nil))
 	}
 	return e.traceContext(e.ctx, m, span), span

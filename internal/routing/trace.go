@@ -49,7 +49,7 @@ func (cs *clientSpan) retry(err error) {
 	}
 	cs.span.AddEvent(tracing.EventRetry, trace.WithAttributes(
 		tracing.KeyAttempt.Int(cs.attempts), tracing.KeyOwner.String(cs.owner),
-		tracing.KeyRetryReason.String(err.Error())))
+		tracing.KeyRetryReason.String(tracing.Text(err.Error()))))
 }
 
 // callNames are the names of client spans, by handler.
@@ -99,13 +99,13 @@ func (rc Receiver) deliverTraced(ctx context.Context, req *transport.DeliverRequ
 			name = callNames.Get(h, func() string { return req.Kind + "/" + req.Method })
 		}
 	}
-	if name == "" {
-		name = req.Kind + "/" + req.Method
+	if name == "" { // a kind or method unknown here: the peer's text
+		name = tracing.Text(req.Kind + "/" + req.Method)
 	}
 	ctx, span := tr.Start(ctx, name, tracing.ServerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(tracing.Call(req.Kind, req.Method, req.Entity, req.Shard)...)
-		span.SetAttributes(tr.Runner(), tracing.KeySender.String(req.Sender), tracing.KeyOneWay.Bool(req.OneWay))
+		span.SetAttributes(tr.Runner(), tracing.KeySender.String(tracing.Text(req.Sender)), tracing.KeyOneWay.Bool(req.OneWay))
 	}
 	resp, sh := rc.deliverTo(ctx, req, true)
 	if resp.Epoch != 0 && span.IsRecording() {

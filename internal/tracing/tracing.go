@@ -6,7 +6,9 @@ import (
 	"net"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -231,12 +233,24 @@ func (t *Tracer) Extract(ctx context.Context, h map[string]string) context.Conte
 	return t.prop.Extract(ctx, propagation.MapCarrier(h))
 }
 
+// Text returns s as valid UTF-8 (each invalid byte sequence replaced by
+// U+FFFD), for the text a span carries that comes from a request — an
+// entity ID, a peer's kind, method or runner ID, an error's text: OTLP
+// encodes it as a protobuf string, and one span with invalid UTF-8 makes
+// the whole batch of spans it is exported with fail to marshal.
+func Text(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 // Call returns the attributes of a call of method of kind to entity id
-// in shard (client, server and handler spans).
+// in shard (client, server and handler spans), as valid UTF-8 (Text).
 func Call(kind, method, id string, shard uint32) []attribute.KeyValue {
 	return []attribute.KeyValue{
-		KeyRPCSystem.String(System), KeyRPCService.String(kind), KeyRPCMethod.String(method),
-		KeyEntity.String(id), KeyShard.Int64(int64(shard)),
+		KeyRPCSystem.String(System), KeyRPCService.String(Text(kind)), KeyRPCMethod.String(Text(method)),
+		KeyEntity.String(Text(id)), KeyShard.Int64(int64(shard)),
 	}
 }
 
@@ -254,13 +268,13 @@ func Server(addr string) []attribute.KeyValue {
 }
 
 // End ends span with the outcome: err (nil for success) as an error
-// status whose description is its text, classified by errType(err) (the
+// status whose description is its text (Text), classified by errType(err) (the
 // error.type attribute, low cardinality), called only for an error of a
 // span that records.
 func End(span trace.Span, err error, errType func(error) string) {
 	if err != nil && span.IsRecording() {
 		span.SetAttributes(KeyErrorType.String(errType(err)))
-		span.SetStatus(codes.Error, err.Error())
+		span.SetStatus(codes.Error, Text(err.Error()))
 	}
 	span.End()
 }
