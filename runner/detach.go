@@ -310,9 +310,16 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 		kept []storage.AcquireResult
 		span trace.Span // the re-attachment's (trace_lifecycle.go)
 	)
+	stopped := false // Shutdown or Run's end came first: not re-attached
 	if reattaching {
 		span = r.startReattach(h.Lease, newLease)
-		defer func() { endReattach(span, kept, err) }()
+		defer func() {
+			if stopped {
+				endLife(span, "", "shutdown", "the runner stopped during the re-attachment")
+				return
+			}
+			endReattach(span, kept, err)
+		}()
 	}
 	// Re-attaching during Shutdown: stay drained.
 	rec := r.recordFor(h.TTL, drainMode)
@@ -336,6 +343,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	}
 	from := r.phase
 	if r.stopping || (from != phaseStarting && from != phaseDetached) {
+		stopped = true
 		return nil // stopping or stopped meanwhile
 	}
 	if from == phaseDetached && !r.machine.MaybeReattach(time.Now()) && r.machine.IsDetached() {

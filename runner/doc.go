@@ -518,12 +518,17 @@
 // shardhost.shard_count has the number).
 //
 // Tracing is off with a noop.TracerProvider, and with the global provider
-// while no program has set one (otel.SetTracerProvider, which turns it on
-// for runners already made): Send and delivery then test one switch and
-// allocate nothing more (BENCHMARKS.md, "Tracing"); so do the handoffs,
-// detaches and re-attachments. While it is on,
-// attributes are built only for spans that record (sampled in); a sampler
-// sees none at the start of a span.
+// while no program has set one, or has set a no-op one
+// (otel.SetTracerProvider with another turns it on for runners already
+// made): Send and delivery then test one switch and allocate nothing more
+// (BENCHMARKS.md, "Tracing"); so do the handoffs, detaches and
+// re-attachments. While it is on, attributes are built only for spans
+// that record (sampled in); a sampler sees none at the start of a span.
+// Use a batching span processor (sdktrace.WithBatcher), as exporters
+// should be: the lifecycle spans of a handoff or a detach end while the
+// runner holds its lock, so a synchronous processor (sdktrace.WithSyncer)
+// whose exporter blocks would hold up routing and the control loop for as
+// long as the export takes.
 //
 // Span attributes (OpenTelemetry's RPC conventions, shardhost's own under
 // shardhost.; entity IDs are attributes of spans, never of metrics):
@@ -560,7 +565,7 @@
 //	shardhost.running          entities stopped event         handlers still running when the detach span ended (0 unless DrainTimeout passed)
 //	shardhost.attempt          retry event                    the number of the attempt that failed
 //	shardhost.retry.reason     retry event                    the attempt's error
-//	error.type                 client, server, handler, act., lifecycle  the outcome, on an error status: maybe_delivered, stale_result, deadline_exceeded, canceled, handler_error, handler_panic, not_owner, undelivered, mailbox_full, unknown_kind, unknown_method, bad_request, too_large, not_sent, no_owner, too_many_waiting, no_transport, error (the runtime's, before any handler); a handoff's abort (above); a detach's reason: lease_deadline, keepalive_streak, storage_error, lease_lost, lock_lost, manual; reattach_failed; restore_failed (restore event)
+//	error.type                 client, server, handler, act., lifecycle  the outcome, on an error status: maybe_delivered, stale_result, deadline_exceeded, canceled, handler_error, handler_panic, not_owner, undelivered, mailbox_full, unknown_kind, unknown_method, bad_request, too_large, not_sent, no_owner, too_many_waiting, no_transport, error (the runtime's, before any handler); a handoff's abort (above); a detach's reason: lease_deadline, keepalive_streak, storage_error, lease_lost, lock_lost, manual; reattach_failed, or shutdown when the runner stopped during it; restore_failed (restore event)
 //
 // # Debug page
 //

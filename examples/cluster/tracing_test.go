@@ -89,9 +89,10 @@ func readSpans(t *testing.T, file, proc string) []exportedSpan {
 // -> runner A's server span -> its handler's span -> the client span of
 // the handler's own ask -> runner B's server span -> B's handler's span.
 // The other traces are the runners' own work, each an internal root span
-// on a runner: the shards moving as the second runner joins, whose
-// "handoff release" on one runner and "handoff warm" on the other name
-// each other (peer and epochs) across the two files.
+// on a runner: the shards moving when a runner stops gracefully (the
+// first SIGTERMed hands its shards to the other), whose "handoff release"
+// on one runner and "handoff warm" on the other name each other (peer
+// and epochs) across the two files.
 func TestClusterTracesCrossProcesses(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	dir := t.TempDir()
@@ -162,8 +163,8 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 			}
 		}
 		if len(roots) == 1 && lifecycleSpans[roots[0].Name] {
-			// A runner's own work (a shard moving when the second runner
-			// joined): a trace of its own, on a runner, no request's.
+			// A runner's own work (a shard moving at a graceful stop): a
+			// trace of its own, on a runner, no request's.
 			if r := roots[0]; r.proc == "gateway" || r.SpanKind != 1 {
 				t.Errorf("trace %s: lifecycle span %q on %s of kind %d, want an internal span on a runner", id, r.Name, r.proc, r.SpanKind)
 			}

@@ -275,6 +275,9 @@ func (e *resident) handle(m *message) (any, error) {
 // ran it.
 func (e *resident) fail(m *message, err error, undelivered bool) error {
 	if m.reply != nil {
+		if m.tr != nil {
+			m.endSpan(err) // before the answer, as for a handler's result
+		}
 		m.reply.ch <- Result{Err: err, Undelivered: undelivered}
 		return err
 	}

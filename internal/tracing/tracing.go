@@ -179,8 +179,9 @@ func (t *Tracer) On() bool {
 	switch t.mode {
 	case on:
 		return true
-	case follow:
-		return otel.GetTracerProvider() != t.global
+	case follow: // on once a program set a provider, unless a no-op one
+		tp := otel.GetTracerProvider()
+		return tp != t.global && !isNoop(tp)
 	}
 	return false
 }
