@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 )
 
 // TestMain lets the test binary run as a runner process (runnerproc) for

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 )
 
 // The ask load that runs through the churn.

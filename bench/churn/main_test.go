@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 	"github.com/shardhost/shardhost/runner"
 )
 

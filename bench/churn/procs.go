@@ -10,14 +10,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
 
 // With -procs every hosting runner is a separate OS process (this binary,
-// re-executed by internal/runnerproc): a crash is a real SIGKILL, a
+// re-executed by bench/internal/runnerproc): a crash is a real SIGKILL, a
 // graceful stop a SIGTERM, and each runner has its own heap, scheduler
 // and sockets. The harness follows a child through the JSON events it
 // prints (ownership changes, handoff phases, assignment digests) instead

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 	"github.com/shardhost/shardhost/internal/linearize"
-	"github.com/shardhost/shardhost/internal/runnerproc"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

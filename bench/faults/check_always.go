@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 )

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 )
 
 // fire is one recorded reminder tick, timed by its handler's start.

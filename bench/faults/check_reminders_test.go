@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 )
 
 // Histories that keep or break the reminder rules (check 8).

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 )
 
 // The checks that compare events in time: no late reply acknowledged,

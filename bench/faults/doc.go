@@ -14,7 +14,7 @@
 //
 // A 3-member etcd cluster from ./bin (make setup), a toxiproxy server with
 // one proxy per (runner, member) pair, Runners runner processes
-// (internal/runnerproc: this binary re-executed, one OS process per runner)
+// (bench/internal/runnerproc: this binary re-executed, one OS process per runner)
 // hosting counters, and a client-only gateway in this process whose callers
 // ask Inc (and now and then Get) of Entities counters over Shards shards.
 // Each Inc handler runs Work (5 ms), adds one, checkpoints the count

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/runnerproc"
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/etcd"

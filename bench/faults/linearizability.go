@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
 	"github.com/shardhost/shardhost/internal/linearize"
-	"github.com/shardhost/shardhost/internal/runnerproc"
 )
 
 // The registers: a second load, beside the counters, whose history is

@@ -185,7 +185,7 @@ func logContains(path, substr string) bool {
 // ChildSysProcAttr returns the process attributes the helpers start their
 // children with: on Linux a parent-death signal (SIGKILL), so a child does
 // not outlive a test binary that dies without its cleanups; nil elsewhere.
-// For packages that start processes of their own (internal/runnerproc).
+// For packages that start processes of their own (bench/internal/runnerproc).
 func ChildSysProcAttr() *syscall.SysProcAttr { return sysProcAttr() }
 
 // WaitStopped waits, at most timeout, until every thread of process pid is
