@@ -445,7 +445,9 @@
 //     (its reason the attempt's error), and the outcome as the span's
 //     status: an error status with the error's text and error.type;
 //   - server "{kind}/{method}" on the runner each remote attempt reached,
-//     a child of the client span;
+//     a child of the client span ("unknown kind or method" for a kind or
+//     method that runner does not know: a peer cannot multiply span
+//     names; its text is in rpc.service and rpc.method);
 //   - internal "handle {kind}/{method}" where the handler runs, a child
 //     of the server span (of the client span when the entity is local),
 //     with "activate {kind}" as its child when the message activated the

@@ -52,6 +52,10 @@ func (cs *clientSpan) retry(err error) {
 		tracing.KeyRetryReason.String(tracing.Text(err.Error()))))
 }
 
+// unknownCallName names the server span of a request for a kind or
+// method this runner does not know.
+const unknownCallName = "unknown kind or method"
+
 // callNames are the names of client spans, by handler.
 var callNames tracing.Names[*entity.Handler]
 
@@ -99,8 +103,11 @@ func (rc Receiver) deliverTraced(ctx context.Context, req *transport.DeliverRequ
 			name = callNames.Get(h, func() string { return req.Kind + "/" + req.Method })
 		}
 	}
-	if name == "" { // a kind or method unknown here: the peer's text
-		name = tracing.Text(req.Kind + "/" + req.Method)
+	if name == "" {
+		// A kind or method unknown here: one fixed name, so that a peer
+		// cannot make span names without bound; its text is in the
+		// attributes.
+		name = unknownCallName
 	}
 	ctx, span := tr.Start(ctx, name, tracing.ServerSpan...)
 	if span.IsRecording() {
