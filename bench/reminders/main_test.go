@@ -2,12 +2,11 @@ package main
 
 import (
 	"bytes"
-	"regexp"
-	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/shardhost/shardhost/bench/internal/scenario"
 	"github.com/shardhost/shardhost/internal/testenv"
 )
 
@@ -50,18 +49,7 @@ func TestScenariosMeasureAtTinySizes(t *testing.T) {
 			if code := run(args, &out, &out); code != 0 {
 				t.Fatalf("run %v: exit %d\n%s", args, code, out.String())
 			}
-			for _, pat := range tc.want {
-				m := regexp.MustCompile(pat).FindStringSubmatch(out.String())
-				if m == nil {
-					t.Errorf("output lacks %q:\n%s", pat, out.String())
-					continue
-				}
-				for _, g := range m[1:] {
-					if n, err := strconv.Atoi(g); err != nil || n <= 0 {
-						t.Errorf("%q: %q is not a positive number:\n%s", pat, g, out.String())
-					}
-				}
-			}
+			scenario.Expect(t, out.String(), tc.want)
 		})
 	}
 }

@@ -2,12 +2,11 @@ package main
 
 import (
 	"bytes"
-	"regexp"
-	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/shardhost/shardhost/bench/internal/scenario"
 	"github.com/shardhost/shardhost/internal/testenv"
 )
 
@@ -57,18 +56,7 @@ func TestEveryScenarioMeasuresAtTinySizes(t *testing.T) {
 			if code := run(args, &out, &out); code != 0 {
 				t.Fatalf("run %v: exit %d\n%s", args, code, out.String())
 			}
-			for _, pat := range tc.want {
-				m := regexp.MustCompile(pat).FindStringSubmatch(out.String())
-				if m == nil {
-					t.Errorf("no match for %q in:\n%s", pat, out.String())
-					continue
-				}
-				for _, g := range m[1:] {
-					if n, err := strconv.Atoi(g); err != nil || n <= 0 {
-						t.Errorf("%q: %q, want a number > 0 in:\n%s", pat, g, out.String())
-					}
-				}
-			}
+			scenario.Expect(t, out.String(), tc.want)
 			t.Log("\n" + out.String())
 		})
 	}
