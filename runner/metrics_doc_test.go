@@ -127,14 +127,7 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("%s has no unit", name)
 		}
 	}
-	docGo, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docGo, readme := readDocs(t)
 	tables := map[string]map[string]instrument{
 		"runner/doc.go": docTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t(sharding\.[a-z_]+)\s+(counter|gauge \(observed\)|gauge|histogram)\s+(\S+)\s`)),
 		"README.md":     docTable(t, string(readme), regexp.MustCompile("(?m)^\\| `(sharding\\.[a-z_]+)` \\| ([a-z ()]+) \\| `([^`]+)` \\|")),
@@ -153,4 +146,19 @@ func TestMetricsDocumented(t *testing.T) {
 			}
 		}
 	}
+}
+
+// readDocs returns the package documentation (doc.go) and the README, the
+// two places the documentation tests check tables in.
+func readDocs(t *testing.T) (docGo, readme []byte) {
+	t.Helper()
+	docGo, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err = os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docGo, readme
 }

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -146,7 +147,7 @@ func (r *Runner) traceInbound(in *handoff.Inbound, to handoff.Phase, detail, err
 	case handoff.Ready:
 		lifeEvent(span, tracing.EventReady)
 	case handoff.Aborted:
-		endLife(span, outcomeAborted, cmpOr(errType, abortAbandoned), detail)
+		endLife(span, outcomeAborted, cmp.Or(errType, abortAbandoned), detail)
 	}
 }
 
@@ -179,14 +180,6 @@ func outboundEvent(items []cutoverItem, name string) {
 	for _, it := range items {
 		lifeEvent(it.span, name)
 	}
-}
-
-// cmpOr returns a, or b when a is empty.
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // detachType is the error.type of a detach span by reason.

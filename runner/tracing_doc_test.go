@@ -2,7 +2,6 @@ package runner_test
 
 import (
 	"context"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -35,14 +34,7 @@ func spanAttrTable(t *testing.T, text string, row *regexp.Regexp) map[string]str
 // documentation (# Traces) and of the README; neither table lists a key
 // that does not exist.
 func TestSpanAttributesDocumented(t *testing.T) {
-	docGo, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	docGo, readme := readDocs(t)
 	tables := map[string]map[string]string{
 		"runner/doc.go": spanAttrTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t((?:rpc|server|error|shardhost)\.[a-z_.]+)\s{2,}(\S.*?)\s{2,}`)),
 		"README.md":     spanAttrTable(t, string(readme), regexp.MustCompile("(?m)^\\| `((?:rpc|server|error|shardhost)\\.[a-z_.]+)` \\| ([a-z, ]+) \\|")),

@@ -67,9 +67,7 @@ func (e *resident) startSpan(m *message) {
 	}
 	_, span := tr.Start(parent, name, opts...)
 	if span.IsRecording() {
-		sh := e.host
-		attrs := []attribute.KeyValue{tracing.KeyRPCSystem.String(tracing.System), tracing.KeyRPCService.String(e.key.Kind),
-			tracing.KeyEntity.String(tracing.Text(e.key.ID)), tracing.KeyShard.Int64(int64(sh.id)), tracing.KeyEpoch.Int64(int64(sh.epoch)), tr.Runner()}
+		attrs := e.spanAttrs(tracing.KeyRPCSystem.String(tracing.System), tracing.KeyEpoch.Int64(int64(e.host.epoch)))
 		if m.h != nil {
 			attrs = append(attrs, tracing.KeyRPCMethod.String(m.h.Name()))
 			switch m.h.TickKind() {
@@ -82,6 +80,16 @@ func (e *resident) startSpan(m *message) {
 		span.SetAttributes(attrs...)
 	}
 	m.tr.span = span
+}
+
+// spanAttrs returns the attributes of e's handler and activation spans
+// (kind, entity, shard, runner) after extra, with room for two more (a
+// handler's method and tick kind).
+func (e *resident) spanAttrs(extra ...attribute.KeyValue) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, len(extra)+6)
+	out = append(out, extra...)
+	return append(out, tracing.KeyRPCService.String(e.key.Kind), tracing.KeyEntity.String(tracing.Text(e.key.ID)),
+		tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner())
 }
 
 // endSpan ends m's handler span with the outcome err, if it has not
@@ -135,9 +143,7 @@ func (e *resident) activateSpan(m *message, reason entity.ActivateReason) (conte
 	}
 	_, span := e.host.h.cfg.Tracer.Start(trace.ContextWithSpan(e.ctx, m.tr.span), "activate "+e.key.Kind, tracing.InternalSpan...)
 	if span.IsRecording() {
-		span.SetAttributes(tracing.KeyActivateReason.String(string(reason)), tracing.KeyRPCService.String(e.key.Kind),
-			tracing.KeyEntity.String(tracing.Text(e.key.ID)), tracing.KeyShard.Int64(int64(e.host.id)), e.host.h.cfg.Tracer.Runner(),
-			tracing.KeyActivateWarmed.Bool(e.inst != nil))
+		span.SetAttributes(e.spanAttrs(tracing.KeyActivateReason.String(string(reason)), tracing.KeyActivateWarmed.Bool(e.inst != nil))...)
 	}
 	return e.traceContext(e.ctx, m, span), span
 }
@@ -189,10 +195,6 @@ func ErrorType(err error) string {
 	if err == nil {
 		return ""
 	}
-	return errorType(err)
-}
-
-func errorType(err error) string {
 	var (
 		stale *StaleResultError
 		pe    *entity.PanicError
