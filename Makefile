@@ -29,20 +29,18 @@ $(BIN)/toxiproxy-server: $(TOOLS_DEPS)
 $(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
 	$(BUILD) -o $@ github.com/Shopify/toxiproxy/v2/cmd/cli
 
-## test: vet and run the whole suite (needs `make setup`): everything under the race detector, then
-## the long proofs it would slow down fivefold — kept there in a short version — without it, then the examples
+## test: vet and run the whole suite (needs `make setup`): everything under the race detector, the
+## long proofs it would slow fivefold without it (kept there in a short version), then the examples
+# scripts/test.sh says which step runs where and why:
 # - The simulation: 50 seeds under -race (its default there), 1150 more (51..1200) without.
 # - TestMovement: one goroutine of arithmetic, nothing for -race to find: without it only.
-# - The fault suite: real processes whose timing -race would distort: without it only.
+#   Both run in virtual time or none, beside the race step, on the CPU its waiting tests leave idle.
+# - The fault suite: real processes whose timing -race would distort: without it only, alone.
 # - examples/: the demos embedding etcd run without -race (race-compiling the etcd server costs ~70
 #   CPU-s cold; the library they drive is race-tested above); metrics, which drives a runner
 #   in-process, runs with it too. Their tests build every main package (no separate go build).
-test: vet
-	$(GO) test -race -shuffle=on -timeout 20m ./...
-	$(GO) test -count=1 -timeout 10m -run '^TestSimulation$$' ./runner/ -sim.seeds=1150 -sim.first=51
-	$(GO) test -count=1 -timeout 5m -run '^TestMovement$$' ./sharding/
-	$(GO) test -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$$' ./bench/faults/
-	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) test -timeout 5m ./... && $(GO) test -race -timeout 5m ./metrics/ ; fi
+test:
+	GO=$(GO) scripts/test.sh
 
 ## simulate: the deterministic cluster simulation for SEEDS seeds (default 100000, about an hour on 2 cores)
 SEEDS ?= 100000

@@ -213,6 +213,7 @@ func TestForeignLockWriteCostsOneShard(t *testing.T) {
 // owner: the assignee overwrites it, conditional on it still having no
 // lease, and says so.
 func TestLeaselessLockIsTakenOver(t *testing.T) {
+	t.Parallel()
 	const shards = 8
 	c := startEtcdCluster(t)
 	squat := c.raw("shards/2", "squatter", storage.NoLease)

@@ -35,6 +35,7 @@ func screenshotPath(name string) string {
 // page, of a runner owning 16 384 shards, renders all its cells. Skipped
 // without Chromium.
 func TestDebugPageInBrowser(t *testing.T) {
+	t.Parallel()
 	b := testenv.Chromium(t)
 	const n = 256
 	nodes, do := debugCluster(t, n, "runner-1", "runner-2", "runner-3")

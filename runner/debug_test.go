@@ -314,6 +314,7 @@ func TestDebugDetached(t *testing.T) {
 // TestDebugLargeShardMap: at 16 384 shards the page still has one cell
 // per shard, and stays small: compact cells, compressed on the wire.
 func TestDebugLargeShardMap(t *testing.T) {
+	t.Parallel()
 	const n = 16384
 	_, r, _ := startOwningAll(t, runner.Config{ID: "a", NumShards: n})
 	srv := newServer(t, r.DebugHandler(runner.DebugConfig{}))

@@ -90,6 +90,7 @@ func runOn(t *testing.T, s storage.Store, rec *recorder, cfg runner.Config) *sta
 // hands off and revokes its lease (etcd checks write permission on every
 // key attached to a lease it revokes), without a detach.
 func TestRunnersWorkWithANamespaceRole(t *testing.T) {
+	t.Parallel()
 	srv := secureEtcd(t)
 	const ns, shards = "secure", 32
 	user, pw := namespaceUser(t, srv, "/"+ns+"/", "readwrite")
@@ -206,6 +207,7 @@ func TestStartRefusedIsPermissionDenied(t *testing.T) {
 // error.type=permission_denied. When the permission comes back it
 // re-attaches and owns its shards again.
 func TestPermissionLostWhileRunning(t *testing.T) {
+	t.Parallel()
 	srv := secureEtcd(t)
 	const ns = "lost"
 	user, pw := namespaceUser(t, srv, "/"+ns+"/", "readwrite")
@@ -283,6 +285,7 @@ func deniedErrors(t *testing.T, rd *sdkmetric.ManualReader) int64 {
 // certificate: a rolling rotation. The runners, whose renewals are hedged
 // across the members, keep every shard without a detach.
 func TestEtcdCertRotationKeepsRunnersAttached(t *testing.T) {
+	t.Parallel()
 	pki := testenv.NewPKI(t, "runner-test")
 	ec := testenv.StartEtcdCluster(t, 3, testenv.WithTLS(pki), testenv.WithAuth())
 	const ns, shards = "rotate", 16

@@ -21,6 +21,7 @@ func startEtcdCluster(t *testing.T) *cluster {
 }
 
 func TestEtcdConvergesToExactPartition(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{3, 8} {
 		t.Run(fmt.Sprintf("%d-runners", n), func(t *testing.T) {
 			c := startEtcdCluster(t)
@@ -37,6 +38,7 @@ func TestEtcdConvergesToExactPartition(t *testing.T) {
 }
 
 func TestEtcdJoinMovesOnlyStrategyShards(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	var rs []*etcdRunner
 	for i := range 3 {
@@ -88,6 +90,7 @@ func TestEtcdJoinMovesOnlyStrategyShards(t *testing.T) {
 }
 
 func TestEtcdGracefulShutdownIsWatchDriven(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	cfg := func(id string) runner.Config {
 		return runner.Config{ID: id, NumShards: 256, LeaseTTL: 10 * time.Second}
@@ -125,6 +128,7 @@ func TestEtcdGracefulShutdownIsWatchDriven(t *testing.T) {
 }
 
 func TestEtcdCrashTakeoverAfterLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	cfg := func(id string) runner.Config {
 		return runner.Config{ID: id, NumShards: 256, LeaseTTL: 4 * time.Second}
@@ -182,6 +186,7 @@ func TestEtcdCrashTakeoverAfterLeaseExpiry(t *testing.T) {
 // A lock held elsewhere is retried for AcquireRetryWindow, then the runner
 // waits: only the watch can wake it when the lock is deleted.
 func TestEtcdWatchDrivenReacquire(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	ctx := t.Context()
 	// A foreign lease holds every shard before the runner starts.
@@ -226,6 +231,7 @@ func TestEtcdWatchDrivenReacquire(t *testing.T) {
 }
 
 func TestEtcdRapidJoinsNeverDoubleOwn(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	var rs []*etcdRunner
 	for i := range 5 {

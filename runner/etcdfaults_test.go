@@ -49,6 +49,11 @@ import (
 // Each run logs a line "RESULT fault=... run=... detaches=... failed_asks=..."
 // with the hedged-call counts of the runners' stores.
 
+// oneFaultAtATime lets one test of the matrix run at a time: each runs in
+// parallel with the package's lighter tests (it mostly waits out its fault
+// holds), never with another three-member cluster under ask load.
+var oneFaultAtATime = make(chan struct{}, 1)
+
 // faultPlan returns how many runs of each fault to do and whether the long
 // variant (60 s one-member faults) is on.
 func faultPlan(t *testing.T) (runs int, long bool) {
@@ -320,6 +325,9 @@ func (e *faultEnv) check(t *testing.T, fault string, run int, since time.Time, s
 // runFault runs inject runs times on a fresh environment and logs a
 // summary line.
 func runFault(t *testing.T, name string, inject func(t *testing.T, e *faultEnv, run int)) {
+	t.Parallel()
+	oneFaultAtATime <- struct{}{}
+	t.Cleanup(func() { <-oneFaultAtATime })
 	runs, _ := faultPlan(t)
 	e := newFaultEnv(t)
 	var sum runResult

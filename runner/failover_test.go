@@ -20,6 +20,7 @@ import (
 // the entity across runners); after each fault every shard is owned by its
 // assignee again, as etcd's locks confirm, and asks succeed again.
 func TestEtcdLeaderKillAndPause(t *testing.T) {
+	t.Parallel()
 	cl := testenv.StartEtcdCluster(t, 3)
 	c := newCluster(t, cl.Endpoints(), cl.Client(t))
 	env, kind, do := newWho()

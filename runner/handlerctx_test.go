@@ -100,6 +100,7 @@ func TestHandlerContextKeepsShardCauses(t *testing.T) {
 // TestRemoteHandlerContextCarriesCallerDeadline: the deadline travels with
 // a remote ask (the frame's timeout) and bounds the owner's handler.
 func TestRemoteHandlerContextCarriesCallerDeadline(t *testing.T) {
+	t.Parallel()
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	k, wait, seen := newCtxWaiterKind()

@@ -189,6 +189,7 @@ func (w *slowWarm) Warm(ctx context.Context, info entity.WarmInfo) error {
 // running: under -race this catches any sharing of the warmed instances
 // between warm goroutines and the host.
 func TestWarmedInstancesNotSharedWithRunningWarms(t *testing.T) {
+	t.Parallel()
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	gate := &warmGate{quick: 8, release: make(chan struct{})}

@@ -12,6 +12,7 @@ import (
 )
 
 func TestEtcdHandoffScaleUpAndDown(t *testing.T) {
+	t.Parallel()
 	e := newHandoffEnv(t, 64, 0)
 	rs := []*etcdRunner{e.start("a"), e.start("b"), e.start("c")}
 	e.c.waitPartition(rs, 64, 30*time.Second)
@@ -68,6 +69,7 @@ func TestEtcdHandoffScaleUpAndDown(t *testing.T) {
 }
 
 func TestEtcdHandoffRapidJoins(t *testing.T) {
+	t.Parallel()
 	e := newHandoffEnv(t, 64, 0)
 	rs := []*etcdRunner{e.start("a")}
 	e.c.waitPartition(rs, 64, 30*time.Second)
@@ -155,6 +157,7 @@ func TestEtcdHandoffShardHookOrder(t *testing.T) {
 // The new owner dies while warming: its record vanishes with its lease and
 // the old owner carries on.
 func TestEtcdHandoffNewOwnerDiesWhileWarming(t *testing.T) {
+	t.Parallel()
 	e := newHandoffEnv(t, 16, 3*time.Second)
 	a := e.start("a")
 	e.c.waitPartition([]*etcdRunner{a}, 16, 30*time.Second)
@@ -192,6 +195,7 @@ func TestEtcdHandoffNewOwnerDiesWhileWarming(t *testing.T) {
 // The old owner dies while draining: its lock expires and the new owner,
 // already warm, acquires through the watch.
 func TestEtcdHandoffOldOwnerDiesWhileDraining(t *testing.T) {
+	t.Parallel()
 	e := newHandoffEnv(t, 16, 3*time.Second)
 	a := e.start("a")
 	e.c.waitPartition([]*etcdRunner{a}, 16, 30*time.Second)
@@ -220,6 +224,7 @@ func TestEtcdHandoffOldOwnerDiesWhileDraining(t *testing.T) {
 // Every counter equals its acknowledged increments after several planned
 // moves (state through Release checkpoints and Activate restores).
 func TestEtcdHandoffStateContinuity(t *testing.T) {
+	t.Parallel()
 	e := newHandoffEnv(t, 32, 0)
 	rs := []*etcdRunner{e.start("a"), e.start("b")}
 	e.c.waitPartition(rs, 32, 30*time.Second)

@@ -82,6 +82,7 @@ func newGated() (*gateEnv, *entity.Kind[gated], *entity.MethodRef[gated, gateReq
 // a caller on a itself nor to a client-only gateway — and their fenced
 // writes under a's old epoch must be rejected.
 func TestLateHandlerOfCutOffOwner(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartEtcd(t)
 	tox := testenv.StartToxiproxy(t)
 	proxy := tox.Proxy(t, "etcd-late", srv.Endpoint())

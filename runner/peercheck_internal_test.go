@@ -98,6 +98,7 @@ func askOK(t *testing.T, r *Runner, key string) string {
 // certificate comes from another CA is refused in the handshake, and the
 // runner it tried logs why (at WARN, with its address).
 func TestPeerOfAnotherCARefused(t *testing.T) {
+	t.Parallel()
 	pki, other := testenv.NewPKI(t, "cluster"), testenv.NewPKI(t, "other")
 	tc := newTestCluster(t)
 	log := &warnLog{}
@@ -127,6 +128,7 @@ func TestPeerOfAnotherCARefused(t *testing.T) {
 // whose server certificate does not name it is refused by the peers
 // dialing it.
 func TestRequireClusterPeers(t *testing.T) {
+	t.Parallel()
 	pki := testenv.NewPKI(t, "cluster")
 	tc := newTestCluster(t)
 	logs := map[string]*warnLog{}

@@ -28,6 +28,7 @@ func (lc *logCapture) warnings() []logLine {
 // nothing at WARN or above and emits no Detached event: an alert on either
 // must not fire on every deploy.
 func TestGracefulShutdownLooksHealthy(t *testing.T) {
+	t.Parallel()
 	for _, peers := range []int{0, 1} {
 		t.Run(map[int]string{0: "alone", 1: "handing off"}[peers], func(t *testing.T) {
 			k := newTestKind(false)

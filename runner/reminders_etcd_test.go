@@ -20,6 +20,7 @@ import (
 // reminders fire again within LeaseTTL + 1 s, at least once; in steady
 // state etcd sees no write.
 func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	env := newAlarmEnv()
 	const shards, ttl = 32, 3 * time.Second

@@ -71,6 +71,7 @@ func ownersByLease(c *cluster, rs []*etcdRunner) map[sharding.ShardID]string {
 }
 
 func TestEtcdRemoteAsksLandOnOwners(t *testing.T) {
+	t.Parallel()
 	c, rs, client := remoteCluster(t, 3, 256, 0)
 	owners := ownersByLease(c, rs)
 	const entities = 10000
@@ -177,6 +178,7 @@ func (tr *traffic) finish(d time.Duration) bool {
 }
 
 func TestEtcdRemoteOwnerCrashDuringAsks(t *testing.T) {
+	t.Parallel()
 	const ttl = 4 * time.Second
 	c, rs, client := remoteCluster(t, 3, 64, ttl)
 	tr := runTraffic(client, 16, 500, 3*ttl) // contexts outlive the TTL
@@ -203,6 +205,7 @@ func TestEtcdRemoteOwnerCrashDuringAsks(t *testing.T) {
 }
 
 func TestEtcdRemoteGracefulShutdownZeroFailures(t *testing.T) {
+	t.Parallel()
 	c, rs, client := remoteCluster(t, 3, 64, 0)
 	tr := runTraffic(client, 16, 500, 10*time.Second)
 	time.Sleep(500 * time.Millisecond)

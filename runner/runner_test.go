@@ -14,6 +14,15 @@ import (
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
+// TestMain checks that no test leaks a goroutine.
+//
+// The tests that spend their time waiting — on a real etcd, on lease
+// expiries, on processes, on Chromium — call t.Parallel, so that the
+// package's wall time is not the sum of their waits (make test gives
+// -parallel 6); they share nothing but the package's atomic counters. The
+// etcd fault matrix runs in parallel with them but one of its tests at a
+// time (oneFaultAtATime). Quick in-memory and synctest tests stay
+// sequential: they run first, alone.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConvergesToExactPartition(t *testing.T) {

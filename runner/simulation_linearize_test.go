@@ -259,6 +259,7 @@ func checkSimLinearizable(t *testing.T, seed uint64, ops []linearize.Op) lineari
 // later owner restores it — a history no single copy of the register can
 // produce. The seeds are scanned until one shows it.
 func TestLinearizabilityCheckRejectsAStoreWithoutFencing(t *testing.T) {
+	t.Parallel()
 	const maxSeeds = 300
 	for seed := uint64(1); seed <= maxSeeds; seed++ {
 		var st simStats

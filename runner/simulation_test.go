@@ -57,6 +57,7 @@ var (
 )
 
 func TestSimulation(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{}
 	if *simSeed != 0 {
 		seeds = append(seeds, *simSeed)

@@ -24,6 +24,7 @@ import (
 // page, and becomes Ready (and serves) once etcd is up; with StartTimeout,
 // Run gives up and says why.
 func TestEtcdDownAtStart(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartEtcd(t)
 	srv.Stop()
 	k := newTestKind(false)

@@ -67,6 +67,7 @@ func (p *testPKI) issue(t *testing.T, name string, serial int64) tls.Certificate
 // is served; one without is refused (not delivered, retried until its
 // context ends).
 func TestMutualTLSTransport(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	tc := newTestCluster(t)
 	serverTLS := &tls.Config{

@@ -25,6 +25,7 @@ import (
 // and that after the toxic is removed it re-attaches, re-registers and owns
 // shards again under new epochs.
 func TestEtcdCutOffRunnerDetachesBeforeExpiry(t *testing.T) {
+	t.Parallel()
 	toxics := []struct {
 		name    string
 		members int // 1, or 3 with the toxic applied to every member's proxy

@@ -214,6 +214,7 @@ func TestEtcdTraceCrossesRunners(t *testing.T) {
 // entity's first activation on the new owner restores the checkpoint its
 // Release hook wrote on the old one (a restore event of 8 bytes).
 func TestEtcdHandoffTraced(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	s := newSpans(t)
 	const n = 4

@@ -22,6 +22,7 @@ import (
 // shard's owner only; each singleton's record in etcd names the runner
 // running it.
 func TestEtcdSingletonsWorkersAndRememberedEntitiesFollowTheirShards(t *testing.T) {
+	t.Parallel()
 	c := startEtcdCluster(t)
 	env := newTwinEnv()
 	var log workerLog

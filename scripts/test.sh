@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite (`make test`; GO names the go command). Every step
+# must pass; the script exits non-zero when one does not.
+#
+# The steps and why they run where they do:
+#   1. go vet, root module.
+#   2. Under -race, every root package (runner first: its real-etcd tests
+#      wait in real time and are the longest package, so it starts as soon as
+#      it is compiled).
+#      Beside it, in the background (their output is printed after step 2):
+#      the deterministic proofs that -race would slow fivefold — the
+#      simulation's other 1 150 seeds (virtual time inside testing/synctest:
+#      the load of step 2 cannot change their outcome) and TestMovement
+#      (arithmetic) — then examples/'s vet and the compilation of its test
+#      binaries. They use the CPU that step 2's waiting tests leave idle.
+#   3. The fault suite's three seeds, real processes, without -race, alone:
+#      its timing is part of what it checks.
+#   4. examples/: its tests (real processes: the cluster demo is killed and
+#      restarted), then metrics under -race.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+
+log=$(mktemp -d "${TMPDIR:-/tmp}/shardhost-test.XXXXXX")
+trap 'rm -rf "$log"' EXIT
+
+step() { echo "== $*"; "$@"; }
+
+step "$GO" vet ./... || exit 1
+
+# The background steps stop at the first failure; their log is printed whole.
+(
+	set -e
+	step "$GO" test -count=1 -timeout 10m -run '^TestSimulation$' ./runner/ -sim.seeds=1150 -sim.first=51
+	step "$GO" test -count=1 -timeout 5m -run '^TestMovement$' ./sharding/
+	if [ -f examples/go.mod ]; then
+		cd examples
+		step "$GO" vet ./...
+		step "$GO" test -count=1 -run '^$' ./... # compiles the test binaries only
+	fi
+) >"$log/background" 2>&1 &
+bg=$!
+
+step "$GO" test -race -shuffle=on -parallel 6 -timeout 20m ./runner/ ./...
+race=$?
+
+wait "$bg"
+background=$?
+echo "== (ran beside the race step) the simulation's other seeds, TestMovement, examples/ vet and build"
+cat "$log/background"
+if [ "$race" -ne 0 ] || [ "$background" -ne 0 ]; then
+	echo "FAIL: the race step exited $race, the steps beside it $background"
+	exit 1
+fi
+
+step "$GO" test -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$' ./bench/faults/ || exit 1
+
+if [ -f examples/go.mod ]; then
+	cd examples || exit 1
+	step "$GO" test -timeout 5m ./... || exit 1
+	step "$GO" test -race -timeout 5m ./metrics/ || exit 1
+fi
+echo "== make test: every step passed"
