@@ -35,10 +35,10 @@ $(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
 # - The simulation: 50 seeds under -race (its default there), 1150 more (51..1200) without.
 # - TestMovement: one goroutine of arithmetic, nothing for -race to find: without it only.
 #   Both run in virtual time or none, beside the race step, on the CPU its waiting tests leave idle.
-# - The fault suite: real processes whose timing -race would distort: without it only, alone.
-# - examples/: the demos embedding etcd run without -race (race-compiling the etcd server costs ~70
-#   CPU-s cold; the library they drive is race-tested above); metrics, which drives a runner
-#   in-process, runs with it too. Their tests build every main package (no separate go build).
+# - examples/, beside the race step too: the demos embedding etcd run without -race (race-compiling
+#   the etcd server costs ~70 CPU-s cold; the library they drive is race-tested); metrics, which
+#   drives a runner in-process, runs with it too. Their tests build every main package.
+# - The fault suite: real processes whose timing -race would distort: without it only, alone, last.
 test:
 	GO=$(GO) scripts/test.sh
 
