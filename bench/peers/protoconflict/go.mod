@@ -1,0 +1,3 @@
+module a.peers.local/protoconflict
+
+go 1.26.0

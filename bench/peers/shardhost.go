@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/storage/memory"
+)
+
+// shCounter is the shardhost entity of every scenario: a count, and for
+// the activation scenario a shared tally of first messages.
+type shCounter struct {
+	n     int64
+	tally *atomic.Int64
+}
+
+type shInc struct{ By int64 }
+
+func (c *shCounter) Inc(_ context.Context, r shInc) (int64, error) { c.n += r.By; return c.n, nil }
+func (c *shCounter) Add(_ context.Context, r shInc) error {
+	c.n += r.By
+	if c.tally != nil {
+		c.tally.Add(1)
+	}
+	return nil
+}
+
+// shActivated counts the activation kind's processed messages (one run
+// at a time uses it).
+var shActivated atomic.Int64
+
+var (
+	shKind = entity.NewKind("peers-counter", func(string) *shCounter { return &shCounter{} },
+		entity.Mailbox(1<<16), entity.IdleAfter(time.Hour))
+	shIncM = entity.Method(shKind, "inc", (*shCounter).Inc)
+	shAddS = entity.Signal(shKind, "add", (*shCounter).Add)
+
+	// shIdleKind has the default mailbox: the activation scenario measures
+	// what an idle entity costs as a user would declare it.
+	shIdleKind = entity.NewKind("peers-idle", func(string) *shCounter { return &shCounter{tally: &shActivated} },
+		entity.IdleAfter(time.Hour))
+	shIdleAdd = entity.Signal(shIdleKind, "add", (*shCounter).Add)
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type shLocal struct {
+	r       *runner.Runner
+	cluster *memory.Cluster
+	done    chan struct{}
+	tells   int // tell runs so far (each uses a fresh entity)
+}
+
+// startRunner starts a runner on c and waits until it owns every shard
+// (owner) or routes to the owner (client-only, waited by the caller).
+func startRunner(c *memory.Cluster, cfg runner.Config) (*runner.Runner, chan struct{}, error) {
+	cfg.NumShards = 64
+	cfg.Logger = quietLog
+	r, err := runner.New(c.NewStore(cfg.ID), cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.Register(shKind, shIdleKind); err != nil {
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(context.Background()) }()
+	if !cfg.ClientOnly {
+		deadline := time.Now().Add(10 * time.Second)
+		for len(r.Owned()) != cfg.NumShards {
+			if time.Now().After(deadline) {
+				r.Close()
+				<-done
+				return nil, nil, fmt.Errorf("runner %s owns %d of %d shards after 10 s", cfg.ID, len(r.Owned()), cfg.NumShards)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return r, done, nil
+}
+
+func newShardhostLocal() (local, error) {
+	c := memory.NewCluster()
+	r, done, err := startRunner(c, runner.Config{ID: "local"})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &shLocal{r: r, cluster: c, done: done}, nil
+}
+
+func (s *shLocal) Tell(n int) error {
+	ctx := context.Background()
+	s.tells++
+	id := "tell-" + strconv.Itoa(s.tells)
+	for range n {
+		for {
+			err := shAddS.Tell(ctx, s.r, id, shInc{By: 1})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, entity.ErrMailboxFull) {
+				return err
+			}
+			runtime.Gosched() // mailbox full: let the entity catch up
+		}
+	}
+	return waitCount(func() (int64, error) { return shIncM.Ask(ctx, s.r, id, shInc{}) }, int64(n), time.Minute)
+}
+
+func (s *shLocal) Ask(id int, loop func(ask func() error) error) error {
+	ctx := context.Background()
+	key := "ask-" + strconv.Itoa(id)
+	var c counterCheck
+	return loop(func() error {
+		got, err := shIncM.Ask(ctx, s.r, key, shInc{By: 1})
+		if err != nil {
+			return err
+		}
+		return c.check(got)
+	})
+}
+
+func (s *shLocal) Activate(n int) error {
+	ctx := context.Background()
+	shActivated.Store(0)
+	for i := range n {
+		if err := shIdleAdd.Tell(ctx, s.r, "idle-"+strconv.Itoa(i), shInc{By: 1}); err != nil {
+			return err
+		}
+	}
+	return waitCount(func() (int64, error) { return shActivated.Load(), nil }, int64(n), time.Minute)
+}
+
+func (s *shLocal) Close() {
+	s.r.Close()
+	<-s.done
+	s.cluster.Close()
+}
+
+// shRemote is an owner runner serving on loopback and a client-only runner
+// on one memory store: every ask crosses loopback TCP (gRPC).
+type shRemote struct {
+	owner, client *runner.Runner
+	done          []chan struct{}
+	cluster       *memory.Cluster
+}
+
+func newShardhostRemote() (remoteNodes, error) {
+	c := memory.NewCluster()
+	owner, d1, err := startRunner(c, runner.Config{ID: "owner", ListenAddr: "127.0.0.1:0"})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	client, d2, err := startRunner(c, runner.Config{ID: "client", ClientOnly: true})
+	if err != nil {
+		owner.Close()
+		<-d1
+		c.Close()
+		return nil, err
+	}
+	s := &shRemote{owner: owner, client: client, done: []chan struct{}{d1, d2}, cluster: c}
+	deadline := time.Now().Add(10 * time.Second)
+	for { // until the client routes to the owner
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := shIncM.Ask(cctx, client, "warm", shInc{})
+		cancel()
+		if err == nil {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.Close()
+			return nil, fmt.Errorf("client does not reach the owner: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *shRemote) Ask(id int, loop func(ask func() error) error) error {
+	ctx := context.Background()
+	key := "remote-" + strconv.Itoa(id)
+	var c counterCheck
+	return loop(func() error {
+		got, err := shIncM.Ask(ctx, s.client, key, shInc{By: 1})
+		if err != nil {
+			return err
+		}
+		return c.check(got)
+	})
+}
+
+func (s *shRemote) Close() {
+	s.client.Close()
+	s.owner.Close()
+	for _, d := range s.done {
+		<-d
+	}
+	s.cluster.Close()
+}
