@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup browser test simulate faults vet fmt-check bench demo demo-partitions demo-carts demo-cluster demo-cluster-secure screenshots clean-bin
+.PHONY: setup browser test simulate faults vet fmt-check bench peers demo demo-partitions demo-carts demo-cluster demo-cluster-secure screenshots clean-bin
 
 ## setup: download Go modules, build the pinned etcd + toxiproxy binaries into ./bin, and install
 ## Debian's chromium for the browser checks when apt-get can (best effort, ~30 s once; never fails)
@@ -56,6 +56,13 @@ faults: $(BIN)/etcd $(BIN)/toxiproxy-server
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/
 	$(GO) run ./bench/churn
+
+## peers: shardhost side by side with protoactor-go, hollywood, goakt, ergo and the raw loopback TCP floor
+## (bench/peers, a module of its own, not in `make test`: compiling the four frameworks costs ~140 CPU-s cold);
+## its tests, then ROUNDS interleaved rounds (~1-2 min each on 2 cores) and the table; PEERS_ARGS adds flags (-json, -systems, -scenarios)
+ROUNDS ?= 5
+peers:
+	cd bench/peers && $(GO) vet ./... && $(GO) test -count=1 ./... && $(GO) run . -rounds $(ROUNDS) $(PEERS_ARGS)
 
 ## demo: run the counter demo (embedded etcd, 3 runners + a gateway, graceful stop and crash; ~15 s)
 demo:

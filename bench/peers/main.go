@@ -61,12 +61,20 @@ func main() {
 		only      = flag.String("systems", "", "comma-separated systems to run (default all)")
 		scens     = flag.String("scenarios", "", "comma-separated scenarios: tell,ask1,ask64,activate,remote1,remote64 (default all)")
 		asJSON    = flag.Bool("json", false, "print the results as JSON instead of a table")
+		load      = flag.String("load", "", "print the table of a run saved with -json in this file, and measure nothing")
 		perRunMax = flag.Duration("timeout", 3*time.Minute, "bound of one measurement, start and stop included")
 	)
 	flag.Parse()
 	if *rounds < 1 || *d <= 0 || *entities < 1 {
 		fmt.Fprintln(os.Stderr, "peers: -rounds, -d and -entities must be positive")
 		os.Exit(2)
+	}
+	if *load != "" {
+		if err := printSaved(os.Stdout, *load); err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(2)
+		}
+		return
 	}
 	systems, err := pick(allSystems(), *only, func(s system) string { return s.name })
 	if err == nil {
@@ -363,4 +371,18 @@ func writeJSON(w io.Writer, res *results) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
+}
+
+// printSaved prints the table of a run saved with -json.
+func printSaved(w io.Writer, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	writeTable(w, &res)
+	return nil
 }
