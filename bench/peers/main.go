@@ -15,7 +15,7 @@
 //
 // Usage (from bench/peers):
 //
-//	go run . [-rounds 5] [-d 1s] [-entities 100000] [-systems shardhost,hollywood] [-scenarios tell,ask64] [-json]
+//	go run . [-rounds 5] [-d 1s] [-entities 20000] [-systems shardhost,hollywood] [-scenarios tell,ask64] [-json]
 package main
 
 import (
@@ -28,9 +28,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -54,10 +56,19 @@ func allSystems() []system {
 
 func main() {
 	slog.SetDefault(quietLog) // hollywood logs through the default logger
+	// Ergo nodes catch SIGINT and SIGTERM to stop themselves gracefully;
+	// the command still ends on them.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintln(os.Stderr, "peers: stopped by", s)
+		os.Exit(1)
+	}()
 	var (
 		rounds    = flag.Int("rounds", 5, "interleaved rounds (each figure is the median over them)")
 		d         = flag.Duration("d", time.Second, "duration of each throughput or latency measurement")
-		entities  = flag.Int("entities", 100_000, "actors created by each activation measurement")
+		entities  = flag.Int("entities", 20_000, "actors created by each activation measurement (goakt did not create 100 000 within 3 minutes here)")
 		only      = flag.String("systems", "", "comma-separated systems to run (default all)")
 		scens     = flag.String("scenarios", "", "comma-separated scenarios: tell,ask1,ask64,activate,remote1,remote64 (default all)")
 		asJSON    = flag.Bool("json", false, "print the results as JSON instead of a table")
@@ -277,7 +288,7 @@ func runOnce(sys system, s scenario, cfg config, max time.Duration) (map[string]
 		runtime.GC() // the next measurement starts without this one's garbage
 		return o.vals, o.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("no result within %v", max)
+		return nil, fmt.Errorf("no result within %v (the system is left running: later figures of this run may be disturbed)", max)
 	}
 }
 
