@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// errSkip wraps the reason a system does not run a scenario; the table
+// skipError carries the reason a system does not run a scenario; the table
 // prints the reason instead of a figure.
 type skipError struct{ reason string }
 
@@ -56,10 +56,13 @@ type system struct {
 	localSkip   string // why newLocal is nil
 	remoteSkip  string // why newRemote is nil
 	remoteLabel string // what its remote mode is ("cluster", "remote", ...)
+	maxEntities int    // > 0: at most this many actors in the activation scenario
+	entitiesWhy string // why maxEntities
 }
 
-// counter is the request every adapter answers: add by to the actor's
-// count and return the new count.
+// counterCheck checks the answers of one caller's asks: every adapter's
+// actor adds the request's amount (1) to its count and answers the new
+// count, so the n-th ask of a caller must read n.
 type counterCheck struct{ want int64 }
 
 // check verifies the count the actor returned after an increment by one.
