@@ -148,18 +148,21 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 			r.router.SawEpoch(l.Shard, l.Epoch)
 		}
 	}
-	for id, s := range r.owned {
+	for s := range r.shards.ownedShards() {
 		if s.epoch > storage.Epoch(u.Revision) {
 			continue // acquired after the snapshot
 		}
-		l, ok := r.view.locks.Get(id)
+		l, ok := r.view.locks.Get(s.id)
 		if !ok || l.Lease != r.lease || l.Epoch != s.epoch {
-			r.lockLostLocked(id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", id, u.Revision))
+			r.lockLostLocked(s.id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", s.id, u.Revision))
 		}
 	}
-	for id := range r.pending {
-		if l, held := r.view.locks.Get(id); !held || l.Lease == storage.NoLease {
-			r.pending[id] = &pending{since: time.Now()}
+	for i := range r.shards.s {
+		id := sharding.ShardID(i)
+		if p := r.shards.at(id).pending; p != nil {
+			if l, held := r.view.locks.Get(id); !held || l.Lease == storage.NoLease {
+				*p = pending{since: time.Now()}
+			}
 		}
 	}
 	r.markAllLocked()
@@ -176,13 +179,12 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 		}
 		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
 		prev, _ := r.view.locks.Get(id)
-		s, owned := r.owned[id]
-		_, leaving := r.releasing[id]
+		s, leaving := r.shards.owner(id), r.shards.leaving(id)
 		r.view.locks.Del(id)
-		if owned && rev > s.epoch && !leaving {
+		if s != nil && rev > s.epoch && !leaving {
 			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
-		if p, ok := r.pending[id]; ok {
+		if p := r.shards.at(id).pending; p != nil {
 			// Watch-driven wake-up: a fresh window, acquire now.
 			*p = pending{since: time.Now()}
 		}
@@ -196,8 +198,8 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 		return
 	}
 	id := l.Shard
-	s, owned := r.owned[id]
-	_, leaving := r.releasing[id]
+	s, leaving := r.shards.owner(id), r.shards.leaving(id)
+	owned := s != nil
 	prev, _ := r.view.locks.Get(id)
 	r.view.locks.Set(l)
 	r.router.SawEpoch(id, l.Epoch)
@@ -217,38 +219,19 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	}
 	if l.Lease == storage.NoLease {
 		// Never an owner: an assigned shard takes it over at once.
-		if p, ok := r.pending[id]; ok {
+		if p := r.shards.at(id).pending; p != nil {
 			*p = pending{since: time.Now()}
 		}
 	}
 	if l.Lease != r.lease {
-		delete(r.movedTo, id) // the watch caught up with our handoff
-	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.lastReleased[id] && l.Owner == r.owner() {
+		r.shards.moveSeen(id) // the watch caught up with our handoff
+	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.shards.at(id).lastReleased && l.Owner == r.owner() {
 		// A lock written under our lease, naming this incarnation, during
 		// this attachment is ours at that epoch: a handoff's transfer to us
 		// (possibly one we stopped wanting meanwhile: we then hand it on
 		// properly), or our own acquire whose reply has not arrived yet.
 		r.installInboundLocked(id, l)
 	}
-}
-
-// lockLostLocked handles an owned lock that changed behind our back
-// (deleted, rewritten or taken by somebody else): that shard alone is
-// dropped at once, its context cancelled (ErrShardMoved) before anything
-// else, so none of its handlers starts again here. The runner stays
-// attached; if the shard is still assigned here it is pending again (a lock
-// under our lease gets a new epoch, a deleted or lease-less one is
-// acquired, one held by another lease is waited for). Losing the lease
-// itself still detaches the whole runner (watchdog, storageResult).
-func (r *Runner) lockLostLocked(id sharding.ShardID, detail string) {
-	s, ok := r.owned[id]
-	if !ok {
-		return
-	}
-	s.cancel(ErrShardMoved)
-	r.disownLocked(s, ErrShardMoved)
-	r.hub.Publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
-	r.lostLocks = append(r.lostLocks, lostLock{shard: id, detail: detail})
 }
 
 // lostLock is a shard dropped by lockLostLocked, to be logged.
@@ -397,17 +380,10 @@ func (r *Runner) selfLocked() selfState {
 // runners' leases (a member that left or restarted).
 func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
 	r.work.AddMoved(old, a, r.cfg.ID)
-	for id := range r.owned {
-		r.work.Add(id)
-	}
-	for id := range r.pending {
-		r.work.Add(id)
-	}
-	for id := range r.inbound {
-		r.work.Add(id)
-	}
-	for id := range r.releasing {
-		r.work.Add(id)
+	for i := range r.shards.s {
+		if id := sharding.ShardID(i); r.shards.busy(id) {
+			r.work.Add(id)
+		}
 	}
 	for id, h := range r.view.handoffs {
 		if h.Lease == r.lease {

@@ -37,7 +37,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 	if err != nil {
 		r.mu.Lock()
 		for _, id := range shards { // retried after AcquireRetryInterval
-			if p := r.pending[id]; p != nil && r.gen == gen {
+			if p := r.shards.at(id).pending; p != nil && r.gen == gen {
 				r.retryLocked(id, p.last.Add(r.cfg.AcquireRetryInterval))
 			}
 		}
@@ -53,7 +53,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 	}
 	now := time.Now()
 	for _, a := range res {
-		p := r.pending[a.Shard]
+		p := r.shards.at(a.Shard).pending
 		switch a.Status {
 		case storage.Acquired:
 			if a.Replaced != nil {
@@ -128,15 +128,15 @@ func (r *Runner) mayOwnLocked() bool {
 // verify checks, read-only, that every owned lock is still ours.
 func (r *Runner) verify() {
 	r.mu.Lock()
-	if r.phase != phaseAttached || len(r.owned) == 0 {
+	if r.phase != phaseAttached || r.shards.owned == 0 {
 		r.mu.Unlock()
 		return
 	}
 	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
-	held := make([]storage.Held, 0, len(r.owned))
-	for id, s := range r.owned {
-		if _, leaving := r.releasing[id]; !leaving {
-			held = append(held, storage.Held{Shard: id, Epoch: s.epoch})
+	held := make([]storage.Held, 0, r.shards.owned)
+	for s := range r.shards.ownedShards() {
+		if !r.shards.leaving(s.id) {
+			held = append(held, storage.Held{Shard: s.id, Epoch: s.epoch})
 		}
 	}
 	r.mu.Unlock()
@@ -160,8 +160,7 @@ func (r *Runner) verify() {
 		return
 	}
 	for _, l := range lost {
-		s, ok := r.owned[l.Shard]
-		if _, leaving := r.releasing[l.Shard]; ok && !leaving && s.epoch == control.EpochOf(held, l.Shard) {
+		if s := r.shards.owner(l.Shard); s != nil && !r.shards.leaving(l.Shard) && s.epoch == control.EpochOf(held, l.Shard) {
 			r.lockLostLocked(l.Shard, "verification found the lock gone or changed")
 		}
 	}
@@ -179,7 +178,7 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	actx, leaseID := r.attachCtx, r.lease
 	shards := make([]*shard, 0, len(ids))
 	for _, id := range ids {
-		if s, ok := r.owned[id]; ok {
+		if s := r.shards.owner(id); s != nil {
 			shards = append(shards, s)
 		}
 	}
@@ -206,11 +205,11 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 		return
 	}
 	for _, s := range shards {
-		if cur, ok := r.owned[s.id]; ok && cur == s {
+		if r.shards.owner(s.id) == s {
 			s.host.KeepLock()     // waitStragglers below
 			s.plainRelease = true // its reminders stay for the progress below
 			r.disownLocked(s, cause)
-			r.lastReleased[s.id] = s.epoch
+			r.shards.released(s.id, s.epoch)
 			r.hub.Publish(ShardReleased{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Interrupted: s.host.Interrupted()})
 		}
 	}
@@ -287,9 +286,7 @@ func (r *Runner) deleteLockChunk(actx context.Context, leaseID storage.LeaseID, 
 	}
 	retry := time.Now().Add(r.cfg.AcquireRetryInterval)
 	for _, h := range held {
-		if r.releasing[h.Shard] == h.Epoch {
-			delete(r.releasing, h.Shard)
-		}
+		r.shards.clearReleasing(h.Shard, h.Epoch)
 		if err == nil {
 			r.markLocked(h.Shard) // a released shard may be wanted back
 		} else {
@@ -325,16 +322,18 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 func (r *Runner) cancelAllInbound() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, in := range r.inbound {
-		delete(r.inbound, id)
-		r.reportInbound(id, in, handoff.Aborted, "shutting down", abortShutdown)
+	for i := range r.shards.s {
+		id := sharding.ShardID(i)
+		if in := r.shards.endInbound(id); in != nil {
+			r.reportInbound(id, in, handoff.Aborted, "shutting down", abortShutdown)
+		}
 	}
 }
 
 func (r *Runner) ownedCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.owned)
+	return r.shards.owned
 }
 
 // beginDrainMode starts the first step of Shutdown: the runner registers
@@ -350,7 +349,7 @@ func (r *Runner) beginDrainMode() time.Time {
 			peers = true
 		}
 	}
-	ok := r.phase == phaseAttached && !r.cfg.DisableHandoff && len(r.owned) > 0 && peers
+	ok := r.phase == phaseAttached && !r.cfg.DisableHandoff && r.shards.owned > 0 && peers
 	if ok {
 		r.drainMode = true
 	}
@@ -390,12 +389,11 @@ func (r *Runner) shutdown(ctx context.Context) {
 	}
 	gen := r.gen
 	var ids []sharding.ShardID
-	for id, s := range r.owned {
-		ids = append(ids, id)
-		r.releasing[id] = s.epoch
+	for s := range r.shards.ownedShards() {
+		ids = append(ids, s.id)
+		r.shards.markReleasing(s.id, s.epoch)
 	}
 	r.mu.Unlock()
-	slices.Sort(ids)
 	r.log.Info("shutting down", "owned", len(ids))
 	if attached && len(ids) > 0 {
 		// release() checks the phase only through gen; keep it attached-like.

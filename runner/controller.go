@@ -115,7 +115,7 @@ func (r *Runner) viewChange() (departure, owns bool) {
 	defer r.mu.Unlock()
 	departure = r.view.departed && r.view.assignedWithSelf
 	r.view.departed = false
-	return departure, len(r.owned) > 0 || r.clusterSettledLocked()
+	return departure, r.shards.owned > 0 || r.clusterSettledLocked()
 }
 
 // clusterSettledLocked reports whether every shard is locked by a live
@@ -130,8 +130,10 @@ func (r *Runner) clusterSettledLocked() bool {
 func (r *Runner) resync() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, p := range r.pending {
-		*p = pending{since: time.Now()}
+	for i := range r.shards.s {
+		if p := r.shards.s[i].pending; p != nil {
+			*p = pending{since: time.Now()}
+		}
 	}
 	r.recomputeLocked()
 	r.markAllLocked()
@@ -162,13 +164,7 @@ func (r *Runner) retryLocked(id sharding.ShardID, t time.Time) {
 // owned, pending, taken over or released here, or its lock is (or was)
 // under this runner's lease.
 func (r *Runner) concernsLocked(id sharding.ShardID, leases ...storage.LeaseID) bool {
-	if _, ok := r.owned[id]; ok {
-		return true
-	}
-	if r.pending[id] != nil || r.inbound[id] != nil {
-		return true
-	}
-	if _, ok := r.releasing[id]; ok {
+	if r.shards.busy(id) {
 		return true
 	}
 	for _, l := range leases {
@@ -247,14 +243,14 @@ func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
 // returns the running takeover it read.
 func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control.Shard) *handoff.Inbound {
 	sh.Want = st.Registered && !r.drainMode && r.assignedHereLocked(id)
-	_, sh.Owned = r.owned[id]
-	_, sh.Leaving = r.releasing[id]
-	if pd := r.pending[id]; pd != nil {
+	x := r.shards.at(id)
+	sh.Owned, sh.Leaving = x.own != nil, x.releasing != 0
+	if pd := x.pending; pd != nil {
 		sh.Pending, sh.LastTry, sh.Exhausted = true, pd.last, pd.exhausted
 	}
 	l, held := r.view.locks.Get(id)
 	sh.Held, sh.Lease = held, l.Lease
-	in := r.inbound[id]
+	in := x.inbound
 	sh.Inbound = in != nil
 	if sh.Want && !sh.Owned && held && l.Lease != st.Lease {
 		// What only a takeover decision reads (see control.Shard).
@@ -262,11 +258,11 @@ func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control
 		if in != nil && sh.Holder != "" {
 			sh.Stale, _ = in.Restart(l, sh.Holder)
 		}
-		sh.NoTakeoverBefore = r.inboundRetry[id]
+		sh.NoTakeoverBefore = x.takeoverHold()
 	}
 	h, ok := r.view.handoffs[id]
 	if sh.OurRecord = ok && h.Lease == st.Lease; sh.OurRecord {
-		sh.RecordDeleting = r.deletingHandoff[id] == h.ModRevision
+		sh.RecordDeleting = x.deletingRecord() == h.ModRevision
 	}
 	return in
 }
@@ -274,14 +270,15 @@ func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control
 // applyLocked carries decision d on shard id into the runner's state and
 // the round's plan p, in the order control.Decision lists.
 func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *handoff.Inbound, st *control.Round, p *plan) {
+	defer r.shards.checked(id)
 	switch d.Pending {
 	case control.PendingDropped:
-		delete(r.pending, id)
+		r.shards.dropPending(id)
 	case control.PendingStarted:
-		r.pending[id] = &pending{since: st.Now}
+		r.shards.startPending(id, st.Now)
 	}
 	if d.Abort != "" {
-		delete(r.inbound, id)
+		r.shards.endInbound(id)
 		r.reportInbound(id, in, handoff.Aborted, d.Abort, abortAbandoned)
 		if d.AbortRecord {
 			p.records = append(p.records, id)
@@ -289,11 +286,10 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	}
 	if d.TakeOver {
 		l, _ := r.view.locks.Get(id)
-		delete(r.inboundRetry, id)
 		p.inbound = append(p.inbound, r.newInboundLocked(id, r.view.byLease[l.Lease], l.Epoch))
 	}
 	if d.Tried {
-		r.pending[id].last = st.Now
+		r.shards.at(id).pending.last = st.Now
 	}
 	if d.Acquire {
 		p.acquire = append(p.acquire, id)
@@ -303,17 +299,17 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	}
 	switch d.Owned {
 	case control.Keep:
-		r.owned[id].unassignedSince = time.Time{}
+		r.shards.owner(id).unassignedSince = time.Time{}
 	case control.HandOff:
-		r.handOffLocked(r.owned[id], st.Now, p)
+		r.handOffLocked(r.shards.owner(id), st.Now, p)
 	}
 	if d.Orphan {
 		l, _ := r.view.locks.Get(id)
 		p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch})
-		r.releasing[id] = l.Epoch
+		r.shards.markReleasing(id, l.Epoch)
 	}
 	if d.DeleteRecord {
-		r.deletingHandoff[id] = r.view.handoffs[id].ModRevision
+		r.shards.deletingRecord(id, r.view.handoffs[id].ModRevision)
 		p.records = append(p.records, id)
 	}
 }
@@ -325,10 +321,10 @@ func (r *Runner) handOffLocked(s *shard, now time.Time, p *plan) {
 	d := r.outboundDecisionLocked(s, now)
 	switch d.Action {
 	case handoff.CutOver:
-		r.releasing[s.id] = s.epoch
+		r.shards.markReleasing(s.id, s.epoch)
 		p.cutovers = append(p.cutovers, cutoverItem{s: s, h: d.Record, m: handoff.NewMachine(handoff.OldOwner)})
 	case handoff.Release:
-		r.releasing[s.id] = s.epoch
+		r.shards.markReleasing(s.id, s.epoch)
 		p.release = append(p.release, s.id)
 	default:
 		// Wait for the ready record (the handoff watch marks the shard),

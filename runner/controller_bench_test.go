@@ -103,8 +103,8 @@ func BenchmarkControlRoundAfterLockEvent(b *testing.B) {
 		b.Run(fmt.Sprintf("own/shards=%d", n), func(b *testing.B) {
 			r := benchController(b, n)
 			var mine sharding.ShardID
-			for id := range r.owned {
-				mine = id
+			for s := range r.shards.ownedShards() {
+				mine = s.id
 				break
 			}
 			lease := r.view.members["x"].Lease

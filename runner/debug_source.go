@@ -61,9 +61,9 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	snap.Address, snap.Phase, snap.Attached, snap.Started = r.address, r.phase.String(), r.phase == phaseAttached, r.started
-	snap.Owned, snap.Pending, snap.Releasing, snap.InboundHandoffs = len(r.owned), len(r.pending), len(r.releasing), len(r.inbound)
+	snap.Owned, snap.Pending, snap.Releasing, snap.InboundHandoffs = r.shards.counts()
 	snap.Members = slices.SortedFunc(maps.Values(r.view.members), func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
-	snap.Locks = make([]storage.Lock, 0, len(r.owned)*2)
+	snap.Locks = make([]storage.Lock, 0, r.shards.owned*2)
 	for _, l := range r.view.locks {
 		if l.Epoch != 0 { // held
 			snap.Locks = append(snap.Locks, l)

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/detachment"
-	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/lease"
@@ -185,22 +184,16 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	r.phase = phaseDetached
 	r.gen++
 	r.attachStop(ErrDetached)
-	n := len(r.owned)
+	n := r.shards.owned
 	var hosts []*hosting.Shard // the detach span's (traced only)
 	if r.trace.On() {
 		hosts = make([]*hosting.Shard, 0, n)
-		for _, s := range r.owned {
+		for s := range r.shards.ownedShards() {
 			hosts = append(hosts, s.host)
 		}
 	}
-	r.dropOwnedLocked(ErrDetached)
-	clear(r.pending)
+	r.forgetAttachmentLocked()
 	r.work.Reset()
-	for id, in := range r.inbound { // handoffs never block detachment
-		delete(r.inbound, id)
-		r.reportInbound(id, in, handoff.Aborted, "detached", abortDetached)
-	}
-	clear(r.movedTo)
 	clear(r.storageErrs)
 	r.wouldDetach = detachment.ReasonNone
 	r.hub.Publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})

@@ -134,7 +134,7 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 		r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
 		return
 	}
-	if _, owned := r.owned[id]; !owned && (kv.Lease != r.lease || kv.Lease == storage.NoLease) {
+	if r.shards.owner(id) == nil && (kv.Lease != r.lease || kv.Lease == storage.NoLease) {
 		// Neither ours nor aimed at a shard we own: only its lease and
 		// revision matter now, so it is decoded only if its shard becomes
 		// ours before the record changes again (handoffLocked) — a record
@@ -189,7 +189,7 @@ func (r *Runner) deleteHandoffs(actx context.Context, leaseID storage.LeaseID, i
 	defer r.mu.Unlock()
 	retry := time.Now().Add(r.cfg.AcquireRetryInterval)
 	for _, id := range ids {
-		delete(r.deletingHandoff, id)
+		r.shards.recordNotDeleted(id)
 		r.retryLocked(id, retry)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/internal/tracing"
@@ -19,7 +18,8 @@ import (
 // 4): takeovers are decided in a round (control.Decide), run here
 // (record warming, warm, record ready) and completed when the lock
 // arrives under this runner's lease. Their phases and decisions are
-// package handoff's; the store calls and r.inbound are the runner's.
+// package handoff's; the store calls and the takeover's record
+// (shardstate.go) are the runner's.
 
 // inboundItem is one takeover started in a round.
 type inboundItem struct {
@@ -31,7 +31,7 @@ type inboundItem struct {
 // from; runInbound runs it.
 func (r *Runner) newInboundLocked(id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) inboundItem {
 	in := handoff.NewInbound(r.inboundContext(r.attachCtx, id, from, fromEpoch), from, fromEpoch, time.Now())
-	r.inbound[id] = in
+	r.shards.startInbound(id, in)
 	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
 	return inboundItem{id: id, in: in}
 }
@@ -179,11 +179,11 @@ func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inbou
 	for _, it := range items {
 		// Only the current takeover owns the record: a replaced one must
 		// not delete its successor's.
-		if r.inbound[it.id] != it.in {
+		if r.shards.at(it.id).inbound != it.in {
 			continue
 		}
-		delete(r.inbound, it.id)
-		r.inboundRetry[it.id] = retry
+		r.shards.endInbound(it.id)
+		r.shards.holdTakeovers(it.id, retry)
 		r.retryLocked(it.id, retry)
 		if r.gen == gen {
 			records = append(records, it.id)
@@ -198,32 +198,4 @@ func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inbou
 	if deleteRecords && len(records) > 0 {
 		r.deleteHandoffs(actx, leaseID, records)
 	}
-}
-
-// installInboundLocked installs a lock that appeared under our lease in the
-// watch, completing the inbound handoff if there is one.
-func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
-	if !r.mayOwnLocked() {
-		return
-	}
-	in := r.inbound[id]
-	if in == nil {
-		r.installWithLocked(id, l.Epoch, entity.ActivateNew, nil)
-		return
-	}
-	delete(r.inbound, id)
-	// Ended (and cancelled) first, reported after the install: no report
-	// of this takeover can come between (it ended).
-	err := in.Advance(handoff.Cutover, nil)
-	warmed := in.TakeWarmed()
-	n := len(warmed) // the map is hosting's once installed
-	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, warmed)
-	if err != nil {
-		r.phaseRefused(id, err)
-		return
-	}
-	r.endInbound(in, outcomeCutover, l.Epoch, n)
-	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("completed"))
-	r.met.handoffPhase.Record(context.Background(), time.Since(in.Started()).Seconds(), r.met.attrs, withPhase("total"))
-	r.publishPhase(id, handoff.Cutover, in.From().ID, r.cfg.ID, "")
 }

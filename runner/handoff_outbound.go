@@ -18,7 +18,7 @@ import (
 // owned shard assigned elsewhere is cut over once its new owner is ready
 // (stop admission, drain, release, move the lock in one transaction), or
 // released plainly. Its phases and decisions are package handoff's; the
-// store calls, drains and r.owned are the runner's.
+// store calls, drains and the owned shards (shardstate.go) are the runner's.
 
 // outboundDecisionLocked decides (handoff.DecideOutbound), for an owned
 // shard assigned elsewhere, whether to cut over now (the new owner is
@@ -154,7 +154,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 func (r *Runner) stillOwnedLocked(gen uint64, items []cutoverItem) []cutoverItem {
 	out := items[:0:0]
 	for _, it := range items {
-		if r.gen == gen && r.owned[it.s.id] == it.s {
+		if r.gen == gen && r.shards.owner(it.s.id) == it.s {
 			out = append(out, it)
 			continue
 		}
@@ -195,7 +195,7 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duratio
 // why for its span.
 func (r *Runner) reopenLocked(gen uint64, it cutoverItem, retryIn time.Duration, why, errType string) {
 	r.clearReleasingLocked(it.s)
-	if r.gen == gen && r.owned[it.s.id] == it.s {
+	if r.gen == gen && r.shards.owner(it.s.id) == it.s {
 		it.s.cutoverRetryAt = time.Now().Add(retryIn)
 		it.s.host.Reopen()
 		r.reminders.Resume(it.s.id, it.s.epoch)
@@ -240,15 +240,14 @@ func (r *Runner) abortUnrecorded(gen uint64, items []cutoverItem) []cutoverItem 
 func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Transfer, cutStart time.Time) {
 	s, h := it.s, it.h
 	r.clearReleasingLocked(s)
-	if r.gen != gen || r.owned[s.id] != s {
+	if r.gen != gen || r.shards.owner(s.id) != s {
 		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 		return // detached meanwhile: detachment wins
 	}
 	r.markLocked(s.id)
 	switch o.Verdict() {
 	case handoff.Moved:
-		r.movedTo[s.id] = h.To
-		r.lastReleased[s.id] = s.epoch
+		r.shards.handedOff(s, h.To)
 		if o.Epoch != 0 { // our view, ahead of the watch: not an orphan of ours
 			r.view.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.Epoch})
 			r.router.SawEpoch(s.id, o.Epoch)
@@ -307,13 +306,6 @@ func (r *Runner) resolveTransfers(actx context.Context, leaseID storage.LeaseID,
 		case <-actx.Done():
 		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
 		}
-	}
-}
-
-// clearReleasingLocked ends the releasing mark of s (if it is still ours).
-func (r *Runner) clearReleasingLocked(s *shard) {
-	if e, ok := r.releasing[s.id]; ok && e == s.epoch {
-		delete(r.releasing, s.id)
 	}
 }
 

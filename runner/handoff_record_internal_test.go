@@ -52,7 +52,7 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 	r.installWithLocked(shard, epoch, entity.ActivateNew, nil)
 	r.view.assignment = make([]string, 4)
 	r.view.assignment[shard] = "x"
-	d := r.outboundDecisionLocked(r.owned[shard], time.Now())
+	d := r.outboundDecisionLocked(r.shards.owner(shard), time.Now())
 	h, cut, plain := d.Record, d.Action == handoff.CutOver, d.Action == handoff.Release
 	if !cut || plain || h.To != "x" || h.FromEpoch != epoch {
 		t.Fatalf("outbound decision: cut %v, plain %v, record %+v; want a cutover to x", cut, plain, h)

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
 
@@ -216,35 +214,6 @@ func (r *Runner) dropAll(cause error, why string) {
 	}
 	r.dropOwnedLocked(cause)
 	r.log.Info("runner stopped", "why", why)
-}
-
-// dropOwnedLocked cancels every owned shard with cause and forgets it.
-func (r *Runner) dropOwnedLocked(cause error) {
-	ids := make([]sharding.ShardID, 0, len(r.owned))
-	for id := range r.owned {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		s := r.owned[id]
-		r.disownLocked(s, cause)
-		r.hub.Publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: cause})
-	}
-	clear(r.releasing)
-	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
-}
-
-// disownLocked ends the ownership of s: it stops being hosted (new
-// messages stop finding it, then its context is cancelled with cause:
-// running handlers see it, queued messages fail with it) and owned.
-func (r *Runner) disownLocked(s *shard, cause error) {
-	r.hosting.Uninstall(s.host)
-	r.reminders.Stop(s.id, s.epoch, s.plainRelease)
-	s.host.Close()
-	s.cancel(cause)
-	r.lastHosts[s.id] = s.host
-	delete(r.owned, s.id)
-	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 }
 
 // clockBase makes monotonic nanosecond readings: time.Since(clockBase).

@@ -56,7 +56,7 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if to, moved := r.movedTo[id]; moved { // we just handed it off
+	if to := r.shards.at(id).movedTo(); to != "" { // we just handed it off
 		if m, ok := r.view.members[to]; ok {
 			return m, true
 		}
@@ -87,7 +87,7 @@ func (d routingDir) NoRoute(id sharding.ShardID, waited time.Duration) error {
 	r := d.r
 	r.mu.Lock()
 	detached := r.phase == phaseDetached
-	_, ours := r.owned[id]
+	ours := r.shards.owner(id) != nil
 	l, held := r.view.locks.Get(id)
 	mine := held && l.Lease == r.lease && r.lease != 0
 	r.mu.Unlock()

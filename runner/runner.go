@@ -13,10 +13,8 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
-	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/internal/control"
 	"github.com/shardhost/shardhost/internal/eventhub"
-	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
 	"github.com/shardhost/shardhost/internal/registration"
 	"github.com/shardhost/shardhost/internal/reminders"
@@ -43,32 +41,6 @@ const (
 
 func (p phase) String() string {
 	return [...]string{"new", "starting", "attached", "detached", "stopping", "stopped"}[p]
-}
-
-// shard is one owned shard. Its context is cancelled, with the cause, when
-// ownership ends; everything hosted in the shard hangs off it.
-type shard struct {
-	id     sharding.ShardID
-	epoch  storage.Epoch
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	host   *hosting.Shard
-	// unassignedSince: when the shard was first seen assigned elsewhere
-	// (zero while assigned here); bounds the wait for a handoff.
-	unassignedSince time.Time
-	// cutoverRetryAt: no cutover before (a drain timed out on a handler).
-	cutoverRetryAt time.Time
-	// releasing plainly (release): its reminders are kept, stopped, for
-	// the progress written once its handlers returned.
-	plainRelease bool
-}
-
-// pending tracks an assigned shard this runner does not own yet.
-type pending struct {
-	since     time.Time // start of the current retry window
-	last      time.Time // last attempt
-	attempts  int       // attempts in the window
-	exhausted bool      // window ran out; wait for a DELETE or a resync
 }
 
 // Runner hosts shards of a cluster. See the package documentation.
@@ -109,48 +81,36 @@ type Runner struct {
 	opDrain drainState  // the operator's drain request (drain.go)
 	running atomic.Bool // Run was called and has not returned
 
-	mu           sync.Mutex
-	view         clusterView // the watches' view of the cluster and the assignment (cluster.go)
-	phase        phase
-	gen          uint64 // incremented on every attach and detach
-	attachCtx    context.Context
-	attachStop   context.CancelCauseFunc
-	lease        storage.LeaseID
-	owned        map[sharding.ShardID]*shard
-	releasing    map[sharding.ShardID]storage.Epoch    // being released or rewritten by us
-	lastHosts    map[sharding.ShardID]*hosting.Shard   // each shard's last host here (for its stragglers)
-	inbound      map[sharding.ShardID]*handoff.Inbound // handoffs this runner takes (none ended)
-	inboundRetry map[sharding.ShardID]time.Time        // no new inbound handoff before
-	movedTo      map[sharding.ShardID]string           // handed off to (until the watch shows it)
-	drainMode    bool                                  // Shutdown: registered as draining, handing shards off
-	attachRev    storage.Revision                      // revision of the current attachment's registration
-	// lastReleased: the epoch at which each shard last left this runner
-	// (a late watch PUT at or below it is history, not an ownership).
-	lastReleased map[sharding.ShardID]storage.Epoch
-	// deletingHandoff: our leftover handoff records being deleted (by
-	// ModRevision), so each is deleted once.
-	deletingHandoff map[sharding.ShardID]storage.Revision
-	work            *control.Queue // dirty shards and per-shard timers of the control loop
-	pending         map[sharding.ShardID]*pending
-	attachedSince   bool            // attached since the last assignment install: the next one decides every shard
-	storageErrs     map[string]int  // consecutive failed calls, by operation
-	stopping        bool            // Shutdown started: no more attaching or acquiring
-	stopCtx         context.Context // the context of the first Shutdown call
-	address         string          // advertised transport address (Config.Address or the listener's)
-	runStarted      bool            // Run was called (done will be closed)
-	lastStreak      int             // keep-alive streak last logged
-	wouldDetach     detachment.Reason
-	reg             *registration.Record         // the own record (internal/registration)
-	fatal           error                        // set once: Run ends with it (failRun)
-	badKeys         map[string]struct{}          // damaged keys already logged (keys.go)
-	workerRegs      []workerReg                  // shard workers and singletons (workers.go), fixed once Run began
-	singletonRecs   chan storage.SingletonRecord // singletons started, their records to write (workers.go)
-	badKeysFull     bool
-	lostLocks       []lostLock   // dropped shards not logged yet
-	st              startState   // starting up (start.go)
-	ownLog          ownershipLog // ownership changes of a round (ownershiplog.go)
-	async           asyncSends   // SendAsync's sends in flight (async.go)
-	life            lifeTrace    // the detach and re-attach spans (trace_lifecycle.go)
+	mu            sync.Mutex
+	view          clusterView // the watches' view of the cluster and the assignment (cluster.go)
+	phase         phase
+	gen           uint64 // incremented on every attach and detach
+	attachCtx     context.Context
+	attachStop    context.CancelCauseFunc
+	lease         storage.LeaseID
+	shards        shardTable       // every shard's ownership state (shardstate.go)
+	drainMode     bool             // Shutdown: registered as draining, handing shards off
+	attachRev     storage.Revision // revision of the current attachment's registration
+	work          *control.Queue   // dirty shards and per-shard timers of the control loop
+	attachedSince bool             // attached since the last assignment install: the next one decides every shard
+	storageErrs   map[string]int   // consecutive failed calls, by operation
+	stopping      bool             // Shutdown started: no more attaching or acquiring
+	stopCtx       context.Context  // the context of the first Shutdown call
+	address       string           // advertised transport address (Config.Address or the listener's)
+	runStarted    bool             // Run was called (done will be closed)
+	lastStreak    int              // keep-alive streak last logged
+	wouldDetach   detachment.Reason
+	reg           *registration.Record         // the own record (internal/registration)
+	fatal         error                        // set once: Run ends with it (failRun)
+	badKeys       map[string]struct{}          // damaged keys already logged (keys.go)
+	workerRegs    []workerReg                  // shard workers and singletons (workers.go), fixed once Run began
+	singletonRecs chan storage.SingletonRecord // singletons started, their records to write (workers.go)
+	badKeysFull   bool
+	lostLocks     []lostLock   // dropped shards not logged yet
+	st            startState   // starting up (start.go)
+	ownLog        ownershipLog // ownership changes of a round (ownershiplog.go)
+	async         asyncSends   // SendAsync's sends in flight (async.go)
+	life          lifeTrace    // the detach and re-attach spans (trace_lifecycle.go)
 }
 
 // New returns a runner on store. It does nothing until Run.
@@ -249,29 +209,21 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 			// process, a hung probe) is not observed health.
 			MaxSignalGap: 2 * cfg.ProbeInterval,
 		}),
-		policy:          detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
-		incarnation:     newIncarnation(),
-		kick:            make(chan struct{}, 1),
-		singletonRecs:   make(chan storage.SingletonRecord, singletonRecQueue),
-		rebalance:       make(chan struct{}, 1),
-		opDrain:         drainState{kick: make(chan struct{}, 1)},
-		badKeys:         make(map[string]struct{}),
-		stopReq:         make(chan struct{}),
-		closeReq:        make(chan struct{}),
-		done:            make(chan struct{}),
-		owned:           make(map[sharding.ShardID]*shard),
-		releasing:       make(map[sharding.ShardID]storage.Epoch),
-		lastHosts:       make(map[sharding.ShardID]*hosting.Shard),
-		inbound:         make(map[sharding.ShardID]*handoff.Inbound),
-		inboundRetry:    make(map[sharding.ShardID]time.Time),
-		movedTo:         make(map[sharding.ShardID]string),
-		lastReleased:    make(map[sharding.ShardID]storage.Epoch),
-		deletingHandoff: make(map[sharding.ShardID]storage.Revision),
-		storageErrs:     make(map[string]int),
-		pending:         make(map[sharding.ShardID]*pending),
-		work:            control.NewQueue(cfg.NumShards),
-		tripKick:        make(chan struct{}, 1),
-		spansStop:       make(chan struct{}),
+		policy:        detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
+		incarnation:   newIncarnation(),
+		kick:          make(chan struct{}, 1),
+		singletonRecs: make(chan storage.SingletonRecord, singletonRecQueue),
+		rebalance:     make(chan struct{}, 1),
+		opDrain:       drainState{kick: make(chan struct{}, 1)},
+		badKeys:       make(map[string]struct{}),
+		stopReq:       make(chan struct{}),
+		closeReq:      make(chan struct{}),
+		done:          make(chan struct{}),
+		shards:        newShardTable(cfg.NumShards),
+		storageErrs:   make(map[string]int),
+		work:          control.NewQueue(cfg.NumShards),
+		tripKick:      make(chan struct{}, 1),
+		spansStop:     make(chan struct{}),
 		view: clusterView{
 			members:    make(map[string]storage.Runner),
 			byLease:    make(map[storage.LeaseID]storage.Runner),
@@ -319,9 +271,9 @@ func signal(ch chan struct{}) {
 func (r *Runner) Owned() map[sharding.ShardID]storage.Epoch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[sharding.ShardID]storage.Epoch, len(r.owned))
-	for id, s := range r.owned {
-		out[id] = s.epoch
+	out := make(map[sharding.ShardID]storage.Epoch, r.shards.owned)
+	for s := range r.shards.ownedShards() {
+		out[s.id] = s.epoch
 	}
 	return out
 }
@@ -363,8 +315,8 @@ func ShardInfoFrom(ctx context.Context) (ShardInfo, bool) {
 func (r *Runner) ShardContext(id sharding.ShardID) (context.Context, storage.Epoch, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s, ok := r.owned[id]
-	if !ok {
+	s := r.shards.owner(id)
+	if s == nil {
 		return nil, 0, false
 	}
 	return s.ctx, s.epoch, true
@@ -410,7 +362,7 @@ func (r *Runner) Status() Status {
 	defer r.mu.Unlock()
 	return Status{
 		Phase: r.phase.String(), Detached: r.phase == phaseDetached, Reason: st.Reason,
-		Lease: r.lease, Deadline: h.Deadline, Owned: len(r.owned), Members: len(r.view.members),
+		Lease: r.lease, Deadline: h.Deadline, Owned: r.shards.owned, Members: len(r.view.members),
 		AssignmentDigest: r.view.assignDigest, NotStarted: note, StartError: startErr,
 	}
 }
@@ -441,45 +393,6 @@ func (r *Runner) setTrip(h lease.Health) {
 		return
 	}
 	r.tripAt.Store(int64(r.policy.TripAt(h.Deadline).Sub(clockBase)))
-}
-
-// installLocked records shard id as owned at epoch and starts hosting it.
-func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
-	var warmed map[hosting.EntityKey]any
-	if in := r.inbound[id]; in != nil { // the old owner died mid-handoff
-		delete(r.inbound, id)
-		if err := in.Advance(handoff.Acquired, nil); err != nil { // cancels it; no phase of its own
-			r.phaseRefused(id, err)
-		}
-		warmed = in.TakeWarmed()
-		r.markLocked(id) // the round deletes our record, now without an inbound
-		r.endInbound(in, outcomeAcquired, epoch, len(warmed))
-	}
-	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
-}
-
-// installWithLocked installs shard id; entities activate with reason and
-// may start from warmed instances.
-func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, reason entity.ActivateReason, warmed map[hosting.EntityKey]any) {
-	if _, dup := r.owned[id]; dup {
-		return
-	}
-	delete(r.movedTo, id)
-	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
-	ctx, cancel := context.WithCancelCause(r.withShardEnv(r.attachCtx, info))
-	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel}
-	s.host = r.hosting.NewShard(hosting.ShardSpec{
-		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.attachCtx, Prev: r.lastHosts[id], Reason: reason, Warmed: warmed,
-	})
-	delete(r.lastHosts, id)
-	r.owned[id] = s
-	r.hosting.Install(s.host)
-	s.host.StartWorkers()
-	r.router.SawEpoch(id, epoch)
-	delete(r.pending, id)
-	r.reminders.Acquired(id, epoch, ctx)
-	r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
-	r.met.shardsOwned.Record(context.Background(), int64(len(r.owned)), r.met.attrs)
 }
 
 // gaugeReadings are the values of the runner's observed gauges.

@@ -1,0 +1,552 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// What this runner knows about each shard it owns, acquires, takes over,
+// releases or once hosted lives in one record per shard (shardState), in
+// a slice indexed by shard (shardTable, like control.LockView for the
+// locks), guarded by Runner.mu. Every write to a record is one of the
+// transitions in this file; everything else reads.
+//
+// A record's parts, and who sets and ends them:
+//
+//   - own: the shard is owned (hosted) here at own.epoch. Set by an
+//     install (an acquire or rewrite that got the lock, a lock of ours in
+//     the watch, the end of a takeover); ended by disown (a release, a
+//     handoff, a lost lock, a detach, a stop).
+//   - releasing: this runner is releasing, cutting over or deleting its
+//     lock at that epoch; the control loop leaves the shard alone
+//     meanwhile. Set with a release, a cutover, a Shutdown or an orphan
+//     delete; cleared when the call ended (by epoch: a newer mark stays)
+//     or by a detach or stop.
+//   - pending: the shard is assigned here and not owned: acquired or
+//     taken over. Started and dropped by the round (control.Decide),
+//     ended by an install, dropped by a detach.
+//   - inbound: a takeover by handoff runs (none ended). Started by the
+//     round, ended by an install (cutover, or the old owner died), an
+//     abort (round, runInbound, Shutdown) or a detach.
+//   - lastHost: the last host here of a shard no longer owned, whose
+//     handlers may still run (stragglers); the next install waits for
+//     them (hosting.ShardSpec.Prev).
+//   - lastReleased: the epoch at which the shard last left by a release
+//     or a handoff: a late watch PUT at or below it is history, not an
+//     ownership.
+//   - movedTo (rare): the runner the shard was just handed off to, routed
+//     to until the watch shows the move.
+//   - takeoverHold (rare): no new takeover before then (one was aborted).
+//   - deletingRecord (rare): our handoff record at that revision is being
+//     deleted, so it is deleted once.
+//
+// Invariants (shardState.check; asserted after every transition while the
+// package's tests run):
+//
+//   - An owned shard has no takeover, no acquisition, no last host and
+//     no moved-to: the install ends the first two, takes the last host
+//     over as Prev and forgets where the shard last moved; a handoff sets
+//     moved-to in the step that disowns.
+//   - An owned shard is released at its own epoch only: releasing, when
+//     set on an owned shard, equals own.epoch.
+//   - A takeover runs only for a shard being acquired: inbound implies
+//     pending (the round drops both together when the shard is assigned
+//     elsewhere).
+//   - The table's owned count is the number of owned records.
+//   - After a detach nothing of the attachment remains: no shard is owned,
+//     pending, taken over, released or moved-to (afterDetach says what
+//     survives, and why).
+
+// shard is one owned shard. Its context is cancelled, with the cause, when
+// ownership ends; everything hosted in the shard hangs off it.
+type shard struct {
+	id     sharding.ShardID
+	epoch  storage.Epoch
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	host   *hosting.Shard
+	// unassignedSince: when the shard was first seen assigned elsewhere
+	// (zero while assigned here); bounds the wait for a handoff.
+	unassignedSince time.Time
+	// cutoverRetryAt: no cutover before (a drain timed out on a handler).
+	cutoverRetryAt time.Time
+	// releasing plainly (release): its reminders are kept, stopped, for
+	// the progress written once its handlers returned.
+	plainRelease bool
+}
+
+// pending tracks an assigned shard this runner does not own yet.
+type pending struct {
+	since     time.Time // start of the current retry window
+	last      time.Time // last attempt
+	attempts  int       // attempts in the window
+	exhausted bool      // window ran out; wait for a DELETE or a resync
+}
+
+// shardState is what this runner knows about one shard (see above). It is
+// kept small — every runner holds NumShards of them — with what is rarely
+// set behind one pointer.
+type shardState struct {
+	own          *shard           // owned here (nil: not)
+	pending      *pending         // being acquired or taken over (nil: not)
+	inbound      *handoff.Inbound // the takeover running here (nil: none)
+	lastHost     *hosting.Shard   // last host here while not owned (nil: none)
+	releasing    storage.Epoch    // our lock at this epoch is being released (0: not; epochs are > 0)
+	lastReleased storage.Epoch    // last left by release or handoff at this epoch (0: never)
+	rare         *shardRare       // nil while all its fields are zero
+}
+
+// shardRare holds the parts of a shardState that few shards have at a time.
+type shardRare struct {
+	movedTo        string           // handed off to this runner ID ("": not)
+	takeoverHold   time.Time        // no new takeover before (zero: none)
+	deletingRecord storage.Revision // our handoff record at this revision is being deleted (0: none)
+}
+
+// afterDetach returns what of record x survives a detach, and why:
+//
+//   - own and releasing do not: the detach dropped every shard (cause
+//     ErrDetached) and cancelled the attachment's release and delete
+//     calls; locks left under the lease are rewritten or deleted after the
+//     re-attachment.
+//   - pending and inbound do not: acquisitions and takeovers belong to the
+//     attachment (its context ended them; handoffs never block a detach);
+//     the re-attachment decides every shard again.
+//   - movedTo does not: it only bridged the watch's lag after a handoff;
+//     routing follows the lock view from now on.
+//   - lastHost does: the dropped shards' handlers may outlive the detach,
+//     and a host installed after the re-attachment must wait for them.
+//   - lastReleased does: a watch event of an old ownership may arrive
+//     after the re-attachment.
+//   - takeoverHold and deletingRecord do: they are bounds in time and
+//     revision that hold whatever the attachment (an aborted takeover's
+//     pause; a record being deleted, by revision, is deleted once).
+func (x shardState) afterDetach() shardState {
+	y := shardState{lastHost: x.lastHost, lastReleased: x.lastReleased}
+	if x.rare != nil && (!x.rare.takeoverHold.IsZero() || x.rare.deletingRecord != 0) {
+		y.rare = &shardRare{takeoverHold: x.rare.takeoverHold, deletingRecord: x.rare.deletingRecord}
+	}
+	return y
+}
+
+// check returns an error naming the first invariant record x of shard id
+// breaks (nil: none).
+func (x *shardState) check(id sharding.ShardID) error {
+	switch {
+	case x.own != nil && x.own.id != id:
+		return fmt.Errorf("shard %d: owned record of shard %d", id, x.own.id)
+	case x.own != nil && x.inbound != nil:
+		return fmt.Errorf("shard %d: owned and taken over", id)
+	case x.own != nil && x.pending != nil:
+		return fmt.Errorf("shard %d: owned and pending", id)
+	case x.own != nil && x.lastHost != nil:
+		return fmt.Errorf("shard %d: owned with a last host", id)
+	case x.own != nil && x.movedTo() != "":
+		return fmt.Errorf("shard %d: owned and moved to %q", id, x.movedTo())
+	case x.own != nil && x.releasing != 0 && x.releasing != x.own.epoch:
+		return fmt.Errorf("shard %d: owned at epoch %d, releasing epoch %d", id, x.own.epoch, x.releasing)
+	case x.inbound != nil && x.pending == nil:
+		return fmt.Errorf("shard %d: taken over, not pending", id)
+	case x.rare != nil && *x.rare == shardRare{}:
+		return fmt.Errorf("shard %d: empty rare part kept", id)
+	}
+	return nil
+}
+
+func (x *shardState) movedTo() string {
+	if x.rare == nil {
+		return ""
+	}
+	return x.rare.movedTo
+}
+
+func (x *shardState) takeoverHold() time.Time {
+	if x.rare == nil {
+		return time.Time{}
+	}
+	return x.rare.takeoverHold
+}
+
+func (x *shardState) deletingRecord() storage.Revision {
+	if x.rare == nil {
+		return 0
+	}
+	return x.rare.deletingRecord
+}
+
+// setRare changes the rare part of x with f, keeping it nil while empty.
+func (x *shardState) setRare(f func(*shardRare)) {
+	var r shardRare
+	if x.rare != nil {
+		r = *x.rare
+	}
+	f(&r)
+	switch {
+	case r == shardRare{}:
+		x.rare = nil
+	case x.rare == nil:
+		x.rare = &r
+	default:
+		*x.rare = r
+	}
+}
+
+// checkShardState makes every transition check its record's invariants
+// and panic on a breach (the package's tests set it).
+var checkShardState = false
+
+// shardTable is the records of every shard, indexed by shard.
+type shardTable struct {
+	s     []shardState
+	owned int // records with own set
+}
+
+func newShardTable(n int) shardTable { return shardTable{s: make([]shardState, n)} }
+
+// at returns shard id's record, to read.
+func (t *shardTable) at(id sharding.ShardID) *shardState { return &t.s[id] }
+
+// owner returns the owned shard id (nil: not owned).
+func (t *shardTable) owner(id sharding.ShardID) *shard { return t.s[id].own }
+
+// leaving reports whether our lock of shard id is being released.
+func (t *shardTable) leaving(id sharding.ShardID) bool { return t.s[id].releasing != 0 }
+
+// busy reports whether this runner owns, acquires, takes over or
+// releases shard id.
+func (t *shardTable) busy(id sharding.ShardID) bool {
+	x := &t.s[id]
+	return x.own != nil || x.pending != nil || x.inbound != nil || x.releasing != 0
+}
+
+// ownedShards yields the owned shards in shard order.
+func (t *shardTable) ownedShards() iter.Seq[*shard] {
+	return func(yield func(*shard) bool) {
+		if t.owned == 0 {
+			return
+		}
+		for i := range t.s {
+			if s := t.s[i].own; s != nil && !yield(s) {
+				return
+			}
+		}
+	}
+}
+
+// counts returns how many shards are owned, pending, released and taken
+// over (O(shards): for the debug page).
+func (t *shardTable) counts() (owned, pending, releasing, inbound int) {
+	for i := range t.s {
+		x := &t.s[i]
+		if x.pending != nil {
+			pending++
+		}
+		if x.releasing != 0 {
+			releasing++
+		}
+		if x.inbound != nil {
+			inbound++
+		}
+	}
+	return t.owned, pending, releasing, inbound
+}
+
+// checked asserts shard id's invariants after a transition (tests).
+func (t *shardTable) checked(id sharding.ShardID) {
+	if !checkShardState {
+		return
+	}
+	if err := t.s[id].check(id); err != nil {
+		panic("runner: shard state: " + err.Error())
+	}
+}
+
+// check returns the first broken invariant of the whole table (nil: none).
+func (t *shardTable) check() error {
+	n := 0
+	for i := range t.s {
+		if err := t.s[i].check(sharding.ShardID(i)); err != nil {
+			return err
+		}
+		if t.s[i].own != nil {
+			n++
+		}
+	}
+	if n != t.owned {
+		return fmt.Errorf("owned count %d, %d owned records", t.owned, n)
+	}
+	return nil
+}
+
+// The transitions of the records. Each is the only writer of what it
+// changes.
+
+// install records s as owned: its acquisition and any moved-to end; its
+// last host is forgotten (the new host took it as Prev).
+func (t *shardTable) install(s *shard) {
+	x := &t.s[s.id]
+	x.own, x.pending, x.lastHost = s, nil, nil
+	x.setRare(func(r *shardRare) { r.movedTo = "" })
+	t.owned++
+	t.checked(s.id)
+}
+
+// disown records that s is no longer owned; its host stays as the
+// shard's last host (its stragglers).
+func (t *shardTable) disown(s *shard) {
+	x := &t.s[s.id]
+	x.own, x.lastHost = nil, s.host
+	t.owned--
+	t.checked(s.id)
+}
+
+// handedOff records that owned shard s moved to runner to: routed there
+// until the watch shows it; s leaves at its epoch. disown follows in the
+// same step.
+func (t *shardTable) handedOff(s *shard, to string) {
+	x := &t.s[s.id]
+	x.lastReleased = s.epoch
+	x.setRare(func(r *shardRare) { r.movedTo = to })
+}
+
+// released records that shard id left this runner at epoch by a release.
+func (t *shardTable) released(id sharding.ShardID, epoch storage.Epoch) {
+	t.s[id].lastReleased = epoch
+	t.checked(id)
+}
+
+// moveSeen forgets where shard id was handed off to: the watch shows its
+// lock elsewhere.
+func (t *shardTable) moveSeen(id sharding.ShardID) {
+	if x := &t.s[id]; x.rare != nil {
+		x.setRare(func(r *shardRare) { r.movedTo = "" })
+		t.checked(id)
+	}
+}
+
+// markReleasing records that our lock of shard id at epoch is being
+// released, cut over or deleted.
+func (t *shardTable) markReleasing(id sharding.ShardID, epoch storage.Epoch) {
+	t.s[id].releasing = epoch
+	t.checked(id)
+}
+
+// clearReleasing ends the releasing mark of shard id at epoch (a newer
+// mark stays).
+func (t *shardTable) clearReleasing(id sharding.ShardID, epoch storage.Epoch) {
+	if x := &t.s[id]; x.releasing == epoch {
+		x.releasing = 0
+		t.checked(id)
+	}
+}
+
+// clearAllReleasing ends every releasing mark (every shard was dropped).
+func (t *shardTable) clearAllReleasing() {
+	for i := range t.s {
+		t.s[i].releasing = 0
+	}
+}
+
+// startPending starts acquiring shard id: a new retry window from now.
+func (t *shardTable) startPending(id sharding.ShardID, now time.Time) {
+	t.s[id].pending = &pending{since: now}
+	t.checked(id)
+}
+
+// dropPending stops acquiring shard id (no longer assigned here). The
+// round's step ends a running takeover too (applyLocked checks after it).
+func (t *shardTable) dropPending(id sharding.ShardID) {
+	t.s[id].pending = nil
+}
+
+// startInbound records the takeover in of shard id; it clears any hold
+// on takeovers.
+func (t *shardTable) startInbound(id sharding.ShardID, in *handoff.Inbound) {
+	x := &t.s[id]
+	x.inbound = in
+	if x.rare != nil {
+		x.setRare(func(r *shardRare) { r.takeoverHold = time.Time{} })
+	}
+	t.checked(id)
+}
+
+// endInbound ends the takeover of shard id, if one runs, and returns it.
+func (t *shardTable) endInbound(id sharding.ShardID) *handoff.Inbound {
+	x := &t.s[id]
+	in := x.inbound
+	x.inbound = nil
+	return in
+}
+
+// holdTakeovers holds back new takeovers of shard id until then (one was
+// aborted).
+func (t *shardTable) holdTakeovers(id sharding.ShardID, until time.Time) {
+	t.s[id].setRare(func(r *shardRare) { r.takeoverHold = until })
+	t.checked(id)
+}
+
+// deletingRecord records that our handoff record of shard id at revision
+// rev is being deleted.
+func (t *shardTable) deletingRecord(id sharding.ShardID, rev storage.Revision) {
+	t.s[id].setRare(func(r *shardRare) { r.deletingRecord = rev })
+	t.checked(id)
+}
+
+// recordNotDeleted forgets that shard id's record is being deleted (the
+// delete failed: the round may delete it again).
+func (t *shardTable) recordNotDeleted(id sharding.ShardID) {
+	if x := &t.s[id]; x.rare != nil {
+		x.setRare(func(r *shardRare) { r.deletingRecord = 0 })
+		t.checked(id)
+	}
+}
+
+// detach takes every record through a detach (afterDetach). The caller
+// dropped the owned shards and ended the takeovers first.
+func (t *shardTable) detach() {
+	if checkShardState && t.owned != 0 {
+		panic(fmt.Sprintf("runner: shard state: detached with %d shards owned", t.owned))
+	}
+	for i := range t.s {
+		x := &t.s[i]
+		if checkShardState && (x.own != nil || x.inbound != nil) {
+			panic(fmt.Sprintf("runner: shard state: shard %d detached while owned or taken over", i))
+		}
+		if x.pending != nil || x.releasing != 0 || x.rare != nil {
+			*x = x.afterDetach()
+		}
+	}
+}
+
+// The runner's side of the transitions: hosting, reminders, routing and
+// events follow the records.
+
+// installLocked records shard id as owned at epoch and starts hosting it.
+func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
+	var warmed map[hosting.EntityKey]any
+	if in := r.shards.endInbound(id); in != nil { // the old owner died mid-handoff
+		if err := in.Advance(handoff.Acquired, nil); err != nil { // cancels it; no phase of its own
+			r.phaseRefused(id, err)
+		}
+		warmed = in.TakeWarmed()
+		r.markLocked(id) // the round deletes our record, now without an inbound
+		r.endInbound(in, outcomeAcquired, epoch, len(warmed))
+	}
+	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
+}
+
+// installInboundLocked installs a lock that appeared under our lease in the
+// watch, completing the inbound handoff if there is one.
+func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
+	if !r.mayOwnLocked() {
+		return
+	}
+	in := r.shards.endInbound(id)
+	if in == nil {
+		r.installWithLocked(id, l.Epoch, entity.ActivateNew, nil)
+		return
+	}
+	// Ended (and cancelled) first, reported after the install: no report
+	// of this takeover can come between (it ended).
+	err := in.Advance(handoff.Cutover, nil)
+	warmed := in.TakeWarmed()
+	n := len(warmed) // the map is hosting's once installed
+	r.installWithLocked(id, l.Epoch, entity.ActivateHandoff, warmed)
+	if err != nil {
+		r.phaseRefused(id, err)
+		return
+	}
+	r.endInbound(in, outcomeCutover, l.Epoch, n)
+	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("completed"))
+	r.met.handoffPhase.Record(context.Background(), time.Since(in.Started()).Seconds(), r.met.attrs, withPhase("total"))
+	r.publishPhase(id, handoff.Cutover, in.From().ID, r.cfg.ID, "")
+}
+
+// installWithLocked installs shard id; entities activate with reason and
+// may start from warmed instances.
+func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, reason entity.ActivateReason, warmed map[hosting.EntityKey]any) {
+	if r.shards.owner(id) != nil {
+		return
+	}
+	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
+	ctx, cancel := context.WithCancelCause(r.withShardEnv(r.attachCtx, info))
+	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel}
+	s.host = r.hosting.NewShard(hosting.ShardSpec{
+		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.attachCtx, Prev: r.shards.at(id).lastHost, Reason: reason, Warmed: warmed,
+	})
+	r.shards.install(s)
+	r.hosting.Install(s.host)
+	s.host.StartWorkers()
+	r.router.SawEpoch(id, epoch)
+	r.reminders.Acquired(id, epoch, ctx)
+	r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
+	r.met.shardsOwned.Record(context.Background(), int64(r.shards.owned), r.met.attrs)
+}
+
+// disownLocked ends the ownership of s: it stops being hosted (new
+// messages stop finding it, then its context is cancelled with cause:
+// running handlers see it, queued messages fail with it) and owned.
+func (r *Runner) disownLocked(s *shard, cause error) {
+	r.hosting.Uninstall(s.host)
+	r.reminders.Stop(s.id, s.epoch, s.plainRelease)
+	s.host.Close()
+	s.cancel(cause)
+	r.shards.disown(s)
+	r.met.shardsOwned.Record(context.Background(), int64(r.shards.owned), r.met.attrs)
+}
+
+// lockLostLocked handles an owned lock that changed behind our back
+// (deleted, rewritten or taken by somebody else): that shard alone is
+// dropped at once, its context cancelled (ErrShardMoved) before anything
+// else, so none of its handlers starts again here. The runner stays
+// attached; if the shard is still assigned here it is pending again (a lock
+// under our lease gets a new epoch, a deleted or lease-less one is
+// acquired, one held by another lease is waited for). Losing the lease
+// itself still detaches the whole runner (watchdog, storageResult).
+func (r *Runner) lockLostLocked(id sharding.ShardID, detail string) {
+	s := r.shards.owner(id)
+	if s == nil {
+		return
+	}
+	s.cancel(ErrShardMoved)
+	r.disownLocked(s, ErrShardMoved)
+	r.hub.Publish(ShardLost{EventBase: r.base(), Shard: id, Epoch: s.epoch, Cause: ErrShardMoved})
+	r.lostLocks = append(r.lostLocks, lostLock{shard: id, detail: detail})
+}
+
+// dropOwnedLocked cancels every owned shard with cause, in shard order,
+// and forgets it; every releasing mark ends.
+func (r *Runner) dropOwnedLocked(cause error) {
+	for s := range r.shards.ownedShards() {
+		r.disownLocked(s, cause)
+		r.hub.Publish(ShardLost{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Cause: cause})
+	}
+	r.shards.clearAllReleasing()
+	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
+}
+
+// clearReleasingLocked ends the releasing mark of s (if it is still ours).
+func (r *Runner) clearReleasingLocked(s *shard) {
+	r.shards.clearReleasing(s.id, s.epoch)
+}
+
+// forgetAttachmentLocked takes the shards through a detach: every owned
+// shard dropped (ErrDetached), every takeover aborted, then only what
+// afterDetach keeps survives.
+func (r *Runner) forgetAttachmentLocked() {
+	r.dropOwnedLocked(ErrDetached)
+	for id := range r.shards.s { // handoffs never block detachment
+		if in := r.shards.endInbound(sharding.ShardID(id)); in != nil {
+			r.reportInbound(sharding.ShardID(id), in, handoff.Aborted, "detached", abortDetached)
+		}
+	}
+	r.shards.detach()
+}

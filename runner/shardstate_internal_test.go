@@ -1,0 +1,144 @@
+package runner
+
+import (
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Every transition of the package's tests (the simulation included)
+// checks the invariants of the record it changed (shardState.check).
+func init() { checkShardState = true }
+
+func TestShardTransitionsKeepTheInvariants(t *testing.T) {
+	tab := newShardTable(8)
+	step := func(what string) {
+		t.Helper()
+		if err := tab.check(); err != nil {
+			t.Fatalf("after %s: %v", what, err)
+		}
+	}
+	const id = sharding.ShardID(3)
+	now := time.Now()
+	in := new(handoff.Inbound)
+
+	tab.holdTakeovers(id, now.Add(time.Second))
+	tab.startPending(id, now)
+	tab.startInbound(id, in)
+	step("a takeover started")
+	if x := tab.at(id); x.rare != nil || !x.takeoverHold().IsZero() {
+		t.Fatalf("a started takeover kept the hold: %+v", x.rare)
+	}
+	if !tab.busy(id) || tab.busy(id+1) {
+		t.Fatal("busy: want shard 3 only")
+	}
+	if got := tab.endInbound(id); got != in {
+		t.Fatalf("endInbound = %p, want %p", got, in)
+	}
+	s := &shard{id: id, epoch: 7, host: new(hosting.Shard)}
+	tab.install(s)
+	step("install")
+	if x := tab.at(id); x.pending != nil || tab.owned != 1 || tab.owner(id) != s {
+		t.Fatalf("after install: pending %v, owned %d, owner %p; want none, 1, %p", x.pending, tab.owned, tab.owner(id), s)
+	}
+
+	tab.markReleasing(id, s.epoch)
+	step("releasing")
+	tab.handedOff(s, "b")
+	tab.disown(s)
+	step("handed off")
+	x := tab.at(id)
+	if x.own != nil || x.lastHost != s.host || x.movedTo() != "b" || x.lastReleased != 7 || tab.owned != 0 {
+		t.Fatalf("after a handoff: own %p, lastHost %p, movedTo %q, lastReleased %d, owned %d; want nil, %p, b, 7, 0",
+			x.own, x.lastHost, x.movedTo(), x.lastReleased, tab.owned, s.host)
+	}
+	tab.clearReleasing(id, 6)
+	if !tab.leaving(id) {
+		t.Fatal("clearing another epoch's mark ended the releasing mark")
+	}
+	tab.clearReleasing(id, 7)
+	tab.moveSeen(id)
+	step("move seen")
+	if x.releasing != 0 || x.rare != nil {
+		t.Fatalf("releasing %d, rare %+v; want both cleared", x.releasing, x.rare)
+	}
+
+	s2 := &shard{id: id, epoch: 9, host: new(hosting.Shard)}
+	tab.install(s2)
+	step("install again")
+	if x.lastHost != nil {
+		t.Fatal("the last host outlived the install that took it as Prev")
+	}
+	for s := range tab.ownedShards() {
+		if s != s2 {
+			t.Fatalf("ownedShards yielded %p, want only %p", s, s2)
+		}
+	}
+}
+
+func TestShardStateCheckNamesEachBrokenInvariant(t *testing.T) {
+	s := &shard{id: 1, epoch: 5}
+	for _, tc := range []struct {
+		name string
+		x    shardState
+	}{
+		{"another shard's record", shardState{own: &shard{id: 2}}},
+		{"owned and taken over", shardState{own: s, pending: &pending{}, inbound: new(handoff.Inbound)}},
+		{"owned and pending", shardState{own: s, pending: &pending{}}},
+		{"owned with a last host", shardState{own: s, lastHost: new(hosting.Shard)}},
+		{"owned and moved", shardState{own: s, rare: &shardRare{movedTo: "b"}}},
+		{"owned, releasing another epoch", shardState{own: s, releasing: 4}},
+		{"taken over, not pending", shardState{inbound: new(handoff.Inbound)}},
+		{"empty rare part", shardState{rare: &shardRare{}}},
+	} {
+		if err := tc.x.check(1); err == nil {
+			t.Errorf("check(%s) = nil, want an error", tc.name)
+		}
+	}
+	for _, ok := range []shardState{
+		{},
+		{own: s, releasing: 5, lastReleased: 3},
+		{pending: &pending{}, inbound: new(handoff.Inbound), releasing: 2},
+		{lastHost: new(hosting.Shard), rare: &shardRare{movedTo: "b"}},
+	} {
+		if err := ok.check(1); err != nil {
+			t.Errorf("check(%+v) = %v, want nil", ok, err)
+		}
+	}
+}
+
+func TestDetachKeepsOnlyWhatOutlivesTheAttachment(t *testing.T) {
+	tab := newShardTable(4)
+	host, until := new(hosting.Shard), time.Now().Add(time.Minute)
+	tab.s[0] = shardState{pending: &pending{}, releasing: 3, lastHost: host, lastReleased: 2,
+		rare: &shardRare{movedTo: "b", takeoverHold: until, deletingRecord: 11}}
+	tab.s[1] = shardState{pending: &pending{}, rare: &shardRare{movedTo: "c"}}
+	tab.s[2] = shardState{releasing: 8}
+	tab.detach()
+	want := shardState{lastHost: host, lastReleased: 2}
+	if x := tab.s[0]; x.pending != nil || x.releasing != 0 || x.lastHost != want.lastHost || x.lastReleased != want.lastReleased ||
+		x.rare == nil || *x.rare != (shardRare{takeoverHold: until, deletingRecord: 11}) {
+		t.Errorf("shard 0 after a detach: %+v (rare %+v); want the last host, lastReleased 2, the takeover hold and the record's revision only", x, x.rare)
+	}
+	for id := 1; id < 4; id++ {
+		if x := tab.s[id]; x != (shardState{}) {
+			t.Errorf("shard %d after a detach: %+v, want nothing", id, x)
+		}
+	}
+	if err := tab.check(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Every runner holds NumShards records (16 384 at most, up to 100
+// runners in one bench/churn process): what is rarely set stays behind
+// one pointer.
+func TestShardStateStaysSmall(t *testing.T) {
+	if got, limit := unsafe.Sizeof(shardState{}), 7*unsafe.Sizeof(uintptr(0)); got > limit {
+		t.Errorf("shardState is %d bytes, want at most %d", got, limit)
+	}
+}
