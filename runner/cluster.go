@@ -157,12 +157,11 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 			r.lockLostLocked(s.id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", s.id, u.Revision))
 		}
 	}
+	now := time.Now()
 	for i := range r.shards.s {
 		id := sharding.ShardID(i)
-		if p := r.shards.at(id).pending; p != nil {
-			if l, held := r.view.locks.Get(id); !held || l.Lease == storage.NoLease {
-				*p = pending{since: time.Now()}
-			}
+		if l, held := r.view.locks.Get(id); !held || l.Lease == storage.NoLease {
+			r.shards.newWindow(id, now)
 		}
 	}
 	r.markAllLocked()
@@ -184,10 +183,8 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 		if s != nil && rev > s.epoch && !leaving {
 			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
-		if p := r.shards.at(id).pending; p != nil {
-			// Watch-driven wake-up: a fresh window, acquire now.
-			*p = pending{since: time.Now()}
-		}
+		// Watch-driven wake-up: a fresh window, acquire now.
+		r.shards.newWindow(id, time.Now())
 		if r.concernsLocked(id, prev.Lease) {
 			r.markLocked(id)
 		}
@@ -219,9 +216,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	}
 	if l.Lease == storage.NoLease {
 		// Never an owner: an assigned shard takes it over at once.
-		if p := r.shards.at(id).pending; p != nil {
-			*p = pending{since: time.Now()}
-		}
+		r.shards.newWindow(id, time.Now())
 	}
 	if l.Lease != r.lease {
 		r.shards.moveSeen(id) // the watch caught up with our handoff

@@ -130,10 +130,9 @@ func (r *Runner) clusterSettledLocked() bool {
 func (r *Runner) resync() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
 	for i := range r.shards.s {
-		if p := r.shards.s[i].pending; p != nil {
-			*p = pending{since: time.Now()}
-		}
+		r.shards.newWindow(sharding.ShardID(i), now)
 	}
 	r.recomputeLocked()
 	r.markAllLocked()

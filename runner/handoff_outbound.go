@@ -158,7 +158,7 @@ func (r *Runner) stillOwnedLocked(gen uint64, items []cutoverItem) []cutoverItem
 			out = append(out, it)
 			continue
 		}
-		r.clearReleasingLocked(it.s)
+		r.shards.clearReleasing(it.s.id, it.s.epoch)
 		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 	}
 	return out
@@ -194,7 +194,7 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duratio
 // is cut over again after retryIn at the earliest. errType classifies
 // why for its span.
 func (r *Runner) reopenLocked(gen uint64, it cutoverItem, retryIn time.Duration, why, errType string) {
-	r.clearReleasingLocked(it.s)
+	r.shards.clearReleasing(it.s.id, it.s.epoch)
 	if r.gen == gen && r.shards.owner(it.s.id) == it.s {
 		it.s.cutoverRetryAt = time.Now().Add(retryIn)
 		it.s.host.Reopen()
@@ -239,7 +239,7 @@ func (r *Runner) abortUnrecorded(gen uint64, items []cutoverItem) []cutoverItem 
 // (handoff.Transfer.Verdict).
 func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Transfer, cutStart time.Time) {
 	s, h := it.s, it.h
-	r.clearReleasingLocked(s)
+	r.shards.clearReleasing(s.id, s.epoch)
 	if r.gen != gen || r.shards.owner(s.id) != s {
 		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 		return // detached meanwhile: detachment wins

@@ -17,7 +17,9 @@ import (
 // releases or once hosted lives in one record per shard (shardState), in
 // a slice indexed by shard (shardTable, like control.LockView for the
 // locks), guarded by Runner.mu. Every write to a record is one of the
-// transitions in this file; everything else reads.
+// transitions in this file; everything else reads. (The acquisition's own
+// counters — its last try, attempts, exhaustion — are updated in place by
+// the round and acquire.)
 //
 // A record's parts, and who sets and ends them:
 //
@@ -361,6 +363,14 @@ func (t *shardTable) startPending(id sharding.ShardID, now time.Time) {
 	t.checked(id)
 }
 
+// newWindow gives the acquisition of shard id, if any, a fresh retry
+// window from now.
+func (t *shardTable) newWindow(id sharding.ShardID, now time.Time) {
+	if p := t.s[id].pending; p != nil {
+		*p = pending{since: now}
+	}
+}
+
 // dropPending stops acquiring shard id (no longer assigned here). The
 // round's step ends a running takeover too (applyLocked checks after it).
 func (t *shardTable) dropPending(id sharding.ShardID) {
@@ -531,11 +541,6 @@ func (r *Runner) dropOwnedLocked(cause error) {
 	}
 	r.shards.clearAllReleasing()
 	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
-}
-
-// clearReleasingLocked ends the releasing mark of s (if it is still ours).
-func (r *Runner) clearReleasingLocked(s *shard) {
-	r.shards.clearReleasing(s.id, s.epoch)
 }
 
 // forgetAttachmentLocked takes the shards through a detach: every owned
