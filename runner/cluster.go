@@ -158,9 +158,8 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 		}
 	}
 	now := time.Now()
-	for i := range r.shards.s {
-		id := sharding.ShardID(i)
-		if l, held := r.view.locks.Get(id); !held || l.Lease == storage.NoLease {
+	for id, x := range r.shards.known() {
+		if l, held := r.view.locks.Get(id); x.pending != nil && (!held || l.Lease == storage.NoLease) {
 			r.shards.newWindow(id, now)
 		}
 	}
@@ -375,8 +374,8 @@ func (r *Runner) selfLocked() selfState {
 // runners' leases (a member that left or restarted).
 func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
 	r.work.AddMoved(old, a, r.cfg.ID)
-	for i := range r.shards.s {
-		if id := sharding.ShardID(i); r.shards.busy(id) {
+	for id, x := range r.shards.known() {
+		if x.busy() {
 			r.work.Add(id)
 		}
 	}

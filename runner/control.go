@@ -322,9 +322,9 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 func (r *Runner) cancelAllInbound() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := range r.shards.s {
-		id := sharding.ShardID(i)
+	for id := range r.shards.known() {
 		if in := r.shards.endInbound(id); in != nil {
+			r.shards.done(id)
 			r.reportInbound(id, in, handoff.Aborted, "shutting down", abortShutdown)
 		}
 	}

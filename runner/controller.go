@@ -131,8 +131,8 @@ func (r *Runner) resync() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	for i := range r.shards.s {
-		r.shards.newWindow(sharding.ShardID(i), now)
+	for id := range r.shards.known() {
+		r.shards.newWindow(id, now)
 	}
 	r.recomputeLocked()
 	r.markAllLocked()
@@ -257,11 +257,11 @@ func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control
 		if in != nil && sh.Holder != "" {
 			sh.Stale, _ = in.Restart(l, sh.Holder)
 		}
-		sh.NoTakeoverBefore = x.takeoverHold()
+		sh.NoTakeoverBefore = x.takeoverHold
 	}
 	h, ok := r.view.handoffs[id]
 	if sh.OurRecord = ok && h.Lease == st.Lease; sh.OurRecord {
-		sh.RecordDeleting = x.deletingRecord() == h.ModRevision
+		sh.RecordDeleting = x.deletingRecord == h.ModRevision
 	}
 	return in
 }
@@ -269,7 +269,7 @@ func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control
 // applyLocked carries decision d on shard id into the runner's state and
 // the round's plan p, in the order control.Decision lists.
 func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *handoff.Inbound, st *control.Round, p *plan) {
-	defer r.shards.checked(id)
+	defer r.shards.done(id)
 	switch d.Pending {
 	case control.PendingDropped:
 		r.shards.dropPending(id)

@@ -56,7 +56,7 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if to := r.shards.at(id).movedTo(); to != "" { // we just handed it off
+	if to := r.shards.at(id).movedTo; to != "" { // we just handed it off
 		if m, ok := r.view.members[to]; ok {
 			return m, true
 		}

@@ -44,10 +44,10 @@ import (
 //   - lastReleased: the epoch at which the shard last left by a release
 //     or a handoff: a late watch PUT at or below it is history, not an
 //     ownership.
-//   - movedTo (rare): the runner the shard was just handed off to, routed
+//   - movedTo: the runner the shard was just handed off to, routed
 //     to until the watch shows the move.
-//   - takeoverHold (rare): no new takeover before then (one was aborted).
-//   - deletingRecord (rare): our handoff record at that revision is being
+//   - takeoverHold: no new takeover before then (one was aborted).
+//   - deletingRecord: our handoff record at that revision is being
 //     deleted, so it is deleted once.
 //
 // Invariants (shardState.check; asserted after every transition while the
@@ -62,7 +62,9 @@ import (
 //   - A takeover runs only for a shard being acquired: inbound implies
 //     pending (the round drops both together when the shard is assigned
 //     elsewhere).
-//   - The table's owned count is the number of owned records.
+//   - The table's owned count is the number of owned records, and it
+//     keeps no empty record (a shard it knows nothing about costs a nil
+//     pointer).
 //   - After a detach nothing of the attachment remains: no shard is owned,
 //     pending, taken over, released or moved-to (afterDetach says what
 //     survives, and why).
@@ -93,24 +95,23 @@ type pending struct {
 	exhausted bool      // window ran out; wait for a DELETE or a resync
 }
 
-// shardState is what this runner knows about one shard (see above). It is
-// kept small — every runner holds NumShards of them — with what is rarely
-// set behind one pointer.
+// shardState is what this runner knows about one shard (see above).
 type shardState struct {
-	own          *shard           // owned here (nil: not)
-	pending      *pending         // being acquired or taken over (nil: not)
-	inbound      *handoff.Inbound // the takeover running here (nil: none)
-	lastHost     *hosting.Shard   // last host here while not owned (nil: none)
-	releasing    storage.Epoch    // our lock at this epoch is being released (0: not; epochs are > 0)
-	lastReleased storage.Epoch    // last left by release or handoff at this epoch (0: never)
-	rare         *shardRare       // nil while all its fields are zero
-}
-
-// shardRare holds the parts of a shardState that few shards have at a time.
-type shardRare struct {
-	movedTo        string           // handed off to this runner ID ("": not)
+	own            *shard           // owned here (nil: not)
+	pending        *pending         // being acquired or taken over (nil: not)
+	inbound        *handoff.Inbound // the takeover running here (nil: none)
+	lastHost       *hosting.Shard   // last host here while not owned (nil: none)
+	releasing      storage.Epoch    // our lock at this epoch is being released (0: not; epochs are > 0)
+	lastReleased   storage.Epoch    // last left by release or handoff at this epoch (0: never)
+	movedTo        string           // just handed off to this runner ID ("": not)
 	takeoverHold   time.Time        // no new takeover before (zero: none)
 	deletingRecord storage.Revision // our handoff record at this revision is being deleted (0: none)
+}
+
+// busy reports whether this runner owns, acquires, takes over or
+// releases the shard.
+func (x *shardState) busy() bool {
+	return x.own != nil || x.pending != nil || x.inbound != nil || x.releasing != 0
 }
 
 // afterDetach returns what of record x survives a detach, and why:
@@ -132,11 +133,10 @@ type shardRare struct {
 //     revision that hold whatever the attachment (an aborted takeover's
 //     pause; a record being deleted, by revision, is deleted once).
 func (x shardState) afterDetach() shardState {
-	y := shardState{lastHost: x.lastHost, lastReleased: x.lastReleased}
-	if x.rare != nil && (!x.rare.takeoverHold.IsZero() || x.rare.deletingRecord != 0) {
-		y.rare = &shardRare{takeoverHold: x.rare.takeoverHold, deletingRecord: x.rare.deletingRecord}
+	return shardState{
+		lastHost: x.lastHost, lastReleased: x.lastReleased,
+		takeoverHold: x.takeoverHold, deletingRecord: x.deletingRecord,
 	}
-	return y
 }
 
 // check returns an error naming the first invariant record x of shard id
@@ -151,92 +151,104 @@ func (x *shardState) check(id sharding.ShardID) error {
 		return fmt.Errorf("shard %d: owned and pending", id)
 	case x.own != nil && x.lastHost != nil:
 		return fmt.Errorf("shard %d: owned with a last host", id)
-	case x.own != nil && x.movedTo() != "":
-		return fmt.Errorf("shard %d: owned and moved to %q", id, x.movedTo())
+	case x.own != nil && x.movedTo != "":
+		return fmt.Errorf("shard %d: owned and moved to %q", id, x.movedTo)
 	case x.own != nil && x.releasing != 0 && x.releasing != x.own.epoch:
 		return fmt.Errorf("shard %d: owned at epoch %d, releasing epoch %d", id, x.own.epoch, x.releasing)
 	case x.inbound != nil && x.pending == nil:
 		return fmt.Errorf("shard %d: taken over, not pending", id)
-	case x.rare != nil && *x.rare == shardRare{}:
-		return fmt.Errorf("shard %d: empty rare part kept", id)
 	}
 	return nil
-}
-
-func (x *shardState) movedTo() string {
-	if x.rare == nil {
-		return ""
-	}
-	return x.rare.movedTo
-}
-
-func (x *shardState) takeoverHold() time.Time {
-	if x.rare == nil {
-		return time.Time{}
-	}
-	return x.rare.takeoverHold
-}
-
-func (x *shardState) deletingRecord() storage.Revision {
-	if x.rare == nil {
-		return 0
-	}
-	return x.rare.deletingRecord
-}
-
-// setRare changes the rare part of x with f, keeping it nil while empty.
-func (x *shardState) setRare(f func(*shardRare)) {
-	var r shardRare
-	if x.rare != nil {
-		r = *x.rare
-	}
-	f(&r)
-	switch {
-	case r == shardRare{}:
-		x.rare = nil
-	case x.rare == nil:
-		x.rare = &r
-	default:
-		*x.rare = r
-	}
 }
 
 // checkShardState makes every transition check its record's invariants
 // and panic on a breach (the package's tests set it).
 var checkShardState = false
 
-// shardTable is the records of every shard, indexed by shard.
+// shardTable is the records of every shard, indexed by shard. A record is
+// allocated by the first transition that sets something in it and freed
+// when a transition leaves it empty: every runner holds a table of
+// NumShards (up to 16 384, and up to 100 runners in one bench/churn
+// process) but knows something about few of them — what it owns, moves
+// and once hosted.
 type shardTable struct {
-	s     []shardState
-	owned int // records with own set
+	s     []*shardState // nil: nothing known (the zero record)
+	owned int           // records with own set
 }
 
-func newShardTable(n int) shardTable { return shardTable{s: make([]shardState, n)} }
+func newShardTable(n int) shardTable { return shardTable{s: make([]*shardState, n)} }
 
-// at returns shard id's record, to read.
-func (t *shardTable) at(id sharding.ShardID) *shardState { return &t.s[id] }
+// noShard is the record of every shard with none, for reading only.
+var noShard shardState
+
+// at returns shard id's record, to read (never to write: it may be
+// noShard).
+func (t *shardTable) at(id sharding.ShardID) *shardState {
+	if x := t.s[id]; x != nil {
+		return x
+	}
+	return &noShard
+}
+
+// rec returns shard id's record to change, allocating it.
+func (t *shardTable) rec(id sharding.ShardID) *shardState {
+	x := t.s[id]
+	if x == nil {
+		x = new(shardState)
+		t.s[id] = x
+	}
+	return x
+}
+
+// done ends a transition of shard id: an empty record is freed, and the
+// invariants are checked (tests).
+func (t *shardTable) done(id sharding.ShardID) {
+	x := t.s[id]
+	if x == nil {
+		return
+	}
+	if *x == (shardState{}) {
+		t.s[id] = nil
+		return
+	}
+	if checkShardState {
+		if err := x.check(id); err != nil {
+			panic("runner: shard state: " + err.Error())
+		}
+	}
+}
 
 // owner returns the owned shard id (nil: not owned).
-func (t *shardTable) owner(id sharding.ShardID) *shard { return t.s[id].own }
+func (t *shardTable) owner(id sharding.ShardID) *shard { return t.at(id).own }
 
 // leaving reports whether our lock of shard id is being released.
-func (t *shardTable) leaving(id sharding.ShardID) bool { return t.s[id].releasing != 0 }
+func (t *shardTable) leaving(id sharding.ShardID) bool { return t.at(id).releasing != 0 }
 
 // busy reports whether this runner owns, acquires, takes over or
 // releases shard id.
-func (t *shardTable) busy(id sharding.ShardID) bool {
-	x := &t.s[id]
-	return x.own != nil || x.pending != nil || x.inbound != nil || x.releasing != 0
+func (t *shardTable) busy(id sharding.ShardID) bool { return t.at(id).busy() }
+
+// known yields the shards with a record, in shard order. A transition of
+// the yielded shard may run meanwhile.
+func (t *shardTable) known() iter.Seq2[sharding.ShardID, *shardState] {
+	return func(yield func(sharding.ShardID, *shardState) bool) {
+		for i, x := range t.s {
+			if x != nil && !yield(sharding.ShardID(i), x) {
+				return
+			}
+		}
+	}
 }
 
-// ownedShards yields the owned shards in shard order.
+// ownedShards yields the owned shards in shard order. A transition of the
+// yielded shard may run meanwhile.
 func (t *shardTable) ownedShards() iter.Seq[*shard] {
 	return func(yield func(*shard) bool) {
 		if t.owned == 0 {
 			return
 		}
-		for i := range t.s {
-			if s := t.s[i].own; s != nil && !yield(s) {
+		for _, x := range t.s {
+			if x != nil && x.own != nil && !yield(x.own) {
 				return
 			}
 		}
@@ -246,8 +258,7 @@ func (t *shardTable) ownedShards() iter.Seq[*shard] {
 // counts returns how many shards are owned, pending, released and taken
 // over (O(shards): for the debug page).
 func (t *shardTable) counts() (owned, pending, releasing, inbound int) {
-	for i := range t.s {
-		x := &t.s[i]
+	for _, x := range t.known() {
 		if x.pending != nil {
 			pending++
 		}
@@ -261,24 +272,17 @@ func (t *shardTable) counts() (owned, pending, releasing, inbound int) {
 	return t.owned, pending, releasing, inbound
 }
 
-// checked asserts shard id's invariants after a transition (tests).
-func (t *shardTable) checked(id sharding.ShardID) {
-	if !checkShardState {
-		return
-	}
-	if err := t.s[id].check(id); err != nil {
-		panic("runner: shard state: " + err.Error())
-	}
-}
-
 // check returns the first broken invariant of the whole table (nil: none).
 func (t *shardTable) check() error {
 	n := 0
-	for i := range t.s {
-		if err := t.s[i].check(sharding.ShardID(i)); err != nil {
+	for id, x := range t.known() {
+		if *x == (shardState{}) {
+			return fmt.Errorf("shard %d: empty record kept", id)
+		}
+		if err := x.check(id); err != nil {
 			return err
 		}
-		if t.s[i].own != nil {
+		if x.own != nil {
 			n++
 		}
 	}
@@ -294,79 +298,80 @@ func (t *shardTable) check() error {
 // install records s as owned: its acquisition and any moved-to end; its
 // last host is forgotten (the new host took it as Prev).
 func (t *shardTable) install(s *shard) {
-	x := &t.s[s.id]
-	x.own, x.pending, x.lastHost = s, nil, nil
-	x.setRare(func(r *shardRare) { r.movedTo = "" })
+	x := t.rec(s.id)
+	x.own, x.pending, x.lastHost, x.movedTo = s, nil, nil, ""
 	t.owned++
-	t.checked(s.id)
+	t.done(s.id)
 }
 
 // disown records that s is no longer owned; its host stays as the
 // shard's last host (its stragglers).
 func (t *shardTable) disown(s *shard) {
-	x := &t.s[s.id]
+	x := t.rec(s.id)
 	x.own, x.lastHost = nil, s.host
 	t.owned--
-	t.checked(s.id)
+	t.done(s.id)
 }
 
 // handedOff records that owned shard s moved to runner to: routed there
 // until the watch shows it; s leaves at its epoch. disown follows in the
 // same step.
 func (t *shardTable) handedOff(s *shard, to string) {
-	x := &t.s[s.id]
-	x.lastReleased = s.epoch
-	x.setRare(func(r *shardRare) { r.movedTo = to })
+	x := t.rec(s.id)
+	x.lastReleased, x.movedTo = s.epoch, to
 }
 
 // released records that shard id left this runner at epoch by a release.
 func (t *shardTable) released(id sharding.ShardID, epoch storage.Epoch) {
-	t.s[id].lastReleased = epoch
-	t.checked(id)
+	t.rec(id).lastReleased = epoch
+	t.done(id)
 }
 
 // moveSeen forgets where shard id was handed off to: the watch shows its
 // lock elsewhere.
 func (t *shardTable) moveSeen(id sharding.ShardID) {
-	if x := &t.s[id]; x.rare != nil {
-		x.setRare(func(r *shardRare) { r.movedTo = "" })
-		t.checked(id)
+	if x := t.s[id]; x != nil && x.movedTo != "" {
+		x.movedTo = ""
+		t.done(id)
 	}
 }
 
 // markReleasing records that our lock of shard id at epoch is being
 // released, cut over or deleted.
 func (t *shardTable) markReleasing(id sharding.ShardID, epoch storage.Epoch) {
-	t.s[id].releasing = epoch
-	t.checked(id)
+	t.rec(id).releasing = epoch
+	t.done(id)
 }
 
 // clearReleasing ends the releasing mark of shard id at epoch (a newer
 // mark stays).
 func (t *shardTable) clearReleasing(id sharding.ShardID, epoch storage.Epoch) {
-	if x := &t.s[id]; x.releasing == epoch {
+	if x := t.s[id]; x != nil && x.releasing == epoch {
 		x.releasing = 0
-		t.checked(id)
+		t.done(id)
 	}
 }
 
 // clearAllReleasing ends every releasing mark (every shard was dropped).
 func (t *shardTable) clearAllReleasing() {
-	for i := range t.s {
-		t.s[i].releasing = 0
+	for id, x := range t.known() {
+		if x.releasing != 0 {
+			x.releasing = 0
+			t.done(id)
+		}
 	}
 }
 
 // startPending starts acquiring shard id: a new retry window from now.
 func (t *shardTable) startPending(id sharding.ShardID, now time.Time) {
-	t.s[id].pending = &pending{since: now}
-	t.checked(id)
+	t.rec(id).pending = &pending{since: now}
+	t.done(id)
 }
 
 // newWindow gives the acquisition of shard id, if any, a fresh retry
 // window from now.
 func (t *shardTable) newWindow(id sharding.ShardID, now time.Time) {
-	if p := t.s[id].pending; p != nil {
+	if p := t.at(id).pending; p != nil {
 		*p = pending{since: now}
 	}
 }
@@ -374,23 +379,26 @@ func (t *shardTable) newWindow(id sharding.ShardID, now time.Time) {
 // dropPending stops acquiring shard id (no longer assigned here). The
 // round's step ends a running takeover too (applyLocked checks after it).
 func (t *shardTable) dropPending(id sharding.ShardID) {
-	t.s[id].pending = nil
+	if x := t.s[id]; x != nil {
+		x.pending = nil
+	}
 }
 
-// startInbound records the takeover in of shard id; it clears any hold
-// on takeovers.
+// startInbound records the takeover in of shard id; it ends any hold on
+// takeovers.
 func (t *shardTable) startInbound(id sharding.ShardID, in *handoff.Inbound) {
-	x := &t.s[id]
-	x.inbound = in
-	if x.rare != nil {
-		x.setRare(func(r *shardRare) { r.takeoverHold = time.Time{} })
-	}
-	t.checked(id)
+	x := t.rec(id)
+	x.inbound, x.takeoverHold = in, time.Time{}
+	t.done(id)
 }
 
 // endInbound ends the takeover of shard id, if one runs, and returns it.
+// The caller's step ends with done (or with an install).
 func (t *shardTable) endInbound(id sharding.ShardID) *handoff.Inbound {
-	x := &t.s[id]
+	x := t.s[id]
+	if x == nil {
+		return nil
+	}
 	in := x.inbound
 	x.inbound = nil
 	return in
@@ -399,23 +407,23 @@ func (t *shardTable) endInbound(id sharding.ShardID) *handoff.Inbound {
 // holdTakeovers holds back new takeovers of shard id until then (one was
 // aborted).
 func (t *shardTable) holdTakeovers(id sharding.ShardID, until time.Time) {
-	t.s[id].setRare(func(r *shardRare) { r.takeoverHold = until })
-	t.checked(id)
+	t.rec(id).takeoverHold = until
+	t.done(id)
 }
 
 // deletingRecord records that our handoff record of shard id at revision
 // rev is being deleted.
 func (t *shardTable) deletingRecord(id sharding.ShardID, rev storage.Revision) {
-	t.s[id].setRare(func(r *shardRare) { r.deletingRecord = rev })
-	t.checked(id)
+	t.rec(id).deletingRecord = rev
+	t.done(id)
 }
 
 // recordNotDeleted forgets that shard id's record is being deleted (the
 // delete failed: the round may delete it again).
 func (t *shardTable) recordNotDeleted(id sharding.ShardID) {
-	if x := &t.s[id]; x.rare != nil {
-		x.setRare(func(r *shardRare) { r.deletingRecord = 0 })
-		t.checked(id)
+	if x := t.s[id]; x != nil {
+		x.deletingRecord = 0
+		t.done(id)
 	}
 }
 
@@ -425,14 +433,12 @@ func (t *shardTable) detach() {
 	if checkShardState && t.owned != 0 {
 		panic(fmt.Sprintf("runner: shard state: detached with %d shards owned", t.owned))
 	}
-	for i := range t.s {
-		x := &t.s[i]
+	for id, x := range t.known() {
 		if checkShardState && (x.own != nil || x.inbound != nil) {
-			panic(fmt.Sprintf("runner: shard state: shard %d detached while owned or taken over", i))
+			panic(fmt.Sprintf("runner: shard state: shard %d detached while owned or taken over", id))
 		}
-		if x.pending != nil || x.releasing != 0 || x.rare != nil {
-			*x = x.afterDetach()
-		}
+		*x = x.afterDetach()
+		t.done(id)
 	}
 }
 
@@ -548,9 +554,9 @@ func (r *Runner) dropOwnedLocked(cause error) {
 // afterDetach keeps survives.
 func (r *Runner) forgetAttachmentLocked() {
 	r.dropOwnedLocked(ErrDetached)
-	for id := range r.shards.s { // handoffs never block detachment
-		if in := r.shards.endInbound(sharding.ShardID(id)); in != nil {
-			r.reportInbound(sharding.ShardID(id), in, handoff.Aborted, "detached", abortDetached)
+	for id := range r.shards.known() { // handoffs never block detachment
+		if in := r.shards.endInbound(id); in != nil {
+			r.reportInbound(id, in, handoff.Aborted, "detached", abortDetached)
 		}
 	}
 	r.shards.detach()

@@ -3,7 +3,6 @@ package runner
 import (
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/shardhost/shardhost/internal/handoff"
 	"github.com/shardhost/shardhost/internal/hosting"
@@ -30,8 +29,8 @@ func TestShardTransitionsKeepTheInvariants(t *testing.T) {
 	tab.startPending(id, now)
 	tab.startInbound(id, in)
 	step("a takeover started")
-	if x := tab.at(id); x.rare != nil || !x.takeoverHold().IsZero() {
-		t.Fatalf("a started takeover kept the hold: %+v", x.rare)
+	if x := tab.at(id); !x.takeoverHold.IsZero() {
+		t.Fatalf("a started takeover kept the hold until %v", x.takeoverHold)
 	}
 	if !tab.busy(id) || tab.busy(id+1) {
 		t.Fatal("busy: want shard 3 only")
@@ -52,9 +51,9 @@ func TestShardTransitionsKeepTheInvariants(t *testing.T) {
 	tab.disown(s)
 	step("handed off")
 	x := tab.at(id)
-	if x.own != nil || x.lastHost != s.host || x.movedTo() != "b" || x.lastReleased != 7 || tab.owned != 0 {
+	if x.own != nil || x.lastHost != s.host || x.movedTo != "b" || x.lastReleased != 7 || tab.owned != 0 {
 		t.Fatalf("after a handoff: own %p, lastHost %p, movedTo %q, lastReleased %d, owned %d; want nil, %p, b, 7, 0",
-			x.own, x.lastHost, x.movedTo(), x.lastReleased, tab.owned, s.host)
+			x.own, x.lastHost, x.movedTo, x.lastReleased, tab.owned, s.host)
 	}
 	tab.clearReleasing(id, 6)
 	if !tab.leaving(id) {
@@ -63,8 +62,8 @@ func TestShardTransitionsKeepTheInvariants(t *testing.T) {
 	tab.clearReleasing(id, 7)
 	tab.moveSeen(id)
 	step("move seen")
-	if x.releasing != 0 || x.rare != nil {
-		t.Fatalf("releasing %d, rare %+v; want both cleared", x.releasing, x.rare)
+	if x.releasing != 0 || x.movedTo != "" {
+		t.Fatalf("releasing %d, movedTo %q; want both cleared", x.releasing, x.movedTo)
 	}
 
 	s2 := &shard{id: id, epoch: 9, host: new(hosting.Shard)}
@@ -90,10 +89,9 @@ func TestShardStateCheckNamesEachBrokenInvariant(t *testing.T) {
 		{"owned and taken over", shardState{own: s, pending: &pending{}, inbound: new(handoff.Inbound)}},
 		{"owned and pending", shardState{own: s, pending: &pending{}}},
 		{"owned with a last host", shardState{own: s, lastHost: new(hosting.Shard)}},
-		{"owned and moved", shardState{own: s, rare: &shardRare{movedTo: "b"}}},
+		{"owned and moved", shardState{own: s, movedTo: "b"}},
 		{"owned, releasing another epoch", shardState{own: s, releasing: 4}},
 		{"taken over, not pending", shardState{inbound: new(handoff.Inbound)}},
-		{"empty rare part", shardState{rare: &shardRare{}}},
 	} {
 		if err := tc.x.check(1); err == nil {
 			t.Errorf("check(%s) = nil, want an error", tc.name)
@@ -103,7 +101,7 @@ func TestShardStateCheckNamesEachBrokenInvariant(t *testing.T) {
 		{},
 		{own: s, releasing: 5, lastReleased: 3},
 		{pending: &pending{}, inbound: new(handoff.Inbound), releasing: 2},
-		{lastHost: new(hosting.Shard), rare: &shardRare{movedTo: "b"}},
+		{lastHost: new(hosting.Shard), movedTo: "b"},
 	} {
 		if err := ok.check(1); err != nil {
 			t.Errorf("check(%+v) = %v, want nil", ok, err)
@@ -114,19 +112,18 @@ func TestShardStateCheckNamesEachBrokenInvariant(t *testing.T) {
 func TestDetachKeepsOnlyWhatOutlivesTheAttachment(t *testing.T) {
 	tab := newShardTable(4)
 	host, until := new(hosting.Shard), time.Now().Add(time.Minute)
-	tab.s[0] = shardState{pending: &pending{}, releasing: 3, lastHost: host, lastReleased: 2,
-		rare: &shardRare{movedTo: "b", takeoverHold: until, deletingRecord: 11}}
-	tab.s[1] = shardState{pending: &pending{}, rare: &shardRare{movedTo: "c"}}
-	tab.s[2] = shardState{releasing: 8}
+	tab.s[0] = &shardState{pending: &pending{}, releasing: 3, lastHost: host, lastReleased: 2,
+		movedTo: "b", takeoverHold: until, deletingRecord: 11}
+	tab.s[1] = &shardState{pending: &pending{}, movedTo: "c"}
+	tab.s[2] = &shardState{releasing: 8}
 	tab.detach()
-	want := shardState{lastHost: host, lastReleased: 2}
-	if x := tab.s[0]; x.pending != nil || x.releasing != 0 || x.lastHost != want.lastHost || x.lastReleased != want.lastReleased ||
-		x.rare == nil || *x.rare != (shardRare{takeoverHold: until, deletingRecord: 11}) {
-		t.Errorf("shard 0 after a detach: %+v (rare %+v); want the last host, lastReleased 2, the takeover hold and the record's revision only", x, x.rare)
+	want := shardState{lastHost: host, lastReleased: 2, takeoverHold: until, deletingRecord: 11}
+	if x := tab.s[0]; x == nil || *x != want {
+		t.Errorf("shard 0 after a detach: %+v; want %+v (the last host, lastReleased, the takeover hold and the record's revision)", x, want)
 	}
 	for id := 1; id < 4; id++ {
-		if x := tab.s[id]; x != (shardState{}) {
-			t.Errorf("shard %d after a detach: %+v, want nothing", id, x)
+		if x := tab.s[id]; x != nil {
+			t.Errorf("shard %d after a detach: %+v, want no record", id, *x)
 		}
 	}
 	if err := tab.check(); err != nil {
@@ -134,11 +131,34 @@ func TestDetachKeepsOnlyWhatOutlivesTheAttachment(t *testing.T) {
 	}
 }
 
-// Every runner holds NumShards records (16 384 at most, up to 100
-// runners in one bench/churn process): what is rarely set stays behind
-// one pointer.
-func TestShardStateStaysSmall(t *testing.T) {
-	if got, limit := unsafe.Sizeof(shardState{}), 7*unsafe.Sizeof(uintptr(0)); got > limit {
-		t.Errorf("shardState is %d bytes, want at most %d", got, limit)
+// Every runner holds a table of NumShards (16 384 at most, up to 100
+// runners in one bench/churn process): a shard this runner knows nothing
+// about costs one nil pointer, and a record that becomes empty is freed.
+func TestShardRecordsExistOnlyWhileTheyHoldSomething(t *testing.T) {
+	tab := newShardTable(4)
+	now := time.Now()
+	tab.startPending(1, now)
+	tab.dropPending(1)
+	tab.done(1)
+	tab.markReleasing(2, 5)
+	tab.clearReleasing(2, 5)
+	tab.holdTakeovers(3, now)
+	tab.holdTakeovers(3, time.Time{})
+	for id, x := range tab.s {
+		if x != nil {
+			t.Errorf("shard %d: record %+v kept, want none", id, *x)
+		}
+	}
+	if tab.at(0).busy() || tab.owner(0) != nil || tab.at(0) != &noShard {
+		t.Error("a shard never touched reads as something")
+	}
+	s := &shard{id: 1, epoch: 4, host: new(hosting.Shard)}
+	tab.install(s)
+	tab.disown(s)
+	if x := tab.s[1]; x == nil || x.lastHost != s.host {
+		t.Error("the record of a shard that left lost its last host")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = tab.at(2).movedTo; _ = tab.busy(3) }); allocs != 0 {
+		t.Errorf("reading an unknown shard allocates %v times", allocs)
 	}
 }
