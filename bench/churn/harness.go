@@ -102,6 +102,8 @@ type harness struct {
 	// runners (this process and -procs children) and etcd used meanwhile.
 	coldRegistered, coldCPU, coldEtcdCPU time.Duration
 	steady                               SteadyReport
+	probeIDs                             []string   // an entity of each shard, for the crash probes (probe.go)
+	firstAsks                            []firstAsk // crash steps: each lost shard's first answer
 }
 
 // run performs a whole run on an etcd it opens (and closes) and returns
@@ -276,6 +278,7 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 	var (
 		stopping *node      // the runner a shutdown step stops
 		stopped  chan error // its Shutdown's result
+		probing  *probes    // a crash step's probers
 	)
 	switch kind {
 	case stepAdd:
@@ -292,9 +295,11 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 		h.live = slices.Delete(h.live, i, i+1)
 		s.Runner = n.id
 		if kind == stepCrash {
+			owned, _ := n.view(&h.rec)
 			s.start = time.Now()
 			h.crashes[n.id] = s.start
 			n.crash(&h.rec, s.start) // no release, no revoke: the lease expires after the TTL
+			probing = h.probeCrash(owned, n.id, s.start)
 			break
 		}
 		stopping, stopped = n, make(chan error, 1)
@@ -303,6 +308,9 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 	s.After = len(h.live)
 	if h.waitSettled(ctx, settleTimeout) {
 		s.settled = time.Now()
+	}
+	if probing != nil {
+		h.firstAsks = append(h.firstAsks, probing.finish()...)
 	}
 	if stopping != nil {
 		if ctx.Err() != nil {

@@ -116,7 +116,10 @@ type Report struct {
 	Asks            AskReport       `json:"asks"`
 	DoubleOwnership int             `json:"double_ownership"`
 	LostNotCrash    int             `json:"shards_lost_outside_crashes"`
-	Problems        []string        `json:"problems"`
+	// Crash steps: shards whose probe no new owner answered within the
+	// step (Cutover["crash-first-ask"] has the others).
+	FirstAskUnanswered int      `json:"crash_first_ask_unanswered"`
+	Problems           []string `json:"problems"`
 
 	timeline *timeline // the series writeHTML draws
 }
@@ -196,6 +199,9 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		}
 	}
 	rep.Cutover["planned"], rep.Cutover["crash"] = distOf(planned), distOf(crash)
+	var first []time.Duration
+	first, rep.FirstAskUnanswered = firstAskAfterAcquired(h.firstAsks, wins)
+	rep.Cutover["crash-first-ask"] = distOf(first)
 	// Where a planned cutover's time goes: the old owner's release to its
 	// lock transfer committed (its PhaseCutover), and that to the new
 	// owner's ShardAcquired (the watch event and the install).
@@ -234,6 +240,9 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	}
 	if n := rep.Asks.FailedIn[winPlanned]; n != 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d asks failed during planned moves", n))
+	}
+	if rep.FirstAskUnanswered != 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d shards lost in crashes were not answered by a new owner within %v of the step settling", rep.FirstAskUnanswered, probeWait))
 	}
 	if len(h.steps) == 0 {
 		rep.Problems = append(rep.Problems, "no churn step happened (duration shorter than -every?)")
@@ -328,6 +337,34 @@ func cutovers(evs []runner.Event, crashes map[string]time.Time, inRun func(time.
 	return wins, lost
 }
 
+// firstAskAfterAcquired returns, for each probe answered, the time from
+// its shard's takeover (the new owner's ShardAcquired after the crash) to
+// the answer (0 when the answer came first: the owner's event is stamped
+// after its install, which an ask can overtake), and how many probes were
+// not answered.
+func firstAskAfterAcquired(probes []firstAsk, wins []cutoverWin) (ds []time.Duration, unanswered int) {
+	type key struct {
+		shard sharding.ShardID
+		crash time.Time
+	}
+	acquired := map[key]time.Time{}
+	for _, w := range wins {
+		if w.crash {
+			acquired[key{w.shard, w.start}] = w.end
+		}
+	}
+	for _, p := range probes {
+		at, ok := acquired[key{p.shard, p.crashAt}]
+		switch {
+		case p.answered.IsZero():
+			unanswered++
+		case ok:
+			ds = append(ds, max(0, p.answered.Sub(at)))
+		}
+	}
+	return ds, unanswered
+}
+
 // cutoverWin is one ownership change: the shard left from at start (its
 // release, or the crash instant) and to acquired it at end.
 type cutoverWin struct {
@@ -377,6 +414,7 @@ func (rep *Report) print(w io.Writer) {
 		{"  of which released -> lock moved", "planned-transfer"},
 		{"  and lock moved -> acquired", "planned-install"},
 		{"crash (crash -> acquired)", "crash"},
+		{"  then acquired -> first ask served", "crash-first-ask"},
 	} {
 		d := rep.Cutover[r.key]
 		row(r.name, d.N, ms(d.P50, d.N), ms(d.P99, d.N), ms(d.Max, d.N))

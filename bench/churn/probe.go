@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shardhost/shardhost/bench/internal/runnerproc"
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// The first ask after a crash: from the crash on, one prober per shard the
+// crashed runner owned asks an entity of that shard through the gateway
+// until a runner other than the crashed one answers. The report sets the
+// instant of that answer against the new owner's ShardAcquired: what a
+// caller waits, after its shard is re-owned, for the gateway to learn the
+// new route and for a pending dial or back-off aimed at the dead runner to
+// give way.
+
+// probeTimeout bounds one probe ask (it retries internally until then).
+const probeTimeout = 10 * time.Second
+
+// probeWait bounds how long a crash step waits, once settled, for its
+// probes to be answered.
+const probeWait = 10 * time.Second
+
+// firstAsk is a probe's result: shard's first answer by a new owner after
+// the crash at crashAt (zero answered: none within the step).
+type firstAsk struct {
+	shard    sharding.ShardID
+	crashAt  time.Time
+	answered time.Time
+}
+
+// probes are the probers of one crash step.
+type probes struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	res    []firstAsk
+}
+
+// probeCrash starts one prober per shard of owned, which victim owned
+// when it crashed at crashAt.
+func (h *harness) probeCrash(owned map[sharding.ShardID]bool, victim string, crashAt time.Time) *probes {
+	if h.probeIDs == nil {
+		h.probeIDs = probeEntities(h.p.Shards)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pr := &probes{cancel: cancel}
+	for id := range owned {
+		entity := h.probeIDs[id]
+		pr.wg.Go(func() {
+			for ctx.Err() == nil {
+				actx, acancel := context.WithTimeout(ctx, probeTimeout)
+				resp, err := runnerproc.Echo.Ask(actx, h.gw.r, entity, runnerproc.EchoReq{})
+				acancel()
+				if err == nil && resp.Runner != victim {
+					pr.mu.Lock()
+					pr.res = append(pr.res, firstAsk{shard: id, crashAt: crashAt, answered: time.Now()})
+					pr.mu.Unlock()
+					return
+				}
+			}
+			pr.mu.Lock()
+			pr.res = append(pr.res, firstAsk{shard: id, crashAt: crashAt})
+			pr.mu.Unlock()
+		})
+	}
+	return pr
+}
+
+// finish waits for the probers (at most probeWait, then stops them) and
+// returns their results.
+func (pr *probes) finish() []firstAsk {
+	done := make(chan struct{})
+	go func() { pr.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(probeWait):
+		pr.cancel()
+		<-done
+	}
+	pr.cancel()
+	return pr.res
+}
+
+// probeEntities returns an entity ID of every shard (of n), by shard.
+func probeEntities(n int) []string {
+	out, left := make([]string, n), n
+	for i := 0; left > 0; i++ {
+		e := fmt.Sprintf("probe-%d", i)
+		if s := sharding.ShardOf(e, n); out[s] == "" {
+			out[s], left = e, left-1
+		}
+	}
+	return out
+}
