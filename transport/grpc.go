@@ -85,7 +85,7 @@ func (t *GRPC) serveHot(req *hotRequest) *hotResponse {
 
 // hot asks the runner at addr for its hot entities in shard.
 func (t *GRPC) Hot(ctx context.Context, addr string, shard uint32, limit int) ([]EntityRef, error) {
-	_, _, c, err := t.readyConn(ctx, addr)
+	_, _, c, err := t.readyConn(ctx, addr, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -410,22 +410,24 @@ var reconnectParams = grpc.ConnectParams{
 }
 
 // readyConn picks a connection to addr and waits, bounded, until it is
-// ready. An error means nothing was sent.
-func (t *GRPC) readyConn(ctx context.Context, addr string) (*peerConns, int, *grpc.ClientConn, error) {
+// ready (and while route is current: RouteCaller). An error means nothing
+// was sent.
+func (t *GRPC) readyConn(ctx context.Context, addr string, route Route) (*peerConns, int, *grpc.ClientConn, error) {
 	p, err := t.peer(addr)
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	i, c := p.pick()
-	if err := t.waitReady(ctx, addr, c); err != nil {
+	if err := t.waitReady(ctx, addr, c, route); err != nil {
 		return nil, 0, nil, err
 	}
 	return p, i, c, nil
 }
 
 // The errors say what happened in this call: how long it waited and why it
-// stopped (its context, ConnectTimeout, or a connection that failed).
-func (t *GRPC) waitReady(ctx context.Context, addr string, c *grpc.ClientConn) error {
+// stopped (its context, ConnectTimeout, its route that changed, or a
+// connection that failed).
+func (t *GRPC) waitReady(ctx context.Context, addr string, c *grpc.ClientConn, route Route) error {
 	st := c.GetState()
 	if st == connectivity.Ready {
 		return nil
@@ -434,7 +436,9 @@ func (t *GRPC) waitReady(ctx context.Context, addr string, c *grpc.ClientConn) e
 		return fmt.Errorf("%w: connection to %s is %v and the context already ended: %w", ErrNotSent, addr, st, ctxErr(ctx))
 	}
 	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, t.cfg.ConnectTimeout)
+	rctx, stop := whileCurrent(ctx, route)
+	defer stop()
+	wctx, cancel := context.WithTimeout(rctx, t.cfg.ConnectTimeout)
 	defer cancel()
 	for st != connectivity.Ready {
 		if st == connectivity.Idle {
@@ -448,6 +452,9 @@ func (t *GRPC) waitReady(ctx context.Context, addr string, c *grpc.ClientConn) e
 			if ctx.Err() != nil {
 				return fmt.Errorf("%w: connection to %s still %v when the context ended after %v: %w", ErrNotSent, addr, st, waited, ctxErr(ctx))
 			}
+			if rctx.Err() != nil {
+				return fmt.Errorf("%w: %w: connection to %s still %v after %v", ErrNotSent, ErrRouteChanged, addr, st, waited)
+			}
 			return fmt.Errorf("%w: connection to %s still %v after %v (ConnectTimeout)", ErrNotSent, addr, st, waited)
 		}
 		st = c.GetState()
@@ -455,12 +462,19 @@ func (t *GRPC) waitReady(ctx context.Context, addr string, c *grpc.ClientConn) e
 	return nil
 }
 
+var _ RouteCaller = (*GRPC)(nil)
+
 // Call implements Transport.
 func (t *GRPC) Call(ctx context.Context, addr string, req *DeliverRequest) (resp *DeliverResponse, sent bool, err error) {
+	return t.CallRoute(ctx, addr, req, nil)
+}
+
+// CallRoute implements RouteCaller.
+func (t *GRPC) CallRoute(ctx context.Context, addr string, req *DeliverRequest, route Route) (resp *DeliverResponse, sent bool, err error) {
 	if len(req.Payload) > t.cfg.MaxMessageSize {
 		return nil, false, fmt.Errorf("%w: request of %d bytes (limit %d)", ErrMessageTooLarge, len(req.Payload), t.cfg.MaxMessageSize)
 	}
-	p, i, c, err := t.readyConn(ctx, addr)
+	p, i, c, err := t.readyConn(ctx, addr, route)
 	if err != nil {
 		return nil, false, err
 	}

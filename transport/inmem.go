@@ -138,8 +138,15 @@ func (t *Inmem) Listen(h Handler) (string, error) {
 	return t.addr, nil
 }
 
+var _ RouteCaller = (*Inmem)(nil)
+
 // Call implements Transport.
 func (t *Inmem) Call(ctx context.Context, addr string, req *DeliverRequest) (*DeliverResponse, bool, error) {
+	return t.CallRoute(ctx, addr, req, nil)
+}
+
+// CallRoute implements RouteCaller.
+func (t *Inmem) CallRoute(ctx context.Context, addr string, req *DeliverRequest, route Route) (*DeliverResponse, bool, error) {
 	if len(req.Payload) > t.n.MaxMessageSize {
 		return nil, false, fmt.Errorf("%w: request of %d bytes (limit %d)", ErrMessageTooLarge, len(req.Payload), t.n.MaxMessageSize)
 	}
@@ -149,7 +156,7 @@ func (t *Inmem) Call(ctx context.Context, addr string, req *DeliverRequest) (*De
 	if closed {
 		return nil, false, ErrClosed
 	}
-	peer, err := t.connect(ctx, addr)
+	peer, err := t.connect(ctx, addr, route)
 	if err != nil {
 		return nil, false, err
 	}
@@ -178,12 +185,14 @@ func (t *Inmem) Call(ctx context.Context, addr string, req *DeliverRequest) (*De
 }
 
 // connect returns the peer at addr, waiting at most ConnectTimeout (and
-// ctx) for it to become reachable.
-func (t *Inmem) connect(ctx context.Context, addr string) (*Inmem, error) {
+// ctx, and while route is current) for it to become reachable.
+func (t *Inmem) connect(ctx context.Context, addr string, route Route) (*Inmem, error) {
 	if peer, ok := t.n.route(t.addr, addr); ok {
 		return peer, nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, t.n.ConnectTimeout)
+	rctx, stop := whileCurrent(ctx, route)
+	defer stop()
+	wctx, cancel := context.WithTimeout(rctx, t.n.ConnectTimeout)
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -192,6 +201,9 @@ func (t *Inmem) connect(ctx context.Context, addr string) (*Inmem, error) {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%w: %s unreachable when the context ended: %w", ErrNotSent, addr, ctxErr(ctx))
+			}
+			if rctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %w: %s unreachable", ErrNotSent, ErrRouteChanged, addr)
 			}
 			return nil, fmt.Errorf("%w: %s unreachable for %v (ConnectTimeout)", ErrNotSent, addr, t.n.ConnectTimeout)
 		case <-tick.C:
@@ -261,7 +273,7 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // Hot implements Transport.
 func (t *Inmem) Hot(ctx context.Context, addr string, shard uint32, limit int) ([]EntityRef, error) {
-	peer, err := t.connect(ctx, addr)
+	peer, err := t.connect(ctx, addr, nil)
 	if err != nil {
 		return nil, fmt.Errorf("transport: hot entities of shard %d from %s: %w", shard, addr, err)
 	}

@@ -22,7 +22,66 @@ var (
 	ErrNotSent = errors.New("transport: owner unreachable; message not sent")
 	// ErrClosed: the transport was closed.
 	ErrClosed = errors.New("transport: closed")
+	// ErrRouteChanged: a call gave up waiting for a connection because its
+	// Route stopped being current (its errors match ErrNotSent too).
+	ErrRouteChanged = errors.New("transport: route changed while connecting")
 )
+
+// Route is the sender's routing decision a call was made under (see
+// RouteCaller): the destination stays right while Current reports true.
+// Both methods are called from the goroutine of a call waiting for a
+// connection, concurrently with anything else.
+type Route interface {
+	// Changed returns a channel closed at the sender's next routing change.
+	Changed() <-chan struct{}
+	// Current reports whether the sender would still send the call to the
+	// address it was made to.
+	Current() bool
+}
+
+// RouteCaller is implemented by transports whose Call may wait for a
+// connection before sending (GRPC, Inmem): the sender's routing passes the
+// Route of each call, so that a call waiting for a runner that is gone (a
+// dial that hangs or is refused) gives way at once when the shard's route
+// moves elsewhere, instead of after ConnectTimeout.
+type RouteCaller interface {
+	// CallRoute is Call, except that while it waits for a connection to
+	// addr — before anything is sent — it also gives up as soon as route
+	// is not Current (checked at the start and at every Changed): then
+	// sent is false and the error matches ErrNotSent and ErrRouteChanged.
+	// Once the request is sent, route is no longer consulted: a call in
+	// flight ends only with its answer, its connection or ctx. A nil route
+	// is Call.
+	CallRoute(ctx context.Context, addr string, req *DeliverRequest, route Route) (resp *DeliverResponse, sent bool, err error)
+}
+
+// whileCurrent returns a context derived from ctx that ends, with cause
+// ErrRouteChanged, as soon as route is not Current, and a stop function
+// that must be called (it waits for the goroutine watching route). A nil
+// route: ctx itself.
+func whileCurrent(ctx context.Context, route Route) (context.Context, func()) {
+	if route == nil {
+		return ctx, func() {}
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			changed := route.Changed() // before Current: no change is missed
+			if !route.Current() {
+				cancel(ErrRouteChanged)
+				return
+			}
+			select {
+			case <-changed:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return wctx, func() { cancel(nil); <-exited }
+}
 
 // Handler answers the deliveries a Transport receives: the receiving
 // runner. Its methods are called concurrently.

@@ -414,7 +414,7 @@ func (rep *Report) print(w io.Writer) {
 		{"  of which released -> lock moved", "planned-transfer"},
 		{"  and lock moved -> acquired", "planned-install"},
 		{"crash (crash -> acquired)", "crash"},
-		{"  then acquired -> first ask served", "crash-first-ask"},
+		{"  then acquired -> first ask", "crash-first-ask"},
 	} {
 		d := rep.Cutover[r.key]
 		row(r.name, d.N, ms(d.P50, d.N), ms(d.P99, d.N), ms(d.Max, d.N))

@@ -75,6 +75,7 @@ type Router struct {
 	dir  Directory
 	host *hosting.Host
 	net  transport.Transport
+	rc   transport.RouteCaller // net, if it implements it (else nil)
 	met  *Metrics
 	log  *slog.Logger
 
@@ -86,6 +87,7 @@ type Router struct {
 // New returns a Router delivering through host and net.
 func New(cfg Config, dir Directory, host *hosting.Host, net transport.Transport, met *Metrics, log *slog.Logger) *Router {
 	r := &Router{cfg: cfg, dir: dir, host: host, net: net, met: met, log: log, epochs: make([]atomic.Int64, cfg.NumShards)}
+	r.rc, _ = net.(transport.RouteCaller)
 	ch := make(chan struct{})
 	r.routeCh.Store(&ch)
 	return r

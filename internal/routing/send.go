@@ -26,6 +26,36 @@ type attempt struct {
 	start   time.Time
 	badReq  bool        // the request cannot be encoded: returned at once
 	cs      *clientSpan // nil: not traced
+
+	// The route of the attempt in flight (transport.Route): routed is the
+	// owner the lock watch named ("" none), dest the runner sent to (the
+	// watch's owner or the last answer's hint).
+	r      *Router
+	routed string
+	dest   storage.Runner
+}
+
+var _ transport.Route = (*attempt)(nil)
+
+// Changed implements transport.Route.
+func (a *attempt) Changed() <-chan struct{} { return a.r.RouteWatch() }
+
+// Current implements transport.Route: the attempt's destination is still
+// the one routing would choose — the watch's owner of the shard, at the
+// same address; or, for an attempt sent to an answer's hint, the watch
+// still names the owner it named then and the hinted runner is still a
+// member at that address. A runner that is gone (its lock moved, its
+// record or lease gone) is not current.
+func (a *attempt) Current() bool {
+	owner, ok := a.r.dir.Route(a.id)
+	if !ok {
+		return false
+	}
+	if a.dest.ID == a.routed {
+		return owner.ID == a.dest.ID && owner.Address == a.dest.Address
+	}
+	m, known := a.r.dir.Member(a.dest.ID)
+	return owner.ID == a.routed && known && m.Address == a.dest.Address
 }
 
 // sendSlow is the routing loop with retries.
@@ -34,7 +64,8 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 		waiting bool // counted in r.waiting (MaxWaitingSends)
 		bo      *backoff.ExponentialBackOff
 		timer   *time.Timer
-		a       = attempt{k: k, h: h, id: id, c: c, start: time.Now(), cs: cs}
+		a       = attempt{k: k, h: h, id: id, c: c, start: time.Now(), cs: cs, r: r}
+		routed  string // the watch's owner at the previous attempt
 	)
 	defer func() {
 		if timer != nil {
@@ -60,6 +91,12 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 		if errors.As(err, &no) && no.OwnerHint != "" && no.OwnerHint != r.cfg.RunnerID {
 			a.hint = no.OwnerHint
 		}
+		if bo != nil && a.routed != routed {
+			// The shard's route changed (a new owner, or none): the
+			// back-off grown against the former one does not apply to it.
+			bo.Reset()
+		}
+		routed = a.routed
 		if !waiting { // only sends that wait for an owner count
 			if r.waiting.Add(1) > int64(r.cfg.MaxWaitingSends) {
 				r.waiting.Add(-1)
@@ -102,6 +139,10 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 		return res.V, res.Err, !res.Undelivered
 	}
 	owner, ok := r.dir.Route(a.id)
+	a.routed = ""
+	if ok {
+		a.routed = owner.ID
+	}
 	if a.hint != "" && a.hint != owner.ID {
 		// The last receiver knew better than our watch: try its hint (one
 		// hop again, never forwarded further).
@@ -140,7 +181,19 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 	if a.cs != nil {
 		req.Headers = r.cfg.Tracer.Inject(ctx)
 	}
-	resp, sent, err := r.net.Call(ctx, owner.Address, req)
+	var (
+		resp *transport.DeliverResponse
+		sent bool
+		err  error
+	)
+	if r.rc != nil {
+		// A wait for a connection to owner gives way as soon as the shard's
+		// route moves (the owner is gone, or another took the shard).
+		a.dest = owner
+		resp, sent, err = r.rc.CallRoute(ctx, owner.Address, req, a)
+	} else {
+		resp, sent, err = r.net.Call(ctx, owner.Address, req)
+	}
 	if err != nil {
 		if sent {
 			err = fmt.Errorf("to %s: %w", owner.ID, err)

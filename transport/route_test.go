@@ -1,0 +1,157 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// blackhole is a TCP listener that accepts connections and never answers:
+// a gRPC dial to it hangs in CONNECTING (no HTTP/2 settings ever come), as
+// a dial to a crashed host's port can on a real network.
+type blackhole struct {
+	lis      net.Listener
+	accepted chan struct{} // one value per connection accepted
+	closed   chan struct{} // one value per connection its client closed
+	wg       sync.WaitGroup
+}
+
+func newBlackhole(t *testing.T) *blackhole {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{lis: lis, accepted: make(chan struct{}, 64), closed: make(chan struct{}, 64)}
+	var mu sync.Mutex
+	var conns []net.Conn
+	b.wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			b.accepted <- struct{}{}
+			b.wg.Go(func() {
+				_, _ = io.Copy(io.Discard, c) // until the client gives up
+				b.closed <- struct{}{}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		_ = lis.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		b.wg.Wait()
+	})
+	return b
+}
+
+func (b *blackhole) addr() string { return b.lis.Addr().String() }
+
+// testRoute is a Route a test moves: Current until moved.
+type testRoute struct {
+	mu      sync.Mutex
+	changed chan struct{}
+	moved   atomic.Bool
+	checks  atomic.Int64 // Current calls
+}
+
+func newTestRoute() *testRoute { return &testRoute{changed: make(chan struct{})} }
+
+func (r *testRoute) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
+func (r *testRoute) Current() bool { r.checks.Add(1); return !r.moved.Load() }
+
+// change signals a routing change; moved says whether it moved this route.
+func (r *testRoute) change(moved bool) {
+	r.moved.Store(moved)
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// TestCallRouteStopsConnectingWhenRouteChanges: a call waiting for a
+// connection to a black-holed peer (ConnectTimeout 1 min) keeps waiting
+// through routing changes that leave its route current, and gives up —
+// nothing sent, ErrNotSent and ErrRouteChanged — at the change that moves
+// it, while the hanging dial is still open (before gRPC's own connect
+// timeout closes it).
+func TestCallRouteStopsConnectingWhenRouteChanges(t *testing.T) {
+	bh := newBlackhole(t)
+	cli := NewGRPC(GRPCConfig{Logger: quiet(), ConnectTimeout: time.Minute})
+	t.Cleanup(func() { cli.Close(0) })
+	route := newTestRoute()
+	type result struct {
+		sent bool
+		err  error
+	}
+	res := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	go func() {
+		_, sent, err := cli.CallRoute(ctx, bh.addr(), &DeliverRequest{Payload: []byte("x")}, route)
+		res <- result{sent, err}
+	}()
+	<-bh.accepted // the dial hangs
+	for route.checks.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	route.change(false) // another shard's route: keep waiting
+	for route.checks.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case r := <-res:
+		t.Fatalf("the call ended at a change that left its route current: sent %v, %v", r.sent, r.err)
+	default:
+	}
+	route.change(true)
+	r := <-res
+	if r.sent || !errors.Is(r.err, ErrNotSent) || !errors.Is(r.err, ErrRouteChanged) {
+		t.Fatalf("CallRoute after its route moved = sent %v, %v; want not sent, ErrNotSent and ErrRouteChanged", r.sent, r.err)
+	}
+	select {
+	case <-bh.closed:
+		t.Fatal("the call gave up only once the dial ended, not when its route moved")
+	default:
+	}
+}
+
+// TestCallRouteNotCurrentGivesUpAtOnce: a route already moved when the
+// call would wait for a connection ends it without waiting; a nil route is
+// Call (waits for the connection).
+func TestCallRouteNotCurrentGivesUpAtOnce(t *testing.T) {
+	bh := newBlackhole(t)
+	g := NewGRPC(GRPCConfig{Logger: quiet(), ConnectTimeout: time.Minute})
+	t.Cleanup(func() { g.Close(0) })
+	route := newTestRoute()
+	route.moved.Store(true)
+	_, sent, err := g.CallRoute(t.Context(), bh.addr(), &DeliverRequest{}, route)
+	if sent || !errors.Is(err, ErrRouteChanged) {
+		t.Fatalf("CallRoute with a moved route = sent %v, %v; want ErrRouteChanged", sent, err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, sent, err = g.CallRoute(ctx, bh.addr(), &DeliverRequest{}, nil)
+	if sent || !errors.Is(err, ErrNotSent) || errors.Is(err, ErrRouteChanged) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("CallRoute with no route to a black hole = sent %v, %v; want ErrNotSent at the context's deadline", sent, err)
+	}
+}
