@@ -296,6 +296,23 @@
 // without a loop in the caller. A ClientOnly runner routes without hosting
 // anything.
 //
+// After the owner of a shard crashes, an ask to it waits, in turn: (1) for
+// the owner's lease to expire — about LeaseTTL after its last renewal, when
+// etcd deletes its record and its locks — while attempts to reach it fail
+// before sending (a refused port at once; a connection that does not come,
+// as to a black-holed host, within ConnectTimeout) and are retried with
+// back-off, at most 250 ms (±50 %) apart, and at every routing change;
+// (2) for another runner to acquire the shard (a watch event and an acquire
+// transaction: tens of milliseconds); (3) for this runner's lock watch to
+// show the new owner, to which it is sent at once: a wait for a connection
+// to the gone owner is abandoned as soon as the shard's route changes (its
+// lock moved or deleted, its record gone) — never sent — and the back-off
+// restarts from 5 ms for the new owner. An ask already sent to the crashed
+// owner is not withdrawn (it may have run): it fails with ErrMaybeDelivered
+// when its connection breaks (at once for a closed port, after gRPC's
+// keepalive — up to about 12 s — for a black-holed host) or when its context
+// ends. Figures: BENCHMARKS.md, "first ask after a crash".
+//
 // # Sending from a handler
 //
 // A handler (or lifecycle hook) finds the runner hosting it with

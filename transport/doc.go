@@ -32,6 +32,14 @@
 // once its answer is written (or given up), so a receiver can hold a shard
 // until every answer of it is on its way.
 //
+// A call waiting for a connection gives way to a routing change: both
+// implementations are RouteCallers, and CallRoute abandons the wait — a
+// dial that hangs (a black-holed host) or retries (a refused port) —
+// as soon as the sender's Route for the call is no longer current,
+// reporting ErrNotSent and ErrRouteChanged (nothing sent). A call already
+// sent is never abandoned that way: it ends with its answer, its
+// connection or its context, so its at-most-once report stays exact.
+//
 // # Concurrency
 //
 // Transports are safe for concurrent use. A transport's goroutines are

@@ -28,6 +28,14 @@
 //   - One hop. A receiver delivers locally or answers not-owner (with a
 //     hint); it never forwards. Every outcome is an answer with a code,
 //     mapped back to the same typed error on the sender (ResponseError).
+//   - A route change ends a wait for a gone owner. A remote attempt
+//     passes its route to the transport (transport.RouteCaller): a wait
+//     for a connection to the owner — nothing sent yet — is abandoned as
+//     soon as the shard's route no longer names that owner at that address
+//     (its lock moved or was deleted, its record or lease is gone), and the
+//     send retries at once at the new owner; the back-off restarts whenever
+//     the watch's owner of the shard changes. A request already sent is
+//     never abandoned (at most once).
 //   - Bounded waiting. At most MaxWaitingSends sends wait for an owner at
 //     once; beyond that a send fails with ErrTooManyWaiting.
 package routing
