@@ -26,12 +26,19 @@ const probeTimeout = 10 * time.Second
 const probeWait = 10 * time.Second
 
 // firstAsk is a probe's result: shard's first answer by a new owner after
-// the crash at crashAt (zero answered: none within the step).
+// the crash at crashAt (zero answered: none within the step), and when
+// the gateway's lock view first named another owner (routed, polled every
+// routePoll; zero: not seen).
 type firstAsk struct {
 	shard    sharding.ShardID
 	crashAt  time.Time
 	answered time.Time
+	routed   time.Time
 }
+
+// routePoll is how often the gateway's view of the lost shards' owners is
+// read while probing.
+const routePoll = 2 * time.Millisecond
 
 // probes are the probers of one crash step.
 type probes struct {
@@ -39,6 +46,35 @@ type probes struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	res    []firstAsk
+	routed map[sharding.ShardID]time.Time // pollRoutes
+}
+
+// pollRoutes records when the gateway's view first names an owner of each
+// shard of owned other than victim, until all do or ctx ends.
+func (pr *probes) pollRoutes(ctx context.Context, h *harness, owned map[sharding.ShardID]bool, victim string) {
+	tick := time.NewTicker(routePoll)
+	defer tick.Stop()
+	left := len(owned)
+	seen := make(map[sharding.ShardID]bool, len(owned))
+	for left > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		for id := range owned {
+			if seen[id] {
+				continue
+			}
+			if o, _ := h.gw.r.OwnerOf(id); o != "" && o != victim {
+				seen[id], left = true, left-1
+				pr.mu.Lock()
+				pr.routed[id] = now
+				pr.mu.Unlock()
+			}
+		}
+	}
 }
 
 // probeCrash starts one prober per shard of owned, which victim owned
@@ -48,7 +84,8 @@ func (h *harness) probeCrash(owned map[sharding.ShardID]bool, victim string, cra
 		h.probeIDs = probeEntities(h.p.Shards)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	pr := &probes{cancel: cancel}
+	pr := &probes{cancel: cancel, routed: map[sharding.ShardID]time.Time{}}
+	pr.wg.Go(func() { pr.pollRoutes(ctx, h, owned, victim) })
 	for id := range owned {
 		entity := h.probeIDs[id]
 		pr.wg.Go(func() {
@@ -83,6 +120,9 @@ func (pr *probes) finish() []firstAsk {
 		<-done
 	}
 	pr.cancel()
+	for i := range pr.res {
+		pr.res[i].routed = pr.routed[pr.res[i].shard]
+	}
 	return pr.res
 }
 

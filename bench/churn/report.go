@@ -199,9 +199,10 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		}
 	}
 	rep.Cutover["planned"], rep.Cutover["crash"] = distOf(planned), distOf(crash)
-	var first []time.Duration
-	first, rep.FirstAskUnanswered = firstAskAfterAcquired(h.firstAsks, wins)
+	var first, routed, served []time.Duration
+	first, routed, served, rep.FirstAskUnanswered = firstAskAfterAcquired(h.firstAsks, wins)
 	rep.Cutover["crash-first-ask"] = distOf(first)
+	rep.Cutover["crash-first-ask-routed"], rep.Cutover["crash-first-ask-served"] = distOf(routed), distOf(served)
 	// Where a planned cutover's time goes: the old owner's release to its
 	// lock transfer committed (its PhaseCutover), and that to the new
 	// owner's ShardAcquired (the watch event and the install).
@@ -340,9 +341,10 @@ func cutovers(evs []runner.Event, crashes map[string]time.Time, inRun func(time.
 // firstAskAfterAcquired returns, for each probe answered, the time from
 // its shard's takeover (the new owner's ShardAcquired after the crash) to
 // the answer (0 when the answer came first: the owner's event is stamped
-// after its install, which an ask can overtake), and how many probes were
-// not answered.
-func firstAskAfterAcquired(probes []firstAsk, wins []cutoverWin) (ds []time.Duration, unanswered int) {
+// after its install, which an ask can overtake) and, split, the takeover
+// to the gateway's view naming the new owner (routed) and that to the
+// answer (served); and how many probes were not answered.
+func firstAskAfterAcquired(probes []firstAsk, wins []cutoverWin) (ds, routed, served []time.Duration, unanswered int) {
 	type key struct {
 		shard sharding.ShardID
 		crash time.Time
@@ -360,9 +362,13 @@ func firstAskAfterAcquired(probes []firstAsk, wins []cutoverWin) (ds []time.Dura
 			unanswered++
 		case ok:
 			ds = append(ds, max(0, p.answered.Sub(at)))
+			if !p.routed.IsZero() {
+				routed = append(routed, max(0, p.routed.Sub(at)))
+				served = append(served, max(0, p.answered.Sub(p.routed)))
+			}
 		}
 	}
-	return ds, unanswered
+	return ds, routed, served, unanswered
 }
 
 // cutoverWin is one ownership change: the shard left from at start (its
@@ -415,6 +421,8 @@ func (rep *Report) print(w io.Writer) {
 		{"  and lock moved -> acquired", "planned-install"},
 		{"crash (crash -> acquired)", "crash"},
 		{"  then acquired -> first ask", "crash-first-ask"},
+		{"    acquired -> gateway's view", "crash-first-ask-routed"},
+		{"    and gateway's view -> answer", "crash-first-ask-served"},
 	} {
 		d := rep.Cutover[r.key]
 		row(r.name, d.N, ms(d.P50, d.N), ms(d.P99, d.N), ms(d.Max, d.N))
