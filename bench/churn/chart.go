@@ -114,6 +114,10 @@ func stepLabel(s tlStep) string {
 		return "+" + s.runner
 	case stepShutdown:
 		return "stop " + s.runner
+	case stepBurstJoin:
+		return "+" + s.runner
+	case stepBurstLeave:
+		return "stop " + s.runner
 	default:
 		return "crash " + s.runner
 	}

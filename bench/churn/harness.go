@@ -31,6 +31,10 @@ type Params struct {
 	Verbose  bool          // runners' info logs and the etcd client's warnings
 	Steady   time.Duration // after the cold start, measure the settled cluster this long (0: skip)
 	Procs    bool          // hosting runners in separate OS processes (crash = SIGKILL)
+	// Burst, if positive, makes every step a burst, joins and leaves
+	// alternately (joins first): Burst runners start within one second, or
+	// Burst runners, at random, shut down gracefully within one second.
+	Burst int
 }
 
 // Bounds on waiting.
@@ -62,13 +66,25 @@ const (
 
 var stepKinds = []string{stepAdd, stepShutdown, stepCrash}
 
+// Burst step kinds (-burst).
+const (
+	stepBurstJoin  = "burst-join"
+	stepBurstLeave = "burst-leave"
+)
+
+var burstKinds = []string{stepBurstJoin, stepBurstLeave}
+
+// burstSpread is the time over which a burst's runners start or stop.
+const burstSpread = time.Second
+
 // step is one churn step.
 type step struct {
 	Kind    string
 	Runner  string
-	start   time.Time // the step began (the crash instant for a crash)
-	settled time.Time // zero if it did not settle within settleTimeout
-	After   int       // hosting runners after the step
+	start   time.Time     // the step began (the crash instant for a crash)
+	settled time.Time     // zero if it did not settle within settleTimeout
+	After   int           // hosting runners after the step
+	spread  time.Duration // a burst: its first start (stop) to its last
 }
 
 // askRec is one ask: when it started (since the load began), how long it
@@ -146,6 +162,10 @@ func (p Params) validate() error {
 		return errors.New("-duration and -every must be positive")
 	case p.Steps < 0:
 		return fmt.Errorf("-steps %d: want 0 (no limit) or more", p.Steps)
+	case p.Burst < 0 || p.Burst > 0 && p.Runners-p.Burst < 2:
+		return fmt.Errorf("-burst %d: want 0 (no bursts) or at most -runners - 2 (%d) so that a leave burst leaves 2 runners", p.Burst, p.Runners-2)
+	case p.Shards < p.Runners+max(2, p.Burst):
+		return fmt.Errorf("-shards %d: want at least -runners + -burst (%d) so that every runner owns a shard", p.Shards, p.Runners+p.Burst)
 	case p.Shards < p.Runners+2:
 		return fmt.Errorf("-shards %d: want at least -runners + 2 (%d) so that every runner owns a shard", p.Shards, p.Runners+2)
 	}
@@ -239,8 +259,12 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 			h.problem("step %d (%s %s) did not settle within %v: %s", len(h.steps), s.Kind, s.Runner, settleTimeout, h.ownership())
 			return // the cluster is in an unknown state: measuring on is meaningless
 		}
-		h.say("step %2d: %-8s %-3s -> %d runners, settled in %v (CPU: runners, callers and gateway %.2f s, etcd %.2f s)",
-			len(h.steps), s.Kind, s.Runner, s.After, round(s.settled.Sub(s.start)), cpu.Seconds(), etcdCPU.Seconds())
+		spread := ""
+		if s.spread > 0 {
+			spread = fmt.Sprintf(" (spread over %v)", round(s.spread))
+		}
+		h.say("step %2d: %-8s %-3s%s -> %d runners, settled in %v (CPU: runners, callers and gateway %.2f s, etcd %.2f s)",
+			len(h.steps), s.Kind, s.Runner, spread, s.After, round(s.settled.Sub(s.start)), cpu.Seconds(), etcdCPU.Seconds())
 		next = s.start.Add(h.p.Every)
 		if s.settled.After(next) {
 			next = s.settled
@@ -254,6 +278,12 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 // crash (crash only with -crash). The runner count thus does a random walk
 // between 2 and Runners+2.
 func (h *harness) pick() string {
+	if h.p.Burst > 0 {
+		if len(h.steps)%2 == 0 {
+			return stepBurstJoin
+		}
+		return stepBurstLeave
+	}
 	n := len(h.live)
 	up := h.rng.IntN(2) == 0
 	switch {
@@ -277,7 +307,8 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 	s := step{Kind: kind, start: time.Now()}
 	var (
 		stopping *node      // the runner a shutdown step stops
-		stopped  chan error // its Shutdown's result
+		stopped  chan error // its Shutdown's result (a burst's: each one's)
+		leaving  []*node    // the runners a burst-leave step stops
 		probing  *probes    // a crash step's probers
 	)
 	switch kind {
@@ -304,6 +335,11 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 		}
 		stopping, stopped = n, make(chan error, 1)
 		go func() { stopped <- h.stopNode(n) }()
+	case stepBurstJoin:
+		s.Runner, s.spread = h.burstJoin(ctx, s.start)
+	case stepBurstLeave:
+		leaving, stopped = h.burstLeave(ctx, s.start)
+		s.Runner, s.spread = leaving[0].id+".."+leaving[len(leaving)-1].id, time.Since(s.start)
 	}
 	s.After = len(h.live)
 	if h.waitSettled(ctx, settleTimeout) {
@@ -311,6 +347,11 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 	}
 	if probing != nil {
 		h.firstAsks = append(h.firstAsks, probing.finish()...)
+	}
+	for range leaving {
+		if err := <-stopped; err != nil && ctx.Err() == nil {
+			h.problem("shutdown in a burst: %v", err)
+		}
 	}
 	if stopping != nil {
 		if ctx.Err() != nil {
@@ -321,6 +362,45 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 		}
 	}
 	return s
+}
+
+// burstJoin starts Burst runners, evenly over burstSpread from start, and
+// returns their names and the time from start to the last one started.
+func (h *harness) burstJoin(ctx context.Context, start time.Time) (string, time.Duration) {
+	var first, last string
+	for i := range h.p.Burst {
+		if !sleepUntil(ctx, start.Add(burstSpread*time.Duration(i)/time.Duration(h.p.Burst))) {
+			break
+		}
+		n, err := h.startNode(false)
+		if err != nil {
+			h.problem("burst join: %v", err)
+			continue
+		}
+		h.live = append(h.live, n)
+		if first == "" {
+			first = n.id
+		}
+		last = n.id
+	}
+	return first + ".." + last, time.Since(start)
+}
+
+// burstLeave removes Burst random runners from the live ones and shuts
+// them down gracefully, evenly over burstSpread from start (it returns once
+// the last shutdown began); stopped receives each Shutdown's result.
+func (h *harness) burstLeave(ctx context.Context, start time.Time) (leaving []*node, stopped chan error) {
+	stopped = make(chan error, h.p.Burst)
+	for range h.p.Burst {
+		i := h.rng.IntN(len(h.live))
+		leaving = append(leaving, h.live[i])
+		h.live = slices.Delete(h.live, i, i+1)
+	}
+	for i, n := range leaving {
+		sleepUntil(ctx, start.Add(burstSpread*time.Duration(i)/time.Duration(h.p.Burst)))
+		go func() { stopped <- h.stopNode(n) }()
+	}
+	return leaving, stopped
 }
 
 // waitSettled polls until the live runners own every shard exactly once,

@@ -148,7 +148,7 @@ func niceStep(v float64) float64 {
 // Colours: runners (as on the debug page), step kinds, failure classes.
 var (
 	runnerPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2", "#9c755f", "#a0cbe8", "#8cd17d", "#d37295", "#ffbe7d", "#79706e"}
-	stepColor     = map[string]string{stepAdd: "#2e7d32", stepShutdown: "#1565c0", stepCrash: "#c62828"}
+	stepColor     = map[string]string{stepAdd: "#2e7d32", stepShutdown: "#1565c0", stepCrash: "#c62828", stepBurstJoin: "#66bb6a", stepBurstLeave: "#42a5f5"}
 	classColor    = map[string]string{
 		classMaybeDelivered: "#c62828", classNotOwner: "#ef6c00", classUndelivered: "#f9a825", classDeadline: "#6a1b9a", classOther: "#616161",
 	}
@@ -347,7 +347,7 @@ func (rep *Report) writeHTML(w io.Writer) error {
 	for _, id := range tl.runners {
 		p.Runners = append(p.Runners, legend{id, tl.runnerColor(id)})
 	}
-	for _, k := range stepKinds {
+	for _, k := range append(stepKinds, burstKinds...) {
 		p.Steps = append(p.Steps, legend{k, stepColor[k]})
 	}
 	for _, cl := range classes {

@@ -9,15 +9,21 @@
 // Every -every a step happens: add a runner or, with even odds, stop a
 // random one, alternately by graceful Shutdown and by crash (Close; only
 // with -crash), never leaving fewer than 2 or more than -runners+2 runners,
-// so the count does a random walk (-seed replays it). A step waits for the
-// previous one to settle: every shard owned exactly once, as the runners'
-// common assignment says. The report gives the settle
-// time per step kind, the cutover window per moved shard (planned moves:
-// old owner's ShardReleased -> new owner's ShardAcquired; crashes: crash
-// instant -> new owner's ShardAcquired), handoff phase counts, asks by
-// outcome and latency, and a double-ownership check over the merged
-// events. It exits 1 if a shard was owned twice, an ask failed during a
-// planned move, or a step did not settle.
+// so the count does a random walk (-seed replays it). With -burst N every
+// step is a burst instead: N runners join within one second, then N
+// random ones leave (graceful Shutdown) within one second, alternately. A
+// step waits for the previous one to settle: every shard owned exactly
+// once, as the runners' common assignment says. The report gives the
+// settle time per step kind, the cutover window per moved shard (planned
+// moves: old owner's ShardReleased -> new owner's ShardAcquired; crashes:
+// crash instant -> new owner's ShardAcquired), after a crash the first ask
+// of each lost shard answered by its new owner (one prober per shard,
+// asking through the gateway from the crash on: the new owner's
+// ShardAcquired -> the answer, split at the gateway's view naming the new
+// owner), handoff phase counts, asks by outcome and latency, and a
+// double-ownership check over the merged events. It exits 1 if a shard
+// was owned twice, an ask failed during a planned move, a step did not
+// settle, or a crash's prober got no answer.
 package main
 
 import (
@@ -57,6 +63,7 @@ func churn() int {
 	flag.Uint64Var(&p.Seed, "seed", 0, "seed choosing the runners to stop (0: from the clock)")
 	flag.StringVar(&p.Etcd, "etcd", "", "use the etcd at `host:port` (fresh namespace, deleted at the end) instead of starting ./bin/etcd")
 	flag.BoolVar(&p.Verbose, "v", false, "show the runners' info logs and the etcd client's warnings")
+	flag.IntVar(&p.Burst, "burst", 0, "make every step a burst: this many runners join within one second, then as many leave (graceful shutdown) within one second, alternately (0: single joins, shutdowns and crashes)")
 	flag.BoolVar(&p.Procs, "procs", false, "run every hosting runner as a separate OS process (crashes are SIGKILL, shutdowns SIGTERM)")
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")

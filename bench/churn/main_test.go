@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +55,7 @@ func churnRun(t *testing.T) *Report {
 }
 
 // TestChurn checks the run: no double ownership, every step kind, asks
-// succeeded.
+// succeeded, and every shard a crash lost answered by its new owner.
 func TestChurn(t *testing.T) {
 	rep := churnRun(t)
 	var b strings.Builder
@@ -73,6 +74,10 @@ func TestChurn(t *testing.T) {
 	}
 	if rep.Asks.OK == 0 {
 		t.Error("no ask succeeded")
+	}
+	if d := rep.Cutover["crash-first-ask"]; d.N == 0 || d.N != rep.Cutover["crash"].N || rep.FirstAskUnanswered != 0 {
+		t.Errorf("first asks after a crash measured for %d of %d shards taken over, %d unanswered; want all, none unanswered",
+			d.N, rep.Cutover["crash"].N, rep.FirstAskUnanswered)
 	}
 }
 
@@ -97,5 +102,29 @@ func TestClassify(t *testing.T) {
 		if got := classify(err); got != want {
 			t.Errorf("classify(%v) = %s, want %s", err, got, want)
 		}
+	}
+}
+
+// TestBurstParams: -burst must leave 2 runners after a leave burst, and
+// its steps alternate joins and leaves, joins first.
+func TestBurstParams(t *testing.T) {
+	base := Params{Runners: 12, Shards: 64, Callers: 1, Entities: 1, Duration: time.Second, Every: time.Second}
+	for burst, ok := range map[int]bool{0: true, 10: true, 11: false, -1: false} {
+		p := base
+		p.Burst = burst
+		if err := p.validate(); (err == nil) != ok {
+			t.Errorf("validate(-runners 12 -burst %d) = %v, want ok %v", burst, err, ok)
+		}
+	}
+	h := &harness{p: base}
+	h.p.Burst = 10
+	var got []string
+	for range 4 {
+		k := h.pick()
+		got = append(got, k)
+		h.steps = append(h.steps, step{Kind: k})
+	}
+	if want := []string{stepBurstJoin, stepBurstLeave, stepBurstJoin, stepBurstLeave}; !slices.Equal(got, want) {
+		t.Errorf("burst steps %v, want %v", got, want)
 	}
 }

@@ -137,6 +137,7 @@ type ParamsReport struct {
 	Crash    bool    `json:"crash"`
 	Seed     uint64  `json:"seed"`
 	Procs    bool    `json:"procs,omitempty"`
+	Burst    int     `json:"burst,omitempty"`
 }
 
 // failed is the number of failed asks.
@@ -154,7 +155,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	rep := &Report{
 		Params: ParamsReport{
 			Runners: p.Runners, Shards: p.Shards, TTL: p.TTL.Seconds(), Callers: p.Callers, Entities: p.Entities,
-			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Steps: p.Steps, Crash: p.Crash, Seed: p.Seed, Procs: p.Procs,
+			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Steps: p.Steps, Crash: p.Crash, Seed: p.Seed, Procs: p.Procs, Burst: p.Burst,
 		},
 		Etcd:           h.etcd.Source,
 		Measured:       end.Sub(churnStart).Seconds(),
@@ -383,8 +384,13 @@ type cutoverWin struct {
 // print writes the report as tables.
 func (rep *Report) print(w io.Writer) {
 	p := rep.Params
-	fmt.Fprintf(w, "\nchurn: %d runners at start (2..%d), %d shards, lease TTL %gs, %d callers -> %d counters, %.1fs measured, a step every %gs (crash steps %v, seed %d)\n",
-		p.Runners, p.Runners+2, p.Shards, p.TTL, p.Callers, p.Entities, rep.Measured, p.Every, onOff(p.Crash), p.Seed)
+	if p.Burst > 0 {
+		fmt.Fprintf(w, "\nchurn: %d runners at start, bursts of %d joining or leaving within %v, %d shards, lease TTL %gs, %d callers -> %d counters, %.1fs measured, a step every %gs (seed %d)\n",
+			p.Runners, p.Burst, burstSpread, p.Shards, p.TTL, p.Callers, p.Entities, rep.Measured, p.Every, p.Seed)
+	} else {
+		fmt.Fprintf(w, "\nchurn: %d runners at start (2..%d), %d shards, lease TTL %gs, %d callers -> %d counters, %.1fs measured, a step every %gs (crash steps %v, seed %d)\n",
+			p.Runners, p.Runners+2, p.Shards, p.TTL, p.Callers, p.Entities, rep.Measured, p.Every, onOff(p.Crash), p.Seed)
+	}
 	fmt.Fprintf(w, "etcd: %s\n", rep.Etcd)
 	fmt.Fprintf(w, "cold start: every shard owned %v after the first %d runners started", ms(rep.ColdStart, 1), p.Runners)
 	if rep.ColdRegistered > 0 {
@@ -409,8 +415,11 @@ func (rep *Report) print(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	row("step kind", "steps", "settle p50", "settle max")
-	for _, k := range stepKinds {
+	for _, k := range append(stepKinds, burstKinds...) {
 		d := rep.Settle[k]
+		if p.Burst > 0 != slices.Contains(burstKinds, k) {
+			continue // -burst: only bursts; else no bursts
+		}
 		row(k, rep.StepCounts[k], ms(d.P50, d.N), ms(d.Max, d.N))
 	}
 	fmt.Fprintln(w)
