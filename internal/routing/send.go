@@ -48,14 +48,15 @@ func (a *attempt) Changed() <-chan struct{} { return a.r.RouteWatch() }
 // record or lease gone) is not current.
 func (a *attempt) Current() bool {
 	owner, ok := a.r.dir.Route(a.id)
-	if !ok {
-		return false
-	}
 	if a.dest.ID == a.routed {
-		return owner.ID == a.dest.ID && owner.Address == a.dest.Address
+		return ok && owner.ID == a.dest.ID && owner.Address == a.dest.Address
+	}
+	routed := ""
+	if ok {
+		routed = owner.ID
 	}
 	m, known := a.r.dir.Member(a.dest.ID)
-	return owner.ID == a.routed && known && m.Address == a.dest.Address
+	return routed == a.routed && known && m.Address == a.dest.Address
 }
 
 // sendSlow is the routing loop with retries.
