@@ -357,20 +357,33 @@ func crashOnce(t *testing.T, cl *testenv.EtcdCluster, run int, debounce time.Dur
 	}
 	f.ttlLeft, f.expiry, f.sweep = deadline.Sub(crashed), del.at.Sub(crashed), del.at.Sub(deadline)
 
-	// The takeover of each lost shard.
-	acquiredAt := map[int]time.Time{}
-	for _, p := range survivors {
-		for _, ev := range p.Events() {
-			if _, was := lost[ev.Shard]; ev.Kind != runnerproc.KindAcquired || !was || ev.Time.Before(crashed) {
-				continue
-			}
-			if ev.Epoch <= del.rev {
-				t.Errorf("%s acquired shard %d at revision %d, not after %s's keys were deleted at revision %d", p.ID(), ev.Shard, ev.Epoch, victim.ID(), del.rev)
-			}
-			if at, dup := acquiredAt[ev.Shard]; !dup || ev.Time.Before(at) {
-				acquiredAt[ev.Shard] = ev.Time
+	// The takeover of each lost shard. A survivor reports its events
+	// asynchronously (a line on its output after the event), so its answer
+	// to a probe can arrive before the line of the acquisition preceding
+	// it: wait (bounded) for every acquisition to be reported.
+	var acquiredAt map[int]time.Time
+	var early []string // acquisitions not after the deletion
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		acquiredAt, early = map[int]time.Time{}, nil
+		for _, p := range survivors {
+			for _, ev := range p.Events() {
+				if _, was := lost[ev.Shard]; ev.Kind != runnerproc.KindAcquired || !was || ev.Time.Before(crashed) {
+					continue
+				}
+				if ev.Epoch <= del.rev {
+					early = append(early, fmt.Sprintf("%s acquired shard %d at revision %d, not after %s's keys were deleted at revision %d", p.ID(), ev.Shard, ev.Epoch, victim.ID(), del.rev))
+				}
+				if at, dup := acquiredAt[ev.Shard]; !dup || ev.Time.Before(at) {
+					acquiredAt[ev.Shard] = ev.Time
+				}
 			}
 		}
+		if len(acquiredAt) == len(lost) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
+	for _, e := range early {
+		t.Error(e)
 	}
 	if len(acquiredAt) != len(lost) {
 		t.Fatalf("%d of %d shards of the crashed runner acquired by survivors", len(acquiredAt), len(lost))
