@@ -51,7 +51,7 @@ type RouteCaller interface {
 	// sent is false and the error matches ErrNotSent and ErrRouteChanged.
 	// Once the request is sent, route is no longer consulted: a call in
 	// flight ends only with its answer, its connection or ctx. A nil route
-	// is Call.
+	// is Call. CallRoute keeps no reference to route once it returns.
 	CallRoute(ctx context.Context, addr string, req *DeliverRequest, route Route) (resp *DeliverResponse, sent bool, err error)
 }
 

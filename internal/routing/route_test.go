@@ -27,12 +27,12 @@ func (d *viewDir) Member(id string) (storage.Runner, bool) {
 	return storage.Runner{RunnerRecord: storage.RunnerRecord{ID: id, Address: addr}}, ok
 }
 
-// TestAttemptRouteCurrent: an attempt's wait for a connection stays
+// TestCallRouteCurrent: a remote attempt's wait for a connection stays
 // current while routing would still send there — the watch's owner at the
 // same address, or, for an attempt sent to a NotOwner hint, the watch's
 // view unchanged and the hinted runner still a member at that address —
 // and not when the owner is gone, moved, or readdressed.
-func TestAttemptRouteCurrent(t *testing.T) {
+func TestCallRouteCurrent(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		routed, dest string // at the attempt
@@ -52,10 +52,9 @@ func TestAttemptRouteCurrent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &viewDir{owner: tc.owner, members: tc.members}
-			r := &Router{dir: d}
-			a := &attempt{r: r, id: 1, routed: tc.routed}
-			a.dest.ID, a.dest.Address = tc.dest, tc.dest+":1"
-			if got := a.Current(); got != tc.want {
+			rt := &callRoute{r: &Router{dir: d}, id: 1, routed: tc.routed}
+			rt.dest.ID, rt.dest.Address = tc.dest, tc.dest+":1"
+			if got := rt.Current(); got != tc.want {
 				t.Errorf("Current() = %v, want %v", got, tc.want)
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,8 +77,10 @@ type Router struct {
 	host *hosting.Host
 	net  transport.Transport
 	rc   transport.RouteCaller // net, if it implements it (else nil)
-	met  *Metrics
-	log  *slog.Logger
+	// routes recycles the callRoutes of remote attempts (send.go).
+	routes sync.Pool
+	met    *Metrics
+	log    *slog.Logger
 
 	epochs  []atomic.Int64                // by shard: the newest epoch seen (checkEpoch)
 	routeCh atomic.Pointer[chan struct{}] // closed at every routing change
@@ -88,6 +91,7 @@ type Router struct {
 func New(cfg Config, dir Directory, host *hosting.Host, net transport.Transport, met *Metrics, log *slog.Logger) *Router {
 	r := &Router{cfg: cfg, dir: dir, host: host, net: net, met: met, log: log, epochs: make([]atomic.Int64, cfg.NumShards)}
 	r.rc, _ = net.(transport.RouteCaller)
+	r.routes.New = func() any { return new(callRoute) }
 	ch := make(chan struct{})
 	r.routeCh.Store(&ch)
 	return r

@@ -26,37 +26,42 @@ type attempt struct {
 	start   time.Time
 	badReq  bool        // the request cannot be encoded: returned at once
 	cs      *clientSpan // nil: not traced
+	routed  string      // the owner the lock watch named at the last remote attempt ("" none)
+}
 
-	// The route of the attempt in flight (transport.Route): routed is the
-	// owner the lock watch named ("" none), dest the runner sent to (the
-	// watch's owner or the last answer's hint).
+// callRoute is the route of one remote attempt (transport.Route): routed
+// is the owner the lock watch named ("" none), dest the runner sent to
+// (the watch's owner or the last answer's hint). Pooled (Router.routes):
+// the transport keeps none after its call returns.
+type callRoute struct {
 	r      *Router
+	id     sharding.ShardID
 	routed string
 	dest   storage.Runner
 }
 
-var _ transport.Route = (*attempt)(nil)
+var _ transport.Route = (*callRoute)(nil)
 
 // Changed implements transport.Route.
-func (a *attempt) Changed() <-chan struct{} { return a.r.RouteWatch() }
+func (c *callRoute) Changed() <-chan struct{} { return c.r.RouteWatch() }
 
 // Current implements transport.Route: the attempt's destination is still
 // the one routing would choose — the watch's owner of the shard, at the
-// same address; or, for an attempt sent to an answer's hint, the watch
-// still names the owner it named then and the hinted runner is still a
-// member at that address. A runner that is gone (its lock moved, its
-// record or lease gone) is not current.
-func (a *attempt) Current() bool {
-	owner, ok := a.r.dir.Route(a.id)
-	if a.dest.ID == a.routed {
-		return ok && owner.ID == a.dest.ID && owner.Address == a.dest.Address
+// same address; or, for an attempt sent to an answer's hint, the watch's
+// view of the shard unchanged and the hinted runner still a member at
+// that address. A runner that is gone (its lock moved, its record or lease
+// gone) is not current.
+func (c *callRoute) Current() bool {
+	owner, ok := c.r.dir.Route(c.id)
+	if c.dest.ID == c.routed {
+		return ok && owner.ID == c.dest.ID && owner.Address == c.dest.Address
 	}
 	routed := ""
 	if ok {
 		routed = owner.ID
 	}
-	m, known := a.r.dir.Member(a.dest.ID)
-	return routed == a.routed && known && m.Address == a.dest.Address
+	m, known := c.r.dir.Member(c.dest.ID)
+	return routed == c.routed && known && m.Address == c.dest.Address
 }
 
 // sendSlow is the routing loop with retries.
@@ -65,7 +70,7 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 		waiting bool // counted in r.waiting (MaxWaitingSends)
 		bo      *backoff.ExponentialBackOff
 		timer   *time.Timer
-		a       = attempt{k: k, h: h, id: id, c: c, start: time.Now(), cs: cs, r: r}
+		a       = attempt{k: k, h: h, id: id, c: c, start: time.Now(), cs: cs}
 		routed  string // the watch's owner at the previous attempt
 	)
 	defer func() {
@@ -190,8 +195,11 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 	if r.rc != nil {
 		// A wait for a connection to owner gives way as soon as the shard's
 		// route moves (the owner is gone, or another took the shard).
-		a.dest = owner
-		resp, sent, err = r.rc.CallRoute(ctx, owner.Address, req, a)
+		rt := r.routes.Get().(*callRoute)
+		*rt = callRoute{r: r, id: a.id, routed: a.routed, dest: owner}
+		resp, sent, err = r.rc.CallRoute(ctx, owner.Address, req, rt)
+		*rt = callRoute{}
+		r.routes.Put(rt)
 	} else {
 		resp, sent, err = r.net.Call(ctx, owner.Address, req)
 	}
