@@ -127,7 +127,10 @@ type Config struct {
 	// ConnectTimeout and MaxConnections. Set another implementation, e.g.
 	// a transport.InmemNetwork's, to run runners without sockets (tests,
 	// the deterministic simulation); those fields are then ignored, and
-	// Address defaults to the address the transport listens at.
+	// Address defaults to the address the transport listens at. A
+	// transport that also implements transport.RouteCaller (both of the
+	// package's do) lets a routing change end a send's wait for a
+	// connection to a runner that is gone.
 	Transport transport.Transport
 	// MaxMessageSize bounds an encoded request or response. Default 4 MiB.
 	MaxMessageSize int
