@@ -69,10 +69,10 @@ func newDeadPort(t *testing.T, blackholed bool) *deadPort {
 	return d
 }
 
-// TestRouteChangeCancelsDialToGoneRunner: a gateway's ask is waiting for a
-// connection to the owner of its shard, whose port is dead (black-holed:
-// the dial hangs; or refused), with a ConnectTimeout of a minute. The owner
-// crashes and its lease ends: the route changes, the wait is abandoned
+// TestRouteChangeCancelsDialToGoneRunner: the owner of a shard has
+// crashed and its port is dead (black-holed: a dial hangs; or refused); a
+// gateway's ask (ConnectTimeout of a minute) waits for a connection to it.
+// The owner's lease ends: the route changes, the wait is abandoned
 // (nothing was sent) and the ask is answered by the runner that takes the
 // shard over — for the black-holed port before the pending dial to it has
 // ended (it would hold the ask until gRPC's connect timeout closes it if
@@ -104,6 +104,11 @@ func TestRouteChangeCancelsDialToGoneRunner(t *testing.T) {
 				return o == "gone"
 			})
 
+			// gone crashes: its lease and locks stay until they expire (or
+			// are revoked below), so the gateway still routes to it.
+			lease := gone.Status().Lease
+			gone.stop()
+
 			type result struct {
 				resp whereResp
 				err  error
@@ -123,12 +128,10 @@ func TestRouteChangeCancelsDialToGoneRunner(t *testing.T) {
 					t.Fatalf("the ask ended before dialing the black hole: %+v", r)
 				}
 			}
-
-			// gone crashes; its lease ends now rather than after the TTL.
-			lease := gone.Status().Lease
-			gone.stop()
+			// gone's lease ends now rather than after its TTL: the route
+			// changes (next takes the shard) while the dial still hangs.
 			if _, err := c.direct.Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
-				t.Fatal(err)
+				t.Logf("revoke gone's lease: %v (it expires instead)", err)
 			}
 			r := <-res
 			if r.err != nil {
