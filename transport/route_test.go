@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -154,4 +155,37 @@ func TestCallRouteNotCurrentGivesUpAtOnce(t *testing.T) {
 	if sent || !errors.Is(err, ErrNotSent) || errors.Is(err, ErrRouteChanged) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("CallRoute with no route to a black hole = sent %v, %v; want ErrNotSent at the context's deadline", sent, err)
 	}
+}
+
+// TestInmemCallRouteStopsConnectingWhenRouteChanges: the in-memory
+// transport gives way the same: a call across a cut (ConnectTimeout 1 min)
+// ends, nothing delivered, with ErrNotSent and ErrRouteChanged at the
+// change that moves its route — before ConnectTimeout, in virtual time.
+func TestInmemCallRouteStopsConnectingWhenRouteChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := NewInmemNetwork()
+		n.ConnectTimeout = time.Minute
+		h := &countingHandler{}
+		srv, cli := n.Transport("a"), n.Transport("c")
+		if _, err := srv.Listen(h); err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close(0)
+		defer cli.Close(0)
+		n.Cut("c", "a", true)
+		route := newTestRoute()
+		start := time.Now()
+		time.AfterFunc(time.Second, func() { route.change(false) })
+		time.AfterFunc(2*time.Second, func() { route.change(true) })
+		_, sent, err := cli.CallRoute(t.Context(), "a", &DeliverRequest{Payload: []byte("x")}, route)
+		if sent || !errors.Is(err, ErrNotSent) || !errors.Is(err, ErrRouteChanged) {
+			t.Fatalf("CallRoute across a cut after its route moved = sent %v, %v; want ErrNotSent and ErrRouteChanged", sent, err)
+		}
+		if waited := time.Since(start); waited != 2*time.Second {
+			t.Errorf("gave up after %v, want at the moving change (2s), not the first change (1s) or ConnectTimeout", waited)
+		}
+		if h.ran.Load() != 0 {
+			t.Error("a call whose route moved was delivered")
+		}
+	})
 }
