@@ -146,20 +146,13 @@ func (e *eaLocal) Ask(_ int, loop func(ask func() error) error) error {
 	if err != nil {
 		return err
 	}
-	return eaCall(e.node, pid, checkedLoop(loop))
+	return eaCall(e.node, pid, eaChecked(loop))
 }
 
-// checkedLoop adapts loop to an ask by one whose answers are checked.
-func checkedLoop(loop func(ask func() error) error) func(ask func(by int64) (int64, error)) error {
+// eaChecked adapts loop to an ask by one whose answers are checked.
+func eaChecked(loop func(ask func() error) error) func(ask func(by int64) (int64, error)) error {
 	return func(ask func(by int64) (int64, error)) error {
-		var c counterCheck
-		return loop(func() error {
-			got, err := ask(1)
-			if err != nil {
-				return err
-			}
-			return c.check(got)
-		})
+		return checkedLoop(loop, func() (int64, error) { return ask(1) })
 	}
 }
 
@@ -207,7 +200,7 @@ func (e *eaRemote) Ask(id int, loop func(ask func() error) error) error {
 	if _, err := e.server.SpawnRegister(name, eaCounterFactory, gen.ProcessOptions{}); err != nil {
 		return err
 	}
-	return eaCall(e.client, gen.ProcessID{Name: name, Node: e.server.Name()}, checkedLoop(loop))
+	return eaCall(e.client, gen.ProcessID{Name: name, Node: e.server.Name()}, eaChecked(loop))
 }
 
 func (e *eaRemote) Close() {

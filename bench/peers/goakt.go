@@ -17,23 +17,13 @@ import (
 )
 
 // gaCounter is the goakt actor of every scenario.
-type gaCounter struct {
-	n     int64
-	tally *atomic.Int64
-}
+type gaCounter struct{ counter }
 
 func (c *gaCounter) PreStart(*actor.Context) error { return nil }
 func (c *gaCounter) PostStop(*actor.Context) error { return nil }
 func (c *gaCounter) Receive(ctx *actor.ReceiveContext) {
-	switch m := ctx.Message().(type) {
-	case *wrapperspb.Int64Value: // tell
-		c.n += m.Value
-		if c.tally != nil {
-			c.tally.Add(1)
-		}
-	case *wrapperspb.UInt64Value: // ask
-		c.n += int64(m.Value)
-		ctx.Response(wrapperspb.Int64(c.n))
+	if r := c.receive(ctx.Message()); r != nil {
+		ctx.Response(r)
 	}
 }
 
@@ -98,14 +88,7 @@ func (g *gaLocal) Ask(id int, loop func(ask func() error) error) error {
 	if err != nil {
 		return err
 	}
-	var c counterCheck
-	return loop(func() error {
-		got, err := g.ask(pid, 1)
-		if err != nil {
-			return err
-		}
-		return c.check(got)
-	})
+	return checkedLoop(loop, func() (int64, error) { return g.ask(pid, 1) })
 }
 
 func (g *gaLocal) Activate(n int) error {
@@ -114,7 +97,7 @@ func (g *gaLocal) Activate(n int) error {
 	base := g.spawned
 	g.spawned += n
 	for i := range n {
-		pid, err := g.sys.Spawn(ctx, "idle-"+strconv.Itoa(base+i), &gaCounter{tally: &g.tally})
+		pid, err := g.sys.Spawn(ctx, "idle-"+strconv.Itoa(base+i), &gaCounter{counter{tally: &g.tally}})
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // skipError carries the reason a system does not run a scenario; the table
@@ -72,6 +74,45 @@ func (c *counterCheck) check(got int64) error {
 		return fmt.Errorf("actor answered count %d, want %d", got, c.want)
 	}
 	return nil
+}
+
+// counter is the state of the counter actor of the systems that exchange
+// protobuf messages: a tell (Int64Value) adds to it and is counted in
+// tally when tally is set; an ask (UInt64Value) adds and is answered with
+// the new count.
+type counter struct {
+	n     int64
+	tally *atomic.Int64
+}
+
+// receive applies msg and returns the answer to an ask (nil for a tell or
+// anything else).
+func (c *counter) receive(msg any) *wrapperspb.Int64Value {
+	switch m := msg.(type) {
+	case *wrapperspb.Int64Value: // tell
+		c.n += m.Value
+		if c.tally != nil {
+			c.tally.Add(1)
+		}
+	case *wrapperspb.UInt64Value: // ask
+		c.n += int64(m.Value)
+		return wrapperspb.Int64(c.n)
+	}
+	return nil
+}
+
+// checkedLoop runs loop with asks that each increment a counter actor by
+// one through ask, which returns the count the actor answered, and fails
+// at the first answer that is not the count expected.
+func checkedLoop(loop func(ask func() error) error, ask func() (int64, error)) error {
+	var c counterCheck
+	return loop(func() error {
+		got, err := ask()
+		if err != nil {
+			return err
+		}
+		return c.check(got)
+	})
 }
 
 // metric is one row of the table.

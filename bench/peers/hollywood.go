@@ -13,21 +13,11 @@ import (
 )
 
 // hwCounter is the hollywood actor of every scenario.
-type hwCounter struct {
-	n     int64
-	tally *atomic.Int64
-}
+type hwCounter struct{ counter }
 
 func (c *hwCounter) Receive(ctx *actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *wrapperspb.Int64Value: // tell
-		c.n += m.Value
-		if c.tally != nil {
-			c.tally.Add(1)
-		}
-	case *wrapperspb.UInt64Value: // ask
-		c.n += int64(m.Value)
-		ctx.Respond(wrapperspb.Int64(c.n))
+	if r := c.receive(ctx.Message()); r != nil {
+		ctx.Respond(r)
 	}
 }
 
@@ -51,7 +41,7 @@ func newHollywoodLocal() (local, error) {
 }
 
 func (h *hwLocal) spawn(kind, id string, tally *atomic.Int64) *actor.PID {
-	pid := h.e.Spawn(func() actor.Receiver { return &hwCounter{tally: tally} }, kind, actor.WithID(id))
+	pid := h.e.Spawn(func() actor.Receiver { return &hwCounter{counter{tally: tally}} }, kind, actor.WithID(id))
 	h.mu.Lock()
 	h.pids = append(h.pids, pid)
 	h.mu.Unlock()
@@ -81,14 +71,7 @@ func (h *hwLocal) Tell(n int) error {
 
 func (h *hwLocal) Ask(id int, loop func(ask func() error) error) error {
 	pid := h.spawn("ask", strconv.Itoa(id), nil)
-	var c counterCheck
-	return loop(func() error {
-		got, err := hwAsk(h.e, pid, 1)
-		if err != nil {
-			return err
-		}
-		return c.check(got)
-	})
+	return checkedLoop(loop, func() (int64, error) { return hwAsk(h.e, pid, 1) })
 }
 
 func (h *hwLocal) Activate(n int) error {
@@ -146,14 +129,7 @@ func (h *hwRemote) Ask(id int, loop func(ask func() error) error) error {
 	h.pids = append(h.pids, local)
 	h.mu.Unlock()
 	pid := actor.NewPID(h.rServer.Address(), local.ID) // as the client addresses it
-	var c counterCheck
-	return loop(func() error {
-		got, err := hwAsk(h.client, pid, 1)
-		if err != nil {
-			return err
-		}
-		return c.check(got)
-	})
+	return checkedLoop(loop, func() (int64, error) { return hwAsk(h.client, pid, 1) })
 }
 
 func (h *hwRemote) Close() {

@@ -16,21 +16,11 @@ import (
 )
 
 // paCounter is the protoactor actor of every scenario.
-type paCounter struct {
-	n     int64
-	tally *atomic.Int64
-}
+type paCounter struct{ counter }
 
 func (c *paCounter) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *wrapperspb.Int64Value: // tell
-		c.n += m.Value
-		if c.tally != nil {
-			c.tally.Add(1)
-		}
-	case *wrapperspb.UInt64Value: // ask
-		c.n += int64(m.Value)
-		ctx.Respond(wrapperspb.Int64(c.n))
+	if r := c.receive(ctx.Message()); r != nil {
+		ctx.Respond(r)
 	}
 }
 
@@ -46,7 +36,7 @@ type paLocal struct {
 func newProtoactorLocal() (local, error) { return &paLocal{sys: paSystem()}, nil }
 
 func (p *paLocal) spawn(tally *atomic.Int64) *actor.PID {
-	return p.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &paCounter{tally: tally} }))
+	return p.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &paCounter{counter{tally: tally}} }))
 }
 
 func paAnswer(v any, err error) (int64, error) {
@@ -74,14 +64,7 @@ func (p *paLocal) Tell(n int) error {
 
 func (p *paLocal) Ask(_ int, loop func(ask func() error) error) error {
 	pid := p.spawn(nil)
-	var c counterCheck
-	return loop(func() error {
-		got, err := p.ask(pid, 1)
-		if err != nil {
-			return err
-		}
-		return c.check(got)
-	})
+	return checkedLoop(loop, func() (int64, error) { return p.ask(pid, 1) })
 }
 
 func (p *paLocal) Activate(n int) error {
@@ -131,14 +114,7 @@ func newProtoactorCluster() (remoteNodes, error) {
 
 func (p *paCluster) Ask(id int, loop func(ask func() error) error) error {
 	identity := "c" + strconv.Itoa(id)
-	var c counterCheck
-	return loop(func() error {
-		got, err := paAnswer(p.client.Request(identity, "counter", wrapperspb.UInt64(1)))
-		if err != nil {
-			return err
-		}
-		return c.check(got)
-	})
+	return checkedLoop(loop, func() (int64, error) { return paAnswer(p.client.Request(identity, "counter", wrapperspb.UInt64(1))) })
 }
 
 func (p *paCluster) Close() {

@@ -126,14 +126,7 @@ func (s *shLocal) Tell(n int) error {
 func (s *shLocal) Ask(id int, loop func(ask func() error) error) error {
 	ctx := context.Background()
 	key := "ask-" + strconv.Itoa(id)
-	var c counterCheck
-	return loop(func() error {
-		got, err := shIncM.Ask(ctx, s.r, key, shInc{By: 1})
-		if err != nil {
-			return err
-		}
-		return c.check(got)
-	})
+	return checkedLoop(loop, func() (int64, error) { return shIncM.Ask(ctx, s.r, key, shInc{By: 1}) })
 }
 
 func (s *shLocal) Activate(n int) error {
@@ -195,14 +188,7 @@ func newShardhostRemote() (remoteNodes, error) {
 func (s *shRemote) Ask(id int, loop func(ask func() error) error) error {
 	ctx := context.Background()
 	key := "remote-" + strconv.Itoa(id)
-	var c counterCheck
-	return loop(func() error {
-		got, err := shIncM.Ask(ctx, s.client, key, shInc{By: 1})
-		if err != nil {
-			return err
-		}
-		return c.check(got)
-	})
+	return checkedLoop(loop, func() (int64, error) { return shIncM.Ask(ctx, s.client, key, shInc{By: 1}) })
 }
 
 func (s *shRemote) Close() {
