@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -104,18 +106,21 @@ type Report struct {
 	// The first runners started -> the last of them registered (0: not
 	// followed, as with -procs); CPU seconds the runners and etcd used
 	// during the cold start.
-	ColdRegistered  float64         `json:"cold_last_registered_ms,omitempty"`
-	ColdCPU         float64         `json:"cold_runner_cpu_s"`
-	ColdEtcdCPU     float64         `json:"cold_etcd_cpu_s,omitempty"`
-	Steady          *SteadyReport   `json:"steady,omitempty"`
-	Steps           []StepReport    `json:"steps"`
-	StepCounts      map[string]int  `json:"step_counts"`
-	Settle          map[string]Dist `json:"settle_by_kind"`
-	Cutover         map[string]Dist `json:"cutover"` // "planned", "crash"
-	Phases          map[string]int  `json:"handoff_phases"`
-	Asks            AskReport       `json:"asks"`
-	DoubleOwnership int             `json:"double_ownership"`
-	LostNotCrash    int             `json:"shards_lost_outside_crashes"`
+	ColdRegistered float64         `json:"cold_last_registered_ms,omitempty"`
+	ColdCPU        float64         `json:"cold_runner_cpu_s"`
+	ColdEtcdCPU    float64         `json:"cold_etcd_cpu_s,omitempty"`
+	Steady         *SteadyReport   `json:"steady,omitempty"`
+	Steps          []StepReport    `json:"steps"`
+	StepCounts     map[string]int  `json:"step_counts"`
+	Settle         map[string]Dist `json:"settle_by_kind"`
+	Cutover        map[string]Dist `json:"cutover"` // "planned", "crash"
+	Phases         map[string]int  `json:"handoff_phases"`
+	// Aborts: the aborted phase events by step kind, side ("new owner"
+	// or "old owner") and reason (the event's Detail, numbers elided).
+	Aborts          map[string]int `json:"handoff_aborts_by_reason"`
+	Asks            AskReport      `json:"asks"`
+	DoubleOwnership int            `json:"double_ownership"`
+	LostNotCrash    int            `json:"shards_lost_outside_crashes"`
 	// Crash steps: shards whose probe no new owner answered within the
 	// step (Cutover["crash-first-ask"] has the others).
 	FirstAskUnanswered int      `json:"crash_first_ask_unanswered"`
@@ -167,6 +172,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		Settle:         map[string]Dist{},
 		Cutover:        map[string]Dist{},
 		Phases:         map[string]int{},
+		Aborts:         map[string]int{},
 		Problems:       slices.Clone(h.problems),
 	}
 	settle := map[string][]time.Duration{}
@@ -233,6 +239,9 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	for _, ev := range evs {
 		if ph, ok := ev.(runner.HandoffPhase); ok && inRun(ph.Time) {
 			rep.Phases[ph.Phase]++
+			if ph.Phase == runner.PhaseAborted {
+				rep.Aborts[h.stepKindAt(ph.Time)+", "+abortKey(ph)]++
+			}
 		}
 	}
 
@@ -463,6 +472,9 @@ func (rep *Report) print(w io.Writer) {
 	ph := rep.Phases
 	fmt.Fprintf(w, "handoff phase events: warming %d, ready %d, drained %d, cutover %d (reported by both owners), aborted %d\n",
 		ph[runner.PhaseWarming], ph[runner.PhaseReady], ph[runner.PhaseDrained], ph[runner.PhaseCutover], ph[runner.PhaseAborted])
+	for _, k := range slices.Sorted(maps.Keys(rep.Aborts)) {
+		fmt.Fprintf(w, "  aborted %d: %s\n", rep.Aborts[k], k)
+	}
 	fmt.Fprintf(w, "shards lost other than by a crash: %d\n", rep.LostNotCrash)
 	fmt.Fprintf(w, "double ownership (merged events): %d\n", rep.DoubleOwnership)
 	if len(rep.Problems) == 0 {
@@ -500,4 +512,31 @@ func round(d time.Duration) time.Duration {
 	default:
 		return d.Round(10 * time.Microsecond)
 	}
+}
+
+// numbers matches the shard numbers, lease IDs and runner numbers of an
+// abort's reason.
+var numbers = regexp.MustCompile(`[0-9a-f]*[0-9][0-9a-f]*`)
+
+// abortKey classifies an aborted phase event: the side reporting it and
+// its reason, numbers elided so that reasons group.
+func abortKey(ph runner.HandoffPhase) string {
+	side := "new owner"
+	if ph.Runner == ph.From {
+		side = "old owner"
+	}
+	return side + ": " + numbers.ReplaceAllString(ph.Detail, "#")
+}
+
+// stepKindAt names the step under way at t: the last one begun by then
+// ("before the first step" before).
+func (h *harness) stepKindAt(t time.Time) string {
+	kind := "before the first step"
+	for _, s := range h.steps {
+		if s.start.After(t) {
+			break
+		}
+		kind = s.Kind
+	}
+	return kind
 }
