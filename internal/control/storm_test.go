@@ -67,3 +67,42 @@ func TestStormGateStartsAStormAfterActingOnIt(t *testing.T) {
 		t.Errorf("a 2.5s storm was acted on at %v ms, want %v", acted, want)
 	}
 }
+
+// TestStormGateWaitsForTheEndOfABurstOneDebounceApart: runners joining
+// (or starting to drain) one after another, each about one debounce after
+// the previous, are acted on once, after the last of them: the quiet the
+// gate asks for outlasts the gap to the next change, so the loop's timer
+// never fires mid-burst (a recompute there abandons the takeovers started
+// on the assignment before it).
+func TestStormGateWaitsForTheEndOfABurstOneDebounceApart(t *testing.T) {
+	const d = 100 * time.Millisecond
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, gap := range []time.Duration{d, d + 5*time.Millisecond, d + d/10} { // 10 changes within about a second
+		var g StormGate
+		g.Change(t0, d, false, true) // the burst's first change, after a quiet period
+		g.Settled()                  // acted on: it could not know a burst followed
+		var fireAt time.Time         // the loop's debounce timer (zero: stopped)
+		var fired []time.Duration
+		at := t0
+		for i := 1; i < 10; i++ {
+			at = at.Add(gap)
+			if !fireAt.IsZero() && !fireAt.After(at) {
+				fired = append(fired, fireAt.Sub(t0))
+				g.Settled()
+			}
+			fireAt = time.Time{}
+			now, quiet := g.Change(at, d, false, true)
+			if now {
+				fired = append(fired, at.Sub(t0))
+				continue
+			}
+			fireAt = at.Add(quiet)
+		}
+		if len(fired) != 0 {
+			t.Errorf("changes %v apart: the gate acted mid-burst at %v; want only after the last change (%v)", gap, fired, at.Sub(t0))
+		}
+		if fireAt.IsZero() {
+			t.Errorf("changes %v apart: the last change is never acted on", gap)
+		}
+	}
+}
