@@ -247,10 +247,11 @@ type Config struct {
 	// AcquireRetryWindow during which a shard held elsewhere is retried.
 	// Default 2 s; SingleAttempt (any negative value) for one attempt.
 	AcquireRetryWindow time.Duration
-	// RebalanceDebounce: membership changes closer than this are coalesced
-	// before the assignment is recomputed. Default 100 ms; 2 x
-	// RebalanceDebounce of quiet in a burst (a change within 2 x
-	// RebalanceDebounce of the previous one). A runner that
+	// RebalanceDebounce: a runner recomputes the assignment once its view
+	// has been quiet for 2 x RebalanceDebounce: membership changes closer
+	// than that are coalesced (runners joining or leaving in a burst a
+	// debounce apart are acted on once, after the last). Default 100 ms. A
+	// runner that
 	// owns nothing yet waits 5 x RebalanceDebounce of quiet (runners
 	// starting together register over a while), unless every shard is
 	// already locked by a live runner (a join into a running cluster); an isolated

@@ -33,7 +33,7 @@ import (
 // Membership storms: after a membership change the runner starts no new
 // move — no acquisition, handoff or release — until it has recomputed the
 // assignment, and it recomputes once its view has been quiet for
-// RebalanceDebounce (2 x in a burst), 5 x for a runner that owns nothing yet (at most 10 x
+// 2 x RebalanceDebounce, 5 x for a runner that owns nothing yet (at most 10 x
 // RebalanceDebounce after the first change not acted on, 50 x for a runner
 // that owns nothing; a runner that owns nothing but joins a cluster whose
 // every shard is locked by a live runner follows the owners' rule: it has

@@ -129,8 +129,7 @@
 //
 // Membership storms: after a membership change a runner starts no new move
 // (acquisition, takeover, release) until it has recomputed the assignment
-// on a view that has been quiet for RebalanceDebounce — 2 x in a burst of
-// changes (each within 2 x RebalanceDebounce of the previous), 5 x for a runner
+// on a view that has been quiet for 2 x RebalanceDebounce — 5 x for a runner
 // that owns nothing yet, which has nothing to hand over — or, in a long
 // storm, 10 x RebalanceDebounce after the first change not acted on (50 x
 // for a runner that owns nothing), so it never hands

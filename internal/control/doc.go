@@ -35,9 +35,8 @@
 //     wants is deleted; so is a handoff record of its lease with no
 //     takeover behind it, once per revision.
 //   - The storm gate acts on an isolated departure at once, on anything
-//     else only once the view has been quiet for the debounce (2 debounces
-//     in a burst: a change within 2 debounces of the previous one; 5
-//     debounces for a runner that owns nothing), and in an endless storm at most 10
+//     else only once the view has been quiet for 2 debounces (5 debounces
+//     for a runner that owns nothing), and in an endless storm at most 10
 //     debounces (50) after the first change not acted on.
 //
 // The package is pure: no goroutines, no I/O, no logs, no clock of its own

@@ -3,11 +3,10 @@ package control
 import "time"
 
 // StormGate decides when a membership change is acted on: an isolated
-// departure at once, anything else once the view has been quiet (the
-// debounce; 2 debounces in a burst, a change within 2 debounces of the
-// previous one; 5 debounces for a runner that owns nothing yet) or, in a
-// long storm, after 10 debounces (50 for a runner that owns nothing). The
-// zero value is a gate that has seen no change.
+// departure at once, anything else once the view has been quiet (2
+// debounces; 5 debounces for a runner that owns nothing yet) or, in a long
+// storm, after 10 debounces (50 for a runner that owns nothing). The zero
+// value is a gate that has seen no change.
 type StormGate struct {
 	last  time.Time // the last change
 	since time.Time // the first change not acted on (zero: none)
@@ -15,31 +14,25 @@ type StormGate struct {
 
 // Change records a change at now; it reports whether to recompute now,
 // else how long the view must stay quiet before the debounce fires. A
-// runner that owns shards (owns) must shed them to newcomers even in a
-// long storm (10 debounces), and waits 2 debounces of quiet in a burst;
-// one that owns nothing yet waits longer for a
-// quiet view (5 debounces, at most 50): it has nothing to hand over, and
+// runner that owns shards (owns) waits 2 debounces of quiet — runners
+// joining or draining in a burst come about a debounce apart, and one
+// debounce would fire between two of them: the recompute mid-burst would
+// abandon the takeovers started on the assignment before — and must shed
+// its shards to newcomers even in a long storm (10 debounces); one that
+// owns nothing yet waits longer for a quiet view (5 debounces, at most 50): it has nothing to hand over, and
 // taking shards on a view that is still growing — runners starting
 // together register over a second or more — would only start handoffs. A
 // departure (a runner left: its shards are free) after a quiet period is
 // acted on at once.
 func (g *StormGate) Change(now time.Time, debounce time.Duration, departure, owns bool) (recompute bool, quiet time.Duration) {
 	wasQuiet := g.last.IsZero() || now.Sub(g.last) >= debounce
-	// In a burst — runners joining or leaving one after another, each
-	// about a debounce after the previous — one debounce of quiet would
-	// fire between two of them and recompute mid-burst, abandoning the
-	// takeovers started on the assignment before: wait for twice that.
-	burst := !g.last.IsZero() && now.Sub(g.last) < 2*debounce
 	g.last = now
 	if g.since.IsZero() {
 		g.since = now
 	}
 	quiet, limit := 5*debounce, 50*debounce
 	if owns {
-		quiet, limit = debounce, 10*debounce
-		if burst {
-			quiet = 2 * debounce
-		}
+		quiet, limit = 2*debounce, 10*debounce
 	}
 	if (wasQuiet && departure) || now.Sub(g.since) >= limit {
 		g.since = time.Time{}

@@ -6,7 +6,7 @@ import (
 )
 
 // TestStormGateActsOnQuietViews: membership changes are acted on when the
-// view has been quiet (the loop's timer: the debounce, 5 for a runner that
+// view has been quiet (the loop's timer: 2 debounces, 5 for a runner that
 // owns nothing), an isolated departure at once, and in a storm at most
 // every 10 debounces by a runner that owns shards, every 50 by one that
 // owns none.
@@ -23,8 +23,8 @@ func TestStormGateActsOnQuietViews(t *testing.T) {
 		t.Error("a departure 50ms after another change is acted on at once")
 	}
 	g.Settled()
-	if now, quiet := g.Change(at(1000), d, false, true); now || quiet != d {
-		t.Errorf("a join: now %v, quiet %v; want the debounce", now, quiet)
+	if now, quiet := g.Change(at(1000), d, false, true); now || quiet != 2*d {
+		t.Errorf("a join: now %v, quiet %v; want 2 debounces", now, quiet)
 	}
 	g.Settled()
 	if now, quiet := g.Change(at(2000), d, false, false); now || quiet != 5*d {
@@ -69,22 +69,23 @@ func TestStormGateStartsAStormAfterActingOnIt(t *testing.T) {
 }
 
 // TestStormGateWaitsForTheEndOfABurstOneDebounceApart: runners joining
-// (or starting to drain) one after another, each about one debounce after
-// the previous, are acted on once, after the last of them: the quiet the
-// gate asks for outlasts the gap to the next change, so the loop's timer
-// never fires mid-burst (a recompute there abandons the takeovers started
-// on the assignment before it).
+// (or starting to drain) one after another after a quiet period, each
+// about one debounce after the previous, are acted on once, after the last
+// of them: the quiet the gate asks for outlasts the gap to the next
+// change, the first one's included, so the loop's timer never fires
+// mid-burst (a recompute there abandons the takeovers started on the
+// assignment before it).
 func TestStormGateWaitsForTheEndOfABurstOneDebounceApart(t *testing.T) {
 	const d = 100 * time.Millisecond
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, gap := range []time.Duration{d, d + 5*time.Millisecond, d + d/10} { // 10 changes within about a second
 		var g StormGate
-		g.Change(t0, d, false, true) // the burst's first change, after a quiet period
-		g.Settled()                  // acted on: it could not know a burst followed
-		var fireAt time.Time         // the loop's debounce timer (zero: stopped)
+		g.Change(t0.Add(-time.Minute), d, false, true) // the change before, long settled
+		g.Settled()
+		var fireAt time.Time // the loop's debounce timer (zero: stopped)
 		var fired []time.Duration
-		at := t0
-		for i := 1; i < 10; i++ {
+		at := t0.Add(-gap)
+		for range 10 {
 			at = at.Add(gap)
 			if !fireAt.IsZero() && !fireAt.After(at) {
 				fired = append(fired, fireAt.Sub(t0))
