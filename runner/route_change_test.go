@@ -2,14 +2,13 @@ package runner_test
 
 import (
 	"context"
-	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -18,55 +17,24 @@ import (
 // black-holed one accepts and never answers (a dial hangs until gRPC's own
 // connect timeout gives up and closes it); a refused one has no listener.
 type deadPort struct {
-	lis      net.Listener // nil: refused
-	addr     string
-	accepted chan struct{}  // a dial reached the black hole
-	closed   chan time.Time // a dialer gave up and closed its connection, then
+	*testenv.Blackhole // nil: refused
+	addr               string
 }
 
+// newDeadPort is a port a dial hangs on (black-holed) or is refused at.
 func newDeadPort(t *testing.T, blackholed bool) *deadPort {
 	t.Helper()
+	if blackholed {
+		b := testenv.StartBlackhole(t)
+		return &deadPort{Blackhole: b, addr: b.Addr()}
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &deadPort{addr: lis.Addr().String(), accepted: make(chan struct{}, 64), closed: make(chan time.Time, 64)}
-	if !blackholed {
-		_ = lis.Close()
-		return d
-	}
-	d.lis = lis
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	wg.Go(func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			d.accepted <- struct{}{}
-			wg.Go(func() {
-				_, _ = io.Copy(io.Discard, c) // never answers
-				d.closed <- time.Now()
-			})
-		}
-	})
-	t.Cleanup(func() {
-		_ = lis.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return d
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	return &deadPort{addr: addr}
 }
 
 // TestRouteChangeCancelsDialToGoneRunner: the owner of a shard has
@@ -121,9 +89,9 @@ func TestRouteChangeCancelsDialToGoneRunner(t *testing.T) {
 				resp, err := whereMethod.Ask(ctx, gw, entity, whereReq{})
 				res <- result{resp, err, time.Now()}
 			}()
-			if dead.lis != nil {
+			if dead.Blackhole != nil {
 				select {
-				case <-dead.accepted: // the ask's dial hangs
+				case <-dead.Accepted(): // the ask's dial hangs
 				case r := <-res:
 					t.Fatalf("the ask ended before dialing the black hole: %+v", r)
 				}
@@ -140,9 +108,9 @@ func TestRouteChangeCancelsDialToGoneRunner(t *testing.T) {
 			if r.resp.Runner != "next" || r.resp.Shard != shard {
 				t.Fatalf("ask answered by %q on shard %d, want next on %d", r.resp.Runner, r.resp.Shard, shard)
 			}
-			if dead.lis != nil {
+			if dead.Blackhole != nil {
 				select {
-				case at := <-dead.closed:
+				case at := <-dead.Closed():
 					if at.Before(r.at) {
 						t.Fatalf("the ask was answered %v after the dial to the gone runner ended: the route change did not cancel the wait", r.at.Sub(at))
 					}

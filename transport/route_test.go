@@ -3,63 +3,14 @@ package transport
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testenv"
 )
-
-// blackhole is a TCP listener that accepts connections and never answers:
-// a gRPC dial to it hangs in CONNECTING (no HTTP/2 settings ever come), as
-// a dial to a crashed host's port can on a real network.
-type blackhole struct {
-	lis      net.Listener
-	accepted chan struct{} // one value per connection accepted
-	closed   chan struct{} // one value per connection its client closed
-	wg       sync.WaitGroup
-}
-
-func newBlackhole(t *testing.T) *blackhole {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &blackhole{lis: lis, accepted: make(chan struct{}, 64), closed: make(chan struct{}, 64)}
-	var mu sync.Mutex
-	var conns []net.Conn
-	b.wg.Go(func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			b.accepted <- struct{}{}
-			b.wg.Go(func() {
-				_, _ = io.Copy(io.Discard, c) // until the client gives up
-				b.closed <- struct{}{}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		_ = lis.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		b.wg.Wait()
-	})
-	return b
-}
-
-func (b *blackhole) addr() string { return b.lis.Addr().String() }
 
 // testRoute is a Route a test moves: Current until moved.
 type testRoute struct {
@@ -95,7 +46,7 @@ func (r *testRoute) change(moved bool) {
 // it, while the hanging dial is still open (before gRPC's own connect
 // timeout closes it).
 func TestCallRouteStopsConnectingWhenRouteChanges(t *testing.T) {
-	bh := newBlackhole(t)
+	bh := testenv.StartBlackhole(t)
 	cli := NewGRPC(GRPCConfig{Logger: quiet(), ConnectTimeout: time.Minute})
 	t.Cleanup(func() { cli.Close(0) })
 	route := newTestRoute()
@@ -107,10 +58,10 @@ func TestCallRouteStopsConnectingWhenRouteChanges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	go func() {
-		_, sent, err := cli.CallRoute(ctx, bh.addr(), &DeliverRequest{Payload: []byte("x")}, route)
+		_, sent, err := cli.CallRoute(ctx, bh.Addr(), &DeliverRequest{Payload: []byte("x")}, route)
 		res <- result{sent, err}
 	}()
-	<-bh.accepted // the dial hangs
+	<-bh.Accepted() // the dial hangs
 	for route.checks.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -129,7 +80,7 @@ func TestCallRouteStopsConnectingWhenRouteChanges(t *testing.T) {
 		t.Fatalf("CallRoute after its route moved = sent %v, %v; want not sent, ErrNotSent and ErrRouteChanged", r.sent, r.err)
 	}
 	select {
-	case <-bh.closed:
+	case <-bh.Closed():
 		t.Fatal("the call gave up only once the dial ended, not when its route moved")
 	default:
 	}
@@ -139,19 +90,19 @@ func TestCallRouteStopsConnectingWhenRouteChanges(t *testing.T) {
 // call would wait for a connection ends it without waiting; a nil route is
 // Call (waits for the connection).
 func TestCallRouteNotCurrentGivesUpAtOnce(t *testing.T) {
-	bh := newBlackhole(t)
+	bh := testenv.StartBlackhole(t)
 	g := NewGRPC(GRPCConfig{Logger: quiet(), ConnectTimeout: time.Minute})
 	t.Cleanup(func() { g.Close(0) })
 	route := newTestRoute()
 	route.moved.Store(true)
-	_, sent, err := g.CallRoute(t.Context(), bh.addr(), &DeliverRequest{}, route)
+	_, sent, err := g.CallRoute(t.Context(), bh.Addr(), &DeliverRequest{}, route)
 	if sent || !errors.Is(err, ErrRouteChanged) {
 		t.Fatalf("CallRoute with a moved route = sent %v, %v; want ErrRouteChanged", sent, err)
 	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	_, sent, err = g.CallRoute(ctx, bh.addr(), &DeliverRequest{}, nil)
+	_, sent, err = g.CallRoute(ctx, bh.Addr(), &DeliverRequest{}, nil)
 	if sent || !errors.Is(err, ErrNotSent) || errors.Is(err, ErrRouteChanged) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("CallRoute with no route to a black hole = sent %v, %v; want ErrNotSent at the context's deadline", sent, err)
 	}
