@@ -13,17 +13,18 @@ type StormGate struct {
 }
 
 // Change records a change at now; it reports whether to recompute now,
-// else how long the view must stay quiet before the debounce fires. A
-// runner that owns shards (owns) waits 2 debounces of quiet — runners
+// else how long the view must stay quiet before the debounce fires.
+//
+// A runner that owns shards (owns) waits 2 debounces of quiet: runners
 // joining or draining in a burst come about a debounce apart, and one
-// debounce would fire between two of them: the recompute mid-burst would
-// abandon the takeovers started on the assignment before — and must shed
-// its shards to newcomers even in a long storm (10 debounces); one that
-// owns nothing yet waits longer for a quiet view (5 debounces, at most 50): it has nothing to hand over, and
-// taking shards on a view that is still growing — runners starting
-// together register over a second or more — would only start handoffs. A
-// departure (a runner left: its shards are free) after a quiet period is
-// acted on at once.
+// debounce would fire between two of them — the recompute mid-burst would
+// abandon the takeovers started on the assignment before. It must still
+// shed its shards to newcomers in a long storm (10 debounces). One that
+// owns nothing yet waits longer (5 debounces, at most 50): it has nothing
+// to hand over, and taking shards on a view that is still growing —
+// runners starting together register over a second or more — would only
+// start handoffs. A departure (a runner left: its shards are free) after a
+// quiet period is acted on at once.
 func (g *StormGate) Change(now time.Time, debounce time.Duration, departure, owns bool) (recompute bool, quiet time.Duration) {
 	wasQuiet := g.last.IsZero() || now.Sub(g.last) >= debounce
 	g.last = now
