@@ -86,7 +86,7 @@ func TestAliasesOfInternalTypesListTheirFields(t *testing.T) {
 				}
 				pkg, _ := sel.X.(*ast.Ident)
 				path := imports[pkg.Name]
-				if !strings.HasPrefix(path, module+"internal/") {
+				if !strings.HasPrefix(path, module+"runner/internal/") {
 					continue
 				}
 				st := structOf(filepath.Join("..", strings.TrimPrefix(path, module)), sel.Sel.Name)

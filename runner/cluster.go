@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/control"
-	"github.com/shardhost/shardhost/internal/registration"
+	"github.com/shardhost/shardhost/runner/internal/control"
+	"github.com/shardhost/shardhost/runner/internal/registration"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/control"
-	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/runner/internal/control"
+	"github.com/shardhost/shardhost/runner/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

@@ -3,14 +3,14 @@ package runner
 import (
 	"net/http"
 
-	"github.com/shardhost/shardhost/internal/debugpage"
+	"github.com/shardhost/shardhost/runner/internal/debugpage"
 )
 
 // The debug page lives in internal/debugpage; the names below keep it part
 // of this package's API. go doc shows an alias without its fields, so each
 // alias's comment lists them (TestAliasesOfInternalTypesListTheirFields
 // keeps the lists complete); the JSON names and units are in the
-// definitions (go doc github.com/shardhost/shardhost/internal/debugpage).
+// definitions (go doc github.com/shardhost/shardhost/runner/internal/debugpage).
 
 // DebugSchema names the version of the JSON document the debug handler
 // serves (DebugState). Fields are only ever added under one schema name.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"
-	"github.com/shardhost/shardhost/internal/debugpage"
+	"github.com/shardhost/shardhost/runner/internal/debugpage"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

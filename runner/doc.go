@@ -613,15 +613,11 @@
 // Package runner is the public face and the wiring; each part with a
 // guarantee of its own lives in a package of its own, which this one
 // feeds through a small interface and whose public errors and types it
-// re-exports under the names above: internal/hosting (the entities of the
-// owned shards: mailboxes, passivation, drains, cutover, no handler and
-// no acknowledged result after the shard left), internal/routing (Send:
-// local or one hop, retries that keep delivery at most once, the sender's
-// epoch rule), internal/registration (the own record and the cluster
-// record), internal/control (the control loop's work queue, the decision
-// on each dirty shard, the lock view and the storm gate), internal/handoff
-// (the planned-move protocol's phases and decisions), internal/eventhub
-// (events), internal/debugpage. What stays here shares the runner's one
+// re-exports under the names above. They live under runner/internal/
+// (so Go lets only this package use them): hosting, routing,
+// registration, control, handoff, reminders, schedule, tracing, eventhub
+// and debugpage; README's Layout table says what each holds, and each
+// one's doc.go states its guarantees. What stays here shares the runner's one
 // view of the cluster (clusterView, kept by the watches) under its mutex:
 // the watches, gathering each dirty shard's state for control.Decide and
 // carrying the decisions out (the store calls), and detachment — the

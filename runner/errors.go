@@ -3,9 +3,9 @@ package runner
 import (
 	"errors"
 
-	"github.com/shardhost/shardhost/internal/hosting"
-	"github.com/shardhost/shardhost/internal/registration"
-	"github.com/shardhost/shardhost/internal/routing"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/registration"
+	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/transport"
 )
 

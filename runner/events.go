@@ -1,7 +1,7 @@
 package runner
 
 import (
-	"github.com/shardhost/shardhost/internal/eventhub"
+	"github.com/shardhost/shardhost/runner/internal/eventhub"
 	"time"
 
 	"github.com/shardhost/shardhost/detachment"

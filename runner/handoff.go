@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/runner/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/runner/internal/handoff"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )

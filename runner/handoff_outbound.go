@@ -8,8 +8,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/shardhost/shardhost/internal/handoff"
-	"github.com/shardhost/shardhost/internal/tracing"
+	"github.com/shardhost/shardhost/runner/internal/handoff"
+	"github.com/shardhost/shardhost/runner/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

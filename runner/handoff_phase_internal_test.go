@@ -3,7 +3,7 @@ package runner
 import (
 	"testing"
 
-	"github.com/shardhost/shardhost/internal/handoff"
+	"github.com/shardhost/shardhost/runner/internal/handoff"
 )
 
 // TestHandoffPhaseNamesAreThePublicConstants: the phases the runner

@@ -2,7 +2,7 @@ package runner
 
 import (
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 )
 

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/hosting"
-	"github.com/shardhost/shardhost/internal/reminders"
-	"github.com/shardhost/shardhost/internal/routing"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/reminders"
+	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/storage"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/registration"
+	"github.com/shardhost/shardhost/runner/internal/registration"
 	"github.com/shardhost/shardhost/storage"
 )
 

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/handoff"
-	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/handoff"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 )
 

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/hosting"
-	"github.com/shardhost/shardhost/internal/registration"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/registration"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

@@ -3,7 +3,7 @@ package runner
 import (
 	"log/slog"
 
-	"github.com/shardhost/shardhost/internal/tracing"
+	"github.com/shardhost/shardhost/runner/internal/tracing"
 )
 
 // newTracer returns the runner's tracer (Config.TracerProvider and

@@ -9,8 +9,8 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/shardhost/shardhost/internal/tracing"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/internal/tracing"
 	"github.com/shardhost/shardhost/storage/memory"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/routing"
+	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
 	"github.com/shardhost/shardhost/transport"

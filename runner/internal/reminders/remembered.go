@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/hosting"
-	"github.com/shardhost/shardhost/internal/schedule"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/schedule"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/storage"
 )
 

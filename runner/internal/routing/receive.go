@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/transport"
 )

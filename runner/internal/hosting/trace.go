@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/tracing"
+	"github.com/shardhost/shardhost/runner/internal/tracing"
 )
 
 // Traces of the handlers (Config.Tracer). A message admitted while

@@ -9,7 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/shardhost/shardhost/internal/tracing"
+	"github.com/shardhost/shardhost/runner/internal/tracing"
 )
 
 // TestGlobalSetToNoopIsOff: the global provider, unset then set to a

@@ -12,8 +12,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/hosting"
-	"github.com/shardhost/shardhost/internal/tracing"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/tracing"
+	"github.com/shardhost/shardhost/runner/internal/tracing"
 )
 
 // lingerSpins is how many times a hot entity's goroutine yields before

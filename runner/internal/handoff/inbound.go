@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/storage"
 )
 
