@@ -219,7 +219,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	}
 	if l.Lease != r.lease {
 		r.shards.moveSeen(id) // the watch caught up with our handoff
-	} else if !owned && !leaving && r.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.shards.at(id).lastReleased && l.Owner == r.owner() {
+	} else if !owned && !leaving && r.lifecycle.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.shards.at(id).lastReleased && l.Owner == r.owner() {
 		// A lock written under our lease, naming this incarnation, during
 		// this attachment is ours at that epoch: a handoff's transfer to us
 		// (possibly one we stopped wanting meanwhile: we then hand it on
@@ -262,7 +262,7 @@ func (r *Runner) flushLostLocked() bool {
 // strategy runs without r.mu held (it costs O(shards x runners)).
 func (r *Runner) recompute() {
 	r.mu.Lock()
-	if r.phase != phaseAttached {
+	if r.lifecycle.phase != phaseAttached {
 		// Nothing to act on: attach recomputes (a starting or detached
 		// runner in a membership storm would pay O(shards x runners) per
 		// change for nothing).
@@ -363,7 +363,7 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 type selfState struct{ registered, superseded, draining bool }
 
 func (r *Runner) selfLocked() selfState {
-	return selfState{registered: r.registeredLocked(), superseded: r.supersededLocked(), draining: r.drainMode}
+	return selfState{registered: r.registeredLocked(), superseded: r.supersededLocked(), draining: r.lifecycle.draining}
 }
 
 // markReassignedLocked marks what a new assignment (the same view of this

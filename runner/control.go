@@ -118,7 +118,7 @@ func (r *Runner) rewrite(actx context.Context, gen uint64, leaseID storage.Lease
 // mayOwnLocked reports whether installing an ownership now is allowed: the
 // runner is attached and the detach instant has not passed.
 func (r *Runner) mayOwnLocked() bool {
-	if r.phase != phaseAttached {
+	if r.lifecycle.phase != phaseAttached {
 		return false
 	}
 	h, _ := r.keeper.Health()
@@ -128,7 +128,7 @@ func (r *Runner) mayOwnLocked() bool {
 // verify checks, read-only, that every owned lock is still ours.
 func (r *Runner) verify() {
 	r.mu.Lock()
-	if r.phase != phaseAttached || r.shards.owned == 0 {
+	if r.lifecycle.phase != phaseAttached || r.shards.owned == 0 {
 		r.mu.Unlock()
 		return
 	}
@@ -349,10 +349,7 @@ func (r *Runner) beginDrainMode() time.Time {
 			peers = true
 		}
 	}
-	ok := r.phase == phaseAttached && !r.cfg.DisableHandoff && r.shards.owned > 0 && peers
-	if ok {
-		r.drainMode = true
-	}
+	ok := !r.cfg.DisableHandoff && r.shards.owned > 0 && peers && r.toLocked(onDrain) // attached
 	leaseID, sctx := r.lease, r.stopCtx
 	r.mu.Unlock()
 	if !ok {
@@ -382,11 +379,8 @@ func (r *Runner) beginDrainMode() time.Time {
 func (r *Runner) shutdown(ctx context.Context) {
 	defer r.linger()
 	r.mu.Lock()
-	attached := r.phase == phaseAttached
-	r.stopping = true
-	if attached {
-		r.phase = phaseStopping
-	}
+	attached := r.lifecycle.phase == phaseAttached
+	r.toLocked(onRelease) // an attached runner's phase becomes stopping
 	gen := r.gen
 	var ids []sharding.ShardID
 	for s := range r.shards.ownedShards() {
@@ -401,7 +395,7 @@ func (r *Runner) shutdown(ctx context.Context) {
 	}
 	r.mu.Lock()
 	r.dropOwnedLocked(ErrShutdown)
-	r.phase = phaseStopped // the revocation below is ours: no lost lease, no detach
+	r.toLocked(onStop) // the revocation below is ours: no lost lease, no detach
 	r.mu.Unlock()
 	rbase := ctx
 	if sctx := r.shutdownContext(); sctx != nil {

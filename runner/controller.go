@@ -190,7 +190,7 @@ type plan struct {
 func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 	defer r.logOwnershipChanges() // one INFO line per round (ownershiplog.go)
 	r.mu.Lock()
-	if r.phase != phaseAttached || r.stopping {
+	if r.lifecycle.phase != phaseAttached || r.lifecycle.stopping {
 		r.mu.Unlock()
 		return time.Time{}, false
 	}
@@ -241,7 +241,7 @@ func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
 // shardLocked gathers control.Decide's input for shard id into sh and
 // returns the running takeover it read.
 func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control.Shard) *handoff.Inbound {
-	sh.Want = st.Registered && !r.drainMode && r.assignedHereLocked(id)
+	sh.Want = st.Registered && !r.lifecycle.draining && r.assignedHereLocked(id)
 	x := r.shards.at(id)
 	sh.Owned, sh.Leaving = x.own != nil, x.releasing != 0
 	if pd := x.pending; pd != nil {

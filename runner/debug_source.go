@@ -60,7 +60,7 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	snap.Address, snap.Phase, snap.Attached, snap.Started = r.address, r.phase.String(), r.phase == phaseAttached, r.started
+	snap.Address, snap.Phase, snap.Attached, snap.Started = r.address, r.lifecycle.phase.String(), r.lifecycle.phase == phaseAttached, r.started
 	snap.Owned, snap.Pending, snap.Releasing, snap.InboundHandoffs = r.shards.counts()
 	snap.Members = slices.SortedFunc(maps.Values(r.view.members), func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
 	snap.Locks = make([]storage.Lock, 0, r.shards.owned*2)
@@ -78,7 +78,7 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	if r.view.assignErr != nil {
 		snap.AssignmentError = r.view.assignErr.Error()
 	}
-	return r.phase == phaseDetached
+	return r.lifecycle.phase == phaseDetached
 }
 
 // debugEvent is ev as the debug page lists it.

@@ -30,7 +30,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 	for {
 		h, changed := r.keeper.Health()
 		r.mu.Lock()
-		ph := r.phase
+		ph := r.lifecycle.phase
 		r.mu.Unlock()
 		var wait time.Duration
 		switch ph {
@@ -112,7 +112,7 @@ func (r *Runner) tryAttach(ctx context.Context, h lease.Health, backoff *time.Du
 		return wait, false, false
 	}
 	r.mu.Lock()
-	still := r.phase == phaseStarting
+	still := r.lifecycle.phase == phaseStarting
 	r.mu.Unlock()
 	if still {
 		// Shutdown began before the runner registered: it never will;
@@ -156,11 +156,11 @@ func (r *Runner) observeLease(h lease.Health) {
 // lost lease drops every shard even when detachment is disabled: the store
 // has already deleted the locks.
 func (r *Runner) tripLocked(reason detachment.Reason, detail string) bool {
-	if r.phase == phaseDetached {
+	if r.lifecycle.phase == phaseDetached {
 		r.machine.Detach(time.Now(), reason, detail) // update the reason
 		return true
 	}
-	if r.phase != phaseAttached && r.phase != phaseStopping {
+	if _, ok := r.lifecycle.next(onDetach); !ok { // neither attached nor releasing for Shutdown
 		return false
 	}
 	if !r.machine.Enabled() && reason != detachment.ReasonLeaseLost {
@@ -181,7 +181,7 @@ func (r *Runner) tripLocked(reason detachment.Reason, detail string) bool {
 // with cause ErrDetached.
 func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	h, _ := r.keeper.Health()
-	r.phase = phaseDetached
+	r.toLocked(onDetach)
 	r.gen++
 	r.attachStop(ErrDetached)
 	n := r.shards.owned
@@ -280,8 +280,8 @@ func (r *Runner) heldUnder(lease storage.LeaseID) (locks, records []sharding.Sha
 // runner attached.
 func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	r.mu.Lock()
-	stopping, drainMode, prev := r.stopping, r.drainMode, r.lease
-	reattaching := r.phase == phaseDetached
+	stopping, drainMode, prev := r.lifecycle.stopping, r.lifecycle.draining, r.lease
+	reattaching := r.lifecycle.phase == phaseDetached
 	r.mu.Unlock()
 	if stopping {
 		return nil // Shutdown revoked the lease: never register again
@@ -334,8 +334,8 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	if cur, _ := r.keeper.Health(); cur.Lease != h.Lease || cur.Lost {
 		return errLeaseChanged
 	}
-	from := r.phase
-	if r.stopping || (from != phaseStarting && from != phaseDetached) {
+	from := r.lifecycle.phase
+	if _, ok := r.lifecycle.next(onAttach); !ok {
 		stopped = true
 		return nil // stopping or stopped meanwhile
 	}
@@ -343,7 +343,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 		// Detached again (by hand, or health broke) while we registered.
 		return errors.New("detached again during re-attach")
 	}
-	r.phase = phaseAttached
+	r.toLocked(onAttach)
 	r.setReady() // start.go: the first registration
 	r.attachRev = regRev
 	r.reg.NoteWritten(regRev)

@@ -89,7 +89,7 @@ func (r *Runner) republishForDrain() {
 	r.mu.Lock()
 	seen, written := r.reg.Seen()
 	leaseID, actx := r.lease, r.attachCtx
-	ok := r.phase == phaseAttached && !r.stopping && !r.drainMode && leaseID != storage.NoLease
+	ok := r.lifecycle.phase == phaseAttached && !r.lifecycle.stopping && !r.lifecycle.draining && leaseID != storage.NoLease
 	r.mu.Unlock()
 	if !ok || !seen.Known || !seen.Exists || seen.Rev < written || seen.KV.Lease != leaseID {
 		return // not registered, a write of ours not seen yet, or damage (guardRecord's)

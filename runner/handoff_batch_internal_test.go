@@ -32,7 +32,7 @@ func TestOneEndedTakeoverDoesNotFailTheRecordsOfTheOthers(t *testing.T) {
 	}
 	from := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "old", Weight: 1, Incarnation: "o1"}, Lease: l.ID + 1}
 	r.mu.Lock()
-	r.phase, r.gen, r.attachCtx, r.lease = phaseAttached, 1, t.Context(), l.ID
+	r.lifecycle.phase, r.gen, r.attachCtx, r.lease = phaseAttached, 1, t.Context(), l.ID
 	r.shards.startPending(1, time.Now()) // a takeover runs for a shard being acquired
 	r.shards.startPending(2, time.Now())
 	items := []inboundItem{r.newInboundLocked(1, from, 10), r.newInboundLocked(2, from, 11)}

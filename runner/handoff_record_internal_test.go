@@ -29,7 +29,7 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.phase, r.gen, r.attachCtx = phaseAttached, 1, t.Context()
+	r.lifecycle.phase, r.gen, r.attachCtx = phaseAttached, 1, t.Context()
 	r.lease = 100
 	r.view.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: 100}
 	r.view.members["x"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Weight: 1, Incarnation: "x1"}, Lease: 101}

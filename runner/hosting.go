@@ -39,7 +39,7 @@ func (e hostingEnv) NotHere(id sharding.ShardID) error { return e.r.notHere(id) 
 // notHere is the error for a shard not hosted here.
 func (r *Runner) notHere(id sharding.ShardID) error {
 	r.mu.Lock()
-	detached := r.phase == phaseDetached
+	detached := r.lifecycle.phase == phaseDetached
 	r.mu.Unlock()
 	if detached {
 		return &UndeliveredError{Shard: id, Cause: ErrDetached}

@@ -46,7 +46,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// abruptly after Close or an ended context (like a crash).
 	r.net.Close(grace)
 	r.mu.Lock()
-	r.phase = phaseStopped // no detach, hence no detach span, from here on
+	r.toLocked(onStop) // no detach, hence no detach span, from here on
 	r.mu.Unlock()
 	close(r.spansStop)
 	r.spans.Wait()
@@ -57,14 +57,12 @@ func (r *Runner) Run(ctx context.Context) error {
 func (r *Runner) begin() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case r.runStarted:
+	if !r.toLocked(onRun) {
+		if r.lifecycle.phase == phaseClosed { // Shutdown or Close came first
+			return ErrClosed
+		}
 		return ErrAlreadyRunning
-	case r.phase == phaseStopped: // Shutdown or Close came first
-		return ErrClosed
 	}
-	r.runStarted = true
-	r.phase = phaseStarting
 	r.started = time.Now()
 	r.reg.Start(r.started)
 	r.running.Store(true)
@@ -79,7 +77,7 @@ func (r *Runner) serve() error {
 	if err != nil {
 		r.net.Close(0)
 		r.mu.Lock()
-		r.phase = phaseStopped
+		r.toLocked(onStop)
 		r.mu.Unlock()
 		return fmt.Errorf("runner: %w", err)
 	}
@@ -157,8 +155,7 @@ func (r *Runner) waitStop(ctx context.Context, loopDone <-chan struct{}) (grace 
 // once; before Run it makes Run return ErrClosed at once.
 func (r *Runner) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
-	if !r.runStarted {
-		r.phase = phaseStopped
+	if r.toLocked(onClose) { // before Run
 		r.mu.Unlock()
 		r.stopOnce.Do(func() { close(r.stopReq) })
 		r.async.stop() // sends made before Run: they fail with ErrClosed
@@ -190,10 +187,7 @@ func (r *Runner) shutdownContext() context.Context {
 // how tests simulate a crash). Close waits for Run to return. Idempotent.
 func (r *Runner) Close() {
 	r.mu.Lock()
-	started := r.runStarted
-	if !started {
-		r.phase = phaseStopped
-	}
+	started := !r.toLocked(onClose) // closed before Run, or Run was called
 	r.mu.Unlock()
 	r.closeOnce.Do(func() { close(r.closeReq) })
 	if started {
@@ -207,7 +201,7 @@ func (r *Runner) Close() {
 func (r *Runner) dropAll(cause error, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.phase = phaseStopped
+	r.toLocked(onStop)
 	r.gen++
 	if r.attachStop != nil {
 		r.attachStop(cause)

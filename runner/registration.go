@@ -86,7 +86,7 @@ func (r *Runner) guardRecord(ctx context.Context) {
 func (r *Runner) checkRecord() (again bool) {
 	r.mu.Lock()
 	leaseID, actx := r.lease, r.attachCtx
-	attached := r.phase == phaseAttached && !r.stopping && leaseID != storage.NoLease
+	attached := r.lifecycle.phase == phaseAttached && !r.lifecycle.stopping && leaseID != storage.NoLease
 	r.mu.Unlock()
 	if !attached {
 		return false // not registered

@@ -86,7 +86,7 @@ func (d routingDir) Member(id string) (storage.Runner, bool) {
 func (d routingDir) NoRoute(id sharding.ShardID, waited time.Duration) error {
 	r := d.r
 	r.mu.Lock()
-	detached := r.phase == phaseDetached
+	detached := r.lifecycle.phase == phaseDetached
 	ours := r.shards.owner(id) != nil
 	l, held := r.view.locks.Get(id)
 	mine := held && l.Lease == r.lease && r.lease != 0

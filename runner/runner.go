@@ -27,22 +27,6 @@ import (
 	"github.com/shardhost/shardhost/transport"
 )
 
-// phase is the lifecycle phase of a Runner.
-type phase int
-
-const (
-	phaseNew      phase = iota // constructed, Run not called
-	phaseStarting              // Run called, not registered yet
-	phaseAttached              // registered, may own shards
-	phaseDetached              // detached: owns nothing, probing
-	phaseStopping              // Shutdown releasing shards
-	phaseStopped               // Run returned or about to
-)
-
-func (p phase) String() string {
-	return [...]string{"new", "starting", "attached", "detached", "stopping", "stopped"}[p]
-}
-
 // Runner hosts shards of a cluster. See the package documentation.
 type Runner struct {
 	store       storage.Store
@@ -83,21 +67,18 @@ type Runner struct {
 
 	mu            sync.Mutex
 	view          clusterView // the watches' view of the cluster and the assignment (cluster.go)
-	phase         phase
-	gen           uint64 // incremented on every attach and detach
+	lifecycle     lifeState   // changed by toLocked only (lifestate.go)
+	gen           uint64      // incremented on every attach and detach
 	attachCtx     context.Context
 	attachStop    context.CancelCauseFunc
 	lease         storage.LeaseID
 	shards        shardTable       // every shard's ownership state (shardstate.go)
-	drainMode     bool             // Shutdown: registered as draining, handing shards off
 	attachRev     storage.Revision // revision of the current attachment's registration
 	work          *control.Queue   // dirty shards and per-shard timers of the control loop
 	attachedSince bool             // attached since the last assignment install: the next one decides every shard
 	storageErrs   map[string]int   // consecutive failed calls, by operation
-	stopping      bool             // Shutdown started: no more attaching or acquiring
 	stopCtx       context.Context  // the context of the first Shutdown call
 	address       string           // advertised transport address (Config.Address or the listener's)
-	runStarted    bool             // Run was called (done will be closed)
 	lastStreak    int              // keep-alive streak last logged
 	wouldDetach   detachment.Reason
 	reg           *registration.Record         // the own record (internal/registration)
@@ -361,7 +342,7 @@ func (r *Runner) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Status{
-		Phase: r.phase.String(), Detached: r.phase == phaseDetached, Reason: st.Reason,
+		Phase: r.lifecycle.phase.String(), Detached: r.lifecycle.phase == phaseDetached, Reason: st.Reason,
 		Lease: r.lease, Deadline: h.Deadline, Owned: r.shards.owned, Members: len(r.view.members),
 		AssignmentDigest: r.view.assignDigest, NotStarted: note, StartError: startErr,
 	}
@@ -429,7 +410,7 @@ func (r *Runner) storageResult(op string, err error) {
 		delete(r.storageErrs, op)
 		return
 	}
-	if r.phase != phaseAttached {
+	if r.lifecycle.phase != phaseAttached {
 		return
 	}
 	if errors.Is(err, storage.ErrLeaseNotFound) {

@@ -161,9 +161,10 @@ func (x *shardState) check(id sharding.ShardID) error {
 	return nil
 }
 
-// checkShardState makes every transition check its record's invariants
-// and panic on a breach (the package's tests set it).
-var checkShardState = false
+// checkInvariants makes the state machines check their invariants at
+// every transition — a shard record's (below), the lifecycle's
+// (toLocked) — and panic on a breach (the package's tests set it).
+var checkInvariants = false
 
 // shardTable is the records of every shard, indexed by shard. A record is
 // allocated by the first transition that sets something in it and freed
@@ -211,7 +212,7 @@ func (t *shardTable) done(id sharding.ShardID) {
 		t.s[id] = nil
 		return
 	}
-	if checkShardState {
+	if checkInvariants {
 		if err := x.check(id); err != nil {
 			panic("runner: shard state: " + err.Error())
 		}
@@ -430,11 +431,11 @@ func (t *shardTable) recordNotDeleted(id sharding.ShardID) {
 // detach takes every record through a detach (afterDetach). The caller
 // dropped the owned shards and ended the takeovers first.
 func (t *shardTable) detach() {
-	if checkShardState && t.owned != 0 {
+	if checkInvariants && t.owned != 0 {
 		panic(fmt.Sprintf("runner: shard state: detached with %d shards owned", t.owned))
 	}
 	for id, x := range t.known() {
-		if checkShardState && (x.own != nil || x.inbound != nil) {
+		if checkInvariants && (x.own != nil || x.inbound != nil) {
 			panic(fmt.Sprintf("runner: shard state: shard %d detached while owned or taken over", id))
 		}
 		*x = x.afterDetach()

@@ -11,7 +11,7 @@ import (
 
 // Every transition of the package's tests (the simulation included)
 // checks the invariants of the record it changed (shardState.check).
-func init() { checkShardState = true }
+func init() { checkInvariants = true }
 
 func TestShardTransitionsKeepTheInvariants(t *testing.T) {
 	tab := newShardTable(8)

@@ -491,9 +491,9 @@ const runCallGrace = time.Second
 // time, it fails with ErrClosed.
 func (r *Runner) waitRun(ctx context.Context) error {
 	r.mu.Lock()
-	called, stopped := r.runStarted, r.phase == phaseStopped
+	waiting := r.lifecycle.phase == phaseNew // neither Run nor Shutdown or Close yet
 	r.mu.Unlock()
-	if !called && !stopped {
+	if waiting {
 		t := time.NewTimer(runCallGrace)
 		defer t.Stop()
 		select {
@@ -518,7 +518,7 @@ func (r *Runner) waitRun(ctx context.Context) error {
 func (r *Runner) closedErr() error {
 	r.mu.Lock()
 	why := "Shutdown or Close was called before Run"
-	if r.runStarted {
+	if r.lifecycle.ran() {
 		why = "Run has returned"
 	}
 	r.mu.Unlock()
@@ -534,7 +534,7 @@ func (r *Runner) closedErr() error {
 // for as long as the send waited (with who holds its lock, if anyone).
 func (r *Runner) noOwnerReason(id sharding.ShardID, waited time.Duration) string {
 	r.mu.Lock()
-	listed, members, phase := r.view.membersSeen, len(r.view.members), r.phase
+	listed, members, phase := r.view.membersSeen, len(r.view.members), r.lifecycle.phase
 	l, held := r.view.locks.Get(id)
 	_, holderKnown := r.view.byLease[l.Lease]
 	assigned := ""

@@ -83,7 +83,7 @@ func (r *Runner) addWorker(name string, fn WorkerFunc, singleton bool) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.runStarted {
+	if r.lifecycle.ran() {
 		return fmt.Errorf("%w: register worker %q before Run", ErrAlreadyRunning, name)
 	}
 	for _, w := range r.workerRegs {
