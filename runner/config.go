@@ -63,16 +63,10 @@ type Config struct {
 	//
 	// A restarted process with the same ID is a new incarnation: it does
 	// not inherit the old one's locks, and it registers only once the old
-	// incarnation's record is gone. After a crash the old lease expires
-	// within its TTL (deleting the record and the locks); the restarted
-	// process waits for that, at most the old lease's TTL plus 2 s, then
-	// takes the ID and its shards. A record that is still there after that
-	// wait belongs to a process that keeps renewing its lease, i.e. a
-	// second live process with this ID: Run fails with ErrDuplicateRunnerID
-	// (and logs an ERROR) instead of stealing it. If two live processes
-	// nevertheless both wrote the record, both log an ERROR and the one that
-	// started first keeps the ID; the other gives up (Run returns
-	// ErrDuplicateRunnerID). See the package documentation.
+	// incarnation's record is gone: at most the old lease's TTL plus 2 s
+	// after a crash. A second live process with this ID makes Run fail with
+	// ErrDuplicateRunnerID instead of stealing it; the package doc ("A
+	// self-repairing registration") states the rules.
 	ID string
 	// ListenAddr is where the runner serves its transport (gRPC), e.g.
 	// ":7100" or "127.0.0.1:0". Empty (and Address empty): no server —
@@ -247,16 +241,11 @@ type Config struct {
 	// AcquireRetryWindow during which a shard held elsewhere is retried.
 	// Default 2 s; SingleAttempt (any negative value) for one attempt.
 	AcquireRetryWindow time.Duration
-	// RebalanceDebounce: a runner recomputes the assignment once its view
-	// has been quiet for 2 x RebalanceDebounce: membership changes closer
-	// than that are coalesced (runners joining or leaving in a burst a
-	// debounce apart are acted on once, after the last). Default 100 ms. A
-	// runner that
-	// owns nothing yet waits 5 x RebalanceDebounce of quiet (runners
-	// starting together register over a while), unless every shard is
-	// already locked by a live runner (a join into a running cluster); an isolated
-	// departure (a runner left a view that was quiet) is acted on at once,
-	// so a crashed runner's shards are taken as soon as its lease ends.
+	// RebalanceDebounce is the unit of the membership-storm rule (package
+	// doc, "Membership storms"): a runner recomputes the assignment once
+	// its view has been quiet for a few debounces, so membership changes
+	// closer than that are coalesced; an isolated departure is acted on at
+	// once. Default 100 ms.
 	RebalanceDebounce time.Duration
 	// ResyncInterval of the safety-net full reconciliation. Default 1 min.
 	ResyncInterval time.Duration

@@ -265,36 +265,10 @@
 //
 // # Routing and delivery
 //
-// Send admits a call only if its context has not ended (else it fails at
-// once with the context's error, context.Canceled or
-// context.DeadlineExceeded, and no handler runs it, here or remotely) and
-// the runner is running: a call made before Run is called waits up to one
-// second for the call (bounded by its context too), so `go r.Run(ctx)`
-// followed at once by an Ask works, and fails with ErrClosed if Run is
-// not called by then; after Shutdown, Close or Run's return it fails at
-// once with ErrClosed (joined
-// with the error Run failed with, if any). An ask whose context ends while
-// it waits in a mailbox is not run either. Send routes by the actual lock
-// owner (this runner's watch of the locks):
-// local when owned here, otherwise one hop over gRPC to the owner, which
-// never forwards. Retries (jittered exponential backoff, woken by routing
-// changes) happen only for failures that guarantee the message reached no
-// handler: *NotOwnerError (following its owner hint), *UndeliveredError,
-// ErrNotSent, and ErrNoOwner, whose message says why no owner is known
-// (the cluster not listed yet, with the last store failure; no runner
-// registered; the shard unowned for as long as the send waited, and who
-// it is assigned to). An owner without a transport address cannot be
-// reached from another runner: ErrNoTransport, at once. Delivery is
-// therefore at most once per call:
-// after ErrMaybeDelivered, a timeout or a handler error the handler may have
-// run. Methods defined with entity.Idempotent are the exception: after
-// ErrMaybeDelivered (a *StaleResultError included) Send sends them again,
-// with backoff, until an attempt succeeds or fails otherwise or the
-// caller's context ends (the error that ends them still matches
-// ErrMaybeDelivered, whatever the last attempt's says of itself) — reads
-// and other repeatable calls survive an owner's crash or a cut connection
-// without a loop in the caller. A ClientOnly runner routes without hosting
-// anything.
+// Send's contract — admission, routing by the actual lock owner, which
+// failures it retries, at most once per call, and the idempotent methods
+// that are sent again — is stated once, on Runner.Send. A ClientOnly
+// runner routes without hosting anything.
 //
 // After the owner of a shard crashes, an ask to it waits, in turn: (1) for
 // the owner's lease to expire — about LeaseTTL after its last renewal, when

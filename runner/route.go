@@ -14,29 +14,41 @@ import (
 
 // Send delivers a call to its entity, wherever its shard is owned. It
 // implements entity.Sender: use the typed Ask and Tell of method references
-// rather than calling it.
+// rather than calling it. This is Send's contract, stated here only (the
+// package doc and README link to it).
 //
 // Admission comes first: a ctx that has already ended fails the call at
 // once with an error matching ctx's (context.Canceled or
-// context.DeadlineExceeded), and nothing is delivered; a runner that is not
-// running (Run not called yet, or returned) fails it at once with ErrClosed.
-// A queued ask whose ctx ends before its handler starts is not run either.
+// context.DeadlineExceeded), and no handler runs it, here or remotely. A
+// call made before Run is called waits up to one second for the call
+// (bounded by ctx too), so `go r.Run(ctx)` followed at once by an Ask
+// works, and fails with ErrClosed if Run is not called by then; after
+// Shutdown, Close or Run's return it fails at once with ErrClosed (joined
+// with the error Run failed with, if any). A queued ask whose ctx ends
+// before its handler starts is not run either.
 //
 // Routing follows the actual lock owner in this runner's watch of the shard
 // locks: local delivery when this runner owns the shard at its current
 // epoch, otherwise one hop to the owner (which never forwards). Send
 // retries, with jittered exponential backoff and a wake-up on every routing
 // change, exactly the failures that guarantee the message reached no
-// handler: not the owner (*NotOwnerError), not delivered
-// (*UndeliveredError: detached, shard moved, shutting down), owner not
-// reachable before sending (ErrNotSent), and no owner yet. It gives up when
-// ctx ends, returning ctx's cause joined with the last such error.
+// handler: not the owner (*NotOwnerError, following its owner hint), not
+// delivered (*UndeliveredError: detached, shard moved, shutting down),
+// owner not reachable before sending (ErrNotSent), and no owner yet
+// (ErrNoOwner, whose message says why: the cluster not listed yet, with
+// the last store failure; no runner registered; the shard unowned for as
+// long as the send waited, and who it is assigned to). It gives up when
+// ctx ends, returning ctx's cause joined with the last such error. An
+// owner without a transport address cannot be reached from another
+// runner: ErrNoTransport, at once.
+//
 // Delivery is at most once per call: any other error (a handler error, a
 // timeout or a connection lost after sending: ErrMaybeDelivered) is
 // returned as is, and the handler may have run — except for methods
-// defined with entity.Idempotent, which are sent again after
-// ErrMaybeDelivered (a *StaleResultError included) until they succeed,
-// fail otherwise, or ctx ends.
+// defined with entity.Idempotent, which are sent again, with backoff,
+// after ErrMaybeDelivered (a *StaleResultError included) until an attempt
+// succeeds or fails otherwise or ctx ends; the error that ends them still
+// matches ErrMaybeDelivered, whatever the last attempt's says of itself.
 //
 // Routing is package routing's (internal/routing); the runner is its
 // Directory (routingDir).

@@ -29,6 +29,8 @@ import (
 
 // Runner hosts shards of a cluster. See the package documentation.
 type Runner struct {
+	// Set by New (served by Run before its goroutines start),
+	// read-only afterwards.
 	store       storage.Store
 	cfg         Config
 	log         *slog.Logger
@@ -38,60 +40,69 @@ type Runner struct {
 	policy      detachment.Policy
 	incarnation string
 	ownerValue  []byte // the lock value this runner writes (storage.EncodeOwner)
-	started     time.Time
 	hub         eventhub.Hub[Event]
+	hosting     *hosting.Host       // the entities of the owned shards (internal/hosting)
+	sched       *schedule.Scheduler // the one timer structure: entity timers and reminders (internal/schedule)
+	reminders   *reminders.Service  // the owned shards' reminders (internal/reminders)
+	router      *routing.Router     // sends calls to their entities (internal/routing)
+	net         transport.Transport // runner-to-runner delivery (Config.Transport, or gRPC)
+	trace       *tracing.Tracer     // the runner's tracer (Config.TracerProvider; tracing.go)
+	served      bool                // the transport listens
 
-	hosting   *hosting.Host                                                               // the entities of the owned shards (internal/hosting)
-	sched     *schedule.Scheduler                                                         // the one timer structure: entity timers and reminders (internal/schedule)
-	reminders *reminders.Service                                                          // the owned shards' reminders (internal/reminders)
-	router    *routing.Router                                                             // sends calls to their entities (internal/routing)
-	net       transport.Transport                                                         // runner-to-runner delivery (Config.Transport, or gRPC)
-	served    bool                                                                        // the transport listens (set by Run before any goroutine)
-	onServe   atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
-	tripKick  chan struct{}                                                               // 1-buffered: a sender saw the detach instant pass
-	tripAt    atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
-	trace     *tracing.Tracer                                                             // the runner's tracer (Config.TracerProvider; tracing.go)
-	spans     sync.WaitGroup                                                              // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
-	spansStop chan struct{}                                                               // closed when Run ends: they end their spans at once
-
-	kick      chan struct{} // 1-buffered: run a control round now
-	rebalance chan struct{} // 1-buffered: membership changed
-	stopReq   chan struct{} // closed by Shutdown: release and stop
-	closeReq  chan struct{} // closed by Close: stop abruptly
-	done      chan struct{} // closed when Run has returned
-	stopOnce  sync.Once
-	closeOnce sync.Once
-
-	opDrain drainState  // the operator's drain request (drain.go)
-	running atomic.Bool // Run was called and has not returned
-
-	mu            sync.Mutex
-	view          clusterView // the watches' view of the cluster and the assignment (cluster.go)
-	lifecycle     lifeState   // changed by toLocked only (lifestate.go)
-	gen           uint64      // incremented on every attach and detach
-	attachCtx     context.Context
-	attachStop    context.CancelCauseFunc
-	lease         storage.LeaseID
-	shards        shardTable       // every shard's ownership state (shardstate.go)
-	attachRev     storage.Revision // revision of the current attachment's registration
-	work          *control.Queue   // dirty shards and per-shard timers of the control loop
-	attachedSince bool             // attached since the last assignment install: the next one decides every shard
-	storageErrs   map[string]int   // consecutive failed calls, by operation
-	stopCtx       context.Context  // the context of the first Shutdown call
-	address       string           // advertised transport address (Config.Address or the listener's)
-	lastStreak    int              // keep-alive streak last logged
-	wouldDetach   detachment.Reason
-	reg           *registration.Record         // the own record (internal/registration)
-	fatal         error                        // set once: Run ends with it (failRun)
-	badKeys       map[string]struct{}          // damaged keys already logged (keys.go)
-	workerRegs    []workerReg                  // shard workers and singletons (workers.go), fixed once Run began
+	// Safe without a lock: channels, atomics, and types with a lock of
+	// their own.
+	kick          chan struct{}                // 1-buffered: run a control round now
+	rebalance     chan struct{}                // 1-buffered: membership changed
+	tripKick      chan struct{}                // 1-buffered: a sender saw the detach instant pass
+	stopReq       chan struct{}                // closed by Shutdown: release and stop
+	closeReq      chan struct{}                // closed by Close: stop abruptly
+	done          chan struct{}                // closed when Run has returned
 	singletonRecs chan storage.SingletonRecord // singletons started, their records to write (workers.go)
-	badKeysFull   bool
-	lostLocks     []lostLock   // dropped shards not logged yet
-	st            startState   // starting up (start.go)
-	ownLog        ownershipLog // ownership changes of a round (ownershiplog.go)
-	async         asyncSends   // SendAsync's sends in flight (async.go)
-	life          lifeTrace    // the detach and re-attach spans (trace_lifecycle.go)
+	stopOnce      sync.Once
+	closeOnce     sync.Once
+	running       atomic.Bool                                                                 // Run was called and has not returned
+	tripAt        atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
+	onServe       atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
+	spans         sync.WaitGroup                                                              // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
+	spansStop     chan struct{}                                                               // closed when Run ends: they end their spans at once
+	opDrain       drainState                                                                  // the operator's drain request (drain.go)
+	st            startState                                                                  // starting up (start.go)
+	ownLog        ownershipLog                                                                // ownership changes of a round (ownershiplog.go)
+	async         asyncSends                                                                  // SendAsync's sends in flight (async.go)
+
+	// Everything below is guarded by mu.
+	mu sync.Mutex
+
+	// The lifecycle and the current attachment (set by attach, ended by
+	// detachLocked).
+	lifecycle  lifeState // changed by toLocked only (lifestate.go)
+	started    time.Time // when Run was called
+	gen        uint64    // incremented on every attach and detach
+	attachCtx  context.Context
+	attachStop context.CancelCauseFunc
+	lease      storage.LeaseID
+	attachRev  storage.Revision // revision of the current attachment's registration
+	stopCtx    context.Context  // the context of the first Shutdown call
+	life       lifeTrace        // the detach and re-attach spans (trace_lifecycle.go)
+
+	// The cluster as the watches see it, and what this runner owns and does
+	// about it (the control loop).
+	view          clusterView    // the watches' view of the cluster and the assignment (cluster.go)
+	shards        shardTable     // every shard's ownership state (shardstate.go)
+	work          *control.Queue // dirty shards and per-shard timers of the control loop
+	attachedSince bool           // attached since the last assignment install: the next one decides every shard
+	workerRegs    []workerReg    // shard workers and singletons (workers.go), fixed once Run began
+
+	// The own record, and what the runner has reported.
+	reg         *registration.Record // the own record (internal/registration)
+	address     string               // advertised transport address (Config.Address or the listener's)
+	fatal       error                // set once: Run ends with it (failRun)
+	storageErrs map[string]int       // consecutive failed calls, by operation
+	lastStreak  int                  // keep-alive streak last logged
+	wouldDetach detachment.Reason
+	badKeys     map[string]struct{} // damaged keys already logged (keys.go)
+	badKeysFull bool
+	lostLocks   []lostLock // dropped shards not logged yet
 }
 
 // New returns a runner on store. It does nothing until Run.

@@ -34,10 +34,10 @@
 //     lock under this runner's lease that it neither owns, releases nor
 //     wants is deleted; so is a handoff record of its lease with no
 //     takeover behind it, once per revision.
-//   - The storm gate acts on an isolated departure at once, on anything
-//     else only once the view has been quiet for 2 debounces (5 debounces
-//     for a runner that owns nothing), and in an endless storm at most 10
-//     debounces (50) after the first change not acted on.
+//   - The storm gate (StormGate, whose doc is the rule's one statement in
+//     the code) acts on an isolated departure at once and on anything else
+//     only once the view has been quiet, or after a bound in an endless
+//     storm.
 //
 // The package is pure: no goroutines, no I/O, no logs, no clock of its own
 // (every time is an argument).

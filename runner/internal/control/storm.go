@@ -23,8 +23,11 @@ type StormGate struct {
 // owns nothing yet waits longer (5 debounces, at most 50): it has nothing
 // to hand over, and taking shards on a view that is still growing —
 // runners starting together register over a second or more — would only
-// start handoffs. A departure (a runner left: its shards are free) after a
-// quiet period is acted on at once.
+// start handoffs; the caller passes owns for a runner that owns nothing
+// but joins a cluster whose every shard is locked by a live runner (it can
+// take shards by handoff only, and no cold start is under way). A
+// departure (a runner left: its shards are free) after a quiet period is
+// acted on at once.
 func (g *StormGate) Change(now time.Time, debounce time.Duration, departure, owns bool) (recompute bool, quiet time.Duration) {
 	wasQuiet := g.last.IsZero() || now.Sub(g.last) >= debounce
 	g.last = now

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -11,10 +10,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/shardhost/shardhost/runner/internal/control"
-	"github.com/shardhost/shardhost/runner/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
+
+// The control loop's operations on shard locks, carried out once r.mu is
+// released (controlloop.go's execute): acquire, rewrite after a re-attach,
+// verify, release (with the drain before it and the reminders' final
+// progress), and the deletion of locks this runner should not hold.
 
 // shardsPerCall bounds the shards of one acquire or verify call, each
 // bounded by OpTimeout: 16 transactions of MaxShardsPerTxn, two rounds of
@@ -316,117 +319,6 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 		wg.Go(func() { s.host.Drain(dctx, cause) })
 	}
 	wg.Wait()
-}
-
-// cancelAllInbound abandons every inbound handoff (Shutdown).
-func (r *Runner) cancelAllInbound() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for id := range r.shards.known() {
-		if in := r.shards.endInbound(id); in != nil {
-			r.shards.done(id)
-			r.reportInbound(id, in, handoff.Aborted, "shutting down", abortShutdown)
-		}
-	}
-}
-
-func (r *Runner) ownedCount() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.shards.owned
-}
-
-// beginDrainMode starts the first step of Shutdown: the runner registers
-// itself as draining (weight 0), so its peers take its shards through the
-// handoff protocol. It returns until when to wait for them, or zero when
-// there is nothing to hand off (not attached, handoff disabled, no owned
-// shard or no peer able to take shards).
-func (r *Runner) beginDrainMode() time.Time {
-	r.mu.Lock()
-	peers := false
-	for _, m := range r.view.members {
-		if m.ID != r.cfg.ID && m.Weight > 0 && !m.Draining {
-			peers = true
-		}
-	}
-	ok := !r.cfg.DisableHandoff && r.shards.owned > 0 && peers && r.toLocked(onDrain) // attached
-	leaseID, sctx := r.lease, r.stopCtx
-	r.mu.Unlock()
-	if !ok {
-		return time.Time{}
-	}
-	deadline := time.Now().Add(r.cfg.ShutdownHandoffTimeout)
-	if d, has := sctx.Deadline(); has {
-		// Keep a quarter (at most OpTimeout) for the plain release of
-		// whatever is left and the revocation.
-		reserve := min(r.cfg.OpTimeout, time.Until(d)/4)
-		deadline = d.Add(-reserve)
-	}
-	h, _ := r.keeper.Health()
-	cctx, cancel := context.WithTimeout(sctx, r.cfg.OpTimeout)
-	defer cancel()
-	if _, err := r.reg.Write(cctx, leaseID, r.recordFor(h.TTL, true)); err != nil {
-		r.log.Warn("cannot register as draining; releasing shards plainly", "err", err)
-		return time.Time{}
-	}
-	r.log.Info("shutting down: handing shards off", "owned", r.ownedCount(), "until", time.Until(deadline).Round(time.Millisecond))
-	return deadline
-}
-
-// shutdown releases every shard still owned, revokes the lease, and keeps
-// answering (NotOwner) for a moment so peers route elsewhere before the
-// transport stops (graceful stop).
-func (r *Runner) shutdown(ctx context.Context) {
-	defer r.linger()
-	r.mu.Lock()
-	attached := r.lifecycle.phase == phaseAttached
-	r.toLocked(onRelease) // an attached runner's phase becomes stopping
-	gen := r.gen
-	var ids []sharding.ShardID
-	for s := range r.shards.ownedShards() {
-		ids = append(ids, s.id)
-		r.shards.markReleasing(s.id, s.epoch)
-	}
-	r.mu.Unlock()
-	r.log.Info("shutting down", "owned", len(ids))
-	if attached && len(ids) > 0 {
-		// release() checks the phase only through gen; keep it attached-like.
-		r.release(gen, ids, ErrShutdown)
-	}
-	r.mu.Lock()
-	r.dropOwnedLocked(ErrShutdown)
-	r.toLocked(onStop) // the revocation below is ours: no lost lease, no detach
-	r.mu.Unlock()
-	rbase := ctx
-	if sctx := r.shutdownContext(); sctx != nil {
-		rbase = sctx // Shutdown's bound, not more
-	}
-	rctx, cancel := context.WithTimeout(rbase, r.cfg.OpTimeout)
-	defer cancel()
-	if err := r.keeper.Revoke(rctx); err != nil && !errors.Is(err, storage.ErrLeaseNotFound) {
-		r.log.Warn("revoking the lease failed; it will expire on its own", "err", err)
-	}
-}
-
-// shutdownLinger is how long a stopping runner keeps its transport up after
-// revoking its lease: senders whose view still points here get a clean,
-// retryable NotOwner instead of a connection error.
-const shutdownLinger = 300 * time.Millisecond
-
-func (r *Runner) linger() {
-	if !r.served {
-		return
-	}
-	t := time.NewTimer(shutdownLinger)
-	defer t.Stop()
-	var done <-chan struct{}
-	if sctx := r.shutdownContext(); sctx != nil {
-		done = sctx.Done()
-	}
-	select {
-	case <-t.C:
-	case <-done:
-	}
 }
 
 // writeProgress writes, fenced by their epochs, the final reminder

@@ -32,19 +32,12 @@ import (
 //
 // Membership storms: after a membership change the runner starts no new
 // move — no acquisition, handoff or release — until it has recomputed the
-// assignment, and it recomputes once its view has been quiet for
-// 2 x RebalanceDebounce, 5 x for a runner that owns nothing yet (at most 10 x
-// RebalanceDebounce after the first change not acted on, 50 x for a runner
-// that owns nothing; a runner that owns nothing but joins a cluster whose
-// every shard is locked by a live runner follows the owners' rule: it has
-// nothing to take directly, and no cold start is under way), so it never
-// hands shards towards a runner while
-// its own view of the assignment is still changing, and a record rewritten
-// twice in a row (a repair) moves nothing. An isolated departure — a
-// runner left after a quiet period: its lease ended, its shards are free —
-// is acted on at once. A runner's first assignment always waits for a
-// quiet view, so runners starting together take their final shards
-// directly instead of handing them around.
+// assignment, and control.StormGate says when (the rule and its numbers
+// are on StormGate; the package doc says it to users, "Membership
+// storms"). So it never hands shards towards a runner while its own view
+// of the assignment is still changing, a record rewritten twice in a row
+// (a repair) moves nothing, and runners starting together take their
+// final shards directly instead of handing them around.
 
 // controlLoop acquires assigned shards, releases unassigned ones and
 // verifies owned locks. It is the only goroutine that writes locks while
