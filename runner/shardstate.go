@@ -129,13 +129,16 @@ func (x *shardState) busy() bool {
 //     and a host installed after the re-attachment must wait for them.
 //   - lastReleased does: a watch event of an old ownership may arrive
 //     after the re-attachment.
-//   - takeoverHold and deletingRecord do: they are bounds in time and
-//     revision that hold whatever the attachment (an aborted takeover's
-//     pause; a record being deleted, by revision, is deleted once).
+//   - takeoverHold does: an aborted takeover's pause is a bound in time
+//     that holds whatever the attachment.
+//   - deletingRecord does not: the detach cancelled the delete, perhaps
+//     before it reached the store, and a record of a lease that survived
+//     is still there at the same revision; the re-attachment deletes it
+//     again (deleting a deleted record changes nothing).
 func (x shardState) afterDetach() shardState {
 	return shardState{
 		lastHost: x.lastHost, lastReleased: x.lastReleased,
-		takeoverHold: x.takeoverHold, deletingRecord: x.deletingRecord,
+		takeoverHold: x.takeoverHold,
 	}
 }
 
