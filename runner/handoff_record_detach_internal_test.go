@@ -2,8 +2,6 @@ package runner
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 	"github.com/shardhost/shardhost/runner/internal/control"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
-	"github.com/shardhost/shardhost/storage/memory"
 )
 
 // TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete: a handoff record
@@ -23,24 +20,10 @@ import (
 // it for a delete still under way (it used to keep the mark through the
 // detach, so the record stayed for as long as the lease lived).
 func TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete(t *testing.T) {
-	c := memory.NewCluster()
-	t.Cleanup(c.Close)
-	r, err := New(c.NewStore("me"), Config{ID: "me", NumShards: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	const lease = storage.LeaseID(100)
+	r := attachedRunner(t, lease)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	const lease = storage.LeaseID(100)
-	attach := func() {
-		r.gen++
-		r.attachCtx, r.attachStop = context.WithCancelCause(t.Context())
-	}
-	r.lifecycle.phase, r.lease = phaseAttached, lease
-	attach()
-	r.view.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: lease}
-	r.view.membersSeen = true
-	r.rebuildByLeaseLocked()
 	r.view.assignment = make([]string, 4) // the shard is not wanted here: nothing but the record to decide
 
 	const shard = sharding.ShardID(2)
@@ -68,7 +51,8 @@ func TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete(t *testing.T) {
 	if !r.toLocked(onAttach) {
 		t.Fatal("cannot re-attach")
 	}
-	attach()
+	r.gen++
+	r.attachCtx, r.attachStop = context.WithCancelCause(t.Context())
 	if !deletes() {
 		t.Fatal("after the re-attachment the record, still there at the same revision, is not deleted again")
 	}

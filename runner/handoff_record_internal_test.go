@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -21,20 +22,9 @@ import (
 // and wait HandoffWait for a plain release (fault suite, seed 26: converged
 // after 19.4 s).
 func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
-	c := memory.NewCluster()
-	t.Cleanup(c.Close)
-	r, err := New(c.NewStore("me"), Config{ID: "me", NumShards: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := attachedRunner(t, 100, storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Weight: 1, Incarnation: "x1"}, Lease: 101})
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lifecycle.phase, r.gen, r.attachCtx = phaseAttached, 1, t.Context()
-	r.lease = 100
-	r.view.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: 100}
-	r.view.members["x"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Weight: 1, Incarnation: "x1"}, Lease: 101}
-	r.view.membersSeen = true
-	r.rebuildByLeaseLocked()
 
 	const shard, epoch = sharding.ShardID(2), storage.Epoch(40)
 	val, err := storage.EncodeHandoff(storage.HandoffRecord{From: "me", To: "x", Phase: storage.HandoffReady, ToIncarnation: "x1", FromEpoch: epoch})
@@ -57,4 +47,26 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 	if !cut || plain || h.To != "x" || h.FromEpoch != epoch {
 		t.Fatalf("outbound decision: cut %v, plain %v, record %+v; want a cutover to x", cut, plain, h)
 	}
+}
+
+// attachedRunner returns runner "me" of 4 shards on an in-memory store,
+// set up as attached under lease (generation 1, an attachment context)
+// with others in its view of the members; nothing runs.
+func attachedRunner(t *testing.T, lease storage.LeaseID, others ...storage.Runner) *Runner {
+	t.Helper()
+	c := memory.NewCluster()
+	t.Cleanup(c.Close)
+	r, err := New(c.NewStore("me"), Config{ID: "me", NumShards: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.lifecycle.phase, r.gen, r.lease = phaseAttached, 1, lease
+	r.attachCtx, r.attachStop = context.WithCancelCause(t.Context())
+	r.view.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: lease}
+	for _, o := range others {
+		r.view.members[o.ID] = o
+	}
+	r.view.membersSeen = true
+	r.rebuildByLeaseLocked()
+	return r
 }
