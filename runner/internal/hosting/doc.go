@@ -18,7 +18,11 @@
 //     after a slow activation) the shard's context and the detach instant
 //     (Env.PastDetach, on the monotonic clock) are checked: a message that
 //     fails the check is answered undelivered (UndeliveredError, safe to
-//     retry), never run.
+//     retry), never run. Handlers run back to back from one mailbox batch
+//     share a clock reading: the end check of one (below), made after it
+//     returned, is the start check of the next when its answer went into
+//     a buffered channel and nothing else ran in between (no span ended,
+//     no failure logged).
 //   - No acknowledged result after the shard left. When a handler returns,
 //     the same checks are made again: if the shard left (or the detach
 //     instant passed) while it ran, its result is withheld
@@ -31,6 +35,13 @@
 //     instances; during a cutover (BeginCutover) asks not started yet go
 //     back to their senders undelivered and new senders wait (at most
 //     CutoverWaiters) for the outcome.
+//
+// Mailboxes are bounded (entity.Mailbox; a full one refuses with
+// entity.ErrMailboxFull) and cost no allocation per message: a sender
+// appends under the entity's mutex to a slice the entity's goroutine
+// swaps out whole (a batch) and hands back empty; only the push onto an
+// idle mailbox starts (or wakes) the goroutine. Senders and the goroutine
+// write disjoint cache lines of the entity's record.
 //
 // Hosting makes no store call but the entities' own checkpoint reads and
 // fenced writes (Checkpoints), and never decides ownership: Install,

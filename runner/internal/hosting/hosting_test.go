@@ -21,10 +21,16 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testEnv is the runner as hosting sees it: the detach instant can be
-// made to pass at will.
-type testEnv struct{ past atomic.Bool }
+// made to pass at will; reads counts the clock readings (PastDetach).
+type testEnv struct {
+	past  atomic.Bool
+	reads atomic.Int64
+}
 
-func (e *testEnv) PastDetach() bool { return e.past.Load() }
+func (e *testEnv) PastDetach() bool {
+	e.reads.Add(1)
+	return e.past.Load()
+}
 
 func (e *testEnv) NotHere(id sharding.ShardID) error { return &NotOwnerError{Shard: id} }
 
@@ -180,6 +186,51 @@ func TestResultOfAHandlerThatOutlivedTheDetachInstantIsWithheld(t *testing.T) {
 	newGate(t)()
 	if res := f.ask("a", false); res.Err != nil || res.V != 1 {
 		t.Fatalf("next ask = %+v, want a fresh instance (1 activation)", res)
+	}
+}
+
+func TestMessagesQueuedBehindAHandlerThatOutlivedTheDetachInstantNeverRun(t *testing.T) {
+	f := newFixture(t, 0)
+	open := newGate(t)
+	first := f.askAsync(t, "a")
+	queued := make(chan Result, 2)
+	for range 2 {
+		go func() { queued <- f.ask("a", false) }()
+	}
+	waitQueued(t, f, "a", 2) // one batch: the two asks run right after the first
+	f.env.past.Store(true)
+	open()
+	if res := wait(t, first, "the running ask"); !errors.Is(res.Err, ErrMaybeDelivered) {
+		t.Fatalf("the ask that outlived the detach instant = %+v, want its result withheld", res)
+	}
+	for range 2 {
+		if res := wait(t, queued, "a queued ask"); !res.Undelivered || !errors.Is(res.Err, ErrDetached) || res.Epoch != 0 {
+			t.Fatalf("an ask queued behind it = %+v, want undelivered ErrDetached, no epoch (no handler ran)", res)
+		}
+	}
+}
+
+func TestConsecutiveHandlersOfABatchShareOneClockReading(t *testing.T) {
+	f := newFixture(t, 0)
+	open := newGate(t)
+	first := f.askAsync(t, "a")
+	queued := make(chan Result, 2)
+	for range 2 {
+		go func() { queued <- f.ask("a", false) }()
+	}
+	waitQueued(t, f, "a", 2)
+	before := f.env.reads.Load()
+	open()
+	for _, ch := range []<-chan Result{first, queued, queued} {
+		if res := wait(t, ch, "an ask"); res.Err != nil {
+			t.Fatalf("ask = %+v, want a result", res)
+		}
+	}
+	// Each handler's end check reads the clock. The two queued asks are
+	// one batch: the first of them reads it at its start, the second
+	// starts on the reading of the end check just before it.
+	if got := f.env.reads.Load() - before; got != 4 {
+		t.Errorf("clock readings for 3 handlers, the last 2 in one batch = %d, want 4", got)
 	}
 }
 

@@ -29,20 +29,18 @@ var clockBase = time.Now()
 
 // resident is one resident entity instance. It has a goroutine only while its
 // mailbox is non-empty (plus a short linger).
+//
+// Its fields are grouped by who writes them: a sender pushing on one core
+// must not invalidate, per message, the cache line the entity's goroutine
+// reads on the other (its key, kind, shard, context and instance), nor the
+// other way round. At least 64 bytes (the LRU links, rarely written, and
+// a pad) separate the mailbox from the rest.
 type resident struct {
+	// Set at creation, read by both sides.
 	key  EntityKey
 	kind *Kind
 	host *Shard
 	ctx  context.Context // the shard's, carrying the entity's runtime (this)
-
-	mu       sync.Mutex
-	queue    []message
-	spare    []message
-	running  bool
-	dead     bool          // retired: pushes fail with errRetired
-	hot      bool          // restarted within hotWindow: linger before exiting
-	lastExit time.Duration // since clockBase
-	timers   map[string]*timer
 	// forgotten: a remembered entity that called Forget (passivated like
 	// any entity until activated again).
 	forgotten atomic.Bool
@@ -54,11 +52,29 @@ type resident struct {
 	restart   bool
 	processed uint64
 
-	// LRU links and last use, under Host.residents.mu.
+	// LRU links and last use, under Host.residents.mu (48 bytes).
 	prev, next *resident
 	lastUsed   time.Time
 	listed     bool
+	_          [16]byte
+
+	// The mailbox, written by senders: under mu, but queued, which is
+	// len(queue) published for the goroutine's linger (read without mu).
+	mu       sync.Mutex
+	queued   atomic.Int32
+	limit    int32 // the kind's mailbox bound (read per push: a copy)
+	queue    []message
+	spare    []message
+	running  bool
+	dead     bool          // retired: pushes fail with errRetired
+	hot      bool          // restarted within hotWindow: linger before exiting
+	lastExit time.Duration // since clockBase
+	timers   map[string]*timer
 }
+
+// cacheLinePad keeps the fields before it and after it on different cache
+// lines.
+type cacheLinePad [64]byte
 
 // push appends msg and starts the goroutine if needed. Callers hold
 // host.mu (read or write). errRetired is a safety net: an instance is
@@ -80,13 +96,14 @@ func (e *resident) pushLocked(msg message) (bool, error) {
 	if e.dead {
 		return false, errRetired
 	}
-	if len(e.queue) >= e.kind.Opts.Mailbox {
+	if len(e.queue) >= int(e.limit) {
 		e.kind.stats.rejected.add(e.host.id)
 		met := e.host.h.met
 		met.MailboxRejections.Add(context.Background(), 1, met.Attrs)
 		return false, fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.Kind, e.key.ID, e.kind.Opts.Mailbox)
 	}
 	e.queue = append(e.queue, msg)
+	e.queued.Store(int32(len(e.queue)))
 	start := !e.running
 	if start {
 		e.running = true
@@ -135,25 +152,26 @@ func (e *resident) run() {
 		}
 		batch = e.queue
 		e.queue = e.spare[:0]
+		e.queued.Store(0)
 		e.mu.Unlock()
+		checked := false // the clock reading of the last handler's end check serves the next start
 		for i := range batch {
 			if !active && batch[i].h != nil && (batch[i].h.TickKind() == entity.NotTick || e.kind.Opts.TicksAreActivity) {
 				active = true
 			}
-			e.process(&batch[i])
+			checked = e.process(&batch[i], checked)
 			batch[i] = message{}
 		}
 	}
 }
 
-// linger yields a few times and reports whether messages arrived.
+// linger yields a few times and reports whether messages arrived. It
+// polls queued, not the mailbox under mu: a sender then never waits for
+// the lock held by an idle goroutine.
 func (e *resident) linger() bool {
 	for range lingerSpins {
 		runtime.Gosched()
-		e.mu.Lock()
-		n := len(e.queue)
-		e.mu.Unlock()
-		if n > 0 {
+		if e.queued.Load() > 0 {
 			return true
 		}
 	}
@@ -163,45 +181,54 @@ func (e *resident) linger() bool {
 // startGate says why no handler of the shard may start now, or nil: the
 // shard left (its host is done) or the detach instant passed (a long
 // pause?) before the watchdog could act — never start a handler after it.
-func (e *resident) startGate() error {
+// With checked set, the detach instant was found not passed by the end
+// check of the handler that ran just before on this goroutine, and
+// nothing since could block (the answer went into a 1-buffered channel):
+// that clock reading serves, one per message instead of two.
+func (e *resident) startGate(checked bool) error {
 	sh := e.host
 	select {
 	case <-sh.done:
 		return context.Cause(sh.ctx)
 	default:
 	}
-	if sh.h.env.PastDetach() {
+	if !checked && sh.h.env.PastDetach() {
 		return ErrDetached
 	}
 	return nil
 }
 
 // process runs one message, unless the shard is gone; a traced message
-// runs in its handler's span (trace.go).
-func (e *resident) process(m *message) {
+// runs in its handler's span (trace.go). checked is startGate's; process
+// reports whether the next message may count as checked: its handler ran,
+// its end check passed, and its outcome was delivered without blocking.
+func (e *resident) process(m *message, checked bool) bool {
 	if m.tr != nil {
 		e.startSpan(m)
-		m.endSpan(e.processOne(m))
-		return
+		_, err := e.processOne(m, checked)
+		m.endSpan(err)
+		return false
 	}
-	e.processOne(m)
+	next, _ := e.processOne(m, checked)
+	return next
 }
 
-// processOne is process; it returns the message's outcome (nil when its
-// handler succeeded, or its activation without a message did).
-func (e *resident) processOne(m *message) error {
+// processOne is process; it returns whether the next message may count
+// as checked, and the message's outcome (nil when its handler succeeded,
+// or its activation without a message did).
+func (e *resident) processOne(m *message, checked bool) (bool, error) {
 	sh := e.host
-	if why := e.startGate(); why != nil {
-		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+	if why := e.startGate(checked); why != nil {
+		return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 	}
 	if m.reply != nil && sh.handingOff.Load() {
 		// The shard is being handed to a ready owner: an ask not started
 		// yet goes back to its sender, which retries there. (A signal's
 		// sender has its answer already: it runs here.)
-		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
+		return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
 	}
 	if m.ctx != nil && m.ctx.Err() != nil { // the asker gave up before it ran
-		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ContextError(m.ctx)}, true)
+		return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ContextError(m.ctx)}, true)
 	}
 	if !e.activated {
 		reason := sh.reason
@@ -214,35 +241,39 @@ func (e *resident) processOne(m *message) error {
 			tracing.End(span, err, ErrorType)
 		}
 		if err != nil {
-			return e.fail(m, err, false)
+			return false, e.fail(m, err, false)
 		}
 		// Activation may take a while (Restore reads the store; the
 		// process may be paused): check again, right before the handler.
-		if why := e.startGate(); why != nil {
-			return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+		if why := e.startGate(false); why != nil {
+			return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 		}
 	}
 	if m.done != nil {
 		m.done(true) // a reminder tick: fired from here on; an activation: done
 	}
 	if m.h == nil { // an activation without a message (Activate)
-		return nil
+		return false, nil
 	}
-	v, err := e.handle(m)
+	v, held, err := e.handle(m)
 	if m.reply != nil {
 		if m.tr != nil {
 			m.endSpan(err) // before the answer: the asker's span ends after it
 		}
-		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
-	} else if err != nil {
-		sh.h.signalFailed(m.logContext(), e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
+		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch} // 1-buffered: never blocks
+		return held && m.tr == nil, err
 	}
-	return err
+	if err != nil {
+		sh.h.signalFailed(m.logContext(), e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
+		return false, err
+	}
+	return held, nil
 }
 
 // handle runs m's handler and withholds its result if the shard left this
-// runner while it ran.
-func (e *resident) handle(m *message) (any, error) {
+// runner while it ran; held reports that the end check found the shard
+// still held here (its result is acknowledged).
+func (e *resident) handle(m *message) (v any, held bool, err error) {
 	sh, met := e.host, e.host.h.met
 	e.processed++
 	e.kind.stats.handled.add(sh.id)
@@ -251,13 +282,13 @@ func (e *resident) handle(m *message) (any, error) {
 	if sample {
 		start = time.Now()
 	}
-	v, err := e.invoke(m)
+	v, err = e.invoke(m)
 	if sample {
 		met.HandlerDuration.Record(context.Background(), time.Since(start).Seconds(), met.Attrs)
 	}
 	why, cause := sh.lostWhileRunning()
 	if why == "" {
-		return v, err
+		return v, true, err
 	}
 	// The handler finished after its shard left this runner (a pause
 	// outlived the detach instant, or the shard was dropped): another
@@ -268,7 +299,7 @@ func (e *resident) handle(m *message) (any, error) {
 	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropStaleResult))
 	sh.h.log.WarnContext(m.logContext(), "handler finished after its shard left this runner; result withheld, instance discarded",
 		"kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "epoch", sh.epoch, "why", why)
-	return nil, &StaleResultError{Shard: sh.id, Runner: sh.h.cfg.RunnerID, Epoch: sh.epoch, Reason: why, Cause: cause}
+	return nil, false, &StaleResultError{Shard: sh.id, Runner: sh.h.cfg.RunnerID, Epoch: sh.epoch, Reason: why, Cause: cause}
 }
 
 // fail answers m with err, and returns it; undelivered says no handler

@@ -3,6 +3,7 @@ package hosting
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,9 @@ type Shard struct {
 	done   <-chan struct{}
 	reason entity.ActivateReason
 
+	// mu is written by every sender (RLock): on cache lines of its own,
+	// away from the fields above, which every handler's checks read.
+	_         cacheLinePad
 	mu        sync.RWMutex
 	entities  map[EntityKey]*resident
 	retiring  map[EntityKey]chan struct{} // closed when the retired instance's Release returned
@@ -45,6 +49,7 @@ type Shard struct {
 	created  time.Time
 
 	slots []*workerSlot // the shard's workers (workers.go), under mu
+	_     cacheLinePad
 
 	running  atomic.Int64 // entities and workers with a goroutine
 	workers  atomic.Int64 // of which workers
@@ -318,7 +323,7 @@ func (sh *Shard) lostWhileRunning() (string, error) {
 
 // newResident returns a resident entity of the shard (not listed yet).
 func (sh *Shard) newResident(k *Kind, key EntityKey) *resident {
-	e := &resident{key: key, kind: k, host: sh}
+	e := &resident{key: key, kind: k, host: sh, limit: int32(min(k.Opts.Mailbox, math.MaxInt32))}
 	e.ctx = entity.WithRuntime(sh.ctx, e) // once per resident, not per message
 	return e
 }
