@@ -180,7 +180,7 @@ func (h *Host) Register(kinds ...entity.Descriptor) error {
 			}
 			continue
 		}
-		next[d.Name()] = &Kind{Desc: d, Opts: d.Options(), warms: kindWarms(d)}
+		next[d.Name()] = &Kind{Desc: d, Opts: d.Options(), name: d.Name(), warms: kindWarms(d)}
 	}
 	h.kinds.Store(&next)
 	return nil

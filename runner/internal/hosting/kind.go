@@ -14,6 +14,7 @@ import (
 type Kind struct {
 	Desc  entity.Descriptor
 	Opts  entity.Options
+	name  string    // Desc.Name(), read per message
 	stats kindStats // read by the debug page (KindCounts)
 	warms bool      // its instances implement entity.Warmer (assumed when the kind cannot say)
 }

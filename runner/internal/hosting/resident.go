@@ -80,7 +80,7 @@ type cacheLinePad [64]byte
 // host.mu (read or write). errRetired is a safety net: an instance is
 // marked dead only after it left host.entities or while host admission is
 // off, and enqueue checks both under host.mu before pushing.
-func (e *resident) push(msg message) error {
+func (e *resident) push(msg *message) error {
 	e.mu.Lock()
 	start, err := e.pushLocked(msg)
 	e.mu.Unlock()
@@ -92,7 +92,7 @@ func (e *resident) push(msg message) error {
 
 // pushLocked appends msg under e.mu and reports whether the caller must
 // start the goroutine (start, after unlocking).
-func (e *resident) pushLocked(msg message) (bool, error) {
+func (e *resident) pushLocked(msg *message) (bool, error) {
 	if e.dead {
 		return false, errRetired
 	}
@@ -102,7 +102,7 @@ func (e *resident) pushLocked(msg message) (bool, error) {
 		met.MailboxRejections.Add(context.Background(), 1, met.Attrs)
 		return false, fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.Kind, e.key.ID, e.kind.Opts.Mailbox)
 	}
-	e.queue = append(e.queue, msg)
+	e.queue = append(e.queue, *msg)
 	e.queued.Store(int32(len(e.queue)))
 	start := !e.running
 	if start {

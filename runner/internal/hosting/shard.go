@@ -193,7 +193,7 @@ func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id str
 	if !oneWay {
 		msg.reply, msg.ctx = sh.h.waiters.Get().(*waiter), ctx
 	}
-	if err := sh.enqueue(ctx, k, EntityKey{Kind: k.Desc.Name(), ID: id}, msg, remote && !oneWay); err != nil {
+	if err := sh.enqueue(ctx, k, EntityKey{Kind: k.name, ID: id}, &msg, remote && !oneWay); err != nil {
 		if msg.reply != nil {
 			sh.h.waiters.Put(msg.reply)
 		}
@@ -225,7 +225,7 @@ func (sh *Shard) ReplyWritten() {
 // Admission is checked under sh.mu together with the enqueue, so once a
 // drain has stopped admission no message can slip in; a counted message
 // (a remote ask) enters sh.replying at admission, under sh.mu too.
-func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg message, counted bool) error {
+func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *message, counted bool) error {
 	if ctx.Err() != nil { // admission checks the context first
 		return &UndeliveredError{Shard: sh.id, Cause: ContextError(ctx)}
 	}
@@ -288,7 +288,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg messag
 
 // admit pushes msg to e (under sh.mu) and, when counted, counts its
 // answer in sh.replying.
-func (sh *Shard) admit(e *resident, msg message, counted bool) error {
+func (sh *Shard) admit(e *resident, msg *message, counted bool) error {
 	if counted {
 		sh.replying.Add(1) // before the push: a drain never sees it run uncounted
 	}

@@ -163,7 +163,7 @@ func (t *timer) Fire(_ *schedule.Entry, now int64) {
 					msg.tr.link = *t.link
 				}
 			}
-			start, err = e.pushLocked(msg)
+			start, err = e.pushLocked(&msg)
 		}
 		delivered = err == nil
 		if !delivered {
@@ -258,7 +258,7 @@ func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(
 		return false
 	}
 	if e := sh.entities[key]; e != nil {
-		err := e.push(msg)
+		err := e.push(&msg)
 		sh.mu.RUnlock()
 		return err == nil
 	}
@@ -269,7 +269,7 @@ func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(
 		return false
 	}
 	if e := sh.entities[key]; e != nil {
-		return e.push(msg) == nil
+		return e.push(&msg) == nil
 	}
 	e := sh.newResident(k, key)
 	if inst, ok := sh.warmed[key]; ok {
@@ -279,5 +279,5 @@ func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(
 	sh.entities[key] = e
 	sh.h.residents.add(e)
 	sh.h.met.Activations.Add(context.Background(), 1, sh.h.met.Attrs)
-	return e.push(msg) == nil
+	return e.push(&msg) == nil
 }
