@@ -314,10 +314,7 @@ func waitQueued(t *testing.T, f *fixture, id string, n int) {
 		e := f.shard.entities[EntityKey{Kind: "worker", ID: id}]
 		f.shard.mu.RUnlock()
 		if e != nil {
-			e.mu.Lock()
-			q := len(e.queue)
-			e.mu.Unlock()
-			if q >= n {
+			if q := int(e.queued.Load()); q >= n {
 				return
 			}
 		}
@@ -377,6 +374,13 @@ func TestResidentCapPassivatesTheLeastRecentlyUsed(t *testing.T) {
 		if res := f.ask(id, false); res.Err != nil {
 			t.Fatal(res)
 		}
+		// The answer comes before the entity's goroutine exits and marks
+		// it used (LRU): wait for that, so the order is a, b, c.
+		for deadline := time.Now().Add(10 * time.Second); f.shard.Running() > 0; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's goroutine never exited", id)
+			}
+		}
 	}
 	f.host.residents.evict()
 	if n := f.host.EntityCount(); n != 2 {
@@ -406,6 +410,13 @@ func TestRememberedEntitiesStayResidentAndWarmFirst(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		if res := f.ask(id, false); res.Err != nil {
 			t.Fatal(res)
+		}
+		// The answer comes before the entity's goroutine exits and marks
+		// it used (LRU): wait for that, so the order is a, b, c.
+		for deadline := time.Now().Add(10 * time.Second); f.shard.Running() > 0; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's goroutine never exited", id)
+			}
 		}
 	}
 	f.host.residents.evict()

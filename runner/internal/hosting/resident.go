@@ -31,50 +31,48 @@ var clockBase = time.Now()
 // mailbox is non-empty (plus a short linger).
 //
 // Its fields are grouped by who writes them: a sender pushing on one core
-// must not invalidate, per message, the cache line the entity's goroutine
+// must not invalidate, per message, the cache lines the entity's goroutine
 // reads on the other (its key, kind, shard, context and instance), nor the
-// other way round. At least 64 bytes (the LRU links, rarely written, and
-// a pad) separate the mailbox from the rest.
+// other way round. A resident is 256 bytes, so it is allocated 256-aligned
+// (its size class): the first 128 bytes are the entity's, the last 128
+// the mailbox's, each on cache lines of their own.
 type resident struct {
 	// Set at creation, read by both sides.
 	key  EntityKey
 	kind *Kind
 	host *Shard
 	ctx  context.Context // the shard's, carrying the entity's runtime (this)
-	// forgotten: a remembered entity that called Forget (passivated like
-	// any entity until activated again).
-	forgotten atomic.Bool
 
 	// Owned by the entity's goroutine (or by the retiring goroutine once
 	// dead and idle).
 	inst      any
+	processed uint64
 	activated bool
 	restart   bool
-	processed uint64
 
-	// LRU links and last use, under Host.residents.mu (48 bytes).
+	// LRU links and last use (since clockBase), under Host.residents.mu.
+	listed bool
+	// forgotten: a remembered entity that called Forget (passivated like
+	// any entity until activated again).
+	forgotten  atomic.Bool
 	prev, next *resident
-	lastUsed   time.Time
-	listed     bool
-	_          [16]byte
+	lastUsed   time.Duration
+	_          [8]byte // the mailbox starts at byte 128
 
-	// The mailbox, written by senders: under mu, but queued, which is
-	// len(queue) published for the goroutine's linger (read without mu).
+	// The mailbox, written by senders: under mu, but queued, the number of
+	// messages in box, is also read without mu (the goroutine's linger).
 	mu       sync.Mutex
 	queued   atomic.Int32
 	limit    int32 // the kind's mailbox bound (read per push: a copy)
-	queue    []message
-	spare    []message
+	box      mailbox
+	spare    []message // a drained head, given back by the goroutine
 	running  bool
 	dead     bool          // retired: pushes fail with errRetired
 	hot      bool          // restarted within hotWindow: linger before exiting
 	lastExit time.Duration // since clockBase
 	timers   map[string]*timer
+	_        [24]byte // 256 bytes in all
 }
-
-// cacheLinePad keeps the fields before it and after it on different cache
-// lines.
-type cacheLinePad [64]byte
 
 // push appends msg and starts the goroutine if needed. Callers hold
 // host.mu (read or write). errRetired is a safety net: an instance is
@@ -96,14 +94,15 @@ func (e *resident) pushLocked(msg *message) (bool, error) {
 	if e.dead {
 		return false, errRetired
 	}
-	if len(e.queue) >= int(e.limit) {
+	n := e.queued.Load()
+	if n >= e.limit {
 		e.kind.stats.rejected.add(e.host.id)
 		met := e.host.h.met
 		met.MailboxRejections.Add(context.Background(), 1, met.Attrs)
 		return false, fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.Kind, e.key.ID, e.kind.Opts.Mailbox)
 	}
-	e.queue = append(e.queue, *msg)
-	e.queued.Store(int32(len(e.queue)))
+	e.box.push(msg)
+	e.queued.Store(n + 1)
 	start := !e.running
 	if start {
 		e.running = true
@@ -123,21 +122,21 @@ func (e *resident) start() {
 // timer or reminder tick ran, or any message of a kind whose ticks are
 // activity.
 func (e *resident) run() {
-	var batch []message // the last batch processed, handed back as spare
+	var batch mailbox // the last batch processed, its head handed back as spare
 	active := false
 	for {
 		e.mu.Lock()
-		if batch != nil {
-			e.spare, batch = batch[:0], nil
+		if batch.head != nil {
+			e.spare, batch.head = batch.head[:0], nil
 		}
-		if len(e.queue) == 0 {
+		if e.queued.Load() == 0 {
 			hot := e.hot
 			e.mu.Unlock()
 			if hot && e.linger() {
 				continue
 			}
 			e.mu.Lock()
-			if len(e.queue) > 0 {
+			if e.queued.Load() > 0 {
 				e.mu.Unlock()
 				continue
 			}
@@ -150,18 +149,18 @@ func (e *resident) run() {
 			e.host.stopped(false)
 			return
 		}
-		batch = e.queue
-		e.queue = e.spare[:0]
+		batch = e.box
+		e.box = mailbox{head: e.spare[:0]}
+		e.spare = nil
 		e.queued.Store(0)
 		e.mu.Unlock()
 		checked := false // the clock reading of the last handler's end check serves the next start
-		for i := range batch {
-			if !active && batch[i].h != nil && (batch[i].h.TickKind() == entity.NotTick || e.kind.Opts.TicksAreActivity) {
+		batch.each(func(m *message) {
+			if !active && m.h != nil && (m.h.TickKind() == entity.NotTick || e.kind.Opts.TicksAreActivity) {
 				active = true
 			}
-			checked = e.process(&batch[i], checked)
-			batch[i] = message{}
-		}
+			checked = e.process(m, checked)
+		})
 	}
 }
 
@@ -392,5 +391,5 @@ func (e *resident) discard() {
 func (e *resident) idle() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return !e.running && len(e.queue) == 0 && !e.dead
+	return !e.running && e.queued.Load() == 0 && !e.dead
 }

@@ -1,8 +1,14 @@
 package hosting
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"testing"
+	"time"
 	"unsafe"
+
+	"github.com/shardhost/shardhost/entity"
 )
 
 func TestResidentMailboxSitsOnItsOwnCacheLines(t *testing.T) {
@@ -12,10 +18,106 @@ func TestResidentMailboxSitsOnItsOwnCacheLines(t *testing.T) {
 	if size := unsafe.Sizeof(e); size != 256 {
 		t.Fatalf("resident is %d bytes, want 256: re-check the grouping of its fields by writer", size)
 	}
-	if end := unsafe.Offsetof(e.ctx) + unsafe.Sizeof(e.ctx); end > 64 {
-		t.Errorf("the fields read per message end at %d, want within the first cache line", end)
+	if end := unsafe.Offsetof(e.lastUsed) + unsafe.Sizeof(e.lastUsed); end > 128 {
+		t.Errorf("the entity's fields end at byte %d, want within the first 128", end)
 	}
-	if end, mu := unsafe.Offsetof(e.processed)+unsafe.Sizeof(e.processed), unsafe.Offsetof(e.mu); end > 128 || mu < 128 {
-		t.Errorf("the goroutine's fields end at %d and the mailbox starts at %d, want them on different cache lines", end, mu)
+	if mu := unsafe.Offsetof(e.mu); mu != 128 {
+		t.Errorf("the mailbox starts at byte %d, want 128", mu)
+	}
+}
+
+// seq records the order its messages ran in; a message with Block set
+// waits at the test gate (hosting_test.go) first.
+type seq struct{ got []int }
+
+type seqReq struct {
+	N     int
+	Block bool
+}
+
+var (
+	seqKind = entity.NewKind("seq", func(string) *seq { return &seq{} }, entity.Mailbox(300))
+	_       = entity.Signal(seqKind, "add", func(s *seq, _ context.Context, r seqReq) error {
+		if r.Block {
+			gateMu.Lock()
+			g := gate
+			gateMu.Unlock()
+			started <- struct{}{}
+			<-g
+		}
+		s.got = append(s.got, r.N)
+		return nil
+	})
+	_ = entity.Method(seqKind, "get", func(s *seq, _ context.Context, _ struct{}) ([]int, error) {
+		return slices.Clone(s.got), nil
+	})
+)
+
+func TestMailboxKeepsOrderAndItsBoundAcrossChunks(t *testing.T) {
+	f := newFixture(t, 0)
+	if err := f.host.Register(seqKind); err != nil {
+		t.Fatal(err)
+	}
+	k := f.host.Kind("seq")
+	add, _ := k.Desc.Handler("add")
+	get, _ := k.Desc.Handler("get")
+	tell := func(r seqReq) Result {
+		return f.shard.Deliver(context.Background(), k, add, "s", r, true, false, false)
+	}
+	for round := range 3 { // the mailbox fills past its head, drains, and fills again
+		open := newGate(t)
+		if res := tell(seqReq{N: -1, Block: true}); res.Err != nil {
+			t.Fatal(res)
+		}
+		wait(t, started, "the blocking handler")
+		for i := range 300 { // the bound: one head of chunkLen, then chunks
+			if res := tell(seqReq{N: i}); res.Err != nil {
+				t.Fatalf("round %d: tell %d of 300 = %+v, want it queued", round, i, res)
+			}
+		}
+		if res := tell(seqReq{N: 300}); !errors.Is(res.Err, entity.ErrMailboxFull) || !res.Undelivered {
+			t.Fatalf("round %d: tell past the bound = %+v, want undelivered ErrMailboxFull", round, res)
+		}
+		open()
+		res := f.shard.Deliver(context.Background(), k, get, "s", struct{}{}, false, false, false)
+		for errors.Is(res.Err, entity.ErrMailboxFull) { // still draining
+			time.Sleep(time.Millisecond)
+			res = f.shard.Deliver(context.Background(), k, get, "s", struct{}{}, false, false, false)
+		}
+		if res.Err != nil {
+			t.Fatal(res)
+		}
+		got := res.V.([]int)
+		if len(got) != 301*(round+1) {
+			t.Fatalf("round %d: %d messages ran, want %d", round, len(got), 301*(round+1))
+		}
+		for i, n := range got[301*round:] {
+			if n != i-1 {
+				t.Fatalf("round %d: message %d ran as %d, want %d (in the order sent)", round, i, n, i-1)
+			}
+		}
+	}
+}
+
+func TestMailboxZeroesWhatRanAndGivesItsChunksBack(t *testing.T) {
+	var q mailbox
+	payload := new(int)
+	for range 3*chunkLen + 5 {
+		q.push(&message{req: payload})
+	}
+	ran := 0
+	q.each(func(m *message) {
+		if m.req != payload {
+			t.Fatalf("message %d = %+v, want the one pushed", ran, m)
+		}
+		ran++
+	})
+	if ran != 3*chunkLen+5 || q.first != nil || q.last != nil {
+		t.Fatalf("ran %d of %d, chunks left %v/%v, want all run and none kept", ran, 3*chunkLen+5, q.first, q.last)
+	}
+	for i := range q.head {
+		if m := q.head[i]; m.req != nil || m.h != nil {
+			t.Fatalf("head[%d] = %+v after it ran, want zeroed (no reference kept)", i, m)
+		}
 	}
 }

@@ -46,7 +46,7 @@ func (rs *residents) pushFrontLocked(e *resident) {
 // resident cap is exceeded. Called under the entity's host mutex.
 func (rs *residents) add(e *resident) {
 	rs.mu.Lock()
-	e.lastUsed = time.Now()
+	e.lastUsed = time.Since(clockBase)
 	e.listed = true
 	rs.pushFrontLocked(e)
 	rs.n++
@@ -84,7 +84,7 @@ func (rs *residents) evict() {
 func (rs *residents) touch(e *resident) {
 	rs.mu.Lock()
 	if e.listed {
-		e.lastUsed = time.Now()
+		e.lastUsed = time.Since(clockBase)
 		if rs.head != e {
 			rs.unlinkLocked(e)
 			rs.pushFrontLocked(e)
@@ -130,10 +130,11 @@ func (rs *residents) count() int {
 // passivateIdle retires every idle entity unused for its kind's IdleAfter
 // (remembered entities stay).
 func (rs *residents) passivateIdle(now time.Time) {
+	at := now.Sub(clockBase)
 	rs.mu.Lock()
 	var victims []*resident
 	for v := rs.tail; v != nil; v = v.prev {
-		if now.Sub(v.lastUsed) >= v.kind.Opts.IdleAfter && !v.pinned() {
+		if at-v.lastUsed >= v.kind.Opts.IdleAfter && !v.pinned() {
 			victims = append(victims, v)
 		}
 	}

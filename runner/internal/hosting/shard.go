@@ -13,6 +13,10 @@ import (
 	"github.com/shardhost/shardhost/storage"
 )
 
+// cacheLinePad keeps the fields before it and after it on different cache
+// lines.
+type cacheLinePad [64]byte
+
 // Shard hosts the entities of one owned shard at one epoch.
 type Shard struct {
 	h      *Host
