@@ -206,12 +206,19 @@ func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id str
 	if oneWay {
 		return Result{Admitted: true}
 	}
+	done := ctx.Done()
+	if done == nil { // a context that never ends: no select
+		res := <-msg.reply.ch
+		sh.h.waiters.Put(msg.reply)
+		res.Admitted = true
+		return res
+	}
 	select {
 	case res := <-msg.reply.ch:
 		sh.h.waiters.Put(msg.reply)
 		res.Admitted = true
 		return res
-	case <-ctx.Done():
+	case <-done:
 		// The handler may still run: at most once. The waiter is
 		// abandoned to the entity, which writes into its buffer.
 		return Result{Admitted: true, Err: fmt.Errorf("runner: ask %s %q (%w): %w", k.Desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx))}
