@@ -108,7 +108,7 @@ func (r *Router) Send(ctx context.Context, c entity.Call) (any, error) {
 
 // send is Send, in the client span cs (nil: not traced).
 func (r *Router) send(ctx context.Context, c entity.Call, cs *clientSpan) (any, error) {
-	v, err := r.sendOnce(ctx, c, cs)
+	v, err := r.sendOnce(ctx, &c, cs)
 	if err != nil && c.Handler != nil && c.Handler.Idempotent() && errors.Is(err, hosting.ErrMaybeDelivered) {
 		return r.sendIdempotent(ctx, c, err, cs)
 	}
@@ -117,7 +117,7 @@ func (r *Router) send(ctx context.Context, c entity.Call, cs *clientSpan) (any, 
 
 // sendOnce is one Send: admission, routing and the retries that keep
 // delivery at most once.
-func (r *Router) sendOnce(ctx context.Context, c entity.Call, cs *clientSpan) (any, error) {
+func (r *Router) sendOnce(ctx context.Context, c *entity.Call, cs *clientSpan) (any, error) {
 	if err := r.admit(ctx, c); err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (r *Router) sendOnce(ctx context.Context, c entity.Call, cs *clientSpan) (a
 		first = res.Err
 		cs.retry(first)
 	}
-	return r.sendSlow(ctx, k, h, id, c, first, cs)
+	return r.sendSlow(ctx, k, h, id, *c, first, cs)
 }
 
 // admit is the first check of every Send, before any routing: a call whose
@@ -146,13 +146,13 @@ func (r *Router) sendOnce(ctx context.Context, c entity.Call, cs *clientSpan) (a
 // remote); a call made before Run is called waits for it (WaitRun); and a
 // runner that has stopped refuses at once instead of waiting for an owner
 // it will never learn.
-func (r *Router) admit(ctx context.Context, c entity.Call) error {
+func (r *Router) admit(ctx context.Context, c *entity.Call) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runner: %s not sent: the context ended before admission: %w", nameOf(c), hosting.ContextError(ctx))
+		return fmt.Errorf("runner: %s not sent: the context ended before admission: %w", nameOf(*c), hosting.ContextError(ctx))
 	}
 	if !r.dir.Running() {
 		if err := r.dir.WaitRun(ctx); err != nil {
-			return fmt.Errorf("%w; %s not sent", err, nameOf(c))
+			return fmt.Errorf("%w; %s not sent", err, nameOf(*c))
 		}
 	}
 	return nil
@@ -171,7 +171,7 @@ func nameOf(c entity.Call) string {
 }
 
 // resolve finds the registered kind and handler of a call.
-func (r *Router) resolve(c entity.Call) (*hosting.Kind, *entity.Handler, error) {
+func (r *Router) resolve(c *entity.Call) (*hosting.Kind, *entity.Handler, error) {
 	if c.Kind == nil {
 		return nil, nil, fmt.Errorf("%w: nil kind", entity.ErrUnknownKind)
 	}

@@ -283,7 +283,7 @@ func (r *Router) sendIdempotent(ctx context.Context, c entity.Call, first error,
 		}
 		cs.retry(last)
 		r.met.SendRetries.Add(context.Background(), 1, r.met.Attrs)
-		v, err := r.sendOnce(ctx, c, cs)
+		v, err := r.sendOnce(ctx, &c, cs)
 		switch {
 		case err == nil:
 			return v, nil
