@@ -103,14 +103,14 @@ func (r *Router) Send(ctx context.Context, c entity.Call) (any, error) {
 	if r.cfg.Tracer.On() {
 		return r.sendTraced(ctx, c)
 	}
-	return r.send(ctx, c, nil)
+	return r.send(ctx, &c, nil)
 }
 
 // send is Send, in the client span cs (nil: not traced).
-func (r *Router) send(ctx context.Context, c entity.Call, cs *clientSpan) (any, error) {
-	v, err := r.sendOnce(ctx, &c, cs)
+func (r *Router) send(ctx context.Context, c *entity.Call, cs *clientSpan) (any, error) {
+	v, err := r.sendOnce(ctx, c, cs)
 	if err != nil && c.Handler != nil && c.Handler.Idempotent() && errors.Is(err, hosting.ErrMaybeDelivered) {
-		return r.sendIdempotent(ctx, c, err, cs)
+		return r.sendIdempotent(ctx, *c, err, cs)
 	}
 	return v, err
 }

@@ -81,7 +81,7 @@ func (r *Router) sendTraced(ctx context.Context, c entity.Call) (any, error) {
 		span.SetAttributes(tracing.Call(kind, method, c.Entity, uint32(sharding.ShardOf(c.Entity, r.cfg.NumShards)))...)
 		span.SetAttributes(tr.Runner(), tracing.KeyOneWay.Bool(c.Handler != nil && c.Handler.OneWay()))
 	}
-	v, err := r.send(ctx, c, cs)
+	v, err := r.send(ctx, &c, cs)
 	if cs.rec {
 		span.SetAttributes(tracing.KeyAttempts.Int(cs.attempts), tracing.KeyOwner.String(cs.owner))
 		if cs.addr != "" {
