@@ -171,6 +171,7 @@ func (h *Host) Register(kinds ...entity.Descriptor) error {
 		next[name] = k
 	}
 	for _, d := range kinds {
+		idx := len(next)
 		if d == nil || d.Name() == "" {
 			return fmt.Errorf("%w: nil or unnamed kind", entity.ErrInvalidKind)
 		}
@@ -180,7 +181,7 @@ func (h *Host) Register(kinds ...entity.Descriptor) error {
 			}
 			continue
 		}
-		next[d.Name()] = &Kind{Desc: d, Opts: d.Options(), name: d.Name(), warms: kindWarms(d)}
+		next[d.Name()] = &Kind{Desc: d, Opts: d.Options(), name: d.Name(), idx: idx, warms: kindWarms(d)}
 	}
 	h.kinds.Store(&next)
 	return nil
@@ -238,8 +239,8 @@ func (h *Host) KindCounts() []KindCount {
 			continue
 		}
 		sh.mu.RLock()
-		for key := range sh.entities {
-			active[key.Kind]++
+		for e := range sh.entities.all() {
+			active[e.key.Kind]++
 		}
 		sh.mu.RUnlock()
 	}

@@ -311,7 +311,7 @@ func waitQueued(t *testing.T, f *fixture, id string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		f.shard.mu.RLock()
-		e := f.shard.entities[EntityKey{Kind: "worker", ID: id}]
+		e := f.shard.entities.get(f.kind, id)
 		f.shard.mu.RUnlock()
 		if e != nil {
 			if q := int(e.queued.Load()); q >= n {
@@ -328,7 +328,7 @@ func TestNewInstanceWaitsForThePreviousReleaseHook(t *testing.T) {
 		t.Fatal(res)
 	}
 	f.shard.mu.RLock()
-	e := f.shard.entities[EntityKey{Kind: "worker", ID: "a"}]
+	e := f.shard.entities.get(f.kind, "a")
 	f.shard.mu.RUnlock()
 	w := e.inst.(*worker)
 	w.relGate, w.released = make(chan struct{}), make(chan error, 1)

@@ -15,6 +15,7 @@ type Kind struct {
 	Desc  entity.Descriptor
 	Opts  entity.Options
 	name  string    // Desc.Name(), read per message
+	idx   int       // the kind's index in registration order (entityTable)
 	stats kindStats // read by the debug page (KindCounts)
 	warms bool      // its instances implement entity.Warmer (assumed when the kind cannot say)
 }

@@ -65,11 +65,11 @@ func (sh *Shard) BeginCutover(to string) {
 func (sh *Shard) Reopen() {
 	sh.mu.Lock()
 	var dead []*resident
-	for k, e := range sh.entities {
+	for e := range sh.entities.all() {
 		e.mu.Lock()
 		if e.dead {
 			dead = append(dead, e)
-			delete(sh.entities, k)
+			sh.entities.remove(e)
 		}
 		e.mu.Unlock()
 	}
@@ -151,9 +151,9 @@ func (sh *Shard) Drain(ctx context.Context, reason error) {
 		}
 	}
 	sh.mu.Lock()
-	es := make([]*resident, 0, len(sh.entities))
+	es := make([]*resident, 0, sh.entities.len())
 	busy := 0
-	for _, e := range sh.entities {
+	for e := range sh.entities.all() {
 		e.mu.Lock()
 		if e.running {
 			busy++
@@ -204,11 +204,11 @@ func (sh *Shard) Close() {
 	for _, s := range sh.slots { // the runner cancels the shard's context, with its cause, next
 		s.want = false
 	}
-	es := make([]*resident, 0, len(sh.entities))
-	for _, e := range sh.entities {
+	es := make([]*resident, 0, sh.entities.len())
+	for e := range sh.entities.all() {
 		es = append(es, e)
 	}
-	clear(sh.entities)
+	sh.entities.clear()
 	clear(sh.warmed)
 	ch := sh.cutover
 	sh.cutover = nil
@@ -231,7 +231,7 @@ func (sh *Shard) Close() {
 // entity is busy or already gone.
 func (sh *Shard) retire(e *resident, reason error) bool {
 	sh.mu.Lock()
-	if !sh.admitting || sh.entities[e.key] != e {
+	if !sh.admitting || sh.entities.get(e.kind, e.key.ID) != e {
 		sh.mu.Unlock()
 		return false
 	}
@@ -244,7 +244,7 @@ func (sh *Shard) retire(e *resident, reason error) bool {
 	e.dead = true
 	e.stopTimersLocked()
 	e.mu.Unlock()
-	delete(sh.entities, e.key)
+	sh.entities.remove(e)
 	done := make(chan struct{})
 	sh.retiring[e.key] = done
 	sh.mu.Unlock()

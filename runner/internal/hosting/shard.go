@@ -30,7 +30,7 @@ type Shard struct {
 	// away from the fields above, which every handler's checks read.
 	_         cacheLinePad
 	mu        sync.RWMutex
-	entities  map[EntityKey]*resident
+	entities  entityTable
 	retiring  map[EntityKey]chan struct{} // closed when the retired instance's Release returned
 	admitting bool
 
@@ -94,8 +94,8 @@ type ShardSpec struct {
 func (h *Host) NewShard(s ShardSpec) *Shard {
 	sh := &Shard{
 		h: h, id: s.ID, epoch: s.Epoch, ctx: s.Ctx, done: s.Ctx.Done(), reason: s.Reason, actx: s.Attachment,
-		entities: make(map[EntityKey]*resident), retiring: make(map[EntityKey]chan struct{}),
-		warmed: s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
+		retiring: make(map[EntityKey]chan struct{}),
+		warmed:   s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
 	}
 	if s.Prev != nil && s.Prev.running.Load() > 0 {
 		sh.prev = s.Prev
@@ -254,7 +254,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 			}
 			continue
 		}
-		if e := sh.entities[key]; e != nil {
+		if e := sh.entities.get(k, key.ID); e != nil {
 			err := sh.admit(e, msg, counted)
 			sh.mu.RUnlock()
 			return err
@@ -266,7 +266,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 			sh.mu.Unlock()
 			continue
 		}
-		if e := sh.entities[key]; e != nil {
+		if e := sh.entities.get(k, key.ID); e != nil {
 			err := sh.admit(e, msg, counted)
 			sh.mu.Unlock()
 			return err
@@ -287,7 +287,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 			e.inst = inst // warmed during the handoff; Activate still runs
 			delete(sh.warmed, key)
 		}
-		sh.entities[key] = e
+		sh.entities.set(e)
 		// Listed under sh.mu, so a concurrent Close cannot miss it.
 		sh.h.residents.add(e)
 		err := sh.admit(e, msg, counted)

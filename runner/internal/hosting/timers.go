@@ -257,7 +257,7 @@ func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(
 		sh.mu.RUnlock()
 		return false
 	}
-	if e := sh.entities[key]; e != nil {
+	if e := sh.entities.get(k, id); e != nil {
 		err := e.push(&msg)
 		sh.mu.RUnlock()
 		return err == nil
@@ -268,7 +268,7 @@ func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(
 	if !sh.admitting || sh.retiring[key] != nil {
 		return false
 	}
-	if e := sh.entities[key]; e != nil {
+	if e := sh.entities.get(k, id); e != nil {
 		return e.push(&msg) == nil
 	}
 	e := sh.newResident(k, key)
@@ -276,7 +276,7 @@ func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(
 		e.inst = inst
 		delete(sh.warmed, key)
 	}
-	sh.entities[key] = e
+	sh.entities.set(e)
 	sh.h.residents.add(e)
 	sh.h.met.Activations.Add(context.Background(), 1, sh.h.met.Attrs)
 	return e.push(&msg) == nil
