@@ -314,7 +314,10 @@ func waitQueued(t *testing.T, f *fixture, id string, n int) {
 		e := f.shard.entities.get(f.kind, id)
 		f.shard.mu.RUnlock()
 		if e != nil {
-			if q := int(e.queued.Load()); q >= n {
+			e.mu.Lock()
+			q := int(e.n)
+			e.mu.Unlock()
+			if q >= n {
 				return
 			}
 		}

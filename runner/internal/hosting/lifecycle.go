@@ -236,7 +236,7 @@ func (sh *Shard) retire(e *resident, reason error) bool {
 		return false
 	}
 	e.mu.Lock()
-	if e.running || e.queued.Load() > 0 {
+	if e.running || e.n > 0 {
 		e.mu.Unlock()
 		sh.mu.Unlock()
 		return false

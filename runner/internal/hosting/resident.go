@@ -59,16 +59,18 @@ type resident struct {
 	lastUsed   time.Duration
 	_          [8]byte // the mailbox starts at byte 128
 
-	// The mailbox, written by senders: under mu, but queued, the number of
-	// messages in box, is also read without mu (the goroutine's linger).
+	// The mailbox, written by senders, under mu. nonEmpty is also read
+	// without mu (the goroutine's linger); a sender sets it only when the
+	// mailbox goes from empty to non-empty.
 	mu       sync.Mutex
-	queued   atomic.Int32
+	nonEmpty atomic.Bool
 	limit    int32 // the kind's mailbox bound (read per push: a copy)
 	box      mailbox
 	spare    []message // a drained head, given back by the goroutine
 	running  bool
 	dead     bool          // retired: pushes fail with errRetired
 	hot      bool          // restarted within hotWindow: linger before exiting
+	n        int32         // messages in box
 	lastExit time.Duration // since clockBase
 	timers   map[string]*timer
 	_        [24]byte // 256 bytes in all
@@ -94,15 +96,16 @@ func (e *resident) pushLocked(msg *message) (bool, error) {
 	if e.dead {
 		return false, errRetired
 	}
-	n := e.queued.Load()
-	if n >= e.limit {
+	if e.n >= e.limit {
 		e.kind.stats.rejected.add(e.host.id)
 		met := e.host.h.met
 		met.MailboxRejections.Add(context.Background(), 1, met.Attrs)
 		return false, fmt.Errorf("%w: %s %q (%d queued)", entity.ErrMailboxFull, e.key.Kind, e.key.ID, e.kind.Opts.Mailbox)
 	}
 	e.box.push(msg)
-	e.queued.Store(n + 1)
+	if e.n++; e.n == 1 {
+		e.nonEmpty.Store(true)
+	}
 	start := !e.running
 	if start {
 		e.running = true
@@ -129,14 +132,14 @@ func (e *resident) run() {
 		if batch.head != nil {
 			e.spare, batch.head = batch.head[:0], nil
 		}
-		if e.queued.Load() == 0 {
+		if e.n == 0 {
 			hot := e.hot
 			e.mu.Unlock()
 			if hot && e.linger() {
 				continue
 			}
 			e.mu.Lock()
-			if e.queued.Load() > 0 {
+			if e.n > 0 {
 				e.mu.Unlock()
 				continue
 			}
@@ -152,7 +155,8 @@ func (e *resident) run() {
 		batch = e.box
 		e.box = mailbox{head: e.spare[:0]}
 		e.spare = nil
-		e.queued.Store(0)
+		e.n = 0
+		e.nonEmpty.Store(false)
 		e.mu.Unlock()
 		checked := false // the clock reading of the last handler's end check serves the next start
 		batch.each(func(m *message) {
@@ -165,12 +169,12 @@ func (e *resident) run() {
 }
 
 // linger yields a few times and reports whether messages arrived. It
-// polls queued, not the mailbox under mu: a sender then never waits for
+// polls nonEmpty, not the mailbox under mu: a sender then never waits for
 // the lock held by an idle goroutine.
 func (e *resident) linger() bool {
 	for range lingerSpins {
 		runtime.Gosched()
-		if e.queued.Load() > 0 {
+		if e.nonEmpty.Load() {
 			return true
 		}
 	}
@@ -391,5 +395,5 @@ func (e *resident) discard() {
 func (e *resident) idle() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return !e.running && e.queued.Load() == 0 && !e.dead
+	return !e.running && e.n == 0 && !e.dead
 }
