@@ -18,11 +18,10 @@
 //     after a slow activation) the shard's context and the detach instant
 //     (Env.PastDetach, on the monotonic clock) are checked: a message that
 //     fails the check is answered undelivered (UndeliveredError, safe to
-//     retry), never run. Handlers run back to back from one mailbox batch
-//     share a clock reading: the end check of one (below), made after it
-//     returned, is the start check of the next when its answer went into
-//     a buffered channel and nothing else ran in between (no span ended,
-//     no failure logged).
+//     retry), never run. Signals run back to back from one mailbox batch
+//     share a clock reading: the end check (below) of a signal handler
+//     that succeeded, made after it returned, is the start check of the
+//     next message — nothing runs in between but the loop to it.
 //   - No acknowledged result after the shard left. When a handler returns,
 //     the same checks are made again: if the shard left (or the detach
 //     instant passed) while it ran, its result is withheld
@@ -38,10 +37,13 @@
 //
 // Mailboxes are bounded (entity.Mailbox; a full one refuses with
 // entity.ErrMailboxFull) and cost no allocation per message: a sender
-// appends under the entity's mutex to a slice the entity's goroutine
-// swaps out whole (a batch) and hands back empty; only the push onto an
-// idle mailbox starts (or wakes) the goroutine. Senders and the goroutine
-// write disjoint cache lines of the entity's record.
+// appends under the entity's mutex — its first messages to a slice the
+// entity's goroutine takes whole (a batch) and hands back empty, the rest
+// of a burst to fixed-size chunks from a pool all entities share
+// (mailbox.go). Only a push onto an empty mailbox starts the goroutine (or
+// is seen by it while it lingers); the goroutine runs what it took in
+// order, then looks again. Senders and the goroutine write disjoint cache
+// lines of the entity's record.
 //
 // Hosting makes no store call but the entities' own checkpoint reads and
 // fenced writes (Checkpoints), and never decides ownership: Install,

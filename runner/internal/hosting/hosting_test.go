@@ -210,30 +210,6 @@ func TestMessagesQueuedBehindAHandlerThatOutlivedTheDetachInstantNeverRun(t *tes
 	}
 }
 
-func TestConsecutiveHandlersOfABatchShareOneClockReading(t *testing.T) {
-	f := newFixture(t, 0)
-	open := newGate(t)
-	first := f.askAsync(t, "a")
-	queued := make(chan Result, 2)
-	for range 2 {
-		go func() { queued <- f.ask("a", false) }()
-	}
-	waitQueued(t, f, "a", 2)
-	before := f.env.reads.Load()
-	open()
-	for _, ch := range []<-chan Result{first, queued, queued} {
-		if res := wait(t, ch, "an ask"); res.Err != nil {
-			t.Fatalf("ask = %+v, want a result", res)
-		}
-	}
-	// Each handler's end check reads the clock. The two queued asks are
-	// one batch: the first of them reads it at its start, the second
-	// starts on the reading of the end check just before it.
-	if got := f.env.reads.Load() - before; got != 4 {
-		t.Errorf("clock readings for 3 handlers, the last 2 in one batch = %d, want 4", got)
-	}
-}
-
 func TestResultOfAHandlerWhoseShardLeftIsWithheldUnlessItsLockIsKept(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(map[bool]string{false: "dropped", true: "lock kept"}[keep], func(t *testing.T) {

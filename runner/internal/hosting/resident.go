@@ -185,9 +185,9 @@ func (e *resident) linger() bool {
 // shard left (its host is done) or the detach instant passed (a long
 // pause?) before the watchdog could act — never start a handler after it.
 // With checked set, the detach instant was found not passed by the end
-// check of the handler that ran just before on this goroutine, and
-// nothing since could block (the answer went into a 1-buffered channel):
-// that clock reading serves, one per message instead of two.
+// check of the signal handler that ran just before on this goroutine, and
+// nothing ran since but this loop: that clock reading serves, one per
+// message instead of two.
 func (e *resident) startGate(checked bool) error {
 	sh := e.host
 	select {
@@ -203,8 +203,8 @@ func (e *resident) startGate(checked bool) error {
 
 // process runs one message, unless the shard is gone; a traced message
 // runs in its handler's span (trace.go). checked is startGate's; process
-// reports whether the next message may count as checked: its handler ran,
-// its end check passed, and its outcome was delivered without blocking.
+// reports whether the next message may count as checked: m was a signal
+// (no answer to send), its handler succeeded and its end check passed.
 func (e *resident) process(m *message, checked bool) bool {
 	if m.tr != nil {
 		e.startSpan(m)
@@ -263,8 +263,8 @@ func (e *resident) processOne(m *message, checked bool) (bool, error) {
 		if m.tr != nil {
 			m.endSpan(err) // before the answer: the asker's span ends after it
 		}
-		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch} // 1-buffered: never blocks
-		return held && m.tr == nil, err
+		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
+		return false, err // waking the asker ran since the end check
 	}
 	if err != nil {
 		sh.h.signalFailed(m.logContext(), e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited

@@ -121,3 +121,63 @@ func TestMailboxZeroesWhatRanAndGivesItsChunksBack(t *testing.T) {
 		}
 	}
 }
+
+func TestSignalsRunBackToBackShareOneClockReading(t *testing.T) {
+	f := newFixture(t, 0)
+	if err := f.host.Register(seqKind); err != nil {
+		t.Fatal(err)
+	}
+	k := f.host.Kind("seq")
+	add, _ := k.Desc.Handler("add")
+	get, _ := k.Desc.Handler("get")
+	tell := func(r seqReq) {
+		t.Helper()
+		if res := f.shard.Deliver(context.Background(), k, add, "s", r, true, false, false); res.Err != nil {
+			t.Fatal(res)
+		}
+	}
+	waitN := func(n int32) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			f.shard.mu.RLock()
+			e := f.shard.entities.get(k, "s")
+			f.shard.mu.RUnlock()
+			e.mu.Lock()
+			queued := e.n
+			e.mu.Unlock()
+			if queued >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never %d messages queued", n)
+			}
+		}
+	}
+	open := newGate(t)
+	tell(seqReq{Block: true})
+	wait(t, started, "the blocking signal")
+	// One batch behind it: a signal, an ask, a signal.
+	tell(seqReq{N: 1})
+	asked := make(chan Result, 1)
+	go func() { asked <- f.shard.Deliver(context.Background(), k, get, "s", struct{}{}, false, false, false) }()
+	waitN(2)
+	tell(seqReq{N: 2})
+	waitN(3)
+	before := f.env.reads.Load()
+	open()
+	if res := wait(t, asked, "the ask"); res.Err != nil {
+		t.Fatal(res)
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.shard.Running() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the entity's goroutine never exited")
+		}
+	}
+	// Every handler's end check reads the clock (4). The batch's first
+	// message reads it at its start; the ask starts on the reading of the
+	// signal just before it; the last signal, behind an ask (whose
+	// answer woke its caller since), reads it again: 6, not 8.
+	if got := f.env.reads.Load() - before; got != 6 {
+		t.Errorf("clock readings = %d, want 6", got)
+	}
+}
