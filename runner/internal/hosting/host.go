@@ -132,6 +132,7 @@ type Host struct {
 
 	kindsMu sync.Mutex
 	kinds   atomic.Pointer[map[string]*Kind] // copy on write
+	ordered atomic.Pointer[[]*Kind]          // the same, by Kind.idx
 	shards  []atomic.Pointer[Shard]          // by shard ID; nil when not hosted
 
 	residents residents
@@ -154,6 +155,7 @@ func New(cfg Config, env Env, store Checkpoints, met *Metrics, log *slog.Logger)
 	}
 
 	h.kinds.Store(&map[string]*Kind{})
+	h.ordered.Store(&[]*Kind{})
 	h.residents.h = h
 	h.waiters.New = func() any { return &waiter{ch: make(chan Result, 1)} }
 	return h
@@ -170,6 +172,7 @@ func (h *Host) Register(kinds ...entity.Descriptor) error {
 	for name, k := range *cur {
 		next[name] = k
 	}
+	ordered := slices.Clone(*h.ordered.Load())
 	for _, d := range kinds {
 		idx := len(next)
 		if d == nil || d.Name() == "" {
@@ -181,14 +184,35 @@ func (h *Host) Register(kinds ...entity.Descriptor) error {
 			}
 			continue
 		}
-		next[d.Name()] = &Kind{Desc: d, Opts: d.Options(), name: d.Name(), idx: idx, warms: kindWarms(d)}
+		k := &Kind{Desc: d, Opts: d.Options(), name: d.Name(), idx: idx, warms: kindWarms(d)}
+		next[d.Name()] = k
+		ordered = append(ordered, k)
 	}
 	h.kinds.Store(&next)
+	h.ordered.Store(&ordered)
 	return nil
 }
 
 // Kind returns the registered kind named name, or nil.
 func (h *Host) Kind(name string) *Kind { return (*h.kinds.Load())[name] }
+
+// kindScan is how many registered kinds KindOf compares one by one.
+const kindScan = 8
+
+// KindOf returns the registered kind whose descriptor is d, or nil (d was
+// not registered, or more than kindScan kinds were: look its name up with
+// Kind). It compares descriptors, hashing nothing: the lookup per message
+// of a sender.
+func (h *Host) KindOf(d entity.Descriptor) *Kind {
+	if l := *h.ordered.Load(); len(l) <= kindScan {
+		for _, k := range l {
+			if k.Desc == d {
+				return k
+			}
+		}
+	}
+	return nil
+}
 
 // CanWarm reports whether a registered kind's instances can warm.
 func (h *Host) CanWarm() bool {

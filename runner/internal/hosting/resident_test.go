@@ -181,3 +181,25 @@ func TestSignalsRunBackToBackShareOneClockReading(t *testing.T) {
 		t.Errorf("clock readings = %d, want 6", got)
 	}
 }
+
+func TestKindOfFindsRegisteredDescriptorsOnly(t *testing.T) {
+	f := newFixture(t, 0)
+	if err := f.host.Register(seqKind); err != nil {
+		t.Fatal(err)
+	}
+	// Another descriptor named like a registered kind: not that kind (the
+	// router then looks its name up and its handlers by name).
+	twin := entity.NewKind("seq", func(string) *seq { return &seq{} })
+	for _, c := range []struct {
+		d    entity.Descriptor
+		want *Kind
+	}{
+		{workKind, f.host.Kind("worker")},
+		{seqKind, f.host.Kind("seq")},
+		{twin, nil},
+	} {
+		if got := f.host.KindOf(c.d); got != c.want {
+			t.Errorf("KindOf(%s %p) = %v, want %v", c.d.Name(), c.d, got, c.want)
+		}
+	}
+}

@@ -175,7 +175,10 @@ func (r *Router) resolve(c *entity.Call) (*hosting.Kind, *entity.Handler, error)
 	if c.Kind == nil {
 		return nil, nil, fmt.Errorf("%w: nil kind", entity.ErrUnknownKind)
 	}
-	k := r.host.Kind(c.Kind.Name())
+	k := r.host.KindOf(c.Kind)
+	if k == nil {
+		k = r.host.Kind(c.Kind.Name())
+	}
 	if k == nil {
 		return nil, nil, fmt.Errorf("%w: %q is not registered on runner %s", entity.ErrUnknownKind, c.Kind.Name(), r.cfg.RunnerID)
 	}
