@@ -94,8 +94,7 @@ type ShardSpec struct {
 func (h *Host) NewShard(s ShardSpec) *Shard {
 	sh := &Shard{
 		h: h, id: s.ID, epoch: s.Epoch, ctx: s.Ctx, done: s.Ctx.Done(), reason: s.Reason, actx: s.Attachment,
-		retiring: make(map[EntityKey]chan struct{}),
-		warmed:   s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
+		retiring: make(map[EntityKey]chan struct{}), warmed: s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
 	}
 	if s.Prev != nil && s.Prev.running.Load() > 0 {
 		sh.prev = s.Prev
