@@ -18,10 +18,7 @@
 //     after a slow activation) the shard's context and the detach instant
 //     (Env.PastDetach, on the monotonic clock) are checked: a message that
 //     fails the check is answered undelivered (UndeliveredError, safe to
-//     retry), never run. Signals run back to back from one mailbox batch
-//     share a clock reading: the end check (below) of a signal handler
-//     that succeeded, made after it returned, is the start check of the
-//     next message — nothing runs in between but the loop to it.
+//     retry), never run. Every handler's start check reads the clock.
 //   - No acknowledged result after the shard left. When a handler returns,
 //     the same checks are made again: if the shard left (or the detach
 //     instant passed) while it ran, its result is withheld

@@ -158,12 +158,11 @@ func (e *resident) run() {
 		e.n = 0
 		e.nonEmpty.Store(false)
 		e.mu.Unlock()
-		checked := false // the clock reading of the last handler's end check serves the next start
 		batch.each(func(m *message) {
 			if !active && m.h != nil && (m.h.TickKind() == entity.NotTick || e.kind.Opts.TicksAreActivity) {
 				active = true
 			}
-			checked = e.process(m, checked)
+			e.process(m)
 		})
 	}
 }
@@ -184,54 +183,48 @@ func (e *resident) linger() bool {
 // startGate says why no handler of the shard may start now, or nil: the
 // shard left (its host is done) or the detach instant passed (a long
 // pause?) before the watchdog could act — never start a handler after it.
-// With checked set, the detach instant was found not passed by the end
-// check of the signal handler that ran just before on this goroutine, and
-// nothing ran since but this loop: that clock reading serves, one per
-// message instead of two.
-func (e *resident) startGate(checked bool) error {
+// It reads the clock for every message: a reading taken earlier (the end
+// check of the handler before) would widen the window in which a pause of
+// the process lets a handler start after the detach instant.
+func (e *resident) startGate() error {
 	sh := e.host
 	select {
 	case <-sh.done:
 		return context.Cause(sh.ctx)
 	default:
 	}
-	if !checked && sh.h.env.PastDetach() {
+	if sh.h.env.PastDetach() {
 		return ErrDetached
 	}
 	return nil
 }
 
 // process runs one message, unless the shard is gone; a traced message
-// runs in its handler's span (trace.go). checked is startGate's; process
-// reports whether the next message may count as checked: m was a signal
-// (no answer to send), its handler succeeded and its end check passed.
-func (e *resident) process(m *message, checked bool) bool {
+// runs in its handler's span (trace.go).
+func (e *resident) process(m *message) {
 	if m.tr != nil {
 		e.startSpan(m)
-		_, err := e.processOne(m, checked)
-		m.endSpan(err)
-		return false
+		m.endSpan(e.processOne(m))
+		return
 	}
-	next, _ := e.processOne(m, checked)
-	return next
+	e.processOne(m)
 }
 
-// processOne is process; it returns whether the next message may count
-// as checked, and the message's outcome (nil when its handler succeeded,
-// or its activation without a message did).
-func (e *resident) processOne(m *message, checked bool) (bool, error) {
+// processOne is process; it returns the message's outcome (nil when its
+// handler succeeded, or its activation without a message did).
+func (e *resident) processOne(m *message) error {
 	sh := e.host
-	if why := e.startGate(checked); why != nil {
-		return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+	if why := e.startGate(); why != nil {
+		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 	}
 	if m.reply != nil && sh.handingOff.Load() {
 		// The shard is being handed to a ready owner: an ask not started
 		// yet goes back to its sender, which retries there. (A signal's
 		// sender has its answer already: it runs here.)
-		return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
+		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ErrShardMoved}, true)
 	}
 	if m.ctx != nil && m.ctx.Err() != nil { // the asker gave up before it ran
-		return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ContextError(m.ctx)}, true)
+		return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: ContextError(m.ctx)}, true)
 	}
 	if !e.activated {
 		reason := sh.reason
@@ -244,39 +237,38 @@ func (e *resident) processOne(m *message, checked bool) (bool, error) {
 			tracing.End(span, err, ErrorType)
 		}
 		if err != nil {
-			return false, e.fail(m, err, false)
+			return e.fail(m, err, false)
 		}
 		// Activation may take a while (Restore reads the store; the
 		// process may be paused): check again, right before the handler.
-		if why := e.startGate(false); why != nil {
-			return false, e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+		if why := e.startGate(); why != nil {
+			return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 		}
 	}
 	if m.done != nil {
 		m.done(true) // a reminder tick: fired from here on; an activation: done
 	}
 	if m.h == nil { // an activation without a message (Activate)
-		return false, nil
+		return nil
 	}
-	v, held, err := e.handle(m)
+	v, err := e.handle(m)
 	if m.reply != nil {
 		if m.tr != nil {
 			m.endSpan(err) // before the answer: the asker's span ends after it
 		}
-		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch}
-		return false, err // waking the asker ran since the end check
+		m.reply.ch <- Result{V: v, Err: err, Epoch: sh.epoch} // 1-buffered: never blocks
+		return err
 	}
 	if err != nil {
 		sh.h.signalFailed(m.logContext(), e.key.Kind, m.h.Name(), sh.id, err) // WARN, rate-limited
-		return false, err
 	}
-	return held, nil
+	return err
 }
 
 // handle runs m's handler and withholds its result if the shard left this
 // runner while it ran; held reports that the end check found the shard
 // still held here (its result is acknowledged).
-func (e *resident) handle(m *message) (v any, held bool, err error) {
+func (e *resident) handle(m *message) (v any, err error) {
 	sh, met := e.host, e.host.h.met
 	e.processed++
 	e.kind.stats.handled.add(sh.id)
@@ -291,7 +283,7 @@ func (e *resident) handle(m *message) (v any, held bool, err error) {
 	}
 	why, cause := sh.lostWhileRunning()
 	if why == "" {
-		return v, true, err
+		return v, err
 	}
 	// The handler finished after its shard left this runner (a pause
 	// outlived the detach instant, or the shard was dropped): another
@@ -302,7 +294,7 @@ func (e *resident) handle(m *message) (v any, held bool, err error) {
 	met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropStaleResult))
 	sh.h.log.WarnContext(m.logContext(), "handler finished after its shard left this runner; result withheld, instance discarded",
 		"kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "epoch", sh.epoch, "why", why)
-	return nil, false, &StaleResultError{Shard: sh.id, Runner: sh.h.cfg.RunnerID, Epoch: sh.epoch, Reason: why, Cause: cause}
+	return nil, &StaleResultError{Shard: sh.id, Runner: sh.h.cfg.RunnerID, Epoch: sh.epoch, Reason: why, Cause: cause}
 }
 
 // fail answers m with err, and returns it; undelivered says no handler

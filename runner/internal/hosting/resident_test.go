@@ -122,7 +122,12 @@ func TestMailboxZeroesWhatRanAndGivesItsChunksBack(t *testing.T) {
 	}
 }
 
-func TestSignalsRunBackToBackShareOneClockReading(t *testing.T) {
+// TestEveryHandlerStartReadsTheClock: handlers run back to back from one
+// mailbox batch each read the clock at their start (the detach-instant
+// check) and at their end; none starts on an earlier reading, which would
+// widen the window in which a paused process starts a handler after the
+// detach instant.
+func TestEveryHandlerStartReadsTheClock(t *testing.T) {
 	f := newFixture(t, 0)
 	if err := f.host.Register(seqKind); err != nil {
 		t.Fatal(err)
@@ -173,12 +178,10 @@ func TestSignalsRunBackToBackShareOneClockReading(t *testing.T) {
 			t.Fatal("the entity's goroutine never exited")
 		}
 	}
-	// Every handler's end check reads the clock (4). The batch's first
-	// message reads it at its start; the ask starts on the reading of the
-	// signal just before it; the last signal, behind an ask (whose
-	// answer woke its caller since), reads it again: 6, not 8.
-	if got := f.env.reads.Load() - before; got != 6 {
-		t.Errorf("clock readings = %d, want 6", got)
+	// The blocking signal's end check, then a start and an end check for
+	// each of the batch's three messages.
+	if got := f.env.reads.Load() - before; got != 7 {
+		t.Errorf("clock readings = %d, want 7", got)
 	}
 }
 
