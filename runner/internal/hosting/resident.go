@@ -266,8 +266,7 @@ func (e *resident) processOne(m *message) error {
 }
 
 // handle runs m's handler and withholds its result if the shard left this
-// runner while it ran; held reports that the end check found the shard
-// still held here (its result is acknowledged).
+// runner while it ran.
 func (e *resident) handle(m *message) (v any, err error) {
 	sh, met := e.host, e.host.h.met
 	e.processed++
