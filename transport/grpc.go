@@ -41,6 +41,7 @@ const deliverMethod = "/shardhost.v1.Runner/Deliver"
 type grpcService interface {
 	serveHot(req *hotRequest) *hotResponse
 	serveStream(ss grpc.ServerStream) error
+	serveFrames(ss grpc.ServerStream) error
 }
 
 var serviceDesc = grpc.ServiceDesc{
@@ -72,6 +73,11 @@ var serviceDesc = grpc.ServiceDesc{
 		ServerStreams: true,
 		ClientStreams: true,
 		Handler:       func(srv any, ss grpc.ServerStream) error { return srv.(*GRPC).serveStream(ss) },
+	}, {
+		StreamName:    "Frames",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler:       func(srv any, ss grpc.ServerStream) error { return srv.(*GRPC).serveFrames(ss) },
 	}},
 	Metadata: "transport/transport.proto",
 }
@@ -263,6 +269,8 @@ func (t *GRPC) Listen(h Handler) (string, error) {
 		grpc.MaxRecvMsgSize(max(t.cfg.MaxMessageSize, 64<<20)+1024),
 		grpc.MaxSendMsgSize(t.cfg.MaxMessageSize+1024),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: serverMinPingInterval, PermitWithoutStream: true}),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 	)
 	t.srv.RegisterService(&serviceDesc, grpcService(t))
 	t.serving.Go(t.serve)
@@ -387,6 +395,8 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 			),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 			grpc.WithConnectParams(reconnectParams),
+			grpc.WithInitialWindowSize(streamWindow),
+			grpc.WithInitialConnWindowSize(connWindow),
 		)
 		if err != nil {
 			p.close()
@@ -398,6 +408,16 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 	t.peers[addr] = p
 	return p, nil
 }
+
+// The HTTP/2 flow-control windows of a connection and of each stream on
+// it, both ways. Set, they turn off gRPC's bandwidth-delay probing, which
+// otherwise pings and resizes the windows as data arrives: on a delivery
+// stream carrying a small message at a time that is extra frames and
+// system calls per message. Windows this large are sent back rarely.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
 
 // reconnectParams bound how long a connection to a peer that went away
 // waits between attempts: gRPC's default back-off grows to 120 s, so a

@@ -6,19 +6,40 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 )
 
-// The multiplexed delivery stream (transport.proto, rpc Stream). A unary
+// The multiplexed delivery stream (transport.proto, rpc Frames). A unary
 // RPC per message costs a new HTTP/2 stream, headers and trailers both
 // ways; one long-lived stream per connection carries only the messages.
+// Each side coalesces its frames: a frame to send joins a queue, and the
+// queue goes out as one stream message (a frameBatch: one gRPC message,
+// one HTTP/2 data frame, usually one write) either at once, sent by the
+// goroutine that queued it when nobody is sending, or with the next batch
+// of the stream's writer goroutine, which sends whatever queued up while
+// the previous batch was being sent. Nothing waits for a timer: a lone
+// frame goes out at once, and batches grow only under load. Its reader
+// decodes a batch in one allocation.
+//
+// The server still answers rpc Stream (a frame per message), which
+// runners of the previous version call.
 
-const streamMethod = "/shardhost.v1.Runner/Stream"
+const (
+	streamMethod = "/shardhost.v1.Runner/Stream"
+	framesMethod = "/shardhost.v1.Runner/Frames"
+)
 
-var streamDesc = grpc.StreamDesc{StreamName: "Stream", ServerStreams: true, ClientStreams: true}
+var framesDesc = grpc.StreamDesc{StreamName: "Frames", ServerStreams: true, ClientStreams: true}
+
+// maxBatchFrames bounds the frames of one batch, so that one sender's
+// burst does not hold back the others' answers behind one huge write.
+const maxBatchFrames = 256
 
 // --- server side ---
 
@@ -72,6 +93,200 @@ func (t *GRPC) serveStream(ss grpc.ServerStream) error {
 	}
 }
 
+// outFrame is a frame queued to be sent, with what to call once it was
+// handed to the stream (or given up).
+type outFrame struct {
+	f       *frame
+	written func()
+}
+
+// frameWriter coalesces the frames a server stream sends (see the top of
+// the file). Its writer goroutine runs until close.
+type frameWriter struct {
+	sendMsg func(*frameBatch) error
+
+	mu     sync.Mutex
+	queue  []outFrame
+	spare  []outFrame
+	busy   bool  // a goroutine is sending: frames queued now go with its next batch
+	failed error // a send failed: the stream is broken, frames are dropped
+
+	kick    chan struct{} // 1-buffered: the writer goroutine has a queue to send
+	quit    chan struct{}
+	stopped chan struct{}
+}
+
+func newFrameWriter(sendMsg func(*frameBatch) error) *frameWriter {
+	w := &frameWriter{sendMsg: sendMsg, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// send queues f; written (if not nil) is called once f was handed to the
+// stream or given up. lone says that no other frame is being prepared
+// (no other answer is being computed): then f goes out at once, unless
+// another goroutine is sending; otherwise the writer goroutine sends it
+// with the next batch.
+func (w *frameWriter) send(f *frame, written func(), lone bool) {
+	w.mu.Lock()
+	if w.failed != nil {
+		w.mu.Unlock()
+		if written != nil {
+			written()
+		}
+		return
+	}
+	w.queue = append(w.queue, outFrame{f, written})
+	switch {
+	case w.busy:
+	case lone:
+		w.busy = true
+		w.flushLocked()
+		if len(w.queue) > 0 { // queued while we sent: the writer goroutine takes over
+			w.kickLocked()
+		} else {
+			w.busy = false
+		}
+	default:
+		w.busy = true
+		w.kickLocked()
+	}
+	w.mu.Unlock()
+}
+
+func (w *frameWriter) kickLocked() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flushLocked sends one batch of the queue; w.mu is held on entry and on
+// return, not while sending.
+func (w *frameWriter) flushLocked() {
+	batch := w.queue
+	if len(batch) > maxBatchFrames {
+		batch = batch[:maxBatchFrames]
+		w.queue = append(w.spare[:0], w.queue[maxBatchFrames:]...)
+	} else {
+		w.queue = w.spare[:0]
+	}
+	w.spare = nil
+	w.mu.Unlock()
+	frames := make([]*frame, len(batch))
+	for i, o := range batch {
+		frames[i] = o.f
+	}
+	err := w.sendMsg(&frameBatch{Frames: frames})
+	for _, o := range batch {
+		if o.written != nil {
+			o.written()
+		}
+	}
+	clear(batch)
+	w.mu.Lock()
+	if err != nil && w.failed == nil {
+		w.failed = err
+	}
+	if w.failed != nil { // the stream is broken: what is queued is given up
+		dropped := w.queue
+		w.queue = nil
+		w.mu.Unlock()
+		for _, o := range dropped {
+			if o.written != nil {
+				o.written()
+			}
+		}
+		w.mu.Lock()
+	}
+	if w.spare == nil {
+		w.spare = batch[:0]
+	}
+}
+
+// run is the writer goroutine: it sends what queued up while another
+// goroutine was sending.
+func (w *frameWriter) run() {
+	defer close(w.stopped)
+	for {
+		select {
+		case <-w.kick:
+		case <-w.quit:
+			w.drain()
+			return
+		}
+		// Let the goroutines about to queue answers do so first.
+		runtime.Gosched()
+		w.drain()
+	}
+}
+
+func (w *frameWriter) drain() {
+	w.mu.Lock()
+	for len(w.queue) > 0 {
+		w.flushLocked()
+	}
+	w.busy = false
+	w.mu.Unlock()
+}
+
+// close sends what is queued and stops the writer goroutine. No frame
+// may be sent after it is called.
+func (w *frameWriter) close() {
+	close(w.quit)
+	<-w.stopped
+}
+
+// serveFrames answers the frames of one Frames stream, each on its own
+// goroutine, until the client closes its side; answers are coalesced. When
+// the transport stops gracefully it sends a goaway frame and keeps
+// answering what arrives until the client, having received every answer,
+// closes its side.
+func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
+	var (
+		wg       sync.WaitGroup
+		handlers atomic.Int64 // answers being computed
+	)
+	w := newFrameWriter(func(b *frameBatch) error { return ss.SendMsg(b) })
+	stop, goawayDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(goawayDone)
+		select {
+		case <-t.goaway:
+			w.send(&frame{GoAway: true}, nil, true)
+		case <-stop:
+		}
+	}()
+	// No SendMsg after we return: the goaway goroutine, then the writer.
+	defer func() { close(stop); <-goawayDone; w.close() }()
+	for {
+		var b frameBatch
+		if err := ss.RecvMsg(&b); err != nil {
+			wg.Wait()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for _, f := range b.Frames {
+			if f.Req == nil {
+				continue
+			}
+			handlers.Add(1)
+			wg.Go(func() {
+				ctx := ss.Context()
+				if f.TimeoutMs > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
+					defer cancel()
+				}
+				resp, written := t.h.Deliver(ctx, f.Req)
+				w.send(&frame{ID: f.ID, Resp: resp}, written, handlers.Add(-1) == 0)
+			})
+		}
+	}
+}
+
 // --- client side ---
 
 type muxResult struct {
@@ -80,29 +295,43 @@ type muxResult struct {
 	sent bool
 }
 
-// muxStream is the client side of one Stream.
+// muxStream is the client side of one Frames stream.
 type muxStream struct {
 	cs     grpc.ClientStream
 	cancel context.CancelFunc
-	sendMu sync.Mutex
+	sendMu sync.Mutex // held while sending on cs
 
 	mu       sync.Mutex
-	pending  map[uint64]chan muxResult // 1-buffered; registered under sendMu
+	pending  map[uint64]chan muxResult // 1-buffered; queued or sent, not answered
+	queue    []*frame                  // queued, not handed to cs yet (all in pending)
+	spare    []*frame
+	busy     bool // a goroutine is sending: frames queued now go with its next batch
 	nextID   uint64
 	dead     error // set once; no new calls
 	draining bool  // goaway received; no new calls
+
+	kick chan struct{} // 1-buffered: the writer goroutine has a queue to send
+	done chan struct{} // closed when dead is set
 }
 
 func newMuxStream(cc *grpc.ClientConn) (*muxStream, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	cs, err := cc.NewStream(ctx, &streamDesc, streamMethod)
+	cs, err := cc.NewStream(ctx, &framesDesc, framesMethod)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	ms := &muxStream{cs: cs, cancel: cancel, pending: make(map[uint64]chan muxResult)}
+	ms := newMux(cs, cancel)
 	go ms.recvLoop()
+	go ms.writeLoop()
 	return ms, nil
+}
+
+// newMux returns the client of stream cs; its goroutines (recvLoop and
+// writeLoop) are the caller's to start.
+func newMux(cs grpc.ClientStream, cancel context.CancelFunc) *muxStream {
+	return &muxStream{cs: cs, cancel: cancel, pending: make(map[uint64]chan muxResult),
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // usable reports whether new calls may use the stream.
@@ -114,51 +343,70 @@ func (ms *muxStream) usable() bool {
 
 func (ms *muxStream) recvLoop() {
 	for {
-		f := new(frame)
-		if err := ms.cs.RecvMsg(f); err != nil {
+		var b frameBatch
+		if err := ms.cs.RecvMsg(&b); err != nil {
 			ms.fail(err)
 			return
 		}
-		// A frame answers the call with its ID (IDs start at 1; a server's
-		// goaway frame has ID 0) and may also say goaway. A frame with the
-		// ID of a call but no response breaks the protocol: the call fails
-		// with ErrMaybeDelivered rather than wait for its deadline.
-		ms.mu.Lock()
-		if f.GoAway {
-			ms.draining = true
-		}
-		c := ms.pending[f.ID]
-		delete(ms.pending, f.ID)
-		closeSend := ms.draining && len(ms.pending) == 0
-		ms.mu.Unlock()
-		switch {
-		case c != nil && f.Resp != nil:
-			c <- muxResult{resp: f.Resp, sent: true}
-		case c != nil:
-			c <- muxResult{err: fmt.Errorf("%w: frame %d from the server carries no answer", ErrMaybeDelivered, f.ID), sent: true}
-		}
-		if closeSend { // every answer is in: let the stopping server finish
-			ms.sendMu.Lock()
-			_ = ms.cs.CloseSend()
-			ms.sendMu.Unlock()
+		for _, f := range b.Frames {
+			ms.receive(f)
 		}
 	}
 }
 
-// fail ends the stream (err is not nil): the calls pending may have been
-// delivered. A call whose own SendMsg failed ignores this answer and
-// reports not sent.
+// receive handles one frame from the server.
+func (ms *muxStream) receive(f *frame) {
+	// A frame answers the call with its ID (IDs start at 1; a server's
+	// goaway frame has ID 0) and may also say goaway. A frame with the
+	// ID of a call but no response breaks the protocol: the call fails
+	// with ErrMaybeDelivered rather than wait for its deadline.
+	ms.mu.Lock()
+	if f.GoAway {
+		ms.draining = true
+	}
+	c := ms.pending[f.ID]
+	delete(ms.pending, f.ID)
+	closeSend := ms.draining && len(ms.pending) == 0
+	ms.mu.Unlock()
+	switch {
+	case c != nil && f.Resp != nil:
+		c <- muxResult{resp: f.Resp, sent: true}
+	case c != nil:
+		c <- muxResult{err: fmt.Errorf("%w: frame %d from the server carries no answer", ErrMaybeDelivered, f.ID), sent: true}
+	}
+	if closeSend { // every answer is in: let the stopping server finish
+		ms.sendMu.Lock()
+		_ = ms.cs.CloseSend()
+		ms.sendMu.Unlock()
+	}
+}
+
+// fail ends the stream (err is not nil): the calls sent may have been
+// delivered; those still queued were not sent.
 func (ms *muxStream) fail(err error) {
 	ms.cancel() // unblocks a SendMsg waiting on flow control
 	ms.sendMu.Lock()
 	ms.mu.Lock()
 	if ms.dead == nil {
 		ms.dead = err
+		close(ms.done)
+	}
+	queued := ms.queue
+	ms.queue = nil
+	var notSent []chan muxResult
+	for _, f := range queued {
+		if c, ok := ms.pending[f.ID]; ok {
+			delete(ms.pending, f.ID)
+			notSent = append(notSent, c)
+		}
 	}
 	pending := ms.pending
 	ms.pending = map[uint64]chan muxResult{}
 	ms.mu.Unlock()
 	ms.sendMu.Unlock()
+	for _, c := range notSent {
+		c <- muxResult{err: fmt.Errorf("%w: stream failed before the request was sent: %v", ErrNotSent, err)}
+	}
 	for _, c := range pending {
 		c <- muxResult{err: fmt.Errorf("%w: stream failed: %v", ErrMaybeDelivered, err), sent: true}
 	}
@@ -173,35 +421,118 @@ func (ms *muxStream) call(ctx context.Context, req *DeliverRequest) (*DeliverRes
 		f.TimeoutMs = uint32(min(max(left, 1), math.MaxUint32))
 	}
 	c := make(chan muxResult, 1)
-	ms.sendMu.Lock()
 	ms.mu.Lock()
 	if ms.dead != nil || ms.draining {
 		ms.mu.Unlock()
-		ms.sendMu.Unlock()
 		return nil, fmt.Errorf("%w: stream closing", ErrNotSent), false
 	}
 	ms.nextID++
 	f.ID = ms.nextID
+	idle := len(ms.pending) == 0
 	ms.pending[f.ID] = c
-	ms.mu.Unlock()
-	err := ms.cs.SendMsg(f)
-	ms.sendMu.Unlock()
-	if err != nil {
-		// SendMsg fails only on a broken stream: the frame did not go out
-		// (also when fail, unblocking it, already answered c).
-		ms.mu.Lock()
-		delete(ms.pending, f.ID)
-		ms.mu.Unlock()
-		go ms.fail(err)
-		return nil, fmt.Errorf("%w: %v", ErrNotSent, err), false
+	ms.queue = append(ms.queue, f)
+	switch {
+	case ms.busy:
+	case idle: // a lone call: send it now
+		ms.busy = true
+		ms.flushLocked()
+		if len(ms.queue) > 0 {
+			ms.kickLocked()
+		} else {
+			ms.busy = false
+		}
+	default: // calls in flight: the writer goroutine batches this one with the next
+		ms.busy = true
+		ms.kickLocked()
 	}
+	ms.mu.Unlock()
 	select {
 	case r := <-c:
 		return r.resp, r.err, r.sent
 	case <-ctx.Done():
 		ms.mu.Lock()
+		if i := slices.Index(ms.queue, f); i >= 0 { // still queued: never sent
+			ms.queue = slices.Delete(ms.queue, i, i+1)
+			delete(ms.pending, f.ID)
+			ms.mu.Unlock()
+			return nil, fmt.Errorf("%w: the context ended before the request was sent: %w", ErrNotSent, context.Cause(ctx)), false
+		}
 		delete(ms.pending, f.ID)
 		ms.mu.Unlock()
 		return nil, fmt.Errorf("runner: ask timed out (%w): %w", ErrMaybeDelivered, context.Cause(ctx)), true
+	}
+}
+
+// flushLocked sends one batch of the queue; ms.mu is held on entry and on
+// return, not while sending. The calls of a batch whose send fails are
+// told it was not sent (the stream fails): a failed SendMsg sent nothing.
+func (ms *muxStream) flushLocked() {
+	if ms.dead != nil {
+		return // fail answered the queue
+	}
+	batch := ms.queue
+	if len(batch) > maxBatchFrames {
+		batch = batch[:maxBatchFrames]
+		ms.queue = append(ms.spare[:0], ms.queue[maxBatchFrames:]...)
+	} else {
+		ms.queue = ms.spare[:0]
+	}
+	ms.spare = nil
+	ms.mu.Unlock()
+	ms.sendMu.Lock()
+	err := ms.cs.SendMsg(&frameBatch{Frames: batch})
+	var notSent []chan muxResult
+	if err != nil {
+		// Under sendMu, so that fail cannot report these calls as maybe
+		// delivered first.
+		ms.mu.Lock()
+		for _, f := range batch {
+			if c, ok := ms.pending[f.ID]; ok {
+				delete(ms.pending, f.ID)
+				notSent = append(notSent, c)
+			}
+		}
+		ms.mu.Unlock()
+	}
+	ms.sendMu.Unlock()
+	for _, c := range notSent {
+		c <- muxResult{err: fmt.Errorf("%w: %v", ErrNotSent, err)}
+	}
+	if err != nil {
+		go ms.fail(err)
+	}
+	clear(batch)
+	ms.mu.Lock()
+	if ms.spare == nil {
+		ms.spare = batch[:0]
+	}
+}
+
+func (ms *muxStream) kickLocked() {
+	select {
+	case ms.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop is the stream's writer goroutine: it sends what queued up
+// while another goroutine was sending, until the stream fails.
+func (ms *muxStream) writeLoop() {
+	for {
+		select {
+		case <-ms.kick:
+		case <-ms.done:
+			return
+		}
+		// Let the goroutines that are about to queue frames (callers woken
+		// by answers) do so first: flushed when they are done, the batch
+		// holds them all.
+		runtime.Gosched()
+		ms.mu.Lock()
+		for len(ms.queue) > 0 && ms.dead == nil {
+			ms.flushLocked()
+		}
+		ms.busy = false
+		ms.mu.Unlock()
 	}
 }

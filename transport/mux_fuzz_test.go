@@ -36,7 +36,7 @@ func splitScript(b []byte) [][]byte {
 	return out
 }
 
-// joinScript is the script of frames.
+// joinScript is the script of frames (rpc Stream: a frame per message).
 func joinScript(frames ...*frame) []byte {
 	var b []byte
 	for _, f := range frames {
@@ -45,10 +45,38 @@ func joinScript(frames ...*frame) []byte {
 	return b
 }
 
+// joinBatches is the script of batches of frames (rpc Frames: a batch
+// per message).
+func joinBatches(batches ...[]*frame) []byte {
+	var b []byte
+	for _, fs := range batches {
+		b = protowire.AppendBytes(b, (&frameBatch{Frames: fs}).Marshal())
+	}
+	return b
+}
+
+// oneEach is the batches of one frame each.
+func oneEach(frames ...*frame) [][]*frame {
+	var out [][]*frame
+	for _, f := range frames {
+		out = append(out, []*frame{f})
+	}
+	return out
+}
+
 // decodeScript decodes the frames of a script as the peer's codec does,
-// up to the first that does not decode; ok is false if there is one.
-func decodeScript(chunks [][]byte) (frames []*frame, ok bool) {
+// up to the first message that does not decode; ok is false if there is
+// one. With batches, each message is a frameBatch.
+func decodeScript(chunks [][]byte, batches bool) (frames []*frame, ok bool) {
 	for _, c := range chunks {
+		if batches {
+			var b frameBatch
+			if err := (wireCodec{}).Unmarshal(c, &b); err != nil {
+				return frames, false
+			}
+			frames = append(frames, b.Frames...)
+			continue
+		}
 		f := new(frame)
 		if err := (wireCodec{}).Unmarshal(c, f); err != nil {
 			return frames, false
@@ -76,12 +104,13 @@ type scriptClient struct {
 func (s *scriptClient) Context() context.Context { return s.ctx }
 
 func (s *scriptClient) SendMsg(m any) error {
-	f := m.(*frame)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sent[f.ID] = f.Req.Entity
-	if len(s.sent) == s.calls {
-		close(s.allSent)
+	for _, f := range m.(*frameBatch).Frames {
+		s.sent[f.ID] = f.Req.Entity
+		if len(s.sent) == s.calls {
+			close(s.allSent)
+		}
 	}
 	return nil
 }
@@ -103,32 +132,35 @@ func (s *scriptClient) RecvMsg(m any) error {
 	return wireCodec{}.Unmarshal(c, m)
 }
 
-// FuzzMuxClient: whatever frames a server sends on a delivery stream, the
-// client does not panic and answers every call once the stream ends,
+// FuzzMuxClient: whatever batches of frames a server sends on a delivery
+// stream (rpc Frames), the client does not panic and answers every call once the stream ends,
 // without waiting for its context: the call gets the answer of the first
 // frame with its ID; a frame with its ID but no answer, or no such frame
 // before the stream ends, fails it with ErrMaybeDelivered. The client
 // closes its side only after a goaway.
 func FuzzMuxClient(f *testing.F) {
 	for _, m := range seedResponses {
-		f.Add(joinScript(&frame{ID: 1, Resp: m}), uint8(1))
+		f.Add(joinBatches([]*frame{{ID: 1, Resp: m}}), uint8(1))
 	}
-	f.Add(joinScript(&frame{ID: 2, Resp: seedResponses[0]}, &frame{ID: 1, Resp: seedResponses[1]}, &frame{ID: 3, Resp: seedResponses[2]}), uint8(3))
-	f.Add(joinScript(&frame{GoAway: true}, &frame{ID: 1, Resp: seedResponses[0]}, &frame{ID: 2, Resp: seedResponses[0]}), uint8(2))
-	f.Add(joinScript(&frame{ID: 1, Resp: seedResponses[0]}, &frame{ID: 1, Resp: seedResponses[1]}, &frame{ID: 9, Resp: seedResponses[1]}), uint8(1))
-	f.Add(joinScript(&frame{ID: 1}), uint8(1))                                       // an answer without a response
-	f.Add(joinScript(&frame{ID: 1, GoAway: true, Resp: seedResponses[0]}), uint8(1)) // goaway and an answer
-	f.Add(joinScript(&frame{ID: 1, Req: seedRequests[0]}), uint8(1))                 // a request, not an answer
-	f.Add(append(joinScript(&frame{ID: 2, Resp: seedResponses[0]}), 0xff, 0xff), uint8(2))
+	f.Add(joinBatches(oneEach(&frame{ID: 2, Resp: seedResponses[0]}, &frame{ID: 1, Resp: seedResponses[1]}, &frame{ID: 3, Resp: seedResponses[2]})...), uint8(3))
+	f.Add(joinBatches([]*frame{{ID: 2, Resp: seedResponses[0]}, {ID: 1, Resp: seedResponses[1]}}, []*frame{{ID: 3, Resp: seedResponses[2]}}), uint8(3))
+	f.Add(joinBatches(oneEach(&frame{GoAway: true}, &frame{ID: 1, Resp: seedResponses[0]}, &frame{ID: 2, Resp: seedResponses[0]})...), uint8(2))
+	f.Add(joinBatches([]*frame{{GoAway: true}, {ID: 1, Resp: seedResponses[0]}}, []*frame{{ID: 2, Resp: seedResponses[0]}}), uint8(2))
+	f.Add(joinBatches(oneEach(&frame{ID: 1, Resp: seedResponses[0]}, &frame{ID: 1, Resp: seedResponses[1]}, &frame{ID: 9, Resp: seedResponses[1]})...), uint8(1))
+	f.Add(joinBatches([]*frame{{ID: 1}}), uint8(1))                                       // an answer without a response
+	f.Add(joinBatches([]*frame{{ID: 1, GoAway: true, Resp: seedResponses[0]}}), uint8(1)) // goaway and an answer
+	f.Add(joinBatches([]*frame{{ID: 1, Req: seedRequests[0]}}), uint8(1))                 // a request, not an answer
+	f.Add(joinBatches([]*frame{}, []*frame{{ID: 1, Resp: seedResponses[0]}}), uint8(1))   // an empty batch
+	f.Add(append(joinBatches([]*frame{{ID: 2, Resp: seedResponses[0]}}), 0xff, 0xff), uint8(2))
 	f.Add([]byte{}, uint8(4))
 	f.Fuzz(func(t *testing.T, script []byte, calls uint8) {
 		n := int(calls%4) + 1
 		chunks := splitScript(script)
-		frames, _ := decodeScript(chunks)
+		frames, _ := decodeScript(chunks, true)
 		synctest.Test(t, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cs := &scriptClient{ctx: ctx, chunks: chunks, calls: n, allSent: make(chan struct{}), sent: make(map[uint64]string)}
-			ms := &muxStream{cs: cs, cancel: cancel, pending: make(map[uint64]chan muxResult)}
+			ms := newMux(cs, cancel)
 			type result struct {
 				resp *DeliverResponse
 				err  error
@@ -137,6 +169,7 @@ func FuzzMuxClient(f *testing.F) {
 			results := make([]result, n)
 			var wg sync.WaitGroup
 			wg.Go(ms.recvLoop)
+			wg.Go(ms.writeLoop)
 			for i := range n {
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -198,6 +231,7 @@ type scriptServer struct {
 	sent     []*frame
 	returned bool // serveStream returned: no SendMsg after that
 	late     int  // SendMsg calls after it returned
+	empty    int  // batches without a frame sent
 }
 
 func (s *scriptServer) Context() context.Context { return s.ctx }
@@ -208,7 +242,15 @@ func (s *scriptServer) SendMsg(m any) error {
 	if s.returned {
 		s.late++
 	}
-	s.sent = append(s.sent, m.(*frame))
+	switch m := m.(type) {
+	case *frame:
+		s.sent = append(s.sent, m)
+	case *frameBatch:
+		if len(m.Frames) == 0 {
+			s.empty++
+		}
+		s.sent = append(s.sent, m.Frames...)
+	}
 	return nil
 }
 
@@ -235,13 +277,13 @@ func (h *deadlineHandler) Deliver(ctx context.Context, req *DeliverRequest) (*De
 
 func (h *deadlineHandler) Hot(uint32, int) []EntityRef { return nil }
 
-// FuzzMuxServer: whatever frames a client sends on a delivery stream, the
-// server does not panic, delivers every frame with a request and answers
-// it once with a frame of the same ID (its handler's context has a
-// deadline exactly when the frame has a timeout), ignores frames without
-// a request, sends at most one goaway (after the transport started
-// stopping), sends nothing once it returned, and returns an error exactly
-// when a frame did not decode.
+// FuzzMuxServer: whatever frames a client sends on a delivery stream
+// (rpc Stream, a frame per message), the server does not panic, delivers
+// every frame with a request and answers it once with a frame of the same
+// ID (its handler's context has a deadline exactly when the frame has a
+// timeout), ignores frames without a request, sends at most one goaway
+// (after the transport started stopping), sends nothing once it
+// returned, and returns an error exactly when a frame did not decode.
 func FuzzMuxServer(f *testing.F) {
 	for _, m := range seedFrames {
 		f.Add(joinScript(m), false)
@@ -249,69 +291,93 @@ func FuzzMuxServer(f *testing.F) {
 	f.Add(joinScript(seedFrames[0], seedFrames[1], &frame{ID: 1, Req: seedRequests[2]}), true)
 	f.Add(append(joinScript(seedFrames[0]), 0x0a, 0x01), false)
 	f.Add([]byte{}, true)
-	f.Fuzz(func(t *testing.T, script []byte, stopping bool) {
-		chunks := splitScript(script)
-		frames, ok := decodeScript(chunks)
-		synctest.Test(t, func(t *testing.T) {
-			h := &deadlineHandler{}
-			g := &GRPC{h: h, goaway: make(chan struct{})}
-			if stopping {
-				close(g.goaway)
+	f.Fuzz(func(t *testing.T, script []byte, stopping bool) { fuzzServer(t, script, stopping, false) })
+}
+
+// FuzzFramesServer: the same as FuzzMuxServer, for rpc Frames (batches of
+// frames both ways; no batch sent is empty).
+func FuzzFramesServer(f *testing.F) {
+	for _, m := range seedFrames {
+		f.Add(joinBatches([]*frame{m}), false)
+	}
+	f.Add(joinBatches(seedFrames), false)
+	f.Add(joinBatches([]*frame{seedFrames[0], seedFrames[1]}, []*frame{{ID: 1, Req: seedRequests[2]}}, nil), true)
+	f.Add(append(joinBatches([]*frame{seedFrames[0]}), 0x0a, 0x01), false)
+	f.Add([]byte{}, true)
+	f.Fuzz(func(t *testing.T, script []byte, stopping bool) { fuzzServer(t, script, stopping, true) })
+}
+
+// fuzzServer checks FuzzMuxServer's properties for serveStream or, with
+// batches, serveFrames.
+func fuzzServer(t *testing.T, script []byte, stopping, batches bool) {
+	chunks := splitScript(script)
+	frames, ok := decodeScript(chunks, batches)
+	synctest.Test(t, func(t *testing.T) {
+		h := &deadlineHandler{}
+		g := &GRPC{h: h, goaway: make(chan struct{})}
+		if stopping {
+			close(g.goaway)
+		}
+		ss := &scriptServer{ctx: context.Background(), chunks: chunks}
+		serve := g.serveStream
+		if batches {
+			serve = g.serveFrames
+		}
+		err := serve(ss)
+		ss.mu.Lock()
+		ss.returned = true
+		ss.mu.Unlock()
+		synctest.Wait() // a goroutine left behind would send now
+		if (err == nil) != ok {
+			t.Errorf("serveStream = %v; every frame decoded: %v", err, ok)
+		}
+		want := make(map[uint64]map[string]int) // ID -> answer -> count
+		delivered := 0
+		for _, f := range frames {
+			if f.Req == nil {
+				continue
 			}
-			ss := &scriptServer{ctx: context.Background(), chunks: chunks}
-			err := g.serveStream(ss)
-			ss.mu.Lock()
-			ss.returned = true
-			ss.mu.Unlock()
-			synctest.Wait() // a goroutine left behind would send now
-			if (err == nil) != ok {
-				t.Errorf("serveStream = %v; every frame decoded: %v", err, ok)
+			delivered++
+			if want[f.ID] == nil {
+				want[f.ID] = make(map[string]int)
 			}
-			want := make(map[uint64]map[string]int) // ID -> answer -> count
-			delivered := 0
-			for _, f := range frames {
-				if f.Req == nil {
-					continue
+			want[f.ID][answerKey(string(f.Req.Payload), f.TimeoutMs > 0)]++
+		}
+		goaways := 0
+		for _, f := range ss.sent {
+			switch {
+			case f.GoAway && f.ID == 0 && f.Resp == nil && f.Req == nil:
+				goaways++
+			case f.GoAway || f.Resp == nil || f.Req != nil:
+				t.Errorf("server sent %+v", f)
+			default:
+				k := answerKey(string(f.Resp.Payload), f.Resp.Message == "deadline")
+				if want[f.ID][k] == 0 {
+					t.Errorf("server sent an unexpected answer %+v (ID %d)", f.Resp, f.ID)
+				} else {
+					want[f.ID][k]--
 				}
-				delivered++
-				if want[f.ID] == nil {
-					want[f.ID] = make(map[string]int)
-				}
-				want[f.ID][answerKey(string(f.Req.Payload), f.TimeoutMs > 0)]++
 			}
-			goaways := 0
-			for _, f := range ss.sent {
-				switch {
-				case f.GoAway && f.ID == 0 && f.Resp == nil && f.Req == nil:
-					goaways++
-				case f.GoAway || f.Resp == nil || f.Req != nil:
-					t.Errorf("server sent %+v", f)
-				default:
-					k := answerKey(string(f.Resp.Payload), f.Resp.Message == "deadline")
-					if want[f.ID][k] == 0 {
-						t.Errorf("server sent an unexpected answer %+v (ID %d)", f.Resp, f.ID)
-					} else {
-						want[f.ID][k]--
-					}
+		}
+		for id, m := range want {
+			for k, n := range m {
+				if n != 0 {
+					t.Errorf("frame %d: %d requests (%s) not answered", id, n, k)
 				}
 			}
-			for id, m := range want {
-				for k, n := range m {
-					if n != 0 {
-						t.Errorf("frame %d: %d requests (%s) not answered", id, n, k)
-					}
-				}
-			}
-			if goaways > 1 || goaways == 1 && !stopping {
-				t.Errorf("server sent %d goaways (stopping: %v)", goaways, stopping)
-			}
-			if ss.late > 0 {
-				t.Errorf("server sent %d frames after serveStream returned", ss.late)
-			}
-			if n := h.written.Load(); n != int64(delivered) {
-				t.Errorf("written called %d times for %d deliveries", n, delivered)
-			}
-		})
+		}
+		if goaways > 1 || goaways == 1 && !stopping {
+			t.Errorf("server sent %d goaways (stopping: %v)", goaways, stopping)
+		}
+		if ss.empty > 0 {
+			t.Errorf("server sent %d empty batches", ss.empty)
+		}
+		if ss.late > 0 {
+			t.Errorf("server sent %d frames after serveStream returned", ss.late)
+		}
+		if n := h.written.Load(); n != int64(delivered) {
+			t.Errorf("written called %d times for %d deliveries", n, delivered)
+		}
 	})
 }
 

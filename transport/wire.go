@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -123,7 +124,11 @@ func (m *DeliverRequest) Marshal() []byte {
 	for k, v := range m.Headers {
 		n += 8 + len(k) + len(v)
 	}
-	b := make([]byte, 0, n)
+	return m.appendTo(make([]byte, 0, n))
+}
+
+// appendTo appends m's protobuf encoding to b.
+func (m *DeliverRequest) appendTo(b []byte) []byte {
 	b = appendString(b, 1, m.Kind)
 	b = appendString(b, 2, m.Method)
 	b = appendString(b, 3, m.Entity)
@@ -135,6 +140,34 @@ func (m *DeliverRequest) Marshal() []byte {
 	b = appendString(b, 7, m.Sender)
 	b = appendString(b, 8, m.Codec)
 	return appendHeaders(b, 9, m.Headers)
+}
+
+// size is an upper bound of m's encoded size.
+func (m *DeliverRequest) size() int {
+	n := 48 + len(m.Kind) + len(m.Method) + len(m.Entity) + len(m.Payload) + len(m.Sender) + len(m.Codec)
+	for k, v := range m.Headers {
+		n += 16 + len(k) + len(v)
+	}
+	return n
+}
+
+// beginMessage appends the tag of field num holding an embedded message
+// and room for its length, which endMessage fills in once the message
+// is appended after it: the message is encoded once, in place.
+func beginMessage(b []byte, num protowire.Number) ([]byte, int) {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return append(b, make([]byte, binary.MaxVarintLen64)...), len(b)
+}
+
+// endMessage writes the length of the message appended since
+// beginMessage returned at, moving it back over the room left unused.
+func endMessage(b []byte, at int) []byte {
+	body := len(b) - at - binary.MaxVarintLen64
+	var n [binary.MaxVarintLen64]byte
+	k := len(protowire.AppendVarint(n[:0], uint64(body)))
+	copy(b[at:], n[:k])
+	copy(b[at+k:], b[at+binary.MaxVarintLen64:])
+	return b[:at+k+body]
 }
 
 // appendHeaders appends h as a protobuf map<string, string> field: one
@@ -212,15 +245,23 @@ func decodeHeader(h *map[string]string, b []byte, budget *headerBudget) error {
 
 // Marshal returns m's protobuf encoding.
 func (m *DeliverResponse) Marshal() []byte {
-	b := make([]byte, 0, 24+len(m.Payload)+len(m.Message)+len(m.OwnerHint))
+	return m.appendTo(make([]byte, 0, m.size()))
+}
+
+// appendTo appends m's protobuf encoding to b.
+func (m *DeliverResponse) appendTo(b []byte) []byte {
 	b = appendBytes(b, 1, m.Payload)
 	b = appendVarint(b, 2, uint64(m.Code))
 	b = appendString(b, 3, m.Message)
 	b = appendString(b, 4, m.OwnerHint)
 	b = appendVarint(b, 5, uint64(m.Shard))
 	b = appendVarint(b, 6, uint64(m.Cause))
-	b = appendVarint(b, 7, m.Epoch)
-	return b
+	return appendVarint(b, 7, m.Epoch)
+}
+
+// size is an upper bound of m's encoded size.
+func (m *DeliverResponse) size() int {
+	return 48 + len(m.Payload) + len(m.Message) + len(m.OwnerHint)
 }
 
 // ErrMalformed: bytes that are not a valid encoding of a wire message.
@@ -323,22 +364,32 @@ type frame struct {
 }
 
 func (m *frame) Marshal() []byte {
-	var req, resp []byte
+	return m.appendTo(make([]byte, 0, m.size()))
+}
+
+// size is an upper bound of m's encoded size.
+func (m *frame) size() int {
+	n := 32
 	if m.Req != nil {
-		req = m.Req.Marshal()
+		n += binary.MaxVarintLen64 + m.Req.size()
 	}
 	if m.Resp != nil {
-		resp = m.Resp.Marshal()
+		n += binary.MaxVarintLen64 + m.Resp.size()
 	}
-	b := make([]byte, 0, 32+len(req)+len(resp)) // one allocation, sized up front
+	return n
+}
+
+// appendTo appends m's protobuf encoding to b.
+func (m *frame) appendTo(b []byte) []byte {
 	b = appendVarint(b, 1, m.ID)
+	var at int
 	if m.Req != nil {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, req)
+		b, at = beginMessage(b, 2)
+		b = endMessage(m.Req.appendTo(b), at)
 	}
 	if m.Resp != nil {
-		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendBytes(b, resp)
+		b, at = beginMessage(b, 3)
+		b = endMessage(m.Resp.appendTo(b), at)
 	}
 	b = appendVarint(b, 4, uint64(m.TimeoutMs))
 	if m.GoAway {
@@ -365,6 +416,53 @@ func (m *frame) Unmarshal(b []byte) error {
 			m.GoAway = x != 0
 		}
 		return nil
+	})
+}
+
+// frameBatch is a message of the Frames stream: the frames one side
+// sent together (transport.proto, Frames).
+type frameBatch struct {
+	Frames []*frame
+}
+
+func (m *frameBatch) Marshal() []byte {
+	n := 0
+	for _, f := range m.Frames {
+		n += binary.MaxVarintLen64 + 1 + f.size()
+	}
+	b := make([]byte, 0, n) // one allocation, sized up front
+	var at int
+	for _, f := range m.Frames {
+		b, at = beginMessage(b, 1)
+		b = endMessage(f.appendTo(b), at)
+	}
+	return b
+}
+
+// Unmarshal decodes b into m: the frames are allocated together.
+func (m *frameBatch) Unmarshal(b []byte) error {
+	*m = frameBatch{}
+	n := 0
+	if err := walk(b, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
+		if num == 1 && typ == protowire.BytesType {
+			n++
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	frames := make([]frame, n)
+	m.Frames = make([]*frame, 0, n)
+	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
+		}
+		f := &frames[len(m.Frames)]
+		m.Frames = append(m.Frames, f)
+		return f.Unmarshal(v)
 	})
 }
 
@@ -447,6 +545,8 @@ func (wireCodec) Marshal(v any) ([]byte, error) {
 		return m.Marshal(), nil
 	case *frame:
 		return m.Marshal(), nil
+	case *frameBatch:
+		return m.Marshal(), nil
 	default:
 		return nil, fmt.Errorf("%w: cannot marshal %T", ErrMalformed, v)
 	}
@@ -463,6 +563,8 @@ func (wireCodec) Unmarshal(b []byte, v any) error {
 	case *hotResponse:
 		return m.Unmarshal(b)
 	case *frame:
+		return m.Unmarshal(b)
+	case *frameBatch:
 		return m.Unmarshal(b)
 	default:
 		return fmt.Errorf("%w: cannot unmarshal into %T", ErrMalformed, v)

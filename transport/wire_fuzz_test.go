@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"maps"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -270,6 +271,39 @@ func FuzzFrame(f *testing.F) {
 			x.Resp = &DeliverResponse{Payload: payload, Code: Code(code), Message: entity, Epoch: id}
 		}
 		checkRoundTrip(t, x, fresh, equalFrame)
+	})
+}
+
+// FuzzFrameBatch fuzzes frameBatch.Unmarshal (rpc Frames' message); the
+// round trip is of a batch of n frames built from the other arguments.
+func FuzzFrameBatch(f *testing.F) {
+	f.Add((&frameBatch{Frames: seedFrames}).Marshal(), uint8(3), "e", []byte("p"))
+	for _, m := range seedFrames {
+		f.Add((&frameBatch{Frames: []*frame{m}}).Marshal(), uint8(1), "", []byte(nil))
+	}
+	for _, b := range seedMalformed {
+		f.Add(b, uint8(0), "", []byte(nil))
+	}
+	// A batch with a malformed frame after a good one; an empty frame.
+	f.Add(append((&frameBatch{Frames: seedFrames[:1]}).Marshal(), 0x0a, 0x02, 0x08, 0xff), uint8(2), "", []byte(nil))
+	f.Add([]byte{0x0a, 0x00}, uint8(1), "", []byte(nil))
+	fresh := func() *frameBatch { return new(frameBatch) }
+	equal := func(a, b *frameBatch) bool {
+		return slices.EqualFunc(a.Frames, b.Frames, equalFrame)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, n uint8, entity string, payload []byte) {
+		checkDecode(t, b, fresh, equal)
+		x := &frameBatch{}
+		for i := range int(n % 8) {
+			fr := &frame{ID: uint64(i) + 1}
+			if i%2 == 0 {
+				fr.Req = &DeliverRequest{Kind: "k", Entity: entity, Payload: payload, Shard: uint32(i)}
+			} else {
+				fr.Resp = &DeliverResponse{Payload: payload, Message: entity}
+			}
+			x.Frames = append(x.Frames, fr)
+		}
+		checkRoundTrip(t, x, fresh, equal)
 	})
 }
 
