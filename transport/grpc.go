@@ -201,6 +201,7 @@ type peerConns struct {
 
 	mu      sync.Mutex
 	streams []*muxStream // by connection; replaced when unusable
+	legacy  bool         // the peer does not know rpc Frames: use rpc Stream
 }
 
 // pick chooses a connection, round robin.
@@ -214,10 +215,16 @@ func (p *peerConns) pick() (int, *grpc.ClientConn) {
 func (p *peerConns) stream(i int) (*muxStream, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ms := p.streams[i]; ms != nil && ms.usable() {
+	ms := p.streams[i]
+	if ms != nil && ms.usable() {
 		return ms, nil
 	}
-	ms, err := newMuxStream(p.conns[i])
+	for _, s := range p.streams {
+		if s != nil && s.refused() {
+			p.legacy = true
+		}
+	}
+	ms, err := newMuxStream(p.conns[i], p.legacy)
 	if err != nil {
 		return nil, err
 	}

@@ -2,16 +2,20 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"runtime"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -169,4 +173,42 @@ func TestConnectionsBeyondMaxAreRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	echo(t, ctx, gw, addr, "in")
+}
+
+// A runner of the previous version serves rpc Stream but not rpc Frames:
+// the first call to it learns that and is told it was not sent (nothing
+// was delivered), and every later call reaches it over rpc Stream.
+func TestCallsReachRunnerOfPreviousVersion(t *testing.T) {
+	h := &deadlineHandler{}
+	prev := NewGRPC(GRPCConfig{Logger: quiet()})
+	prev.h = h
+	desc := serviceDesc
+	desc.Streams = slices.DeleteFunc(slices.Clone(desc.Streams), func(d grpc.StreamDesc) bool { return d.StreamName == "Frames" })
+	srv := grpc.NewServer(grpc.ForceServerCodec(wireCodec{}))
+	srv.RegisterService(&desc, grpcService(prev))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serving sync.WaitGroup
+	serving.Go(func() { _ = srv.Serve(lis) })
+	t.Cleanup(func() { srv.Stop(); serving.Wait() })
+	addr := lis.Addr().String()
+
+	c := startClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte("first")}
+	if resp, sent, err := c.Call(ctx, addr, req); sent || !errors.Is(err, ErrNotSent) {
+		t.Fatalf("first Call = %v, sent %v, %v; want not sent", resp, sent, err)
+	}
+	if n := h.written.Load(); n != 0 {
+		t.Fatalf("%d deliveries after the refused stream, want 0", n)
+	}
+	for i := range 10 {
+		echo(t, ctx, c, addr, strconv.Itoa(i))
+	}
+	if n := h.written.Load(); n != 10 {
+		t.Fatalf("%d deliveries, want 10", n)
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The multiplexed delivery stream (transport.proto, rpc Frames). A unary
@@ -28,14 +30,20 @@ import (
 // decodes a batch in one allocation.
 //
 // The server still answers rpc Stream (a frame per message), which
-// runners of the previous version call.
+// runners of the previous version call, and a client whose Frames stream
+// the server refuses as unimplemented (a runner of the previous version:
+// nothing was delivered, its calls are told ErrNotSent) uses rpc Stream
+// with that peer from then on.
 
 const (
 	streamMethod = "/shardhost.v1.Runner/Stream"
 	framesMethod = "/shardhost.v1.Runner/Frames"
 )
 
-var framesDesc = grpc.StreamDesc{StreamName: "Frames", ServerStreams: true, ClientStreams: true}
+var (
+	framesDesc = grpc.StreamDesc{StreamName: "Frames", ServerStreams: true, ClientStreams: true}
+	streamDesc = grpc.StreamDesc{StreamName: "Stream", ServerStreams: true, ClientStreams: true}
+)
 
 // maxBatchFrames bounds the frames of one batch, so that one sender's
 // burst does not hold back the others' answers behind one huge write.
@@ -312,16 +320,28 @@ type muxStream struct {
 
 	kick chan struct{} // 1-buffered: the writer goroutine has a queue to send
 	done chan struct{} // closed when dead is set
+
+	// legacy: the stream is an rpc Stream (a frame per message), for a
+	// server of the previous version. unimplemented: the server does
+	// not know rpc Frames (set before done is closed).
+	legacy, unimplemented bool
 }
 
-func newMuxStream(cc *grpc.ClientConn) (*muxStream, error) {
+// newMuxStream opens a delivery stream on cc: rpc Frames, or rpc Stream
+// when legacy.
+func newMuxStream(cc *grpc.ClientConn, legacy bool) (*muxStream, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	cs, err := cc.NewStream(ctx, &framesDesc, framesMethod)
+	desc, method := &framesDesc, framesMethod
+	if legacy {
+		desc, method = &streamDesc, streamMethod
+	}
+	cs, err := cc.NewStream(ctx, desc, method)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	ms := newMux(cs, cancel)
+	ms.legacy = legacy
 	go ms.recvLoop()
 	go ms.writeLoop()
 	return ms, nil
@@ -341,8 +361,25 @@ func (ms *muxStream) usable() bool {
 	return ms.dead == nil && !ms.draining
 }
 
+// refused reports whether the server refused the stream as
+// unimplemented (it does not know rpc Frames).
+func (ms *muxStream) refused() bool {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return ms.unimplemented
+}
+
 func (ms *muxStream) recvLoop() {
 	for {
+		if ms.legacy {
+			f := new(frame)
+			if err := ms.cs.RecvMsg(f); err != nil {
+				ms.fail(err)
+				return
+			}
+			ms.receive(f)
+			continue
+		}
 		var b frameBatch
 		if err := ms.cs.RecvMsg(&b); err != nil {
 			ms.fail(err)
@@ -382,13 +419,16 @@ func (ms *muxStream) receive(f *frame) {
 }
 
 // fail ends the stream (err is not nil): the calls sent may have been
-// delivered; those still queued were not sent.
+// delivered; those still queued were not sent, nor were any when the
+// server does not know rpc Frames (it refuses the stream before reading
+// a message).
 func (ms *muxStream) fail(err error) {
 	ms.cancel() // unblocks a SendMsg waiting on flow control
 	ms.sendMu.Lock()
 	ms.mu.Lock()
 	if ms.dead == nil {
 		ms.dead = err
+		ms.unimplemented = !ms.legacy && status.Code(err) == codes.Unimplemented
 		close(ms.done)
 	}
 	queued := ms.queue
@@ -400,12 +440,22 @@ func (ms *muxStream) fail(err error) {
 			notSent = append(notSent, c)
 		}
 	}
+	if ms.unimplemented {
+		for id, c := range ms.pending {
+			delete(ms.pending, id)
+			notSent = append(notSent, c)
+		}
+	}
 	pending := ms.pending
 	ms.pending = map[uint64]chan muxResult{}
 	ms.mu.Unlock()
 	ms.sendMu.Unlock()
+	why := "stream failed before the request was sent"
+	if ms.unimplemented {
+		why = "the peer does not know rpc Frames (a runner of the previous version)"
+	}
 	for _, c := range notSent {
-		c <- muxResult{err: fmt.Errorf("%w: stream failed before the request was sent: %v", ErrNotSent, err)}
+		c <- muxResult{err: fmt.Errorf("%w: %s: %v", ErrNotSent, why, err)}
 	}
 	for _, c := range pending {
 		c <- muxResult{err: fmt.Errorf("%w: stream failed: %v", ErrMaybeDelivered, err), sent: true}
@@ -480,13 +530,24 @@ func (ms *muxStream) flushLocked() {
 	ms.spare = nil
 	ms.mu.Unlock()
 	ms.sendMu.Lock()
-	err := ms.cs.SendMsg(&frameBatch{Frames: batch})
+	var err error
+	failed := batch // the frames not sent if err is not nil
+	if ms.legacy {
+		for i, f := range batch {
+			if err = ms.cs.SendMsg(f); err != nil {
+				failed = batch[i:]
+				break
+			}
+		}
+	} else {
+		err = ms.cs.SendMsg(&frameBatch{Frames: batch})
+	}
 	var notSent []chan muxResult
 	if err != nil {
 		// Under sendMu, so that fail cannot report these calls as maybe
 		// delivered first.
 		ms.mu.Lock()
-		for _, f := range batch {
+		for _, f := range failed {
 			if c, ok := ms.pending[f.ID]; ok {
 				delete(ms.pending, f.ID)
 				notSent = append(notSent, c)
