@@ -505,19 +505,19 @@ func (t *GRPC) CallRoute(ctx context.Context, addr string, req *DeliverRequest, 
 	if err != nil {
 		return nil, false, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.cfg.RequestTimeout)
-		defer cancel()
-	}
 	if len(req.Payload) > maxStreamPayload {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, t.cfg.RequestTimeout)
+			defer cancel()
+		}
 		return t.unary(ctx, addr, c, req)
 	}
 	ms, err := p.stream(i)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: open a delivery stream to %s: %v", ErrNotSent, addr, err)
 	}
-	resp, err, sent = ms.call(ctx, req)
+	resp, err, sent = ms.call(ctx, req, t.cfg.RequestTimeout)
 	if err != nil && sent && errors.Is(err, ErrMaybeDelivered) {
 		err = fmt.Errorf("to %s: %w", addr, err)
 	}

@@ -462,14 +462,24 @@ func (ms *muxStream) fail(err error) {
 	}
 }
 
-// call sends req and waits for its answer. sent is false when the
-// request certainly did not reach the server. Lock order: sendMu, then mu.
-func (ms *muxStream) call(ctx context.Context, req *DeliverRequest) (*DeliverResponse, error, bool) {
+// call sends req and waits for its answer, bounded by ctx or, when ctx
+// has no deadline, by timeout. sent is false when the request certainly
+// did not reach the server. Lock order: sendMu, then mu.
+func (ms *muxStream) call(ctx context.Context, req *DeliverRequest, timeout time.Duration) (*DeliverResponse, error, bool) {
 	f := &frame{Req: req}
+	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d).Milliseconds()
 		f.TimeoutMs = uint32(min(max(left, 1), math.MaxUint32))
+	} else {
+		// A timer rather than a context: less to allocate and to cancel.
+		f.TimeoutMs = uint32(min(max(timeout.Milliseconds(), 1), math.MaxUint32))
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
 	}
+	// (Not pooled: a channel made in a synctest bubble must not be used
+	// outside it.)
 	c := make(chan muxResult, 1)
 	ms.mu.Lock()
 	if ms.dead != nil || ms.draining {
@@ -496,21 +506,24 @@ func (ms *muxStream) call(ctx context.Context, req *DeliverRequest) (*DeliverRes
 		ms.kickLocked()
 	}
 	ms.mu.Unlock()
+	var cause error
 	select {
 	case r := <-c:
 		return r.resp, r.err, r.sent
 	case <-ctx.Done():
-		ms.mu.Lock()
-		if i := slices.Index(ms.queue, f); i >= 0 { // still queued: never sent
-			ms.queue = slices.Delete(ms.queue, i, i+1)
-			delete(ms.pending, f.ID)
-			ms.mu.Unlock()
-			return nil, fmt.Errorf("%w: the context ended before the request was sent: %w", ErrNotSent, context.Cause(ctx)), false
-		}
-		delete(ms.pending, f.ID)
-		ms.mu.Unlock()
-		return nil, fmt.Errorf("runner: ask timed out (%w): %w", ErrMaybeDelivered, context.Cause(ctx)), true
+		cause = context.Cause(ctx)
+	case <-expired:
+		cause = context.DeadlineExceeded
 	}
+	ms.mu.Lock()
+	delete(ms.pending, f.ID)
+	if i := slices.Index(ms.queue, f); i >= 0 { // still queued: never sent
+		ms.queue = slices.Delete(ms.queue, i, i+1)
+		ms.mu.Unlock()
+		return nil, fmt.Errorf("%w: the context ended before the request was sent: %w", ErrNotSent, cause), false
+	}
+	ms.mu.Unlock()
+	return nil, fmt.Errorf("runner: ask timed out (%w): %w", ErrMaybeDelivered, cause), true
 }
 
 // flushLocked sends one batch of the queue; ms.mu is held on entry and on

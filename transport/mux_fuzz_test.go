@@ -175,7 +175,7 @@ func FuzzMuxClient(f *testing.F) {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 					defer cancel()
 					r := &results[i]
-					r.resp, r.err, r.sent = ms.call(ctx, &DeliverRequest{Kind: "k", Method: "m", Entity: strconv.Itoa(i)})
+					r.resp, r.err, r.sent = ms.call(ctx, &DeliverRequest{Kind: "k", Method: "m", Entity: strconv.Itoa(i)}, time.Hour)
 				})
 			}
 			wg.Wait()

@@ -302,16 +302,29 @@ func walk(b []byte, field func(num protowire.Number, typ protowire.Type, v []byt
 // Unmarshal decodes b into m (unknown fields are skipped); errors match
 // ErrMalformed.
 func (m *DeliverRequest) Unmarshal(b []byte) error {
+	return m.unmarshal(b, &DeliverRequest{})
+}
+
+// unmarshal is Unmarshal, sharing with prev the strings equal to its own
+// (the requests of a batch mostly name the same kind, method, sender
+// and codec): those cost no allocation.
+func (m *DeliverRequest) unmarshal(b []byte, prev *DeliverRequest) error {
 	*m = DeliverRequest{}
 	var budget headerBudget
+	str := func(v []byte, p string) string {
+		if string(v) == p {
+			return p
+		}
+		return string(v)
+	}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			m.Kind = string(v)
+			m.Kind = str(v, prev.Kind)
 		case num == 2 && typ == protowire.BytesType:
-			m.Method = string(v)
+			m.Method = str(v, prev.Method)
 		case num == 3 && typ == protowire.BytesType:
-			m.Entity = string(v)
+			m.Entity = str(v, prev.Entity)
 		case num == 4 && typ == protowire.BytesType:
 			m.Payload = append([]byte(nil), v...)
 		case num == 5 && typ == protowire.VarintType:
@@ -319,9 +332,9 @@ func (m *DeliverRequest) Unmarshal(b []byte) error {
 		case num == 6 && typ == protowire.VarintType:
 			m.Shard = uint32(x)
 		case num == 7 && typ == protowire.BytesType:
-			m.Sender = string(v)
+			m.Sender = str(v, prev.Sender)
 		case num == 8 && typ == protowire.BytesType:
-			m.Codec = string(v)
+			m.Codec = str(v, prev.Codec)
 		case num == 9 && typ == protowire.BytesType:
 			return decodeHeader(&m.Headers, v, &budget)
 		}
@@ -363,6 +376,14 @@ type frame struct {
 	GoAway    bool
 }
 
+// decodedFrame is a frame with room for its request or response: a
+// batch decodes its frames into one slice of them (one allocation).
+type decodedFrame struct {
+	f    frame
+	req  DeliverRequest
+	resp DeliverResponse
+}
+
 func (m *frame) Marshal() []byte {
 	return m.appendTo(make([]byte, 0, m.size()))
 }
@@ -399,16 +420,31 @@ func (m *frame) appendTo(b []byte) []byte {
 }
 
 func (m *frame) Unmarshal(b []byte) error {
+	return m.unmarshal(b, &DeliverRequest{}, nil)
+}
+
+// unmarshal is Unmarshal, sharing strings with prev (see
+// DeliverRequest.unmarshal) and decoding the request or response into
+// room's (nil: new ones).
+func (m *frame) unmarshal(b []byte, prev *DeliverRequest, room *decodedFrame) error {
 	*m = frame{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
 			m.ID = x
 		case num == 2 && typ == protowire.BytesType:
-			m.Req = new(DeliverRequest)
-			return m.Req.Unmarshal(v)
+			if room != nil {
+				m.Req = &room.req
+			} else {
+				m.Req = new(DeliverRequest)
+			}
+			return m.Req.unmarshal(v, prev)
 		case num == 3 && typ == protowire.BytesType:
-			m.Resp = new(DeliverResponse)
+			if room != nil {
+				m.Resp = &room.resp
+			} else {
+				m.Resp = new(DeliverResponse)
+			}
 			return m.Resp.Unmarshal(v)
 		case num == 4 && typ == protowire.VarintType:
 			m.TimeoutMs = uint32(x)
@@ -454,15 +490,23 @@ func (m *frameBatch) Unmarshal(b []byte) error {
 	if n == 0 {
 		return nil
 	}
-	frames := make([]frame, n)
+	frames := make([]decodedFrame, n)
 	m.Frames = make([]*frame, 0, n)
+	prev := &DeliverRequest{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num != 1 || typ != protowire.BytesType {
 			return nil
 		}
-		f := &frames[len(m.Frames)]
+		d := &frames[len(m.Frames)]
+		f := &d.f
 		m.Frames = append(m.Frames, f)
-		return f.Unmarshal(v)
+		if err := f.unmarshal(v, prev, d); err != nil {
+			return err
+		}
+		if f.Req != nil {
+			prev = f.Req
+		}
+		return nil
 	})
 }
 
