@@ -254,6 +254,8 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 	var (
 		wg       sync.WaitGroup
 		handlers atomic.Int64 // answers being computed
+		idle     atomic.Int64 // workers waiting on work
+		work     = make(chan *frame)
 	)
 	w := newFrameWriter(func(b *frameBatch) error { return ss.SendMsg(b) })
 	stop, goawayDone := make(chan struct{}), make(chan struct{})
@@ -267,10 +269,38 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 	}()
 	// No SendMsg after we return: the goaway goroutine, then the writer.
 	defer func() { close(stop); <-goawayDone; w.close() }()
+	serve := func(f *frame) {
+		ctx := ss.Context()
+		if f.TimeoutMs > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
+			defer cancel()
+		}
+		resp, written := t.h.Deliver(ctx, f.Req)
+		w.send(&frame{ID: f.ID, Resp: resp}, written, handlers.Add(-1) == 0)
+	}
+	// A worker answers frames one after another, then waits for more
+	// (up to maxIdleWorkers wait): a new goroutine per frame would grow
+	// its stack anew for every message (the decoding of the request runs
+	// on it), which cost more than the rest of the worker's work.
+	worker := func(f *frame) {
+		for {
+			serve(f)
+			if idle.Add(1) > maxIdleWorkers {
+				idle.Add(-1)
+				return
+			}
+			var ok bool
+			if f, ok = <-work; !ok {
+				return
+			}
+			idle.Add(-1)
+		}
+	}
+	defer func() { close(work); wg.Wait() }()
 	for {
 		var b frameBatch
 		if err := ss.RecvMsg(&b); err != nil {
-			wg.Wait()
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -281,19 +311,18 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 				continue
 			}
 			handlers.Add(1)
-			wg.Go(func() {
-				ctx := ss.Context()
-				if f.TimeoutMs > 0 {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
-					defer cancel()
-				}
-				resp, written := t.h.Deliver(ctx, f.Req)
-				w.send(&frame{ID: f.ID, Resp: resp}, written, handlers.Add(-1) == 0)
-			})
+			select {
+			case work <- f:
+			default:
+				wg.Go(func() { worker(f) })
+			}
 		}
 	}
 }
+
+// maxIdleWorkers bounds the goroutines a Frames stream keeps waiting for
+// frames to answer.
+const maxIdleWorkers = 16
 
 // --- client side ---
 
