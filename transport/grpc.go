@@ -124,7 +124,7 @@ type GRPC struct {
 	serving    sync.WaitGroup // the Serve goroutine
 	closeOnce  sync.Once
 
-	mu     sync.Mutex
+	mu     sync.RWMutex // (read-locked by every call to find its peer)
 	peers  map[string]*peerConns
 	stale  map[string]*time.Timer // peers that left: closed later, not under in-flight calls
 	closed bool
@@ -199,9 +199,10 @@ type peerConns struct {
 	conns []*grpc.ClientConn
 	next  atomic.Uint32
 
-	mu      sync.Mutex
-	streams []*muxStream // by connection; replaced when unusable
-	legacy  bool         // the peer does not know rpc Frames: use rpc Stream
+	streams []atomic.Pointer[muxStream] // by connection; replaced (under mu) when unusable
+
+	mu     sync.Mutex
+	legacy bool // the peer does not know rpc Frames: use rpc Stream
 }
 
 // pick chooses a connection, round robin.
@@ -213,14 +214,17 @@ func (p *peerConns) pick() (int, *grpc.ClientConn) {
 // stream returns connection i's delivery stream, opening a new one when
 // there is none or it is closing.
 func (p *peerConns) stream(i int) (*muxStream, error) {
+	if ms := p.streams[i].Load(); ms != nil && ms.usable() { // no lock: every call passes here
+		return ms, nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ms := p.streams[i]
+	ms := p.streams[i].Load()
 	if ms != nil && ms.usable() {
 		return ms, nil
 	}
-	for _, s := range p.streams {
-		if s != nil && s.refused() {
+	for j := range p.streams {
+		if s := p.streams[j].Load(); s != nil && s.refused() {
 			p.legacy = true
 		}
 	}
@@ -228,14 +232,14 @@ func (p *peerConns) stream(i int) (*muxStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.streams[i] = ms
+	p.streams[i].Store(ms)
 	return ms, nil
 }
 
 func (p *peerConns) close() {
 	p.mu.Lock()
-	for _, ms := range p.streams {
-		if ms != nil {
+	for i := range p.streams {
+		if ms := p.streams[i].Load(); ms != nil {
 			ms.cancel()
 		}
 	}
@@ -377,6 +381,13 @@ func (t *GRPC) Forget(live map[string]bool) {
 }
 
 func (t *GRPC) peer(addr string) (*peerConns, error) {
+	t.mu.RLock()
+	p, ok := t.peers[addr]
+	closed := t.closed
+	t.mu.RUnlock()
+	if ok && !closed {
+		return p, nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -389,7 +400,7 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 	if t.cfg.PeerTLS != nil {
 		creds = loggingCreds{TransportCredentials: credentials.NewTLS(t.peerTLS(addr)), t: t, peer: addr}
 	}
-	p := &peerConns{}
+	p = &peerConns{}
 	for range connsPerPeer {
 		c, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(creds),
@@ -411,7 +422,7 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 		}
 		p.conns = append(p.conns, c)
 	}
-	p.streams = make([]*muxStream, len(p.conns))
+	p.streams = make([]atomic.Pointer[muxStream], len(p.conns))
 	t.peers[addr] = p
 	return p, nil
 }

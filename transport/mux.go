@@ -344,8 +344,9 @@ type muxStream struct {
 	spare    []*frame
 	busy     bool // a goroutine is sending: frames queued now go with its next batch
 	nextID   uint64
-	dead     error // set once; no new calls
-	draining bool  // goaway received; no new calls
+	dead     error       // set once; no new calls
+	draining bool        // goaway received; no new calls
+	closing  atomic.Bool // dead or draining (read without mu)
 
 	kick chan struct{} // 1-buffered: the writer goroutine has a queue to send
 	done chan struct{} // closed when dead is set
@@ -384,11 +385,7 @@ func newMux(cs grpc.ClientStream, cancel context.CancelFunc) *muxStream {
 }
 
 // usable reports whether new calls may use the stream.
-func (ms *muxStream) usable() bool {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	return ms.dead == nil && !ms.draining
-}
+func (ms *muxStream) usable() bool { return !ms.closing.Load() }
 
 // refused reports whether the server refused the stream as
 // unimplemented (it does not know rpc Frames).
@@ -429,6 +426,7 @@ func (ms *muxStream) receive(f *frame) {
 	ms.mu.Lock()
 	if f.GoAway {
 		ms.draining = true
+		ms.closing.Store(true)
 	}
 	c := ms.pending[f.ID]
 	delete(ms.pending, f.ID)
@@ -457,6 +455,7 @@ func (ms *muxStream) fail(err error) {
 	ms.mu.Lock()
 	if ms.dead == nil {
 		ms.dead = err
+		ms.closing.Store(true)
 		ms.unimplemented = !ms.legacy && status.Code(err) == codes.Unimplemented
 		close(ms.done)
 	}
