@@ -201,6 +201,8 @@ type peerConns struct {
 
 	streams []atomic.Pointer[muxStream] // by connection; replaced (under mu) when unusable
 
+	maxMessageSize int // GRPCConfig.MaxMessageSize
+
 	mu     sync.Mutex
 	legacy bool // the peer does not know rpc Frames: use rpc Stream
 }
@@ -228,7 +230,7 @@ func (p *peerConns) stream(i int) (*muxStream, error) {
 			p.legacy = true
 		}
 	}
-	ms, err := newMuxStream(p.conns[i], p.legacy)
+	ms, err := newMuxStream(p.conns[i], p.legacy, p.maxMessageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +402,7 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 	if t.cfg.PeerTLS != nil {
 		creds = loggingCreds{TransportCredentials: credentials.NewTLS(t.peerTLS(addr)), t: t, peer: addr}
 	}
-	p = &peerConns{}
+	p = &peerConns{maxMessageSize: t.cfg.MaxMessageSize}
 	for range connsPerPeer {
 		c, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(creds),

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,4 +212,30 @@ func TestCallsReachRunnerOfPreviousVersion(t *testing.T) {
 	if n := h.written.Load(); n != 10 {
 		t.Fatalf("%d deliveries, want 10", n)
 	}
+}
+
+// Frames sent together never make a stream message over the size limit:
+// concurrent calls whose requests and answers each fit MaxMessageSize, but
+// not together, all succeed (a batch over the limit would fail the send
+// and the stream).
+func TestConcurrentLargeMessagesStayWithinSizeLimit(t *testing.T) {
+	const limit = 100 << 10
+	_, addr := startServer(t, GRPCConfig{MaxMessageSize: limit}, nil)
+	c := NewGRPC(GRPCConfig{Logger: quiet(), MaxMessageSize: limit})
+	t.Cleanup(func() { c.Close(0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	echo(t, ctx, c, addr, "warm")
+	payload := strings.Repeat("x", 60<<10) // one fits, two do not
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() {
+			text := strconv.Itoa(i) + payload
+			resp, sent, err := c.Call(ctx, addr, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte(text)})
+			if err != nil || !sent || string(resp.Payload) != text {
+				t.Errorf("Call %d = sent %v, %v", i, sent, err)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -45,9 +46,37 @@ var (
 	streamDesc = grpc.StreamDesc{StreamName: "Stream", ServerStreams: true, ClientStreams: true}
 )
 
-// maxBatchFrames bounds the frames of one batch, so that one sender's
-// burst does not hold back the others' answers behind one huge write.
-const maxBatchFrames = 256
+// maxBatchFrames and maxBatchBytes bound a batch of more than one frame,
+// so that one sender's burst does not hold back the others' answers
+// behind one huge write; a batch's bytes also stay within the sender's
+// MaxMessageSize (the stream's message limit: a message over it would
+// fail the send and the stream). A frame alone may be larger.
+const (
+	maxBatchFrames = 256
+	maxBatchBytes  = 1 << 20
+)
+
+// batchBytes is the bound of a batch's bytes for MaxMessageSize limit.
+func batchBytes(limit int) int {
+	if limit <= 0 {
+		return maxBatchBytes
+	}
+	return min(limit, maxBatchBytes)
+}
+
+// batchLen is how many of the first frames of a queue of n make a batch:
+// at most maxBatchFrames, their sizes (size(i): an upper bound) within
+// limit bytes, and at least one.
+func batchLen(n int, size func(i int) int, limit int) int {
+	total := 0
+	for i := range min(n, maxBatchFrames) {
+		total += binary.MaxVarintLen64 + 1 + size(i)
+		if total > limit && i > 0 {
+			return i
+		}
+	}
+	return min(n, maxBatchFrames)
+}
 
 // --- server side ---
 
@@ -111,7 +140,8 @@ type outFrame struct {
 // frameWriter coalesces the frames a server stream sends (see the top of
 // the file). Its writer goroutine runs until close.
 type frameWriter struct {
-	sendMsg func(*frameBatch) error
+	sendMsg  func(*frameBatch) error
+	maxBytes int // of a batch of more than one frame
 
 	mu     sync.Mutex
 	queue  []outFrame
@@ -124,8 +154,8 @@ type frameWriter struct {
 	stopped chan struct{}
 }
 
-func newFrameWriter(sendMsg func(*frameBatch) error) *frameWriter {
-	w := &frameWriter{sendMsg: sendMsg, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+func newFrameWriter(sendMsg func(*frameBatch) error, maxBytes int) *frameWriter {
+	w := &frameWriter{sendMsg: sendMsg, maxBytes: maxBytes, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -173,9 +203,9 @@ func (w *frameWriter) kickLocked() {
 // return, not while sending.
 func (w *frameWriter) flushLocked() {
 	batch := w.queue
-	if len(batch) > maxBatchFrames {
-		batch = batch[:maxBatchFrames]
-		w.queue = append(w.spare[:0], w.queue[maxBatchFrames:]...)
+	if n := batchLen(len(batch), func(i int) int { return batch[i].f.size() }, w.maxBytes); n < len(batch) {
+		batch = batch[:n]
+		w.queue = append(w.spare[:0], w.queue[n:]...)
 	} else {
 		w.queue = w.spare[:0]
 	}
@@ -257,7 +287,7 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 		idle     atomic.Int64 // workers waiting on work
 		work     = make(chan *frame)
 	)
-	w := newFrameWriter(func(b *frameBatch) error { return ss.SendMsg(b) })
+	w := newFrameWriter(func(b *frameBatch) error { return ss.SendMsg(b) }, batchBytes(t.cfg.MaxMessageSize))
 	stop, goawayDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(goawayDone)
@@ -348,8 +378,9 @@ type muxStream struct {
 	draining bool        // goaway received; no new calls
 	closing  atomic.Bool // dead or draining (read without mu)
 
-	kick chan struct{} // 1-buffered: the writer goroutine has a queue to send
-	done chan struct{} // closed when dead is set
+	kick     chan struct{} // 1-buffered: the writer goroutine has a queue to send
+	done     chan struct{} // closed when dead is set
+	maxBytes int           // of a batch of more than one frame
 
 	// legacy: the stream is an rpc Stream (a frame per message), for a
 	// server of the previous version. unimplemented: the server does
@@ -359,7 +390,7 @@ type muxStream struct {
 
 // newMuxStream opens a delivery stream on cc: rpc Frames, or rpc Stream
 // when legacy.
-func newMuxStream(cc *grpc.ClientConn, legacy bool) (*muxStream, error) {
+func newMuxStream(cc *grpc.ClientConn, legacy bool, maxMessageSize int) (*muxStream, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	desc, method := &framesDesc, framesMethod
 	if legacy {
@@ -372,6 +403,7 @@ func newMuxStream(cc *grpc.ClientConn, legacy bool) (*muxStream, error) {
 	}
 	ms := newMux(cs, cancel)
 	ms.legacy = legacy
+	ms.maxBytes = batchBytes(maxMessageSize)
 	go ms.recvLoop()
 	go ms.writeLoop()
 	return ms, nil
@@ -380,7 +412,7 @@ func newMuxStream(cc *grpc.ClientConn, legacy bool) (*muxStream, error) {
 // newMux returns the client of stream cs; its goroutines (recvLoop and
 // writeLoop) are the caller's to start.
 func newMux(cs grpc.ClientStream, cancel context.CancelFunc) *muxStream {
-	return &muxStream{cs: cs, cancel: cancel, pending: make(map[uint64]chan muxResult),
+	return &muxStream{cs: cs, cancel: cancel, pending: make(map[uint64]chan muxResult), maxBytes: maxBatchBytes,
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -562,9 +594,9 @@ func (ms *muxStream) flushLocked() {
 		return // fail answered the queue
 	}
 	batch := ms.queue
-	if len(batch) > maxBatchFrames {
-		batch = batch[:maxBatchFrames]
-		ms.queue = append(ms.spare[:0], ms.queue[maxBatchFrames:]...)
+	if n := batchLen(len(batch), func(i int) int { return batch[i].size() }, ms.maxBytes); n < len(batch) {
+		batch = batch[:n]
+		ms.queue = append(ms.spare[:0], ms.queue[n:]...)
 	} else {
 		ms.queue = ms.spare[:0]
 	}
