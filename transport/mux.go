@@ -21,14 +21,19 @@ import (
 // The multiplexed delivery stream (transport.proto, rpc Frames). A unary
 // RPC per message costs a new HTTP/2 stream, headers and trailers both
 // ways; one long-lived stream per connection carries only the messages.
-// Each side coalesces its frames: a frame to send joins a queue, and the
-// queue goes out as one stream message (a frameBatch: one gRPC message,
-// one HTTP/2 data frame, usually one write) either at once, sent by the
-// goroutine that queued it when nobody is sending, or with the next batch
-// of the stream's writer goroutine, which sends whatever queued up while
-// the previous batch was being sent. Nothing waits for a timer: a lone
-// frame goes out at once, and batches grow only under load. Its reader
-// decodes a batch in one allocation.
+//
+// Each side coalesces the frames it sends: a frame joins the stream's
+// queue, and the queue goes out as one stream message (a frameBatch: one
+// gRPC message, one HTTP/2 data frame, usually one write). A frame with
+// nothing else under way — the client's call when no other call on the
+// stream awaits its answer, the server's answer when no other answer is
+// being computed — is sent at once by the goroutine that made it. Else
+// the stream's writer goroutine sends it: woken, it yields once (so that
+// the goroutines about to queue frames, callers woken by answers or
+// handlers finishing, do so) and sends the whole queue. Frames queued
+// while a batch is being sent go with the next. Nothing waits for a
+// timer: batches grow only under load. The reader decodes a batch in one
+// allocation; the server answers its frames on reused goroutines.
 //
 // The server still answers rpc Stream (a frame per message), which
 // runners of the previous version call, and a client whose Frames stream
@@ -275,8 +280,9 @@ func (w *frameWriter) close() {
 	<-w.stopped
 }
 
-// serveFrames answers the frames of one Frames stream, each on its own
-// goroutine, until the client closes its side; answers are coalesced. When
+// serveFrames answers the frames of one Frames stream, each on a
+// goroutine of its own while it runs (a worker, reused), until the client
+// closes its side; answers are coalesced. When
 // the transport stops gracefully it sends a goaway frame and keeps
 // answering what arrives until the client, having received every answer,
 // closes its side.
@@ -309,10 +315,10 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 		resp, written := t.h.Deliver(ctx, f.Req)
 		w.send(&frame{ID: f.ID, Resp: resp}, written, handlers.Add(-1) == 0)
 	}
-	// A worker answers frames one after another, then waits for more
-	// (up to maxIdleWorkers wait): a new goroutine per frame would grow
-	// its stack anew for every message (the decoding of the request runs
-	// on it), which cost more than the rest of the worker's work.
+	// A worker answers frames one after another, waiting for the next
+	// (at most maxIdleWorkers wait): a new goroutine per frame would grow
+	// its stack anew for every message (the request is decoded on it), a
+	// cost that showed in the profiles of remote asks.
 	worker := func(f *frame) {
 		for {
 			serve(f)
