@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -234,6 +235,36 @@ func TestConcurrentLargeMessagesStayWithinSizeLimit(t *testing.T) {
 			resp, sent, err := c.Call(ctx, addr, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte(text)})
 			if err != nil || !sent || string(resp.Payload) != text {
 				t.Errorf("Call %d = sent %v, %v", i, sent, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A runner of the previous version calls over rpc Stream (a frame per
+// message): this one still answers it.
+func TestRunnerOfPreviousVersionIsAnswered(t *testing.T) {
+	_, addr := startServer(t, GRPCConfig{}, nil)
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(wireCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	ms, err := newMuxStream(cc, true, 0) // rpc Stream, as the previous version's client
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ms.cancel)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			text := strconv.Itoa(i)
+			resp, err, sent := ms.call(ctx, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte(text)}, time.Minute)
+			if err != nil || !sent || string(resp.Payload) != text {
+				t.Errorf("call %d = %v, sent %v, %v", i, resp, sent, err)
 			}
 		})
 	}
