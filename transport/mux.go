@@ -305,8 +305,7 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 	}()
 	// No SendMsg after we return: the goaway goroutine, then the writer.
 	defer func() { close(stop); <-goawayDone; w.close() }()
-	serve := func(f *frame) {
-		ctx := ss.Context()
+	serve := func(ctx context.Context, f *frame) {
 		if f.TimeoutMs > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
@@ -320,8 +319,13 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 	// its stack anew for every message (the request is decoded on it), a
 	// cost that showed in the profiles of remote asks.
 	worker := func(f *frame) {
+		// The frames' contexts derive from the worker's own, not each
+		// directly from the stream's: they register with a parent no other
+		// goroutine locks.
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
 		for {
-			serve(f)
+			serve(ctx, f)
 			if idle.Add(1) > maxIdleWorkers {
 				idle.Add(-1)
 				return
