@@ -11,8 +11,9 @@
 //     one long-lived multiplexed stream (unary calls for payloads over
 //     64 KiB) on which both sides coalesce frames: a lone frame is sent at
 //     once, frames that queue up while others are being sent go out
-//     together, never held back by a timer (mux.go); the server bounds what a connection costs (5 s handshake
-//     deadline, 5 min idle limit, keepalive pings, MaxConnections).
+//     together, never held back by a timer (mux.go); the server bounds
+//     what a connection costs (5 s handshake deadline, 5 min idle limit,
+//     keepalive pings, MaxConnections).
 //     Handshakes refused by TLS (no certificate, one of another CA) or by
 //     GRPCConfig.VerifyPeer (the runner's Config.RequireClusterPeers) are
 //     logged at WARN with the peer's address and the reason, at most once
