@@ -73,6 +73,24 @@ func (a held) worse(b held) bool {
 // hashes in total.
 func stableMatch(ms []member, q []int, n int) Assignment {
 	r := newRanking(ms)
+	// The pair each shard proposed to last: its key and member (-1: none).
+	lastKey := make([]uint64, n)
+	lastIdx := make([]int32, n)
+	for s := range lastIdx {
+		lastIdx[s] = -1
+	}
+	return acceptProposals(ms, q, n, func(s int32) (int, uint64) {
+		// The best member ranked below the last one s proposed to.
+		best, bk := r.best(shardKey(int(s)), q, int(lastIdx[s]), lastKey[s])
+		lastIdx[s], lastKey[s] = int32(best), bk
+		return best, bk
+	})
+}
+
+// acceptProposals runs deferred acceptance for n shards and the members,
+// member i keeping the best q[i] proposals; next(s) returns the member
+// shard s proposes to next, in the shard's order, and the pair's rank key.
+func acceptProposals(ms []member, q []int, n int, next func(s int32) (int, uint64)) Assignment {
 	m := len(ms)
 	// Member i's held shards form a min-heap (worst on top) in
 	// heaps[off[i] : off[i]+size[i]], with room for q[i].
@@ -82,23 +100,15 @@ func stableMatch(ms []member, q []int, n int) Assignment {
 	}
 	heaps := make([]held, n)
 	size := make([]int, m)
-	// The pair each shard proposed to last: its key and member (-1: none).
-	lastKey := make([]uint64, n)
-	lastIdx := make([]int32, n)
-	for s := range lastIdx {
-		lastIdx[s] = -1
-	}
 	for s := range n {
 		cur := int32(s) // the shard that proposes next; -1 when all are held
 		for cur >= 0 {
-			// The best member ranked below the last one cur proposed to.
-			best, bk := r.best(shardKey(int(cur)), q, int(lastIdx[cur]), lastKey[cur])
+			best, bk := next(cur)
 			if best < 0 {
 				// Unreachable: sum(q) == n, so some member always has room
 				// for or prefers a shard that was rejected everywhere else.
 				panic("sharding: stable matching ran out of runners")
 			}
-			lastIdx[cur], lastKey[cur] = int32(best), bk
 			h := heaps[off[best] : off[best]+q[best]]
 			p := held{key: bk, shard: cur}
 			switch {

@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -32,6 +33,32 @@ func BenchmarkAssign(b *testing.B) {
 			}
 			for b.Loop() {
 				if _, err := s.Assign(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPlanner measures a membership change as a runner's Planner
+// computes it: one runner joins, then leaves, alternately (compare with
+// BenchmarkAssign's fresh computation of the same size).
+func BenchmarkPlanner(b *testing.B) {
+	for _, size := range []struct{ shards, runners int }{{4096, 20}, {16384, 100}, {65536, 100}} {
+		b.Run(fmt.Sprintf("%dx%d", size.shards, size.runners), func(b *testing.B) {
+			p := NewPlanner(Balanced())
+			rs := numbered("", size.runners)
+			ins := []Input{
+				{NumShards: size.shards, Runners: rs},
+				{NumShards: size.shards, Runners: append(slices.Clone(rs), Runner{ID: "joiner", Weight: 1})},
+			}
+			if _, err := p.Assign(ins[0]); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := p.Assign(ins[i%2]); err != nil {
 					b.Fatal(err)
 				}
 			}

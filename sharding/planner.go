@@ -1,0 +1,273 @@
+package sharding
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// prefixLen is how many of its best-ranked runners a [Planner] keeps per
+// shard. Almost every shard is accepted at its first or second proposal;
+// a shard that is rejected by all of them ranks the others on the spot.
+const prefixLen = 4
+
+// Planner computes a sequence of assignments with one strategy — a
+// runner's view of the membership as it changes — reusing what it computed
+// for the previous input. Every result is exactly the strategy's Assign of
+// the same input.
+//
+// For [Balanced] a Planner keeps, for every shard, the few runners that
+// rank it highest (a prefix of the shard's rendezvous order). An input
+// whose runners differ from the previous one's by a few runners — a join, a
+// departure, a weight change, a runner draining (weight 0) — costs
+// O(NumShards) hashes per runner that changed to update those prefixes,
+// plus one pass of deferred acceptance that reads them: about O(NumShards)
+// in all, where a fresh Assign costs O(NumShards x runners) hashes. An input
+// with the previous one's runners and weights returns the previous
+// assignment. Other strategies are called as they are.
+//
+// A Planner is safe for concurrent use; its calls are serialized.
+type Planner struct {
+	s        Strategy
+	balanced bool
+
+	mu sync.Mutex
+	n  int      // NumShards of the prefixes (0: none kept)
+	eq bool     // the rank keys are pair hashes (equal weights)
+	ms []member // the runners the prefixes rank, sorted by ID
+	// Slots name the runners in the prefixes; a departed runner's slot
+	// is reused once its entries are gone.
+	slotOf map[string]int32
+	slotID []string // by slot; "" when free
+	// Shard s's prefix, best first: keys[s*prefixLen+j] and
+	// slots[s*prefixLen+j] for j < plen[s]. It is the true start of the
+	// shard's order over ms (rank key descending, then ID ascending); it
+	// holds every runner of ms when plen[s] == len(ms).
+	keys  []uint64
+	slots []int32
+	plen  []uint8
+	last  Assignment // the assignment of ms
+}
+
+// NewPlanner returns a Planner computing the assignments of s.
+func NewPlanner(s Strategy) *Planner {
+	_, ok := s.(balanced)
+	return &Planner{s: s, balanced: ok}
+}
+
+// Strategy returns the strategy the Planner computes.
+func (p *Planner) Strategy() Strategy { return p.s }
+
+// Assign returns the strategy's assignment for in (see [Strategy.Assign]).
+// The result is the caller's.
+func (p *Planner) Assign(in Input) (Assignment, error) {
+	if !p.balanced {
+		return p.s.Assign(in)
+	}
+	ms, err := members(in)
+	if err != nil {
+		return nil, assignError(p.s, in, err)
+	}
+	if len(ms) == 0 {
+		return unassigned(in.NumShards), nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	eq := equalWeights(ms)
+	if p.n == in.NumShards && p.eq == eq && slices.Equal(p.ms, ms) && p.last != nil {
+		return slices.Clone(p.last), nil
+	}
+	if !p.update(in.NumShards, ms, eq) {
+		p.rebuild(in.NumShards, ms, eq)
+	}
+	p.last = p.match(quotas(ms, in.NumShards, nil))
+	return slices.Clone(p.last), nil
+}
+
+// update brings the prefixes from p.ms to ms by removing the runners that
+// left or changed weight and adding the runners that joined or changed
+// weight. It reports false when a rebuild is due: no prefixes, another
+// NumShards or weight mode, more changes than half the runners (nothing
+// changed then), or prefixes worn down by removals.
+func (p *Planner) update(n int, ms []member, eq bool) bool {
+	if p.n != n || p.eq != eq || p.keys == nil {
+		return false
+	}
+	var gone, added []member
+	i, j := 0, 0
+	for i < len(p.ms) || j < len(ms) {
+		switch {
+		case j == len(ms) || i < len(p.ms) && p.ms[i].id < ms[j].id:
+			gone = append(gone, p.ms[i])
+			i++
+		case i == len(p.ms) || ms[j].id < p.ms[i].id:
+			added = append(added, ms[j])
+			j++
+		default:
+			// The rank keys of a runner depend on its weight only when
+			// the weights differ.
+			if !eq && p.ms[i].weight != ms[j].weight {
+				gone = append(gone, p.ms[i])
+				added = append(added, ms[j])
+			}
+			i++
+			j++
+		}
+	}
+	if len(gone)+len(added) > len(ms)/2+1 {
+		return false
+	}
+	for _, m := range gone {
+		p.remove(m.id)
+	}
+	present := len(p.ms) - len(gone) // the runners the prefixes rank
+	p.ms = slices.Clone(ms)
+	for _, m := range added {
+		p.add(m, present)
+		present++
+	}
+	// A removal shortens the prefixes that held the runner, and a shard
+	// rejected by its whole prefix ranks every runner on the spot:
+	// rebuild once the prefixes lack half an entry each on average.
+	missing, want := 0, min(prefixLen, len(ms))
+	for _, l := range p.plen {
+		missing += want - int(l)
+	}
+	return missing <= n/2
+}
+
+// rebuild ranks every runner of ms for every shard and keeps the best
+// prefixLen: O(n x len(ms)) hashes.
+func (p *Planner) rebuild(n int, ms []member, eq bool) {
+	p.n, p.eq, p.ms = n, eq, slices.Clone(ms)
+	p.slotOf = make(map[string]int32, len(ms))
+	p.slotID = p.slotID[:0]
+	for _, m := range ms {
+		p.slotOf[m.id] = int32(len(p.slotID))
+		p.slotID = append(p.slotID, m.id)
+	}
+	p.keys = make([]uint64, n*prefixLen)
+	p.slots = make([]int32, n*prefixLen)
+	p.plen = make([]uint8, n)
+	rk := newRanking(ms)
+	for s := range n {
+		sk := shardKey(s)
+		for i, m := range ms {
+			slot := int32(i)
+			if !eq && int(p.plen[s]) == prefixLen {
+				// Skip, without the logarithm, runners that cannot enter
+				// the prefix (as ranking.best does).
+				worst := math.Float64frombits(p.keys[s*prefixLen+prefixLen-1])
+				u := unitVariate(pairHash(m.key, sk))
+				if float64(rk.weights[i]/(1-u))*(1+1e-9) < worst {
+					continue
+				}
+			}
+			p.insert(s, rk.key(i, sk), slot, true)
+		}
+	}
+}
+
+// add enters runner m into the prefixes it belongs to; they rank present
+// runners so far.
+func (p *Planner) add(m member, present int) {
+	var slot int32
+	if k := slices.Index(p.slotID, ""); k >= 0 {
+		slot = int32(k)
+		p.slotID[k] = m.id
+	} else {
+		slot = int32(len(p.slotID))
+		p.slotID = append(p.slotID, m.id)
+	}
+	p.slotOf[m.id] = slot
+	rk := ranking{keys: []uint64{m.key}}
+	if !p.eq {
+		rk.weights = []float64{float64(m.weight)}
+	}
+	for s := range p.n {
+		// A prefix that held every other runner holds the newcomer too.
+		complete := int(p.plen[s]) == present
+		p.insert(s, rk.key(0, shardKey(s)), slot, complete)
+	}
+}
+
+// remove takes runner id out of every prefix and frees its slot.
+func (p *Planner) remove(id string) {
+	slot := p.slotOf[id]
+	delete(p.slotOf, id)
+	p.slotID[slot] = ""
+	for s := range p.n {
+		base, l := s*prefixLen, int(p.plen[s])
+		for j := range l {
+			if p.slots[base+j] == slot {
+				copy(p.keys[base+j:base+l], p.keys[base+j+1:base+l])
+				copy(p.slots[base+j:base+l], p.slots[base+j+1:base+l])
+				p.plen[s]--
+				break
+			}
+		}
+	}
+}
+
+// insert puts (key, slot) into shard s's prefix at its rank. Below the
+// last entry it goes only when the prefix is complete (holds every other
+// runner): otherwise an unknown runner may rank between them.
+func (p *Planner) insert(s int, key uint64, slot int32, complete bool) {
+	base, l := s*prefixLen, int(p.plen[s])
+	j := l
+	for j > 0 && p.above(key, slot, p.keys[base+j-1], p.slots[base+j-1]) {
+		j--
+	}
+	if j == l && (l == prefixLen || !complete) {
+		return
+	}
+	end := min(l, prefixLen-1) // the last entry falls off a full prefix
+	copy(p.keys[base+j+1:base+end+1], p.keys[base+j:base+end])
+	copy(p.slots[base+j+1:base+end+1], p.slots[base+j:base+end])
+	p.keys[base+j], p.slots[base+j] = key, slot
+	if l < prefixLen {
+		p.plen[s]++
+	}
+}
+
+// above reports whether the pair (key a, runner slot sa) ranks above (b,
+// sb): a higher key, or the same key and a smaller ID (ranking's order).
+func (p *Planner) above(a uint64, sa int32, b uint64, sb int32) bool {
+	if a != b {
+		return a > b
+	}
+	return strings.Compare(p.slotID[sa], p.slotID[sb]) < 0
+}
+
+// match is stableMatch reading the prefixes: a shard proposes to its
+// prefix's runners in order and ranks the others on the spot only when
+// all of those rejected it.
+func (p *Planner) match(q []int) Assignment {
+	n := p.n
+	idx := make([]int32, len(p.slotID)) // slot -> index in p.ms
+	for i, m := range p.ms {
+		idx[p.slotOf[m.id]] = int32(i)
+	}
+	r := newRanking(p.ms)
+	next := make([]uint8, n) // the next prefix entry to propose to
+	lastKey := make([]uint64, n)
+	lastIdx := make([]int32, n)
+	for s := range lastIdx {
+		lastIdx[s] = -1
+	}
+	return acceptProposals(p.ms, q, n, func(s int32) (int, uint64) {
+		base := int(s) * prefixLen
+		for int(next[s]) < int(p.plen[s]) {
+			j := base + int(next[s])
+			next[s]++
+			if i := idx[p.slots[j]]; q[i] > 0 {
+				lastIdx[s], lastKey[s] = i, p.keys[j]
+				return int(i), p.keys[j]
+			}
+		}
+		best, bk := r.best(shardKey(int(s)), q, int(lastIdx[s]), lastKey[s])
+		lastIdx[s], lastKey[s] = int32(best), bk
+		return best, bk
+	})
+}

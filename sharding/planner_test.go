@@ -1,0 +1,124 @@
+package sharding
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestPlannerAssignsExactlyAsItsStrategy drives Planners through random
+// membership changes — joins, departures, several at once, weight changes,
+// draining runners, a weight mode switch, a new NumShards — and checks
+// every result against a fresh Assign of the same input. The small sizes
+// make shards propose past their kept prefixes and force rebuilds.
+func TestPlannerAssignsExactlyAsItsStrategy(t *testing.T) {
+	for _, size := range []struct{ n, m int }{{1, 1}, {5, 9}, {7, 3}, {64, 9}, {500, 12}, {1024, 40}} {
+		for _, weighted := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%dx%d/weighted=%v", size.n, size.m, weighted), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(size.n), uint64(size.m)))
+				p := NewPlanner(Balanced())
+				rs := numbered("", size.m)
+				nextID := size.m
+				n := size.n
+				for step := range 60 {
+					switch c := rng.IntN(10); {
+					case c < 3 || len(rs) < 2: // a join, sometimes a burst
+						for range 1 + rng.IntN(3) {
+							rs = append(rs, Runner{ID: fmt.Sprintf("runner-%d", nextID), Weight: 1})
+							nextID++
+						}
+					case c < 6: // a departure, sometimes several
+						for range 1 + rng.IntN(min(3, len(rs)-1)) {
+							i := rng.IntN(len(rs))
+							rs = slices.Delete(rs, i, i+1)
+						}
+					case c < 8: // draining, or back
+						i := rng.IntN(len(rs))
+						rs[i].Weight = 1 - min(rs[i].Weight, 1)
+					case c < 9 && weighted:
+						rs[rng.IntN(len(rs))].Weight = 1 + rng.IntN(4)
+					default:
+						if rng.IntN(8) == 0 {
+							n = max(1, n+rng.IntN(9)-4)
+						}
+					}
+					in := Input{NumShards: n, Runners: slices.Clone(rs)}
+					rng.Shuffle(len(in.Runners), func(i, j int) { in.Runners[i], in.Runners[j] = in.Runners[j], in.Runners[i] })
+					want := mustAssign(t, Balanced(), in)
+					got, err := p.Assign(in)
+					if err != nil {
+						t.Fatalf("step %d: Planner.Assign(%d shards, %d runners) error: %v", step, n, len(rs), err)
+					}
+					if d := Diff(want, got); len(d) > 0 {
+						t.Fatalf("step %d: Planner.Assign(%d shards, %d runners) differs from Balanced at %d shards (first %d: %q, want %q)",
+							step, n, len(rs), len(d), d[0], got[d[0]], want[d[0]])
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPlannerAtScale checks a Planner against Balanced through single
+// joins and departures at 16384 shards x 100 runners, the scale the
+// Planner is for.
+func TestPlannerAtScale(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("O(N*M) reference assignments")
+	}
+	p := NewPlanner(Balanced())
+	rs := numbered("", 100)
+	for step := range 12 {
+		if step%2 == 1 {
+			rs = append(rs, Runner{ID: fmt.Sprintf("joiner-%d", step), Weight: 1})
+		} else if step > 0 {
+			rs = slices.Delete(rs, step*7%len(rs), step*7%len(rs)+1)
+		}
+		in := Input{NumShards: 16384, Runners: rs}
+		want := mustAssign(t, Balanced(), in)
+		got, err := p.Assign(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := Diff(want, got); len(d) > 0 {
+			t.Fatalf("step %d: Planner.Assign differs from Balanced at %d shards", step, len(d))
+		}
+	}
+}
+
+// TestPlannerPassesOtherStrategiesThrough checks that a Planner of another
+// strategy returns that strategy's result, Current included, and that
+// invalid inputs fail with the strategy's errors.
+func TestPlannerPassesOtherStrategiesThrough(t *testing.T) {
+	rs := numbered("", 5)
+	cur := mustAssign(t, Balanced(), Input{NumShards: 256, Runners: rs[1:]})
+	for _, s := range allStrategies() {
+		in := Input{NumShards: 256, Runners: rs, Current: cur}
+		got, err := NewPlanner(s).Assign(in)
+		if err != nil {
+			t.Fatalf("%s: Planner.Assign error: %v", s.Name(), err)
+		}
+		if want := mustAssign(t, s, in); !slices.Equal(got, want) {
+			t.Errorf("%s: Planner.Assign differs from the strategy's Assign at %d shards", s.Name(), len(Diff(want, got)))
+		}
+		bad := Input{NumShards: 256, Runners: []Runner{{ID: "a", Weight: 1}, {ID: "a", Weight: 1}}}
+		if _, err := NewPlanner(s).Assign(bad); !errors.Is(err, ErrDuplicateRunner) {
+			t.Errorf("%s: Planner.Assign(duplicate IDs) error = %v, want ErrDuplicateRunner", s.Name(), err)
+		}
+	}
+}
+
+// TestPlannerResultIsTheCallers checks that changing a returned assignment
+// does not change the next result.
+func TestPlannerResultIsTheCallers(t *testing.T) {
+	p := NewPlanner(Balanced())
+	in := Input{NumShards: 64, Runners: numbered("", 3)}
+	a, _ := p.Assign(in)
+	a[0] = "changed"
+	b, _ := p.Assign(in)
+	if want := mustAssign(t, Balanced(), in); !slices.Equal(b, want) {
+		t.Errorf("Planner.Assign after the caller changed a result = %v..., want %v...", b[:1], want[:1])
+	}
+}
