@@ -27,6 +27,10 @@ type clusterView struct {
 	handoffRaw  map[sharding.ShardID]storage.KeyValue
 	membersSeen bool // the membership view has been listed at least once
 
+	// planner computes the assignments with cfg.Strategy, each from the
+	// previous one (a membership change costs O(shards), not O(shards x
+	// runners)); the control loop alone calls it.
+	planner      *sharding.Planner
 	assignment   sharding.Assignment
 	assignDigest uint64 // assignment.Digest()
 	// assignedFrom: the sorted runners and weights the assignment was
@@ -259,7 +263,8 @@ func (r *Runner) flushLostLocked() bool {
 }
 
 // recompute recomputes the assignment from the membership view; the
-// strategy runs without r.mu held (it costs O(shards x runners)).
+// planner runs without r.mu held (O(shards) after a few runners changed,
+// O(shards x runners) the first time).
 func (r *Runner) recompute() {
 	r.mu.Lock()
 	if r.lifecycle.phase != phaseAttached {
@@ -274,7 +279,7 @@ func (r *Runner) recompute() {
 	if !ok {
 		return
 	}
-	a, err := r.cfg.Strategy.Assign(in)
+	a, err := r.view.planner.Assign(in)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.installAssignmentLocked(in.Runners, a, err, version)
@@ -286,7 +291,7 @@ func (r *Runner) recomputeLocked() {
 	if !ok {
 		return
 	}
-	a, err := r.cfg.Strategy.Assign(in)
+	a, err := r.view.planner.Assign(in)
 	r.installAssignmentLocked(in.Runners, a, err, version)
 }
 

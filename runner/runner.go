@@ -222,6 +222,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 			locks:      control.NewLockView(cfg.NumShards),
 			handoffs:   make(map[sharding.ShardID]storage.Handoff),
 			handoffRaw: make(map[sharding.ShardID]storage.KeyValue),
+			planner:    sharding.NewPlanner(cfg.Strategy),
 		},
 	}
 }
