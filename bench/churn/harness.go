@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -36,6 +37,10 @@ type Params struct {
 	// Burst runners, at random, shut down gracefully within one second.
 	Burst int
 }
+
+// churnProfile, if not nil, receives a CPU profile of the churn phase:
+// its steps and the load between them, not the cold start (-churnprofile).
+var churnProfile io.Writer
 
 // Bounds on waiting.
 const (
@@ -234,6 +239,13 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 // before that one settled, so every step's settle time and window are its
 // own.
 func (h *harness) churn(ctx context.Context, churnStart time.Time) {
+	if churnProfile != nil {
+		if err := pprof.StartCPUProfile(churnProfile); err != nil {
+			h.problem("churn profile: %v", err)
+		} else {
+			defer pprof.StopCPUProfile()
+		}
+	}
 	end := churnStart.Add(h.p.Duration)
 	next := churnStart.Add(h.p.Every)
 	for next.Before(end) {
@@ -426,6 +438,24 @@ func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
 // own exactly its shards.
 func (h *harness) settled() bool {
 	live, numShards := h.live, h.p.Shards
+	if !h.p.Procs {
+		// First the runners' counts: listing every runner's shards at
+		// every poll would cost the measured step O(runners x shards)
+		// per poll (and each runner's lock).
+		var digest uint64
+		total := 0
+		for i, n := range live {
+			st := n.r.Status()
+			if st.AssignmentDigest == 0 || (i > 0 && st.AssignmentDigest != digest) {
+				return false
+			}
+			digest = st.AssignmentDigest
+			total += st.Owned
+		}
+		if total != numShards {
+			return false
+		}
+	}
 	views := make([]map[sharding.ShardID]bool, len(live))
 	var digest uint64
 	for i, n := range live {

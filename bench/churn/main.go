@@ -68,6 +68,7 @@ func churn() int {
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	churnProfileFile := flag.String("churnprofile", "", "write a CPU profile of the churn phase alone (its steps and the load between them, without the cold start and the steady window) to `file`")
 	flag.StringVar(&htmlPath, "html", "", "also write the report as a self-contained HTML `file` with SVG charts")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -80,6 +81,19 @@ func churn() int {
 			return 2
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *churnProfileFile != "" {
+		if *cpuProfile != "" {
+			fmt.Fprintln(os.Stderr, "churn: -cpuprofile and -churnprofile exclude each other")
+			return 2
+		}
+		f, err := os.Create(*churnProfileFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "churn:", err)
+			return 2
+		}
+		defer f.Close()
+		churnProfile = f
 	}
 	if p.Seed == 0 {
 		p.Seed = uint64(time.Now().UnixNano())
