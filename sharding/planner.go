@@ -152,20 +152,40 @@ func (p *Planner) rebuild(n int, ms []member, eq bool) {
 	p.plen = make([]uint8, n)
 	rk := newRanking(ms)
 	for s := range n {
+		// The shard's prefix is built in a local array, the worst entry
+		// (the bar to enter) kept at hand: most runners fail it.
+		var keys [prefixLen]uint64
+		var slots [prefixLen]int32
+		l, bar := 0, uint64(0)
 		sk := shardKey(s)
 		for i, m := range ms {
-			slot := int32(i)
-			if !eq && int(p.plen[s]) == prefixLen {
+			h := pairHash(m.key, sk)
+			k := h
+			if !eq {
+				w := rk.weights[i]
 				// Skip, without the logarithm, runners that cannot enter
 				// the prefix (as ranking.best does).
-				worst := math.Float64frombits(p.keys[s*prefixLen+prefixLen-1])
-				u := unitVariate(pairHash(m.key, sk))
-				if float64(rk.weights[i]/(1-u))*(1+1e-9) < worst {
+				if l == prefixLen && float64(w/(1-unitVariate(h)))*(1+1e-9) < math.Float64frombits(bar) {
 					continue
 				}
+				k = math.Float64bits(weightedScore(h, w))
 			}
-			p.insert(s, rk.key(i, sk), slot, true)
+			// Members come in ID order: an equal key ranks below.
+			if l == prefixLen && k <= bar {
+				continue
+			}
+			j := min(l, prefixLen-1)
+			for j > 0 && k > keys[j-1] {
+				keys[j], slots[j] = keys[j-1], slots[j-1]
+				j--
+			}
+			keys[j], slots[j] = k, int32(i)
+			l = min(l+1, prefixLen)
+			bar = keys[l-1]
 		}
+		copy(p.keys[s*prefixLen:], keys[:l])
+		copy(p.slots[s*prefixLen:], slots[:l])
+		p.plen[s] = uint8(l)
 	}
 }
 
