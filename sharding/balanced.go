@@ -79,28 +79,36 @@ func stableMatch(ms []member, q []int, n int) Assignment {
 	for s := range lastIdx {
 		lastIdx[s] = -1
 	}
-	return acceptProposals(ms, q, n, func(s int32) (int, uint64) {
+	heaps := make([]held, n)
+	off := acceptProposals(q, heaps, func(s int32) (int, uint64) {
 		// The best member ranked below the last one s proposed to.
 		best, bk := r.best(shardKey(int(s)), q, int(lastIdx[s]), lastKey[s])
 		lastIdx[s], lastKey[s] = int32(best), bk
 		return best, bk
 	})
+	out := make(Assignment, n)
+	for i, mb := range ms {
+		for _, p := range heaps[off[i]:off[i+1]] {
+			out[p.shard] = mb.id
+		}
+	}
+	return out
 }
 
-// acceptProposals runs deferred acceptance for n shards and the members,
-// member i keeping the best q[i] proposals; next(s) returns the member
-// shard s proposes to next, in the shard's order, and the pair's rank key.
-func acceptProposals(ms []member, q []int, n int, next func(s int32) (int, uint64)) Assignment {
-	m := len(ms)
+// acceptProposals runs deferred acceptance for len(heaps) shards, member i
+// keeping the best q[i] proposals; next(s) returns the member shard s
+// proposes to next, in the shard's order, and the pair's rank key. Member
+// i's shards end in heaps[off[i]:off[i+1]].
+func acceptProposals(q []int, heaps []held, next func(s int32) (int, uint64)) (off []int) {
+	m := len(q)
 	// Member i's held shards form a min-heap (worst on top) in
 	// heaps[off[i] : off[i]+size[i]], with room for q[i].
-	off := make([]int, m+1)
+	off = make([]int, m+1)
 	for i := range m {
 		off[i+1] = off[i] + q[i]
 	}
-	heaps := make([]held, n)
 	size := make([]int, m)
-	for s := range n {
+	for s := range heaps {
 		cur := int32(s) // the shard that proposes next; -1 when all are held
 		for cur >= 0 {
 			best, bk := next(cur)
@@ -126,13 +134,7 @@ func acceptProposals(ms []member, q []int, n int, next func(s int32) (int, uint6
 			}
 		}
 	}
-	out := make(Assignment, n)
-	for i, mb := range ms {
-		for _, p := range heaps[off[i]:off[i+1]] {
-			out[p.shard] = mb.id
-		}
-	}
-	return out
+	return off
 }
 
 // siftUp restores the min-heap order of h after h[i] was set.

@@ -47,7 +47,15 @@ type Planner struct {
 	keys  []uint64
 	slots []int32
 	plen  []uint8
-	last  Assignment // the assignment of ms
+	// The last match, of ms: each shard's member (index in ms); matched
+	// is false until the first.
+	owner   []int32
+	matched bool
+	// Scratch of match, kept from one call to the next.
+	heaps   []held
+	next    []uint8
+	lastKey []uint64
+	lastIdx []int32
 }
 
 // NewPlanner returns a Planner computing the assignments of s.
@@ -75,14 +83,14 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	eq := equalWeights(ms)
-	if p.n == in.NumShards && p.eq == eq && slices.Equal(p.ms, ms) && p.last != nil {
-		return slices.Clone(p.last), nil
+	if p.n == in.NumShards && p.eq == eq && slices.Equal(p.ms, ms) && p.matched {
+		return p.assignment(), nil
 	}
 	if !p.update(in.NumShards, ms, eq) {
 		p.rebuild(in.NumShards, ms, eq)
 	}
-	p.last = p.match(quotas(ms, in.NumShards, nil))
-	return slices.Clone(p.last), nil
+	p.match(quotas(ms, in.NumShards, nil))
+	return p.assignment(), nil
 }
 
 // update brings the prefixes from p.ms to ms by removing the runners that
@@ -263,20 +271,23 @@ func (p *Planner) above(a uint64, sa int32, b uint64, sb int32) bool {
 // match is stableMatch reading the prefixes: a shard proposes to its
 // prefix's runners in order and ranks the others on the spot only when
 // all of those rejected it.
-func (p *Planner) match(q []int) Assignment {
+func (p *Planner) match(q []int) {
 	n := p.n
 	idx := make([]int32, len(p.slotID)) // slot -> index in p.ms
 	for i, m := range p.ms {
 		idx[p.slotOf[m.id]] = int32(i)
 	}
 	r := newRanking(p.ms)
-	next := make([]uint8, n) // the next prefix entry to propose to
-	lastKey := make([]uint64, n)
-	lastIdx := make([]int32, n)
+	if len(p.heaps) != n {
+		p.heaps, p.owner = make([]held, n), make([]int32, n)
+		p.next, p.lastKey, p.lastIdx = make([]uint8, n), make([]uint64, n), make([]int32, n)
+	}
+	next, lastKey, lastIdx := p.next, p.lastKey, p.lastIdx
+	clear(next)
 	for s := range lastIdx {
 		lastIdx[s] = -1
 	}
-	return acceptProposals(p.ms, q, n, func(s int32) (int, uint64) {
+	off := acceptProposals(q, p.heaps, func(s int32) (int, uint64) {
 		base := int(s) * prefixLen
 		for int(next[s]) < int(p.plen[s]) {
 			j := base + int(next[s])
@@ -290,4 +301,19 @@ func (p *Planner) match(q []int) Assignment {
 		lastIdx[s], lastKey[s] = int32(best), bk
 		return best, bk
 	})
+	for i := range p.ms {
+		for _, h := range p.heaps[off[i]:off[i+1]] {
+			p.owner[h.shard] = int32(i)
+		}
+	}
+	p.matched = true
+}
+
+// assignment returns the last match as an Assignment.
+func (p *Planner) assignment() Assignment {
+	out := make(Assignment, p.n)
+	for s, i := range p.owner {
+		out[s] = p.ms[i].id
+	}
+	return out
 }
