@@ -18,9 +18,12 @@ import (
 //
 //   - Events become dirty shards in one place, markLocked: a lock or
 //     handoff record of the shard changed (watches), an operation on it
-//     finished, a per-shard timer fired. Only a membership change (a new
-//     assignment), an attach, a lock listing and the periodic resync mark
-//     every shard — one O(shards) pass, not one per event.
+//     finished, a per-shard timer fired. A membership change marks the
+//     shards the new assignment gives to or takes from this runner and
+//     those it is busy with (markReassignedLocked; the assignment itself
+//     comes from a sharding.Planner, O(shards) per change); only an
+//     attach, a lock listing and the periodic resync mark every shard —
+//     one O(shards) pass, not one per event.
 //   - A round takes the dirty shards and decides each one: decideLocked
 //     reads what the runner knows about the shard, control.Decide (pure)
 //     decides (acquire, take over by handoff, hand off or release, delete

@@ -60,5 +60,8 @@
 // the joiner's share itself varies around N/(M+1).
 //
 // All strategies cost O(N*M) hash evaluations; Balanced assigns 16384
-// shards to 100 runners in a few milliseconds.
+// shards to 100 runners in a few milliseconds. A [Planner] computes a
+// sequence of assignments (a runner's view of the membership as it
+// changes) with the same results: for Balanced, a change of a few runners
+// then costs O(N) instead (BenchmarkPlanner; figures in BENCHMARKS.md).
 package sharding
