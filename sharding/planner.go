@@ -23,9 +23,12 @@ const prefixLen = 4
 // departure, a weight change, a runner draining (weight 0) — costs
 // O(NumShards) hashes per runner that changed to update those prefixes,
 // plus one pass of deferred acceptance that reads them: about O(NumShards)
-// in all, where a fresh Assign costs O(NumShards x runners) hashes. An input
-// with the previous one's runners and weights returns the previous
-// assignment. Other strategies are called as they are.
+// in all, where a fresh Assign costs O(NumShards x runners) hashes. The
+// first input, and one that changes more than half the runners, is
+// computed as a fresh Assign; the prefixes are built (about twice that)
+// at the first small change after it. An input with the previous one's
+// runners and weights returns the previous assignment. Other strategies
+// are called as they are.
 //
 // A Planner is safe for concurrent use; its calls are serialized.
 type Planner struct {
@@ -33,14 +36,14 @@ type Planner struct {
 	balanced bool
 
 	mu sync.Mutex
-	n  int      // NumShards of the prefixes (0: none kept)
+	n  int      // NumShards of the last match
 	eq bool     // the rank keys are pair hashes (equal weights)
-	ms []member // the runners the prefixes rank, sorted by ID
+	ms []member // the runners of the last match (and of the prefixes), sorted by ID
 	// Slots name the runners in the prefixes; a departed runner's slot
 	// is reused once its entries are gone.
 	slotOf map[string]int32
 	slotID []string // by slot; "" when free
-	// Shard s's prefix, best first: keys[s*prefixLen+j] and
+	// Shard s's prefix (none kept while keys is nil), best first: keys[s*prefixLen+j] and
 	// slots[s*prefixLen+j] for j < plen[s]. It is the true start of the
 	// shard's order over ms (rank key descending, then ID ascending); it
 	// holds every runner of ms when plen[s] == len(ms).
@@ -86,46 +89,55 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 	if p.n == in.NumShards && p.eq == eq && slices.Equal(p.ms, ms) && p.matched {
 		return p.assignment(), nil
 	}
-	if !p.update(in.NumShards, ms, eq) {
+	gone, added := diffMembers(p.ms, ms, eq)
+	small := p.matched && p.n == in.NumShards && p.eq == eq && len(gone)+len(added) <= len(ms)/2+1
+	switch {
+	case small && p.keys != nil && p.update(ms, gone, added):
+	case small:
+		// Membership changes one runner at a time from here on: worth
+		// the prefixes (about twice a fresh Assign, once).
 		p.rebuild(in.NumShards, ms, eq)
+	default:
+		// A first assignment or many runners at once (a cold start):
+		// prefixes might be rebuilt for nothing; ranked on the spot.
+		p.n, p.eq, p.ms = in.NumShards, eq, slices.Clone(ms)
+		p.keys, p.slots, p.plen, p.slotOf, p.slotID = nil, nil, nil, nil, nil
 	}
 	p.match(quotas(ms, in.NumShards, nil))
 	return p.assignment(), nil
 }
 
-// update brings the prefixes from p.ms to ms by removing the runners that
-// left or changed weight and adding the runners that joined or changed
-// weight. It reports false when a rebuild is due: no prefixes, another
-// NumShards or weight mode, more changes than half the runners (nothing
-// changed then), or prefixes worn down by removals.
-func (p *Planner) update(n int, ms []member, eq bool) bool {
-	if p.n != n || p.eq != eq || p.keys == nil {
-		return false
-	}
-	var gone, added []member
+// diffMembers returns the runners of old that are not in ms and those of
+// ms that are not in old (both sorted by ID); with unequal weights, a
+// runner whose weight changed is in both.
+func diffMembers(old, ms []member, eq bool) (gone, added []member) {
 	i, j := 0, 0
-	for i < len(p.ms) || j < len(ms) {
+	for i < len(old) || j < len(ms) {
 		switch {
-		case j == len(ms) || i < len(p.ms) && p.ms[i].id < ms[j].id:
-			gone = append(gone, p.ms[i])
+		case j == len(ms) || i < len(old) && old[i].id < ms[j].id:
+			gone = append(gone, old[i])
 			i++
-		case i == len(p.ms) || ms[j].id < p.ms[i].id:
+		case i == len(old) || ms[j].id < old[i].id:
 			added = append(added, ms[j])
 			j++
 		default:
 			// The rank keys of a runner depend on its weight only when
 			// the weights differ.
-			if !eq && p.ms[i].weight != ms[j].weight {
-				gone = append(gone, p.ms[i])
+			if !eq && old[i].weight != ms[j].weight {
+				gone = append(gone, old[i])
 				added = append(added, ms[j])
 			}
 			i++
 			j++
 		}
 	}
-	if len(gone)+len(added) > len(ms)/2+1 {
-		return false
-	}
+	return gone, added
+}
+
+// update brings the prefixes from p.ms to ms by removing the runners gone
+// and adding the runners added. It reports false when the prefixes are
+// worn down by removals: a rebuild is due.
+func (p *Planner) update(ms, gone, added []member) bool {
 	for _, m := range gone {
 		p.remove(m.id)
 	}
@@ -142,7 +154,7 @@ func (p *Planner) update(n int, ms []member, eq bool) bool {
 	for _, l := range p.plen {
 		missing += want - int(l)
 	}
-	return missing <= n/2
+	return missing <= p.n/2
 }
 
 // rebuild ranks every runner of ms for every shard and keeps the best
@@ -275,7 +287,9 @@ func (p *Planner) match(q []int) {
 	n := p.n
 	idx := make([]int32, len(p.slotID)) // slot -> index in p.ms
 	for i, m := range p.ms {
-		idx[p.slotOf[m.id]] = int32(i)
+		if p.keys != nil {
+			idx[p.slotOf[m.id]] = int32(i)
+		}
 	}
 	r := newRanking(p.ms)
 	if len(p.heaps) != n {
@@ -289,7 +303,7 @@ func (p *Planner) match(q []int) {
 	}
 	off := acceptProposals(q, p.heaps, func(s int32) (int, uint64) {
 		base := int(s) * prefixLen
-		for int(next[s]) < int(p.plen[s]) {
+		for p.keys != nil && int(next[s]) < int(p.plen[s]) {
 			j := base + int(next[s])
 			next[s]++
 			if i := idx[p.slots[j]]; q[i] > 0 {
