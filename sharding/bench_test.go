@@ -7,7 +7,7 @@ import (
 )
 
 func BenchmarkAssign(b *testing.B) {
-	sizes := []struct{ shards, runners int }{{1024, 10}, {16384, 100}}
+	sizes := []struct{ shards, runners int }{{1024, 10}, {4096, 20}, {8192, 50}, {16384, 100}}
 	for _, s := range allStrategies() {
 		for _, size := range sizes {
 			b.Run(fmt.Sprintf("%s/%dx%d", s.Name(), size.shards, size.runners), func(b *testing.B) {
