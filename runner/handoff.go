@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/shardhost/shardhost/runner/internal/handoff"
@@ -178,6 +179,13 @@ func (r *Runner) handoffLocked(id sharding.ShardID) (storage.Handoff, bool) {
 // failure the shards are decided again after a pause (the stale-record
 // rule retries).
 func (r *Runner) deleteHandoffs(actx context.Context, leaseID storage.LeaseID, ids []sharding.ShardID) {
+	for chunk := range slices.Chunk(ids, shardsPerCall) { // each call bounded by OpTimeout
+		r.deleteHandoffChunk(actx, leaseID, chunk)
+	}
+}
+
+// deleteHandoffChunk is deleteHandoffs for at most shardsPerCall records.
+func (r *Runner) deleteHandoffChunk(actx context.Context, leaseID storage.LeaseID, ids []sharding.ShardID) {
 	cctx, cancel := r.opCtx(actx)
 	_, err := r.store.DeleteHandoffs(cctx, leaseID, ids)
 	cancel()

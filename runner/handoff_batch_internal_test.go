@@ -1,12 +1,16 @@
 package runner
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/runner/internal/handoff"
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -52,5 +56,66 @@ func TestOneEndedTakeoverDoesNotFailTheRecordsOfTheOthers(t *testing.T) {
 	}
 	if _, found := c.Get(storage.Key(storage.KeyspaceHandoffs, "2")); !found {
 		t.Fatal("shard 2's handoff record is not in the store")
+	}
+}
+
+// handoffPutCalls is a store that records the size and the deadline of
+// every PutHandoffs call, then makes it.
+type handoffPutCalls struct {
+	storage.Store
+	sizes     []int
+	deadlines []time.Time
+}
+
+func (s *handoffPutCalls) PutHandoffs(ctx context.Context, lease storage.LeaseID, puts []storage.HandoffPut) ([]storage.HandoffResult, error) {
+	d, _ := ctx.Deadline()
+	s.sizes, s.deadlines = append(s.sizes, len(puts)), append(s.deadlines, d)
+	time.Sleep(20 * time.Millisecond) // each call takes a while
+	return s.Store.PutHandoffs(ctx, lease, puts)
+}
+
+// TestManyHandoffRecordsAreWrittenInCallsOfTheirOwnTimeout: a runner that
+// joins a large cluster takes thousands of shards at once (3 120 at 20 x
+// 65 536); their records were written in one call bounded by one
+// OpTimeout, which a busy etcd did not meet (1 713 aborted takeovers in
+// one join). Now every shardsPerCall records make a call of their own,
+// each with its own timeout, and every record is written.
+func TestManyHandoffRecordsAreWrittenInCallsOfTheirOwnTimeout(t *testing.T) {
+	c := memory.NewCluster()
+	t.Cleanup(c.Close)
+	s := &handoffPutCalls{Store: c.NewStore("me")}
+	n := 2*shardsPerCall + 10
+	r, err := New(s, Config{ID: "me", NumShards: n, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Grant(t.Context(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "old", Weight: 1, Incarnation: "o1"}, Lease: l.ID + 1}
+	r.mu.Lock()
+	r.lifecycle.phase, r.gen, r.attachCtx, r.lease = phaseAttached, 1, t.Context(), l.ID
+	items := make([]inboundItem, 0, n)
+	for id := range sharding.ShardID(n) {
+		r.shards.startPending(id, time.Now())
+		items = append(items, r.newInboundLocked(id, from, 10))
+	}
+	r.mu.Unlock()
+
+	ok := r.putInbound(1, t.Context(), l.ID, items, storage.HandoffWarming)
+	if len(ok) != n {
+		t.Fatalf("putInbound wrote %d of %d records", len(ok), n)
+	}
+	if want := []int{shardsPerCall, shardsPerCall, 10}; !slices.Equal(s.sizes, want) {
+		t.Fatalf("PutHandoffs calls of %v records, want %v", s.sizes, want)
+	}
+	for i := 1; i < len(s.deadlines); i++ {
+		if !s.deadlines[i].After(s.deadlines[i-1]) {
+			t.Errorf("call %d's deadline %v is not after call %d's %v: the calls share one timeout", i, s.deadlines[i], i-1, s.deadlines[i-1])
+		}
+	}
+	if _, found := c.Get(storage.Key(storage.KeyspaceHandoffs, strconv.Itoa(n-1))); !found {
+		t.Fatal("the last shard's handoff record is not in the store")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,14 +117,22 @@ func (r *Runner) putInbound(gen uint64, actx context.Context, leaseID storage.Le
 	if len(live) == 0 {
 		return nil
 	}
-	cctx, cancel := r.opCtx(actx)
-	res, err := r.store.PutHandoffs(cctx, leaseID, puts)
-	cancel()
-	if res == nil { // invalid arguments: nothing written
-		res = make([]storage.HandoffResult, len(puts))
-		for i := range res {
-			res[i].Err = err
+	// At most shardsPerCall records per call, each call bounded by
+	// OpTimeout: a runner joining a large cluster takes thousands of
+	// shards at once (3 120 at 20 x 65 536), more than one call writes in
+	// time on a busy etcd.
+	res := make([]storage.HandoffResult, 0, len(puts))
+	for chunk := range slices.Chunk(puts, shardsPerCall) {
+		cctx, cancel := r.opCtx(actx)
+		part, err := r.store.PutHandoffs(cctx, leaseID, chunk)
+		cancel()
+		if part == nil { // invalid arguments: nothing written
+			part = make([]storage.HandoffResult, len(chunk))
+			for i := range part {
+				part[i].Err = err
+			}
 		}
+		res = append(res, part...)
 	}
 	ok := live[:0:0]
 	var failed []inboundItem

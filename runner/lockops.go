@@ -19,9 +19,9 @@ import (
 // verify, release (with the drain before it and the reminders' final
 // progress), and the deletion of locks this runner should not hold.
 
-// shardsPerCall bounds the shards of one acquire or verify call, each
-// bounded by OpTimeout: 16 transactions of MaxShardsPerTxn, two rounds of
-// the etcd store's 8 in flight. A runner with tens of thousands of shards
+// shardsPerCall bounds the shards of one acquire, verify, release or
+// handoff-record call, each bounded by OpTimeout: 16 transactions of
+// MaxShardsPerTxn, two rounds of the etcd store's 8 in flight. A runner with tens of thousands of shards
 // makes several calls instead of one that cannot finish in time.
 const shardsPerCall = 16 * storage.MaxShardsPerTxn
 
