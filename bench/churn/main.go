@@ -5,6 +5,7 @@
 //	go run ./bench/churn                 # starts ./bin/etcd (make setup)
 //	go run ./bench/churn -etcd host:port # an existing etcd, fresh namespace
 //	go run ./bench/churn -html report.html # also the report as HTML with SVG charts
+//	go run ./bench/churn -churnprofile c.prof # CPU profile of the churn phase alone
 //
 // Every -every a step happens: add a runner or, with even odds, stop a
 // random one, alternately by graceful Shutdown and by crash (Close; only
