@@ -90,6 +90,7 @@ type step struct {
 	settled time.Time     // zero if it did not settle within settleTimeout
 	After   int           // hosting runners after the step
 	spread  time.Duration // a burst: its first start (stop) to its last
+	cost    StepCost      // from its start to its settle
 }
 
 // askRec is one ask: when it started (since the load began), how long it
@@ -258,11 +259,10 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 			return
 		}
 		kind := h.pick()
-		cpu0, procs0, etcd0 := processCPU(), procsCPUByPID(h.live), h.etcdCPU()
+		c0 := h.markCost(ctx)
 		s := h.doStep(ctx, kind)
-		// (-procs: a runner process stopped by the step is not counted.)
-		cpu := processCPU() - cpu0 + cpuSince(procs0, procsCPUByPID(h.live))
-		etcdCPU := h.etcdCPU() - etcd0
+		var etcdCPU time.Duration
+		s.cost, etcdCPU = h.costSince(ctx, c0, s.After)
 		if ctx.Err() != nil {
 			return
 		}
@@ -275,8 +275,8 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 		if s.spread > 0 {
 			spread = fmt.Sprintf(" (spread over %v)", round(s.spread))
 		}
-		h.say("step %2d: %-8s %-3s%s -> %d runners, settled in %v (CPU: runners, callers and gateway %.2f s, etcd %.2f s)",
-			len(h.steps), s.Kind, s.Runner, spread, s.After, round(s.settled.Sub(s.start)), cpu.Seconds(), etcdCPU.Seconds())
+		h.say("step %2d: %-8s %-3s%s -> %d runners, settled in %v (CPU: runners, callers and gateway %.2f s, etcd %.2f s; etcd requests %.0f, watch events sent %.0f)",
+			len(h.steps), s.Kind, s.Runner, spread, s.After, round(s.settled.Sub(s.start)), s.cost.RunnerCPU, etcdCPU.Seconds(), s.cost.Requests, s.cost.WatchEvents)
 		next = s.start.Add(h.p.Every)
 		if s.settled.After(next) {
 			next = s.settled

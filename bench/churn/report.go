@@ -80,12 +80,13 @@ func distOf(ds []time.Duration) Dist {
 
 // StepReport is one churn step.
 type StepReport struct {
-	Kind         string  `json:"kind"`
-	Runner       string  `json:"runner"`
-	At           float64 `json:"at_s"`    // since the churn began
-	Settled      bool    `json:"settled"` // within settleTimeout
-	Settle       float64 `json:"settle_ms"`
-	RunnersAfter int     `json:"runners_after"`
+	Kind         string   `json:"kind"`
+	Runner       string   `json:"runner"`
+	At           float64  `json:"at_s"`    // since the churn began
+	Settled      bool     `json:"settled"` // within settleTimeout
+	Settle       float64  `json:"settle_ms"`
+	RunnersAfter int      `json:"runners_after"`
+	Cost         StepCost `json:"cost"`
 }
 
 // AskReport sums up the asks.
@@ -106,15 +107,16 @@ type Report struct {
 	// The first runners started -> the last of them registered (0: not
 	// followed, as with -procs); CPU seconds the runners and etcd used
 	// during the cold start.
-	ColdRegistered float64         `json:"cold_last_registered_ms,omitempty"`
-	ColdCPU        float64         `json:"cold_runner_cpu_s"`
-	ColdEtcdCPU    float64         `json:"cold_etcd_cpu_s,omitempty"`
-	Steady         *SteadyReport   `json:"steady,omitempty"`
-	Steps          []StepReport    `json:"steps"`
-	StepCounts     map[string]int  `json:"step_counts"`
-	Settle         map[string]Dist `json:"settle_by_kind"`
-	Cutover        map[string]Dist `json:"cutover"` // "planned", "crash"
-	Phases         map[string]int  `json:"handoff_phases"`
+	ColdRegistered float64             `json:"cold_last_registered_ms,omitempty"`
+	ColdCPU        float64             `json:"cold_runner_cpu_s"`
+	ColdEtcdCPU    float64             `json:"cold_etcd_cpu_s,omitempty"`
+	Steady         *SteadyReport       `json:"steady,omitempty"`
+	Steps          []StepReport        `json:"steps"`
+	StepCounts     map[string]int      `json:"step_counts"`
+	Settle         map[string]Dist     `json:"settle_by_kind"`
+	StepCost       map[string]StepCost `json:"step_cost_by_kind"` // medians of the settled steps' costs
+	Cutover        map[string]Dist     `json:"cutover"`           // "planned", "crash"
+	Phases         map[string]int      `json:"handoff_phases"`
 	// Aborts: the aborted phase events by step kind, side ("new owner"
 	// or "old owner") and reason (the event's Detail, numbers elided).
 	Aborts          map[string]int `json:"handoff_aborts_by_reason"`
@@ -170,24 +172,28 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		ColdEtcdCPU:    h.coldEtcdCPU.Seconds(),
 		StepCounts:     map[string]int{},
 		Settle:         map[string]Dist{},
+		StepCost:       map[string]StepCost{},
 		Cutover:        map[string]Dist{},
 		Phases:         map[string]int{},
 		Aborts:         map[string]int{},
 		Problems:       slices.Clone(h.problems),
 	}
 	settle := map[string][]time.Duration{}
+	costs := map[string][]StepCost{}
 	for _, s := range h.steps {
-		sr := StepReport{Kind: s.Kind, Runner: s.Runner, At: s.start.Sub(churnStart).Seconds(), RunnersAfter: s.After}
+		sr := StepReport{Kind: s.Kind, Runner: s.Runner, At: s.start.Sub(churnStart).Seconds(), RunnersAfter: s.After, Cost: s.cost}
 		rep.StepCounts[s.Kind]++
 		if !s.settled.IsZero() { // else reported as a problem already
 			d := s.settled.Sub(s.start)
 			sr.Settled, sr.Settle = true, float64(d.Microseconds())/1000
 			settle[s.Kind] = append(settle[s.Kind], d)
+			costs[s.Kind] = append(costs[s.Kind], s.cost)
 		}
 		rep.Steps = append(rep.Steps, sr)
 	}
 	for k, ds := range settle {
 		rep.Settle[k] = distOf(ds)
+		rep.StepCost[k] = medianCost(costs[k])
 	}
 
 	if h.p.Steady > 0 {
@@ -423,13 +429,15 @@ func (rep *Report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	row("step kind", "steps", "settle p50", "settle max")
+	row("step kind (cost: medians)", "steps", "settle p50", "settle max", "CPU s", "/runner ms", "etcd CPU s", "etcd reqs", "etcd txns", "watch evs")
 	for _, k := range append(stepKinds, burstKinds...) {
 		d := rep.Settle[k]
 		if p.Burst > 0 != slices.Contains(burstKinds, k) {
 			continue // -burst: only bursts; else no bursts
 		}
-		row(k, rep.StepCounts[k], ms(d.P50, d.N), ms(d.Max, d.N))
+		c := rep.StepCost[k]
+		row(k, rep.StepCounts[k], ms(d.P50, d.N), ms(d.Max, d.N), fmt.Sprintf("%.2f", c.RunnerCPU), fmt.Sprintf("%.1f", c.PerRunner),
+			fmt.Sprintf("%.2f", c.EtcdCPU), fmt.Sprintf("%.0f", c.Requests), fmt.Sprintf("%.0f", c.Txns), fmt.Sprintf("%.0f", c.WatchEvents))
 	}
 	fmt.Fprintln(w)
 	row("cutover per moved shard", "shards", "p50", "p99", "max")

@@ -36,6 +36,11 @@ const (
 	metricDeletes    = "etcd_mvcc_delete_total"
 	metricProposals  = "etcd_server_proposals_committed_total"
 	metricKeepAlives = `grpc_server_handled_total{grpc_code="OK",grpc_method="LeaseKeepAlive",grpc_service="etcdserverpb.Lease",grpc_type="bidi_stream"}`
+	// Sums over several series (StepCost): the unary gRPC calls handled,
+	// of them Txn, and the events sent to watchers.
+	metricUnary       = "sum: unary requests"
+	metricTxns        = "sum: txns"
+	metricWatchEvents = "etcd_debugging_mvcc_events_total"
 )
 
 // measureSteady measures the settled cluster over window (see SteadyReport).
@@ -109,7 +114,7 @@ func pidCPU(pid int) time.Duration {
 }
 
 // etcdMetrics reads the counters of etcd's /metrics (Prometheus text) that
-// the steady report uses.
+// the steady report and the step costs use.
 func etcdMetrics(ctx context.Context, endpoint string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -122,17 +127,27 @@ func etcdMetrics(ctx context.Context, endpoint string) (map[string]float64, erro
 		return nil, fmt.Errorf("etcd metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	want := map[string]bool{metricPuts: true, metricDeletes: true, metricProposals: true, metricKeepAlives: true}
+	want := map[string]bool{metricPuts: true, metricDeletes: true, metricProposals: true, metricKeepAlives: true, metricWatchEvents: true}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !want[name] {
+		if !ok {
 			continue
 		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			continue
+		}
+		if want[name] {
 			out[name] = v
+		}
+		if strings.HasPrefix(name, "grpc_server_handled_total{") && strings.Contains(name, `grpc_type="unary"`) {
+			out[metricUnary] += v
+			if strings.Contains(name, `grpc_method="Txn"`) {
+				out[metricTxns] += v
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
