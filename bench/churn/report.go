@@ -417,8 +417,8 @@ func (rep *Report) print(w io.Writer) {
 		if p.Procs {
 			where = "each runner its own process, plus the gateway's"
 		}
-		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (%s); etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f%% of a core\n",
-			st.Window, st.RunnerCPUPercent, where, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.EtcdCPUPercent)
+		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (%s); etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f requests/s, %.1f watch events/s, %.1f%% of a core\n",
+			st.Window, st.RunnerCPUPercent, where, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.RequestsPerSec, st.WatchEventsPerSec, st.EtcdCPUPercent)
 	}
 	fmt.Fprintln(w)
 

@@ -28,6 +28,10 @@ type SteadyReport struct {
 	DeletesPerSec    float64 `json:"etcd_deletes_per_s"`
 	ProposalsPerSec  float64 `json:"etcd_proposals_per_s"`
 	KeepAlivesPerSec float64 `json:"etcd_lease_renewals_per_s,omitempty"`
+	// Unary requests etcd handled (verifications, mostly) and watch events
+	// it sent, per second: a step's cost includes them for its duration.
+	RequestsPerSec    float64 `json:"etcd_requests_per_s"`
+	WatchEventsPerSec float64 `json:"etcd_watch_events_per_s"`
 }
 
 // etcd /metrics counters read for the steady report.
@@ -69,6 +73,7 @@ func (h *harness) measureSteady(ctx context.Context, window time.Duration, runne
 	rate := func(name string) float64 { return (m1[name] - m0[name]) / el.Seconds() }
 	rep.PutsPerSec, rep.DeletesPerSec, rep.ProposalsPerSec = rate(metricPuts), rate(metricDeletes), rate(metricProposals)
 	rep.KeepAlivesPerSec = rate(metricKeepAlives)
+	rep.RequestsPerSec, rep.WatchEventsPerSec = rate(metricUnary), rate(metricWatchEvents)
 	return rep, nil
 }
 
