@@ -26,17 +26,8 @@ func TestOneEndedTakeoverDoesNotFailTheRecordsOfTheOthers(t *testing.T) {
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	s := c.NewStore("me")
-	r, err := New(s, Config{ID: "me", NumShards: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.Grant(t.Context(), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "old", Weight: 1, Incarnation: "o1"}, Lease: l.ID + 1}
+	r, l, from := leasedRunner(t, s, 4)
 	r.mu.Lock()
-	r.lifecycle.phase, r.gen, r.attachCtx, r.lease = phaseAttached, 1, t.Context(), l.ID
 	r.shards.startPending(1, time.Now()) // a takeover runs for a shard being acquired
 	r.shards.startPending(2, time.Now())
 	items := []inboundItem{r.newInboundLocked(1, from, 10), r.newInboundLocked(2, from, 11)}
@@ -85,17 +76,8 @@ func TestManyHandoffRecordsAreWrittenInCallsOfTheirOwnTimeout(t *testing.T) {
 	t.Cleanup(c.Close)
 	s := &handoffPutCalls{Store: c.NewStore("me")}
 	n := 2*shardsPerCall + 10
-	r, err := New(s, Config{ID: "me", NumShards: n, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := s.Grant(t.Context(), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "old", Weight: 1, Incarnation: "o1"}, Lease: l.ID + 1}
+	r, l, from := leasedRunner(t, s, n)
 	r.mu.Lock()
-	r.lifecycle.phase, r.gen, r.attachCtx, r.lease = phaseAttached, 1, t.Context(), l.ID
 	items := make([]inboundItem, 0, n)
 	for id := range sharding.ShardID(n) {
 		r.shards.startPending(id, time.Now())
@@ -118,4 +100,22 @@ func TestManyHandoffRecordsAreWrittenInCallsOfTheirOwnTimeout(t *testing.T) {
 	if _, found := c.Get(storage.Key(storage.KeyspaceHandoffs, strconv.Itoa(n-1))); !found {
 		t.Fatal("the last shard's handoff record is not in the store")
 	}
+}
+
+// leasedRunner returns runner "me" of shards shards on s, set up as
+// attached (generation 1) under a lease granted on s, and the old owner
+// its takeovers take shards from; nothing runs.
+func leasedRunner(t *testing.T, s storage.Store, shards int) (*Runner, storage.Lease, storage.Runner) {
+	t.Helper()
+	r, err := New(s, Config{ID: "me", NumShards: shards, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Grant(t.Context(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.lifecycle.phase, r.gen, r.attachCtx, r.lease = phaseAttached, 1, t.Context(), l.ID
+	from := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "old", Weight: 1, Incarnation: "o1"}, Lease: l.ID + 1}
+	return r, l, from
 }
