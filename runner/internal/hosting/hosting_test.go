@@ -349,18 +349,7 @@ func waitRetiring(t *testing.T, f *fixture, id string) {
 
 func TestResidentCapPassivatesTheLeastRecentlyUsed(t *testing.T) {
 	f := newFixture(t, 2)
-	for _, id := range []string{"a", "b", "c"} {
-		if res := f.ask(id, false); res.Err != nil {
-			t.Fatal(res)
-		}
-		// The answer comes before the entity's goroutine exits and marks
-		// it used (LRU): wait for that, so the order is a, b, c.
-		for deadline := time.Now().Add(10 * time.Second); f.shard.Running() > 0; time.Sleep(100 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s's goroutine never exited", id)
-			}
-		}
-	}
+	f.askInOrder(t, "a", "b", "c")
 	f.host.residents.evict()
 	if n := f.host.EntityCount(); n != 2 {
 		t.Fatalf("%d resident entities after eviction, want the cap (2)", n)
@@ -386,18 +375,7 @@ func TestRememberedEntitiesStayResidentAndWarmFirst(t *testing.T) {
 	if res := f.shard.Deliver(context.Background(), pk, h, "p", 0, false, false, false); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	for _, id := range []string{"a", "b", "c"} {
-		if res := f.ask(id, false); res.Err != nil {
-			t.Fatal(res)
-		}
-		// The answer comes before the entity's goroutine exits and marks
-		// it used (LRU): wait for that, so the order is a, b, c.
-		for deadline := time.Now().Add(10 * time.Second); f.shard.Running() > 0; time.Sleep(100 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s's goroutine never exited", id)
-			}
-		}
-	}
+	f.askInOrder(t, "a", "b", "c")
 	f.host.residents.evict()
 	if n := f.host.EntityCount(); n != 2 {
 		t.Fatalf("%d resident entities after eviction, want the cap (2)", n)
@@ -409,5 +387,22 @@ func TestRememberedEntitiesStayResidentAndWarmFirst(t *testing.T) {
 	f.host.residents.passivateIdle(time.Now().Add(time.Hour))
 	if hot := f.host.Hot(1, 10); len(hot) != 1 || hot[0].ID != "p" {
 		t.Fatalf("after idle passivation %v, want only p", hot)
+	}
+}
+
+// askInOrder asks entities ids one after the other, each once its
+// predecessor's goroutine exited: the answer comes before the goroutine
+// exits and marks its entity used (LRU), so the use order is ids' order.
+func (f *fixture) askInOrder(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if res := f.ask(id, false); res.Err != nil {
+			t.Fatal(res)
+		}
+		for deadline := time.Now().Add(10 * time.Second); f.shard.Running() > 0; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's goroutine never exited", id)
+			}
+		}
 	}
 }
