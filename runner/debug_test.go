@@ -57,6 +57,20 @@ func debugCluster(t *testing.T, numShards int, ids ...string) ([]*debugNode, *en
 		rs = append(rs, r)
 	}
 	waitFor(t, 10*time.Second, "an exact partition", func() bool { ok, _ := partitionOK(rs, numShards); return ok })
+	// A page draws its runner's lock view, which shows another runner's
+	// acquisitions a moment after they happen (its lock watch): wait until
+	// every runner's view shows the owners of the partition.
+	waitFor(t, 10*time.Second, "every runner's lock view showing the owners", func() bool {
+		a := rs[0].Assignment()
+		for _, r := range rs {
+			for s := range numShards {
+				if o, _ := r.OwnerOf(sharding.ShardID(s)); o != a[s] {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	return nodes, do
 }
 
