@@ -54,13 +54,7 @@ var (
 )
 
 func TestMailboxKeepsOrderAndItsBoundAcrossChunks(t *testing.T) {
-	f := newFixture(t, 0)
-	if err := f.host.Register(seqKind); err != nil {
-		t.Fatal(err)
-	}
-	k := f.host.Kind("seq")
-	add, _ := k.Desc.Handler("add")
-	get, _ := k.Desc.Handler("get")
+	f, k, add, get := newSeqFixture(t)
 	tell := func(r seqReq) Result {
 		return f.shard.Deliver(context.Background(), k, add, "s", r, true, false, false)
 	}
@@ -128,13 +122,7 @@ func TestMailboxZeroesWhatRanAndGivesItsChunksBack(t *testing.T) {
 // widen the window in which a paused process starts a handler after the
 // detach instant.
 func TestEveryHandlerStartReadsTheClock(t *testing.T) {
-	f := newFixture(t, 0)
-	if err := f.host.Register(seqKind); err != nil {
-		t.Fatal(err)
-	}
-	k := f.host.Kind("seq")
-	add, _ := k.Desc.Handler("add")
-	get, _ := k.Desc.Handler("get")
+	f, k, add, get := newSeqFixture(t)
 	tell := func(r seqReq) {
 		t.Helper()
 		if res := f.shard.Deliver(context.Background(), k, add, "s", r, true, false, false); res.Err != nil {
@@ -205,4 +193,18 @@ func TestKindOfFindsRegisteredDescriptorsOnly(t *testing.T) {
 			t.Errorf("KindOf(%s %p) = %v, want %v", c.d.Name(), c.d, got, c.want)
 		}
 	}
+}
+
+// newSeqFixture is a fixture with seqKind registered, and its kind and
+// handlers.
+func newSeqFixture(t *testing.T) (f *fixture, k *Kind, add, get *entity.Handler) {
+	t.Helper()
+	f = newFixture(t, 0)
+	if err := f.host.Register(seqKind); err != nil {
+		t.Fatal(err)
+	}
+	k = f.host.Kind("seq")
+	add, _ = k.Desc.Handler("add")
+	get, _ = k.Desc.Handler("get")
+	return f, k, add, get
 }
