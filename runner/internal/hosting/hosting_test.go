@@ -50,11 +50,7 @@ var (
 	workKind = entity.NewKind("worker", func(string) *worker { return &worker{} })
 	_        = entity.Method(workKind, "work", func(w *worker, ctx context.Context, r workReq) (int, error) {
 		if r.Block {
-			gateMu.Lock()
-			g := gate
-			gateMu.Unlock()
-			started <- struct{}{}
-			<-g
+			blockAtGate()
 		}
 		return len(w.reasons), nil
 	})
@@ -76,6 +72,16 @@ func (w *worker) Release(_ context.Context, info entity.ReleaseInfo) error {
 }
 
 // newGate returns a fresh gate for blocking handlers and its release.
+// blockAtGate says the handler started, then waits for the test's gate
+// (newGate) to open.
+func blockAtGate() {
+	gateMu.Lock()
+	g := gate
+	gateMu.Unlock()
+	started <- struct{}{}
+	<-g
+}
+
 func newGate(t *testing.T) func() {
 	t.Helper()
 	gateMu.Lock()

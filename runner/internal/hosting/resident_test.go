@@ -39,11 +39,7 @@ var (
 	seqKind = entity.NewKind("seq", func(string) *seq { return &seq{} }, entity.Mailbox(300))
 	_       = entity.Signal(seqKind, "add", func(s *seq, _ context.Context, r seqReq) error {
 		if r.Block {
-			gateMu.Lock()
-			g := gate
-			gateMu.Unlock()
-			started <- struct{}{}
-			<-g
+			blockAtGate()
 		}
 		s.got = append(s.got, r.N)
 		return nil
