@@ -76,14 +76,14 @@ type Runner struct {
 	// The lifecycle and the current attachment (set by attach, ended by
 	// detachLocked).
 	lifecycle  lifeState // changed by toLocked only (lifestate.go)
-	started    time.Time // when Run was called
+	started    time.Time // when Run was called (set before Run starts its goroutines, which read it freely)
 	gen        uint64    // incremented on every attach and detach
 	attachCtx  context.Context
 	attachStop context.CancelCauseFunc
 	lease      storage.LeaseID
 	attachRev  storage.Revision // revision of the current attachment's registration
 	stopCtx    context.Context  // the context of the first Shutdown call
-	life       lifeTrace        // the detach and re-attach spans (trace_lifecycle.go)
+	lifeSpans  lifeTrace        // the detach and re-attach spans (trace_lifecycle.go)
 
 	// The cluster as the watches see it, and what this runner owns and does
 	// about it (the control loop).

@@ -228,10 +228,10 @@ func (r *Runner) traceDetachLocked(reason detachment.Reason, detail string, dead
 	}
 	_, span := r.startLife(context.Background(), detachSpan, tracing.RootSpan)
 	if span == nil {
-		r.life.detach = trace.SpanContext{}
+		r.lifeSpans.detach = trace.SpanContext{}
 		return
 	}
-	r.life.detach = span.SpanContext()
+	r.lifeSpans.detach = span.SpanContext()
 	ids := make([]sharding.ShardID, len(hosts))
 	for i, h := range hosts {
 		ids[i] = h.ID()
@@ -280,7 +280,7 @@ func (r *Runner) startReattach(leaseID storage.LeaseID, newLease bool) trace.Spa
 		return nil
 	}
 	r.mu.Lock()
-	link := r.life.detach
+	link := r.lifeSpans.detach
 	r.mu.Unlock()
 	opts := tracing.RootSpan
 	if link.IsValid() {
