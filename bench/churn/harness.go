@@ -261,8 +261,7 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 		kind := h.pick()
 		c0 := h.markCost(ctx)
 		s := h.doStep(ctx, kind)
-		var etcdCPU time.Duration
-		s.cost, etcdCPU = h.costSince(ctx, c0, s.After)
+		s.cost = h.costSince(ctx, c0, s.After)
 		if ctx.Err() != nil {
 			return
 		}
@@ -276,7 +275,7 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 			spread = fmt.Sprintf(" (spread over %v)", round(s.spread))
 		}
 		h.say("step %2d: %-8s %-3s%s -> %d runners, settled in %v (CPU: runners, callers and gateway %.2f s, etcd %.2f s; etcd requests %.0f, watch events sent %.0f)",
-			len(h.steps), s.Kind, s.Runner, spread, s.After, round(s.settled.Sub(s.start)), s.cost.RunnerCPU, etcdCPU.Seconds(), s.cost.Requests, s.cost.WatchEvents)
+			len(h.steps), s.Kind, s.Runner, spread, s.After, round(s.settled.Sub(s.start)), s.cost.RunnerCPU, s.cost.EtcdCPU, s.cost.Requests, s.cost.WatchEvents)
 		next = s.start.Add(h.p.Every)
 		if s.settled.After(next) {
 			next = s.settled

@@ -37,7 +37,7 @@ func (h *harness) markCost(ctx context.Context) costMark {
 // costSince is the cost from mark c0 to now, with runners hosting runners
 // after the step. (-procs: a runner process stopped by the step is not
 // counted.)
-func (h *harness) costSince(ctx context.Context, c0 costMark, runners int) (StepCost, time.Duration) {
+func (h *harness) costSince(ctx context.Context, c0 costMark, runners int) StepCost {
 	c1 := h.markCost(ctx)
 	cpu := c1.cpu - c0.cpu + cpuSince(c0.procs, c1.procs)
 	sc := StepCost{RunnerCPU: cpu.Seconds()}
@@ -51,7 +51,7 @@ func (h *harness) costSince(ctx context.Context, c0 costMark, runners int) (Step
 		d := func(name string) float64 { return c1.m[name] - c0.m[name] }
 		sc.Requests, sc.Txns, sc.WatchEvents = d(metricUnary), d(metricTxns), d(metricWatchEvents)
 	}
-	return sc, c1.etcd - c0.etcd
+	return sc
 }
 
 // medianCost is the median of each field over costs.
