@@ -25,7 +25,8 @@ type clusterView struct {
 	// decoded yet (foreign when they arrived); handoffLocked decodes one
 	// when it comes to matter (its shard became ours meanwhile).
 	handoffRaw  map[sharding.ShardID]storage.KeyValue
-	membersSeen bool // the membership view has been listed at least once
+	membersSeen bool          // the membership view has been listed at least once
+	stopped     stoppedLeases // leases that ended by a clean Shutdown (LeaseEndsByDrain)
 
 	// planner computes the assignments with cfg.Strategy, each from the
 	// previous one (a membership change costs O(shards), not O(shards x
@@ -114,6 +115,42 @@ func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
 	}
 	r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
 	r.view.members[kv.Key] = rec
+	if rec.Stopped {
+		r.view.stopped.add(kv.Lease)
+	}
+}
+
+// maxStoppedLeases bounds stoppedLeases: a reply still in flight after
+// this many clean stops is withheld, as one of a crashed runner.
+const maxStoppedLeases = 4096
+
+// stoppedLeases remembers the leases whose record said Stopped (the last
+// record of a clean Shutdown before it revokes the lease), so that a reply
+// of such a lease arriving after the lease ended is still acknowledged
+// (routing.Directory.LeaseEndsByDrain); the oldest is forgotten first.
+type stoppedLeases struct {
+	set   map[storage.LeaseID]struct{}
+	order []storage.LeaseID // oldest first
+}
+
+func (s *stoppedLeases) add(l storage.LeaseID) {
+	if _, ok := s.set[l]; ok {
+		return
+	}
+	if s.set == nil {
+		s.set = make(map[storage.LeaseID]struct{})
+	}
+	if len(s.order) == maxStoppedLeases {
+		delete(s.set, s.order[0])
+		s.order = append(s.order[:0], s.order[1:]...)
+	}
+	s.set[l] = struct{}{}
+	s.order = append(s.order, l)
+}
+
+func (s *stoppedLeases) has(l storage.LeaseID) bool {
+	_, ok := s.set[l]
+	return ok
 }
 
 // followLocks keeps r.view.locks equal to the shard locks, wakes the acquirer

@@ -183,6 +183,7 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	h, _ := r.keeper.Health()
 	r.toLocked(onDetach)
 	r.gen++
+	r.detachedLease = r.lease
 	r.attachStop(ErrDetached)
 	n := r.shards.owned
 	var hosts []*hosting.Shard // the detach span's (traced only)

@@ -33,7 +33,10 @@
 //     write (a live owner moves a shard only after its drain, in which
 //     every handler returned and every remote answer was written, so its
 //     older-epoch results stay acknowledged: no request is lost on a
-//     planned move); and it cannot write under its stale epoch (fenced
+//     planned move; likewise after a clean Shutdown, which marks its
+//     record Stopped just before it revokes its lease — never after a
+//     detach under that lease — so a reply still in flight when its lease
+//     ends is acknowledged too); and it cannot write under its stale epoch (fenced
 //     writes). A detached runner re-attaches only after RecoverWindow of
 //     health its probes observed: a pause between two probes starts the
 //     window over.
@@ -70,7 +73,11 @@
 //     ReleaseShard while its epoch is valid, and moves the lock in one
 //     transaction. Waiting and returned senders are then told the new
 //     owner and retry there. Shutdown hands every shard off this way
-//     first (bounded by its context), then releases the rest plainly.
+//     first (bounded by its context), then releases the rest plainly,
+//     publishes its record Stopped (weight 0, draining) and revokes its
+//     lease: senders acknowledge the replies of its drained handlers that
+//     reach them after that (see "What a paused or slow owner can and
+//     cannot do").
 //   - Operator drains. While a drain request for its ID exists
 //     (storage.KeyspaceDrains, written by cmd/shardhostctl drain), the
 //     runner publishes its record with Draining set, weight kept; every

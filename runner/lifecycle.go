@@ -298,6 +298,8 @@ func (r *Runner) shutdown(ctx context.Context) {
 	r.mu.Lock()
 	r.dropOwnedLocked(ErrShutdown)
 	r.toLocked(onStop) // the revocation below is ours: no lost lease, no detach
+	lease := r.lease
+	clean := attached && lease != 0 && r.detachedLease != lease && !r.cfg.ClientOnly
 	r.mu.Unlock()
 	rbase := ctx
 	if sctx := r.shutdownContext(); sctx != nil {
@@ -305,8 +307,29 @@ func (r *Runner) shutdown(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(rbase, r.cfg.OpTimeout)
 	defer cancel()
+	if clean {
+		r.markStopped(rctx, lease)
+	}
 	if err := r.keeper.Revoke(rctx); err != nil && !errors.Is(err, storage.ErrLeaseNotFound) {
 		r.log.Warn("revoking the lease failed; it will expire on its own", "err", err)
+	}
+}
+
+// markStopped publishes the record of a clean stop (storage.RunnerRecord's
+// Stopped) before the lease is revoked: the runner stayed attached under
+// lease until now and released every shard it held under it itself, after
+// the drain in which their handlers ended, so a sender may acknowledge a
+// reply of this lease that reaches it after the lease ended
+// (routing.Directory.LeaseEndsByDrain; a reply in flight when Shutdown
+// handed its shard off is otherwise withheld as a result of an ended
+// lease). A failed write only loses that: such replies are withheld, as
+// after a crash.
+func (r *Runner) markStopped(ctx context.Context, lease storage.LeaseID) {
+	h, _ := r.keeper.Health()
+	rec := r.recordFor(h.TTL, true)
+	rec.Stopped = true
+	if _, err := r.reg.Write(ctx, lease, rec); err != nil {
+		r.log.Warn("cannot mark the record stopped before revoking the lease", "err", err)
 	}
 }
 

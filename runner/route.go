@@ -116,12 +116,13 @@ func (d routingDir) NoRoute(id sharding.ShardID, waited time.Duration) error {
 // NotHere is the error for a shard not hosted here.
 func (d routingDir) NotHere(id sharding.ShardID) error { return d.r.notHere(id) }
 
-// LeaseLive reports whether lease is a live member's.
-func (d routingDir) LeaseLive(lease storage.LeaseID) bool {
+// LeaseEndsByDrain reports whether lease is a live member's, or one whose
+// record said Stopped before it ended (a clean Shutdown).
+func (d routingDir) LeaseEndsByDrain(lease storage.LeaseID) bool {
 	d.r.mu.Lock()
 	defer d.r.mu.Unlock()
 	_, live := d.r.view.byLease[lease]
-	return live
+	return live || d.r.view.stopped.has(lease)
 }
 
 func (d routingDir) Running() bool { return d.r.running.Load() }

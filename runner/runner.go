@@ -81,9 +81,12 @@ type Runner struct {
 	attachCtx  context.Context
 	attachStop context.CancelCauseFunc
 	lease      storage.LeaseID
-	attachRev  storage.Revision // revision of the current attachment's registration
-	stopCtx    context.Context  // the context of the first Shutdown call
-	lifeSpans  lifeTrace        // the detach and re-attach spans (trace_lifecycle.go)
+	// detachedLease is the lease of the last detach: a Shutdown under it
+	// does not mark its record Stopped (lifecycle.go).
+	detachedLease storage.LeaseID
+	attachRev     storage.Revision // revision of the current attachment's registration
+	stopCtx       context.Context  // the context of the first Shutdown call
+	lifeSpans     lifeTrace        // the detach and re-attach spans (trace_lifecycle.go)
 
 	// The cluster as the watches see it, and what this runner owns and does
 	// about it (the control loop).

@@ -122,6 +122,129 @@ func TestSenderAcceptsOlderEpochResultOfPlannedMove(t *testing.T) {
 	}
 }
 
+// TestSenderAcceptsOlderEpochResultOfShutdownMove: the same late reply,
+// but its owner hands the shard off by Shutdown and then revokes its
+// lease: the sender sees the newer epoch and the lease gone before the
+// reply. The owner drained its handlers before giving the shard up and
+// marked its record Stopped before the revocation, so the result ran
+// before the new owner started and is acknowledged. (No request is lost on
+// a planned move, including the moves of a Shutdown.)
+func TestSenderAcceptsOlderEpochResultOfShutdownMove(t *testing.T) {
+	if o := <-shutdownWithHeldReply(t); o.err != nil || o.resp.Runner != "a" || o.resp.Text != "first" {
+		t.Fatalf("reply of the cleanly stopped former owner = %+v, %v; want a's result acknowledged", o.resp, o.err)
+	}
+}
+
+// TestShutdownMarksStoppedOnlyWithoutDetach: a runner that stayed attached
+// under its lease marks its record Stopped before the revocation, and the
+// other runners remember that lease as ended by drains; one that detached
+// under the same lease (its entities dropped without a drain) does not,
+// even after it re-attached under it and drained on Shutdown — its late
+// replies stay withheld.
+func TestShutdownMarksStoppedOnlyWithoutDetach(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.start(Config{ID: "a", RecoverWindow: 100 * time.Millisecond})
+	b := tc.start(Config{ID: "b"})
+	c := tc.start(Config{ID: "c", ClientOnly: true})
+	tc.waitSettled()
+	leaseOf := func(r *Runner) storage.LeaseID {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.lease
+	}
+	aLease, bLease := leaseOf(a), leaseOf(b)
+	a.Detach()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Status().Phase != "attached" || len(a.Owned()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a did not re-attach and own shards again: %s", a.Status().Phase)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if leaseOf(a) != aLease {
+		t.Fatal("a re-attached under a new lease; this test needs the same one")
+	}
+	tc.waitSettled()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := routingDir{c}
+	for !dir.LeaseEndsByDrain(bLease) {
+		if ctx.Err() != nil {
+			t.Fatal("c never saw b's lease end by a clean stop")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.mu.Lock()
+	_, aLive := c.view.byLease[aLease]
+	c.mu.Unlock()
+	if aLive || dir.LeaseEndsByDrain(aLease) {
+		t.Fatalf("a's lease (detached under it): live %v, ends by drain %v; want ended, not by drain", aLive, dir.LeaseEndsByDrain(aLease))
+	}
+}
+
+// shutdownWithHeldReply makes a (of a, b and client c) serve an ask whose
+// reply its transport holds, shuts a down (b takes every shard), and lets
+// the reply go once c has seen b own the shard at a newer epoch and a's
+// lease end. It returns the ask's outcome.
+func shutdownWithHeldReply(t *testing.T) <-chan askOutcome {
+	t.Helper()
+	tc := newTestCluster(t)
+	a := tc.start(Config{ID: "a", DrainTimeout: 300 * time.Millisecond})
+	tc.start(Config{ID: "b"})
+	c := tc.start(Config{ID: "c", ClientOnly: true})
+	tc.waitSettled()
+	var (
+		shard sharding.ShardID
+		epoch storage.Epoch
+	)
+	for id, e := range a.Owned() {
+		shard, epoch = id, e
+		break
+	}
+	id := ""
+	for i := 0; id == "" || sharding.ShardOf(id, 16) != shard; i++ {
+		id = "stopping-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
+	}
+	a.mu.Lock()
+	aLease := a.lease
+	a.mu.Unlock()
+	served, release := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	late := askHeld(ctx, a, c, id, served, release)
+	<-served
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Shutdown(ctx) }() // its drain gives up on the held reply after DrainTimeout
+	for {
+		o, e := c.OwnerOf(shard)
+		c.mu.Lock()
+		_, live := c.view.byLease[aLease]
+		c.mu.Unlock()
+		if o == "b" && e > epoch && !live {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			close(release)
+			t.Fatal("c never saw b own the shard and a's lease end")
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	close(release)
+	t.Cleanup(func() {
+		if err := <-stopped; err != nil {
+			t.Errorf("a.Shutdown = %v", err)
+		}
+	})
+	return late
+}
+
 type askOutcome struct {
 	resp echoResp
 	err  error

@@ -34,12 +34,20 @@ type RunnerRecord struct {
 	// ValidateDebugURL), so that every runner's page can fetch its state;
 	// empty when it publishes none.
 	DebugURL string `json:"debugURL,omitempty"`
+	// Stopped is written by a runner's clean Shutdown, just before it
+	// revokes its lease: every shard it held under this lease it released
+	// itself, after the drain in which its handlers ended, and it never
+	// detached under it. A sender may then acknowledge a late reply of this
+	// lease even after the lease ended (see runner/internal/routing). A
+	// stopped record has weight 0 and is draining.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // Validate reports whether the record can be stored: a valid runner ID
 // (see [ValidateRunnerID]) and incarnation, an address that is empty or
-// host:port, a weight in [0, sharding.MaxWeight], a non-negative LeaseTTL
-// and a Started time that JSON can represent.
+// host:port, a weight in [0, sharding.MaxWeight], a non-negative LeaseTTL,
+// a Started time that JSON can represent, and weight 0 and draining when
+// Stopped.
 func (r RunnerRecord) Validate() error {
 	if err := ValidateRunnerID(r.ID); err != nil {
 		return err
@@ -51,6 +59,8 @@ func (r RunnerRecord) Validate() error {
 		return fmt.Errorf("%w: runner %q: weight %d outside [0, %d]", ErrInvalidArgument, r.ID, r.Weight, sharding.MaxWeight)
 	case r.LeaseTTL < 0:
 		return fmt.Errorf("%w: runner %q: negative lease TTL %v", ErrInvalidArgument, r.ID, r.LeaseTTL)
+	case r.Stopped && (r.Weight != 0 || !r.Draining):
+		return fmt.Errorf("%w: runner %q: stopped with weight %d, draining %v: a stopped runner has weight 0 and is draining", ErrInvalidArgument, r.ID, r.Weight, r.Draining)
 	case r.Started.Year() < 0 || r.Started.Year() > 9999:
 		return fmt.Errorf("%w: runner %q: start time %v outside years 0-9999", ErrInvalidArgument, r.ID, r.Started)
 	}
@@ -267,6 +277,7 @@ func DecodeRunner(kv KeyValue) (Runner, error) {
 		member(obj, "draining", false, &rec.Draining),
 		member(obj, "leaseTTL", false, &ttl),
 		member(obj, "debugURL", false, &rec.DebugURL),
+		member(obj, "stopped", false, &rec.Stopped),
 	); err != nil {
 		return corrupt(err)
 	}

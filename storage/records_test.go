@@ -60,6 +60,41 @@ func TestRunnerRecordCarriesItsDebugURL(t *testing.T) {
 	}
 }
 
+// TestStoppedRunnerRecordHasNoWeightAndIsDraining: the marker of a clean
+// Shutdown round-trips; an older runner's record has none; a record that
+// says stopped yet has a weight or is not draining is refused when encoding
+// and corrupt when stored (it would both take shards and claim it released
+// them all).
+func TestStoppedRunnerRecordHasNoWeightAndIsDraining(t *testing.T) {
+	rec := RunnerRecord{ID: "r1", Incarnation: "i1", Started: time.Unix(1767323045, 0).UTC(), Draining: true, Stopped: true}
+	b, err := EncodeRunner(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeRunner(KeyValue{Key: "r1", Value: b, Lease: 5}); err != nil || !got.Stopped || got.Weight != 0 || !got.Draining {
+		t.Errorf("DecodeRunner(EncodeRunner(stopped)) = %+v, %v", got, err)
+	}
+	if got, err := DecodeRunner(KeyValue{Key: "r1", Value: []byte(goodRunner)}); err != nil || got.Stopped {
+		t.Errorf("DecodeRunner(a record without stopped) = %+v, %v; want not stopped", got, err)
+	}
+	for _, bad := range []RunnerRecord{
+		{ID: "r1", Incarnation: "i1", Weight: 1, Draining: true, Stopped: true},
+		{ID: "r1", Incarnation: "i1", Stopped: true},
+	} {
+		if _, err := EncodeRunner(bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("EncodeRunner(%+v) = %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+	for _, bad := range []string{
+		`{"id":"r1","weight":1,"draining":true,"stopped":true,"incarnation":"i1","started":"2026-01-02T03:04:05Z"}`,
+		`{"id":"r1","weight":0,"stopped":true,"incarnation":"i1","started":"2026-01-02T03:04:05Z"}`,
+		`{"id":"r1","weight":0,"draining":true,"stopped":"yes","incarnation":"i1","started":"2026-01-02T03:04:05Z"}`,
+	} {
+		_, err := DecodeRunner(KeyValue{Key: "r1", Value: []byte(bad)})
+		checkCorrupt(t, "DecodeRunner("+bad+")", err, KeyspaceRunners, "r1")
+	}
+}
+
 // TestDecodersAreStrict: a value the library did not write (or that lost a
 // required member) is corrupt, whatever encoding/json would make of it.
 func TestDecodersAreStrict(t *testing.T) {

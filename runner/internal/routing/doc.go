@@ -22,9 +22,12 @@
 //     reply carries the epoch its handler ran under; a result older than
 //     an epoch of the shard already seen (lock watch, installs, replies:
 //     SawEpoch) is withheld (*hosting.StaleResultError) when its owner's
-//     lease has ended (Directory.LeaseLive), closing the gap between the
-//     owner's own check and its socket write. A live owner's older-epoch
-//     result is accepted: it moves a shard only after its drain.
+//     lease has ended other than by a clean Shutdown
+//     (Directory.LeaseEndsByDrain), closing the gap between the owner's
+//     own check and its socket write. The older-epoch result of a live
+//     owner, or of one that stopped cleanly, is accepted: it gives a shard
+//     up only after its drain (no ask is lost on a planned move, including
+//     the moves of a Shutdown).
 //   - One hop. A receiver delivers locally or answers not-owner (with a
 //     hint); it never forwards. Every outcome is an answer with a code,
 //     mapped back to the same typed error on the sender (ResponseError).

@@ -42,8 +42,13 @@ type Directory interface {
 	NoRoute(id sharding.ShardID, waited time.Duration) error
 	// NotHere is the error for a message to a shard not hosted here.
 	NotHere(id sharding.ShardID) error
-	// LeaseLive reports whether lease is a live member's.
-	LeaseLive(lease storage.LeaseID) bool
+	// LeaseEndsByDrain reports whether every shard held under lease is or
+	// was given up by its owner's own drain and release: the lease is a
+	// live member's (it moves a shard only after its drain), or its
+	// member's last record before the lease ended said Stopped (a clean
+	// Shutdown, see storage.RunnerRecord). False for a lease that ended
+	// otherwise (expired, or revoked after a detach) or is not known.
+	LeaseEndsByDrain(lease storage.LeaseID) bool
 	// Running reports whether the runner runs; WaitRun waits (briefly)
 	// for Run to be called and says why not when it is not running;
 	// ClosedErr is the error of a send to a runner that stopped.

@@ -67,7 +67,7 @@ func (d *dir) NotHere(id sharding.ShardID) error {
 	return &hosting.NotOwnerError{Shard: id, OwnerHint: "elsewhere"}
 }
 
-func (d *dir) LeaseLive(l storage.LeaseID) bool {
+func (d *dir) LeaseEndsByDrain(l storage.LeaseID) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.live[l]

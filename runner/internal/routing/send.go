@@ -236,20 +236,22 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 // owner is acknowledged after a newer owner started: a result computed
 // under epoch by owner is refused with a *StaleResultError when a newer
 // epoch of shard id was already seen (lock watch, installs, replies) and
-// owner's lease, under which it held the shard, has ended (expired or
-// revoked: the shard may have been taken while the handler ran). A result
-// from a live owner is accepted: a live owner moves a shard only after its
-// drain, in which every handler finished and every reply was written, so
-// its result ran before the newer epoch began. The owner's own check (the
-// detach instant and its shard's hosting, at the handler's end) covers the
-// rest; this one closes the gap between that check and the socket write.
+// owner's lease, under which it held the shard, did not end by the owner's
+// own drains (it expired, or was revoked after a detach: the shard may
+// have been taken while the handler ran). A result from a live owner, or
+// from one whose lease ended by a clean Shutdown, is accepted: such an
+// owner gives a shard up only after its drain, in which every handler
+// finished, so its result ran before the newer epoch began
+// (Directory.LeaseEndsByDrain). The owner's own check (the detach instant
+// and its shard's hosting, at the handler's end) covers the rest; this one
+// closes the gap between that check and the socket write.
 func (r *Router) checkEpoch(ctx context.Context, id sharding.ShardID, owner storage.Runner, epoch storage.Epoch) error {
 	newer := storage.Epoch(r.epochs[id].Load())
 	if newer <= epoch {
 		r.SawEpoch(id, epoch)
 		return nil
 	}
-	if r.dir.LeaseLive(owner.Lease) {
+	if r.dir.LeaseEndsByDrain(owner.Lease) {
 		return nil
 	}
 	r.met.Dropped.Add(context.Background(), 1, r.met.Attrs, hosting.WithReason(hosting.DropStaleResult))
