@@ -246,9 +246,13 @@ func (st *state) runnerIDs() string {
 
 // runnerState says how a runner takes part in the assignment: active,
 // draining (an operator's request it published), drain requested (not
-// published yet), shutting down (drains itself with weight 0), weight 0.
+// published yet), shutting down (drains itself with weight 0), stopped
+// (a clean Shutdown released every shard and is revoking its lease),
+// weight 0.
 func runnerState(r storage.Runner, requested bool) string {
 	switch {
+	case r.Stopped:
+		return "stopped"
 	case r.Draining && r.Weight == 0:
 		return "shutting down"
 	case r.Draining:

@@ -20,7 +20,7 @@ import (
 // StatusRunner is one runner in `status -json`.
 type StatusRunner struct {
 	ID          string    `json:"id"`
-	State       string    `json:"state"` // active, draining, drain requested, shutting down, weight 0
+	State       string    `json:"state"` // active, draining, drain requested, shutting down, stopped, weight 0
 	Weight      int       `json:"weight"`
 	Draining    bool      `json:"draining"`        // its record says so
 	DrainReq    bool      `json:"drain_requested"` // drains/{ID} exists
