@@ -106,7 +106,13 @@ type ReleaseInfo struct {
 	Reason error
 	// Checkpoint stores data for the entity, fenced by Epoch: it fails
 	// (with an error matching the storage's ErrFenced) if the shard's
-	// ownership moved on. Nil when the runtime has no store.
+	// ownership moved on. An instance's checkpoints are ordered: one that
+	// succeeded is never overwritten by an earlier call, not even by one
+	// that failed as unavailable (a timeout) and that the store applies
+	// later — that write is refused (each write names the revision it
+	// expects, see storage.Checkpoints). Calls of one instance (Activate's
+	// and Release's functions included) run one at a time. Nil when the
+	// runtime has no store.
 	Checkpoint func(ctx context.Context, data []byte) error
 	// DeleteCheckpoint deletes the entity's checkpoint, fenced by Epoch
 	// like Checkpoint (deleting none is no error). Checkpoints have no

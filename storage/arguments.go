@@ -60,6 +60,16 @@ func CheckEpoch(shard sharding.ShardID, epoch Epoch) error {
 	return nil
 }
 
+// CheckCheckpointWrite checks the arguments of a checkpoint write or
+// delete: an epoch (see CheckEpoch) and a prev revision that is 0 or more,
+// or AnyRevision.
+func CheckCheckpointWrite(shard sharding.ShardID, epoch Epoch, prev Revision) error {
+	if prev < AnyRevision {
+		return errors.Join(CheckEpoch(shard, epoch), fmt.Errorf("%w: shard %d: checkpoint revision %d, want >= 0 or AnyRevision", ErrInvalidArgument, shard, prev))
+	}
+	return CheckEpoch(shard, epoch)
+}
+
 // CheckHeldBy checks the arguments of Verify and Release: a lease and
 // held locks (see CheckLease and CheckHeld).
 func CheckHeldBy(lease LeaseID, held []Held) error {

@@ -21,6 +21,9 @@ var (
 	ErrCompacted = errors.New("storage: revision compacted")
 	// ErrFenced: a fenced write carried an epoch that is no longer current.
 	ErrFenced = errors.New("storage: fenced: epoch is not current")
+	// ErrCheckpointChanged: a checkpoint write or delete expected the
+	// checkpoint at another revision than it is.
+	ErrCheckpointChanged = errors.New("storage: checkpoint changed")
 	// ErrNotOwner: the caller's lease does not hold the lock at the given epoch.
 	ErrNotOwner = errors.New("storage: lock not held by this lease at this epoch")
 	// ErrNoHandoff: the handoff record a transfer requires is missing or
@@ -58,6 +61,23 @@ func (e *FencedError) Error() string {
 
 // Is makes errors.Is(err, ErrFenced) true.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// CheckpointChangedError reports a checkpoint write or delete rejected
+// because the checkpoint (Shard, Name) is at revision Current (0: none
+// exists), not at Prev: a write of the same owner landed in between — one
+// whose outcome its writer could not know (see Checkpoints).
+type CheckpointChangedError struct {
+	Shard         sharding.ShardID
+	Name          string
+	Prev, Current Revision
+}
+
+func (e *CheckpointChangedError) Error() string {
+	return fmt.Sprintf("storage: checkpoint %q of shard %d is at revision %d, not %d", e.Name, e.Shard, e.Current, e.Prev)
+}
+
+// Is makes errors.Is(err, ErrCheckpointChanged) true.
+func (e *CheckpointChangedError) Is(target error) bool { return target == ErrCheckpointChanged }
 
 // HandoffConflictError reports a handoff record attached to another lease.
 type HandoffConflictError struct {

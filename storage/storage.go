@@ -248,19 +248,37 @@ type Checkpoint struct {
 // Checkpoints stores fenced checkpoints: one per shard (name "") and any
 // number of named ones per shard (e.g. one per entity), all fenced by the
 // shard's lock.
+//
+// A write or delete also names the revision prev it expects the checkpoint
+// at (Checkpoint.Revision as read or returned by the last write; 0: none
+// exists): a write whose outcome was unknown (ErrUnavailable: a timeout)
+// may still be applied later, after a newer write of the same owner, and
+// would then overwrite it; with prev it is refused instead, and the newer
+// write, refused first if the older one landed before it, learns the
+// current revision from the *CheckpointChangedError and writes again.
 type Checkpoints interface {
 	// WriteCheckpoint stores data under (shard, name) if epoch is the
-	// current epoch of the shard's lock, in the same transaction;
-	// otherwise it writes nothing and returns a *FencedError.
-	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch Epoch, data []byte) (Revision, error)
+	// current epoch of the shard's lock and the checkpoint is at revision
+	// prev (AnyRevision: any), in the same transaction, and returns the
+	// checkpoint's new revision. Otherwise it writes nothing and returns a
+	// *FencedError (the lock is at another epoch) or a
+	// *CheckpointChangedError (the checkpoint is at another revision).
+	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch Epoch, prev Revision, data []byte) (Revision, error)
 	// ReadCheckpoint returns the last checkpoint of (shard, name); ok is
 	// false when none was ever written.
 	ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (cp Checkpoint, ok bool, err error)
 	// DeleteCheckpoint deletes the checkpoint (shard, name), if there is
-	// one, if epoch is the current epoch of the shard's lock, in the same
-	// transaction; otherwise it deletes nothing and returns a *FencedError.
-	DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch Epoch) error
+	// one, if epoch is the current epoch of the shard's lock and the
+	// checkpoint is at revision prev (0: none exists, AnyRevision: any), in
+	// the same transaction; otherwise it deletes nothing and returns a
+	// *FencedError or a *CheckpointChangedError, as WriteCheckpoint.
+	DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch Epoch, prev Revision) error
 }
+
+// AnyRevision, as the prev of WriteCheckpoint or DeleteCheckpoint, accepts
+// the checkpoint at whatever revision it is (tools and tests; a write in
+// flight may then overtake a later one: the runner never uses it).
+const AnyRevision Revision = -1
 
 // Key is the key of name in keyspace ks relative to the namespace:
 // "runners/{id}", "shards/{shard}", "handoffs/{shard}".

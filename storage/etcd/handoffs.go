@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -96,27 +97,55 @@ func (s *Store) DeleteHandoffs(ctx context.Context, lease storage.LeaseID, shard
 }
 
 // WriteCheckpoint implements storage.Checkpoints.
-func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
-	if err := storage.CheckEpoch(shard, epoch); err != nil {
+func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision, data []byte) (storage.Revision, error) {
+	if err := storage.CheckCheckpointWrite(shard, epoch, prev); err != nil {
 		return 0, err
 	}
-	sk := s.shardKey(shard)
+	ck := s.checkpointKey(shard, name)
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(sk), "=", int64(epoch))).
-		Then(clientv3.OpPut(s.checkpointKey(shard, name), string(storage.EncodeCheckpoint(epoch, data)))).
-		Else(clientv3.OpGet(sk)).Commit()
+	resp, err := s.cli.Txn(ctx).If(s.checkpointFence(shard, ck, epoch, prev)...).
+		Then(clientv3.OpPut(ck, string(storage.EncodeCheckpoint(epoch, data)))).
+		Else(clientv3.OpGet(s.shardKey(shard)), clientv3.OpGet(ck, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("write checkpoint of shard %d: %w", shard, translate(err))
 	}
 	if !resp.Succeeded {
-		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
-		if kv := firstKV(resp); kv != nil {
-			fe.Current = storage.Epoch(kv.ModRevision)
-		}
-		return 0, fe
+		return 0, checkpointRefused(resp, shard, name, epoch, prev)
 	}
 	return storage.Revision(resp.Header.Revision), nil
+}
+
+// checkpointFence is the condition of a checkpoint write or delete: the
+// shard's lock at epoch and, unless prev is AnyRevision, the checkpoint
+// key ck at revision prev (0: absent).
+func (s *Store) checkpointFence(shard sharding.ShardID, ck string, epoch storage.Epoch, prev storage.Revision) []clientv3.Cmp {
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.shardKey(shard)), "=", int64(epoch))}
+	if prev != storage.AnyRevision {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ck), "=", int64(prev)))
+	}
+	return cmps
+}
+
+// checkpointRefused is the error of a checkpoint write or delete whose
+// fence failed; resp's Else read the lock, then the checkpoint key.
+func checkpointRefused(resp *clientv3.TxnResponse, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision) error {
+	var lock, cp *mvccpb.KeyValue
+	if len(resp.Responses) == 2 {
+		lock, cp = rangeKV(resp.Responses[0]), rangeKV(resp.Responses[1])
+	}
+	if lock == nil || storage.Epoch(lock.ModRevision) != epoch {
+		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
+		if lock != nil {
+			fe.Current = storage.Epoch(lock.ModRevision)
+		}
+		return fe
+	}
+	ce := &storage.CheckpointChangedError{Shard: shard, Name: name, Prev: prev}
+	if cp != nil {
+		ce.Current = storage.Revision(cp.ModRevision)
+	}
+	return ce
 }
 
 // ReadCheckpoint implements storage.Checkpoints.

@@ -11,25 +11,21 @@ import (
 )
 
 // DeleteCheckpoint implements storage.Checkpoints.
-func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch) error {
-	if err := storage.CheckEpoch(shard, epoch); err != nil {
+func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision) error {
+	if err := storage.CheckCheckpointWrite(shard, epoch, prev); err != nil {
 		return err
 	}
-	sk := s.shardKey(shard)
+	ck := s.checkpointKey(shard, name)
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(sk), "=", int64(epoch))).
-		Then(clientv3.OpDelete(s.checkpointKey(shard, name))).
-		Else(clientv3.OpGet(sk)).Commit()
+	resp, err := s.cli.Txn(ctx).If(s.checkpointFence(shard, ck, epoch, prev)...).
+		Then(clientv3.OpDelete(ck)).
+		Else(clientv3.OpGet(s.shardKey(shard)), clientv3.OpGet(ck, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return fmt.Errorf("delete checkpoint of shard %d: %w", shard, translate(err))
 	}
 	if !resp.Succeeded {
-		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
-		if kv := firstKV(resp); kv != nil {
-			fe.Current = storage.Epoch(kv.ModRevision)
-		}
-		return fe
+		return checkpointRefused(resp, shard, name, epoch, prev)
 	}
 	return nil
 }

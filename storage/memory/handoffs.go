@@ -65,8 +65,8 @@ func (s *Store) DeleteHandoffs(ctx context.Context, leaseID storage.LeaseID, sha
 }
 
 // WriteCheckpoint implements storage.Checkpoints.
-func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error) {
-	if err := storage.CheckEpoch(shard, epoch); err != nil {
+func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision, data []byte) (storage.Revision, error) {
+	if err := storage.CheckCheckpointWrite(shard, epoch, prev); err != nil {
 		return 0, err
 	}
 	c, err := s.enter(ctx, OpCheckpoint)
@@ -74,13 +74,8 @@ func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, nam
 		return 0, err
 	}
 	defer c.mu.Unlock()
-	e, ok := c.kvs[shardKey(shard)]
-	if (!ok || storage.Epoch(e.mod) != epoch) && !c.unfenced {
-		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
-		if ok {
-			fe.Current = storage.Epoch(e.mod)
-		}
-		return 0, fe
+	if err := c.checkpointFence(shard, name, epoch, prev); err != nil {
+		return 0, err
 	}
 	tx := c.begin()
 	_ = tx.put(storage.CheckpointKey(shard, name), storage.EncodeCheckpoint(epoch, data), storage.NoLease)

@@ -48,21 +48,21 @@ func TestDisableFencingAcceptsStaleCheckpoints(t *testing.T) {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
 	stale := res[0].Epoch - 1
-	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, []byte("x")); !errors.Is(err, storage.ErrFenced) {
+	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, storage.AnyRevision, []byte("x")); !errors.Is(err, storage.ErrFenced) {
 		t.Fatalf("WriteCheckpoint under a stale epoch = %v, want ErrFenced", err)
 	}
 	c.DisableFencing(true)
-	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, []byte("y")); err != nil {
+	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, storage.AnyRevision, []byte("y")); err != nil {
 		t.Fatalf("WriteCheckpoint with fencing disabled = %v", err)
 	}
 	if cp, ok, err := s.ReadCheckpoint(ctx, 3, "k/e"); err != nil || !ok || string(cp.Data) != "y" {
 		t.Fatalf("ReadCheckpoint = %q, %v, %v; want the stale write", cp.Data, ok, err)
 	}
-	if err := s.DeleteCheckpoint(ctx, 3, "k/e", stale); err != nil {
+	if err := s.DeleteCheckpoint(ctx, 3, "k/e", stale, storage.AnyRevision); err != nil {
 		t.Fatalf("DeleteCheckpoint with fencing disabled = %v", err)
 	}
 	c.DisableFencing(false)
-	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, []byte("z")); !errors.Is(err, storage.ErrFenced) {
+	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, storage.AnyRevision, []byte("z")); !errors.Is(err, storage.ErrFenced) {
 		t.Fatalf("WriteCheckpoint under a stale epoch, fencing repaired = %v, want ErrFenced", err)
 	}
 }

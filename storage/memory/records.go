@@ -8,8 +8,8 @@ import (
 )
 
 // DeleteCheckpoint implements storage.Checkpoints.
-func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch) error {
-	if err := storage.CheckEpoch(shard, epoch); err != nil {
+func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision) error {
+	if err := storage.CheckCheckpointWrite(shard, epoch, prev); err != nil {
 		return err
 	}
 	c, err := s.enter(ctx, OpCheckpoint)
@@ -17,6 +17,20 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, na
 		return err
 	}
 	defer c.mu.Unlock()
+	if err := c.checkpointFence(shard, name, epoch, prev); err != nil {
+		return err
+	}
+	tx := c.begin()
+	tx.del(storage.CheckpointKey(shard, name))
+	tx.commit()
+	return nil
+}
+
+// checkpointFence checks the condition of a checkpoint write or delete
+// (storage.Checkpoints): the shard's lock at epoch (unless fencing is off,
+// a fault of this store), the checkpoint at revision prev (0: absent) or
+// prev AnyRevision. Called with c.mu held.
+func (c *Cluster) checkpointFence(shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision) error {
 	e, ok := c.kvs[shardKey(shard)]
 	if (!ok || storage.Epoch(e.mod) != epoch) && !c.unfenced {
 		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
@@ -25,9 +39,16 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, na
 		}
 		return fe
 	}
-	tx := c.begin()
-	tx.del(storage.CheckpointKey(shard, name))
-	tx.commit()
+	if prev == storage.AnyRevision {
+		return nil
+	}
+	var cur storage.Revision
+	if cp, ok := c.kvs[storage.CheckpointKey(shard, name)]; ok {
+		cur = cp.mod
+	}
+	if cur != prev {
+		return &storage.CheckpointChangedError{Shard: shard, Name: name, Prev: prev, Current: cur}
+	}
 	return nil
 }
 

@@ -143,7 +143,9 @@ func testInvalid(t *testing.T, in Instance) {
 			_, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, FromLease: l, ToLease: l, ToOwner: owner("b", "1")})
 			return err
 		}()},
-		{"checkpoint epoch 0", func() error { _, err := s.WriteCheckpoint(ctx, 1, "", 0, []byte("x")); return err }()},
+		{"checkpoint epoch 0", func() error { _, err := s.WriteCheckpoint(ctx, 1, "", 0, storage.AnyRevision, []byte("x")); return err }()},
+		{"checkpoint revision -2", func() error { _, err := s.WriteCheckpoint(ctx, 1, "", 1, -2, []byte("x")); return err }()},
+		{"checkpoint delete revision -2", s.DeleteCheckpoint(ctx, 1, "", 1, -2)},
 	}
 	for _, c := range checks {
 		if !errors.Is(c.err, storage.ErrInvalidArgument) {

@@ -222,10 +222,10 @@ func testRewrite(t *testing.T, in Instance) {
 		if r.Status != storage.Acquired || r.Epoch <= res[i].Epoch {
 			t.Errorf("Rewrite(%d) = %+v, want a new epoch > %d", r.Shard, r, res[i].Epoch)
 		}
-		if _, err := s.WriteCheckpoint(ctx, r.Shard, "", res[i].Epoch, []byte("x")); !errors.Is(err, storage.ErrFenced) {
+		if _, err := s.WriteCheckpoint(ctx, r.Shard, "", res[i].Epoch, storage.AnyRevision, []byte("x")); !errors.Is(err, storage.ErrFenced) {
 			t.Errorf("checkpoint at the pre-rewrite epoch = %v, want ErrFenced", err)
 		}
-		if _, err := s.WriteCheckpoint(ctx, r.Shard, "", r.Epoch, []byte("x")); err != nil {
+		if _, err := s.WriteCheckpoint(ctx, r.Shard, "", r.Epoch, storage.AnyRevision, []byte("x")); err != nil {
 			t.Errorf("checkpoint at the rewritten epoch = %v", err)
 		}
 	}

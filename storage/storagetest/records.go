@@ -87,11 +87,11 @@ func testDeleteCheckpoint(t *testing.T, in Instance) {
 	la := grant(t, s, 30*time.Second)
 	e1 := acquire(t, s, la, owner("a", "1"), 4)[0].Epoch
 	for _, name := range []string{"", "cart/42"} {
-		if _, err := s.WriteCheckpoint(ctx, 4, name, e1, []byte("state")); err != nil {
+		if _, err := s.WriteCheckpoint(ctx, 4, name, e1, storage.AnyRevision, []byte("state")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.DeleteCheckpoint(ctx, 4, "cart/42", e1); err != nil {
+	if err := s.DeleteCheckpoint(ctx, 4, "cart/42", e1, storage.AnyRevision); err != nil {
 		t.Fatalf("DeleteCheckpoint(current epoch) = %v", err)
 	}
 	if _, ok, err := s.ReadCheckpoint(ctx, 4, "cart/42"); err != nil || ok {
@@ -100,13 +100,13 @@ func testDeleteCheckpoint(t *testing.T, in Instance) {
 	if _, ok, _ := s.ReadCheckpoint(ctx, 4, ""); !ok {
 		t.Fatal("deleting a named checkpoint deleted the shard's")
 	}
-	if err := s.DeleteCheckpoint(ctx, 4, "never-written", e1); err != nil {
+	if err := s.DeleteCheckpoint(ctx, 4, "never-written", e1, storage.AnyRevision); err != nil {
 		t.Fatalf("DeleteCheckpoint(absent) = %v, want nil", err)
 	}
 	// A new epoch fences the old one out.
 	e2 := rewrite(t, s, la, 4)
 	var fe *storage.FencedError
-	if err := s.DeleteCheckpoint(ctx, 4, "", e1); !errors.As(err, &fe) || fe.Epoch != e1 || fe.Current != e2 {
+	if err := s.DeleteCheckpoint(ctx, 4, "", e1, storage.AnyRevision); !errors.As(err, &fe) || fe.Epoch != e1 || fe.Current != e2 {
 		t.Fatalf("DeleteCheckpoint(stale epoch) = %v, want *FencedError{Epoch %d, Current %d}", err, e1, e2)
 	}
 	if _, ok, _ := s.ReadCheckpoint(ctx, 4, ""); !ok {
@@ -115,10 +115,10 @@ func testDeleteCheckpoint(t *testing.T, in Instance) {
 	if _, err := s.Release(ctx, la, []storage.Held{{Shard: 4, Epoch: e2}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteCheckpoint(ctx, 4, "", e2); !errors.As(err, &fe) || fe.Current != 0 {
+	if err := s.DeleteCheckpoint(ctx, 4, "", e2, storage.AnyRevision); !errors.As(err, &fe) || fe.Current != 0 {
 		t.Fatalf("DeleteCheckpoint(released shard) = %v, want *FencedError with Current 0", err)
 	}
-	if err := s.DeleteCheckpoint(ctx, 4, "", 0); !errors.Is(err, storage.ErrInvalidArgument) {
+	if err := s.DeleteCheckpoint(ctx, 4, "", 0, storage.AnyRevision); !errors.Is(err, storage.ErrInvalidArgument) {
 		t.Fatalf("DeleteCheckpoint(epoch 0) = %v, want ErrInvalidArgument", err)
 	}
 }

@@ -60,6 +60,7 @@ func Run(t *testing.T, h Harness) {
 		{"CorruptValues", testCorrupt},
 		{"CorruptCheckpoints", testCorruptCheckpoints},
 		{"FencedCheckpointDelete", testDeleteCheckpoint},
+		{"CheckpointWritesAreOrdered", testCheckpointWritesAreOrdered},
 		{"ShardStateIsFencedAndPerShard", testShardStateFenced},
 		{"ShardStateInBatches", testShardStateBatches},
 		{"ShardStateSkipsCorruptRecords", testShardStateCorrupt},

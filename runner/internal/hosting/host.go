@@ -52,9 +52,9 @@ type Env interface {
 
 // Checkpoints is the part of storage.Store entities' lifecycle hooks use.
 type Checkpoints interface {
-	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, data []byte) (storage.Revision, error)
+	WriteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision, data []byte) (storage.Revision, error)
 	ReadCheckpoint(ctx context.Context, shard sharding.ShardID, name string) (cp storage.Checkpoint, ok bool, err error)
-	DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch) error
+	DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision) error
 }
 
 // Metrics are the instruments hosting records to (created by the runner,
@@ -298,15 +298,21 @@ func (h *Host) Janitor(ctx context.Context) {
 // checkpointName is the storage name of an entity's checkpoint.
 func checkpointName(key EntityKey) string { return key.Kind + "/" + key.ID }
 
-// restoreFunc is the Restore of an entity's Activate and Warm hooks.
+// restoreFunc is the Restore of an entity's Warm hook.
 func (h *Host) restoreFunc(id sharding.ShardID, key EntityKey) func(context.Context) ([]byte, bool, error) {
 	return func(ctx context.Context) ([]byte, bool, error) {
-		cp, ok, err := h.store.ReadCheckpoint(ctx, id, checkpointName(key))
-		if h.cfg.Tracer.On() {
-			restored(ctx, len(cp.Data), ok, err)
-		}
+		cp, ok, err := h.readCheckpoint(ctx, id, checkpointName(key))
 		return cp.Data, ok, err
 	}
+}
+
+// readCheckpoint reads checkpoint name of shard id (traced).
+func (h *Host) readCheckpoint(ctx context.Context, id sharding.ShardID, name string) (storage.Checkpoint, bool, error) {
+	cp, ok, err := h.store.ReadCheckpoint(ctx, id, name)
+	if h.cfg.Tracer.On() {
+		restored(ctx, len(cp.Data), ok, err)
+	}
+	return cp, ok, err
 }
 
 // signal wakes ch's reader without blocking.

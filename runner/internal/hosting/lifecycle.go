@@ -102,8 +102,8 @@ func (sh *Shard) release(ctx context.Context, e *resident, reason error) {
 			}
 		}()
 		return rel.Release(entity.WithRuntime(ctx, e), entity.ReleaseInfo{
-			Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Checkpoint: sh.checkpointFunc(e.key),
-			DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
+			Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason, Checkpoint: sh.checkpointsOf(e).write,
+			DeleteCheckpoint: sh.checkpointsOf(e).delete,
 		})
 	}()
 	if err != nil {

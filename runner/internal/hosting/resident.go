@@ -57,7 +57,11 @@ type resident struct {
 	forgotten  atomic.Bool
 	prev, next *resident
 	lastUsed   time.Duration
-	_          [8]byte // the mailbox starts at byte 128
+
+	// Owned by the entity's goroutine, like inst (here to keep the
+	// fields above packed): the instance's checkpoint writes, ordered
+	// (checkpoints.go). The mailbox starts at byte 128.
+	cps *checkpoints
 
 	// The mailbox, written by senders, under mu. nonEmpty is also read
 	// without mu (the goroutine's linger); a sender sets it only when the
@@ -359,8 +363,8 @@ func (e *resident) activate(ctx context.Context, reason entity.ActivateReason) e
 			}()
 			return a.Activate(ctx, entity.ActivateInfo{
 				Entity: e.key.ID, Shard: sh.id, Epoch: int64(sh.epoch), Reason: reason,
-				Restore: sh.h.restoreFunc(sh.id, e.key), Checkpoint: sh.checkpointFunc(e.key),
-				DeleteCheckpoint: sh.deleteCheckpointFunc(e.key),
+				Restore: sh.checkpointsOf(e).restore, Checkpoint: sh.checkpointsOf(e).write,
+				DeleteCheckpoint: sh.checkpointsOf(e).delete,
 			})
 		}()
 		if err != nil {

@@ -366,19 +366,3 @@ func (sh *Shard) ID() sharding.ShardID { return sh.id }
 
 // Epoch returns the epoch the shard is hosted at.
 func (sh *Shard) Epoch() storage.Epoch { return sh.epoch }
-
-func (sh *Shard) checkpointFunc(key EntityKey) func(context.Context, []byte) error {
-	return func(ctx context.Context, data []byte) error {
-		_, err := sh.h.store.WriteCheckpoint(ctx, sh.id, checkpointName(key), sh.epoch, data)
-		return err
-	}
-}
-
-// deleteCheckpointFunc is the DeleteCheckpoint of an entity's lifecycle
-// hooks: the entity's checkpoint (kind/id) is deleted if the shard's lock
-// is still at this host's epoch, in the same transaction.
-func (sh *Shard) deleteCheckpointFunc(key EntityKey) func(context.Context) error {
-	return func(ctx context.Context) error {
-		return sh.h.store.DeleteCheckpoint(ctx, sh.id, checkpointName(key), sh.epoch)
-	}
-}
