@@ -456,7 +456,7 @@ func (s *simRun) drive(gw *simNode) *simLoad {
 
 // The faults of the schedule.
 var simFaults = []string{"crash", "shutdown", "store-partition", "keepalive-fail", "expire-lease",
-	"net-isolate", "lose-answers", "join", "store-delay"}
+	"net-isolate", "lose-answers", "join", "store-delay", "late-checkpoints"}
 
 // schedule runs the seeded faults over simDuration, then waits for the
 // last to heal.
@@ -519,6 +519,13 @@ func (s *simRun) schedule() {
 					n.store.Delay(op, 0)
 				}
 			})
+		case "late-checkpoints":
+			// Checkpoint writes fail as unavailable and land later, after
+			// newer ones: an etcd request left in flight by a timeout.
+			late := time.Duration(50+s.rng.IntN(1000)) * time.Millisecond
+			s.note("checkpoint writes of %s fail and land %v later, for %v", n.id, late, d)
+			n.store.LateCheckpoints(late)
+			healers.Go(func() { time.Sleep(d); n.store.LateCheckpoints(0) })
 		case "expire-lease":
 			// The runner cannot renew for longer than its TTL: it detaches
 			// at its deadline - margin, then the store expires its lease.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
 
@@ -110,6 +111,42 @@ func (s *Store) Delay(op Op, d time.Duration) {
 	} else {
 		s.delay[op] = d
 	}
+}
+
+// LateCheckpoints makes every checkpoint write of this client fail at once
+// as unavailable and yet be carried out d later (fenced and conditional
+// then, like any write), unless the cluster is closed by then: an etcd
+// request whose client gave up (a timeout) and that the server applied
+// later, possibly after newer writes. 0 removes the fault.
+func (s *Store) LateCheckpoints(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lateCP = max(d, 0)
+}
+
+// lateCheckpoint starts the late write of a checkpoint (LateCheckpoints)
+// and returns the call's error, or returns nil when the fault is off.
+func (s *Store) lateCheckpoint(shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision, data []byte) error {
+	s.mu.Lock()
+	d := s.lateCP
+	s.mu.Unlock()
+	if d == 0 {
+		return nil
+	}
+	data = append([]byte(nil), data...)
+	go func() {
+		time.Sleep(d)
+		c := s.c
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed || c.checkpointFence(shard, name, epoch, prev) != nil {
+			return
+		}
+		tx := c.begin()
+		_ = tx.put(storage.CheckpointKey(shard, name), storage.EncodeCheckpoint(epoch, data), storage.NoLease)
+		tx.commit()
+	}()
+	return fmt.Errorf("memory %s: %s: %w (carried out %v later)", s.name, OpCheckpoint, storage.ErrUnavailable, d)
 }
 
 // Calls returns how many calls of op this client has started.

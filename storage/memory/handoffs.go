@@ -69,6 +69,9 @@ func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, nam
 	if err := storage.CheckCheckpointWrite(shard, epoch, prev); err != nil {
 		return 0, err
 	}
+	if err := s.lateCheckpoint(shard, name, epoch, prev, data); err != nil {
+		return 0, err
+	}
 	c, err := s.enter(ctx, OpCheckpoint)
 	if err != nil {
 		return 0, err

@@ -28,6 +28,7 @@ type Store struct {
 	fail        map[Op]error
 	delay       map[Op]time.Duration
 	calls       map[Op]int
+	lateCP      time.Duration // LateCheckpoints
 }
 
 // Cluster returns the cluster this client talks to.
