@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
 
@@ -113,40 +112,48 @@ func (s *Store) Delay(op Op, d time.Duration) {
 	}
 }
 
-// LateCheckpoints makes every checkpoint write of this client fail at once
-// as unavailable and yet be carried out d later (fenced and conditional
-// then, like any write), unless the cluster is closed by then: an etcd
-// request whose client gave up (a timeout) and that the server applied
-// later, possibly after newer writes. 0 removes the fault.
-func (s *Store) LateCheckpoints(d time.Duration) {
+// LateWrites makes every write of op (OpCheckpoint: checkpoint writes;
+// OpShardState: shard state writes) of this client fail at once as
+// unavailable and yet be carried out d later (fenced and conditional then,
+// like any write), unless the cluster is closed by then: an etcd request
+// whose client gave up (a timeout) and that the server applied later,
+// possibly after newer writes. 0 removes the fault.
+func (s *Store) LateWrites(op Op, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.lateCP = max(d, 0)
+	if s.late == nil {
+		s.late = make(map[Op]time.Duration)
+	}
+	if d <= 0 {
+		delete(s.late, op)
+	} else {
+		s.late[op] = d
+	}
 }
 
-// lateCheckpoint starts the late write of a checkpoint (LateCheckpoints)
-// and returns the call's error, or returns nil when the fault is off.
-func (s *Store) lateCheckpoint(shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision, data []byte) error {
+// lateWrite carries out apply in a transaction of its own later, and
+// returns the call's error, when writes of op are late (LateWrites);
+// otherwise it returns nil and does nothing.
+func (s *Store) lateWrite(op Op, apply func(c *Cluster, tx *txn)) error {
 	s.mu.Lock()
-	d := s.lateCP
+	d := s.late[op]
 	s.mu.Unlock()
 	if d == 0 {
 		return nil
 	}
-	data = append([]byte(nil), data...)
 	go func() {
 		time.Sleep(d)
 		c := s.c
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.closed || c.checkpointFence(shard, name, epoch, prev) != nil {
+		if c.closed {
 			return
 		}
 		tx := c.begin()
-		_ = tx.put(storage.CheckpointKey(shard, name), storage.EncodeCheckpoint(epoch, data), storage.NoLease)
+		apply(c, tx)
 		tx.commit()
 	}()
-	return fmt.Errorf("memory %s: %s: %w (carried out %v later)", s.name, OpCheckpoint, storage.ErrUnavailable, d)
+	return fmt.Errorf("memory %s: %s: %w (carried out %v later)", s.name, op, storage.ErrUnavailable, d)
 }
 
 // Calls returns how many calls of op this client has started.

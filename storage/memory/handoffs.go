@@ -69,8 +69,13 @@ func (s *Store) WriteCheckpoint(ctx context.Context, shard sharding.ShardID, nam
 	if err := storage.CheckCheckpointWrite(shard, epoch, prev); err != nil {
 		return 0, err
 	}
-	if err := s.lateCheckpoint(shard, name, epoch, prev, data); err != nil {
-		return 0, err
+	data = append([]byte(nil), data...)
+	if err := s.lateWrite(OpCheckpoint, func(c *Cluster, tx *txn) {
+		if c.checkpointFence(shard, name, epoch, prev) == nil {
+			_ = tx.put(storage.CheckpointKey(shard, name), storage.EncodeCheckpoint(epoch, data), storage.NoLease)
+		}
+	}); err != nil {
+		return 0, fmt.Errorf("write checkpoint of shard %d: %w", shard, err)
 	}
 	c, err := s.enter(ctx, OpCheckpoint)
 	if err != nil {

@@ -80,30 +80,23 @@ func (s *Store) WriteShardStates(ctx context.Context, writes []storage.ShardWrit
 		return nil, err
 	}
 	res := make([]storage.ShardWriteResult, len(writes))
+	fenced := make([]storage.ShardWrite, len(writes)) // shard and epoch: what applyShardWrites reads of writes
+	for i, w := range writes {
+		fenced[i] = storage.ShardWrite{Shard: w.Shard, Epoch: w.Epoch}
+	}
+	if err := s.lateWrite(OpShardState, func(c *Cluster, tx *txn) {
+		applyShardWrites(c, tx, fenced, ops, make([]storage.ShardWriteResult, len(writes)), 0, len(writes))
+	}); err != nil {
+		err = fmt.Errorf("write the state of %d shards: %w", len(writes), err)
+		for i, w := range writes {
+			res[i] = storage.ShardWriteResult{Shard: w.Shard, Err: err}
+		}
+		return res, err
+	}
 	var first error
 	for _, b := range batches {
 		err := s.txn(ctx, OpShardState, func(c *Cluster, tx *txn) error {
-			for i := b[0]; i < b[1]; i++ {
-				w := writes[i]
-				res[i].Shard = w.Shard
-				e, ok := c.kvs[shardKey(w.Shard)]
-				if !ok || storage.Epoch(e.mod) != w.Epoch {
-					fe := &storage.FencedError{Shard: w.Shard, Epoch: w.Epoch}
-					if ok {
-						fe.Current = storage.Epoch(e.mod)
-					}
-					res[i].Err = fe
-					continue
-				}
-				for _, op := range ops[i] {
-					if op.Delete {
-						tx.del(op.Key)
-					} else {
-						_ = tx.put(op.Key, op.Value, storage.NoLease)
-					}
-				}
-				res[i].Revision = tx.rev
-			}
+			applyShardWrites(c, tx, fenced, ops, res, b[0], b[1])
 			return nil
 		})
 		if err != nil {
@@ -117,4 +110,30 @@ func (s *Store) WriteShardStates(ctx context.Context, writes []storage.ShardWrit
 		}
 	}
 	return res, first
+}
+
+// applyShardWrites carries out writes[lo:hi] (their encoded ops) in tx,
+// each fenced by its shard's lock, and records each outcome in res.
+func applyShardWrites(c *Cluster, tx *txn, writes []storage.ShardWrite, ops [][]storage.StateOp, res []storage.ShardWriteResult, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		w := writes[i]
+		res[i].Shard = w.Shard
+		e, ok := c.kvs[shardKey(w.Shard)]
+		if !ok || storage.Epoch(e.mod) != w.Epoch {
+			fe := &storage.FencedError{Shard: w.Shard, Epoch: w.Epoch}
+			if ok {
+				fe.Current = storage.Epoch(e.mod)
+			}
+			res[i].Err = fe
+			continue
+		}
+		for _, op := range ops[i] {
+			if op.Delete {
+				tx.del(op.Key)
+			} else {
+				_ = tx.put(op.Key, op.Value, storage.NoLease)
+			}
+		}
+		res[i].Revision = tx.rev
+	}
 }

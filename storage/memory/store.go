@@ -28,7 +28,7 @@ type Store struct {
 	fail        map[Op]error
 	delay       map[Op]time.Duration
 	calls       map[Op]int
-	lateCP      time.Duration // LateCheckpoints
+	late        map[Op]time.Duration // LateWrites
 }
 
 // Cluster returns the cluster this client talks to.
