@@ -183,7 +183,10 @@
 // reminders/{shard}/{kind/id}/{name} written — registered, replaced or
 // cancelled — in one transaction fenced by the shard's epoch, so a handler
 // whose shard moved cannot register one (its error matches ErrShardMoved
-// or storage.ErrFenced). The owner of a shard loads its reminders when it
+// or storage.ErrFenced). A runner's writes of a shard's state are also
+// ordered (storage.StateOrderKey): one that failed as unavailable and that
+// etcd applies later cannot undo a later one (a cancelled reminder put
+// back, progress going backwards). The owner of a shard loads its reminders when it
 // acquires the shard (batched, in the background: the shard's messages
 // never wait for it) and fires each due tick by delivering it to the
 // entity, activating it if it is not resident. What is guaranteed:

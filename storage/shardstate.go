@@ -36,6 +36,7 @@ import (
 //	reminders/{shard}/{kind/id}/{name}      one Reminder
 //	remembered/{shard}/{kind/id}            one RememberedEntity
 //	singletons/{shard}/{name}               one SingletonRecord: where a singleton runs, since when
+//	stateorder/{shard}                      empty; its revision orders one client's state writes (stateorder.go)
 const (
 	KeyspaceReminders  Keyspace = "reminders"
 	KeyspaceRemembered Keyspace = "remembered"
@@ -572,8 +573,9 @@ type ReminderRef struct {
 	Name   string
 }
 
-// MaxShardWriteOps bounds the operations of one ShardWrite.
-const MaxShardWriteOps = MaxShardsPerTxn
+// MaxShardWriteOps bounds the operations of one ShardWrite (one less than
+// MaxShardsPerTxn: the store adds the put of the shard's order key).
+const MaxShardWriteOps = MaxShardsPerTxn - 1
 
 // Ops returns the number of store operations of w.
 func (w ShardWrite) Ops() int {
@@ -733,7 +735,9 @@ type ShardStates interface {
 	ReadShardStates(ctx context.Context, shards []sharding.ShardID) ([]ShardState, error)
 	// WriteShardStates applies each write if its shard's lock is at its
 	// epoch, atomically per write (shards distinct), several writes per
-	// transaction (StateBatches). Results are in the order of writes: a
+	// transaction (StateBatches). One client's writes to a shard are
+	// ordered (stateorder.go): one whose outcome was unknown never lands
+	// after a later one succeeded. Results are in the order of writes: a
 	// *FencedError when the epoch is not current, or the transaction's
 	// error (the outcome of a failed transaction is unknown), the first of
 	// which is also returned. Invalid writes fail the call with

@@ -94,6 +94,7 @@ type Store struct {
 	opTimeout      time.Duration
 	attemptTimeout time.Duration
 	members        *members
+	order          storage.StateOrder // the order keys of shard state writes (storage/stateorder.go)
 }
 
 // New returns a store that keeps its keys under "/{namespace}/" in the etcd

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -13,8 +14,9 @@ import (
 // Per-shard state (storage.ShardStates): a read is one read-only
 // transaction of two range reads per shard (its reminders and remembered
 // entities); a write is, per shard, a nested transaction that applies the
-// shard's operations if its lock is at the write's epoch, else reads the
-// lock.
+// shard's operations and puts its order key if its lock is at the write's
+// epoch and the order key at the revision expected (storage.StateOrder),
+// else reads both.
 
 // ReadShardStates implements storage.ShardStates.
 func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID) ([]storage.ShardState, error) {
@@ -66,51 +68,82 @@ func (s *Store) WriteShardStates(ctx context.Context, writes []storage.ShardWrit
 	if err != nil {
 		return nil, err
 	}
-	batches, err := storage.StateBatches(ids, encoded)
-	if err != nil {
+	if _, err := storage.StateBatches(ids, encoded); err != nil {
 		return nil, err
 	}
-	out := make([]storage.ShardWriteResult, len(writes))
-	err = forRanges(batches, func(lo, hi int) error {
-		ops := make([]clientv3.Op, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			w := writes[i]
-			sk := s.shardKey(w.Shard)
-			then := make([]clientv3.Op, 0, len(encoded[i]))
-			for _, op := range encoded[i] {
-				if op.Delete {
-					then = append(then, clientv3.OpDelete(s.prefix+op.Key))
-				} else {
-					then = append(then, clientv3.OpPut(s.prefix+op.Key, string(op.Value)))
-				}
-			}
-			ops = append(ops, clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(sk), "=", int64(w.Epoch))},
-				then, []clientv3.Op{clientv3.OpGet(sk)}))
+	return storage.WriteOrdered(ctx, &s.order, writes, func(ctx context.Context, idx []int, expect []storage.Revision) ([]storage.ShardWriteResult, error) {
+		sub, subOps := make([]sharding.ShardID, len(idx)), make([][]storage.StateOp, len(idx))
+		for k, i := range idx {
+			sub[k], subOps[k] = ids[i], encoded[i]
 		}
-		resps, rev, err := s.batchTxn(ctx, ops)
+		batches, err := storage.StateBatches(sub, subOps)
 		if err != nil {
-			err = fmt.Errorf("write the state of %d shards: %w", hi-lo, err)
-			for i := lo; i < hi; i++ {
-				out[i] = storage.ShardWriteResult{Shard: writes[i].Shard, Err: err}
-			}
-			return err
+			return nil, err
 		}
-		for k, r := range resps {
-			w := writes[lo+k]
-			res := storage.ShardWriteResult{Shard: w.Shard}
-			if r.Succeeded {
-				res.Revision = rev
-			} else {
-				fe := &storage.FencedError{Shard: w.Shard, Epoch: w.Epoch}
-				if kv := firstKV(r); kv != nil {
-					fe.Current = storage.Epoch(kv.ModRevision)
+		out := make([]storage.ShardWriteResult, len(idx))
+		err = forRanges(batches, func(lo, hi int) error {
+			ops := make([]clientv3.Op, 0, hi-lo)
+			for k := lo; k < hi; k++ {
+				w := writes[idx[k]]
+				sk, ok := s.shardKey(w.Shard), s.prefix+storage.StateOrderKey(w.Shard)
+				then := make([]clientv3.Op, 0, len(subOps[k])+1)
+				for _, op := range subOps[k] {
+					if op.Delete {
+						then = append(then, clientv3.OpDelete(s.prefix+op.Key))
+					} else {
+						then = append(then, clientv3.OpPut(s.prefix+op.Key, string(op.Value)))
+					}
 				}
-				res.Err = fe
+				then = append(then, clientv3.OpPut(ok, ""))
+				ops = append(ops, clientv3.OpTxn(
+					[]clientv3.Cmp{
+						clientv3.Compare(clientv3.ModRevision(sk), "=", int64(w.Epoch)),
+						clientv3.Compare(clientv3.ModRevision(ok), "=", int64(expect[k])),
+					},
+					then, []clientv3.Op{clientv3.OpGet(sk), clientv3.OpGet(ok, clientv3.WithKeysOnly())}))
 			}
-			out[lo+k] = res
-		}
-		return nil
+			resps, rev, err := s.batchTxn(ctx, ops)
+			if err != nil {
+				err = fmt.Errorf("write the state of %d shards: %w", hi-lo, err)
+				for k := lo; k < hi; k++ {
+					out[k] = storage.ShardWriteResult{Shard: sub[k], Err: err}
+				}
+				return err
+			}
+			for j, r := range resps {
+				k := lo + j
+				w := writes[idx[k]]
+				res := storage.ShardWriteResult{Shard: w.Shard}
+				if r.Succeeded {
+					res.Revision = rev
+				} else {
+					res.Err = stateRefused(r, w, expect[k])
+				}
+				out[k] = res
+			}
+			return nil
+		})
+		return out, err
 	})
-	return out, err
+}
+
+// stateRefused is the error of a state write w whose nested transaction
+// failed: r's Else read the lock, then the order key.
+func stateRefused(r *clientv3.TxnResponse, w storage.ShardWrite, expect storage.Revision) error {
+	var lock, order *mvccpb.KeyValue
+	if len(r.Responses) == 2 {
+		lock, order = rangeKV(r.Responses[0]), rangeKV(r.Responses[1])
+	}
+	if lock == nil || storage.Epoch(lock.ModRevision) != w.Epoch {
+		fe := &storage.FencedError{Shard: w.Shard, Epoch: w.Epoch}
+		if lock != nil {
+			fe.Current = storage.Epoch(lock.ModRevision)
+		}
+		return fe
+	}
+	oe := &storage.StateOrderError{Shard: w.Shard, Expected: expect}
+	if order != nil {
+		oe.Current = storage.Revision(order.ModRevision)
+	}
+	return oe
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -65,4 +66,73 @@ func TestDisableFencingAcceptsStaleCheckpoints(t *testing.T) {
 	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, storage.AnyRevision, []byte("z")); !errors.Is(err, storage.ErrFenced) {
 		t.Fatalf("WriteCheckpoint under a stale epoch, fencing repaired = %v, want ErrFenced", err)
 	}
+}
+
+// TestLateStateWriteNeverUndoesALaterOne: a shard state write that failed
+// as unavailable and lands later (LateWrites) — a reminder put — after the
+// same client's next write of the shard succeeded — its delete — is
+// refused (the shard's order key moved), so the reminder stays deleted;
+// and the write after a late one that landed first is made again at the
+// order key's new revision and succeeds.
+func TestLateStateWriteNeverUndoesALaterOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		defer c.Close()
+		s := c.NewStore("a")
+		ctx := context.Background()
+		l, err := s.Grant(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Acquire(ctx, l.ID, storage.Owner{RunnerID: "a"}, []sharding.ShardID{3})
+		if err != nil || len(res) != 1 || res[0].Status != storage.Acquired {
+			t.Fatalf("Acquire = %+v, %v", res, err)
+		}
+		ep := res[0].Epoch
+		rem := storage.Reminder{Shard: 3, Entity: storage.EntityRef{Kind: "k", ID: "e"}, Name: "r", Method: "tick", First: time.Unix(1767323045, 0), Period: time.Second}
+		ref := storage.ReminderRef{Entity: rem.Entity, Name: rem.Name}
+		write := func(w storage.ShardWrite) error {
+			w.Shard, w.Epoch = 3, ep
+			_, err := s.WriteShardStates(ctx, []storage.ShardWrite{w})
+			return err
+		}
+		reminders := func() int {
+			st, err := s.ReadShardStates(ctx, []sharding.ShardID{3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(st[0].Reminders)
+		}
+
+		s.LateWrites(memory.OpShardState, time.Second)
+		if err := write(storage.ShardWrite{PutReminders: []storage.Reminder{rem}}); !errors.Is(err, storage.ErrUnavailable) {
+			t.Fatalf("the late write = %v, want ErrUnavailable", err)
+		}
+		s.LateWrites(memory.OpShardState, 0)
+		if err := write(storage.ShardWrite{DeleteReminders: []storage.ReminderRef{ref}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the late put is carried out
+		synctest.Wait()
+		if n := reminders(); n != 0 {
+			t.Fatalf("%d reminders after the late put of one that was deleted after it; want 0", n)
+		}
+
+		s.LateWrites(memory.OpShardState, time.Second)
+		if err := write(storage.ShardWrite{PutReminders: []storage.Reminder{rem}}); !errors.Is(err, storage.ErrUnavailable) {
+			t.Fatalf("the late write = %v, want ErrUnavailable", err)
+		}
+		s.LateWrites(memory.OpShardState, 0)
+		time.Sleep(2 * time.Second) // it lands before the next write
+		synctest.Wait()
+		if n := reminders(); n != 1 {
+			t.Fatalf("%d reminders after the late put landed, want 1", n)
+		}
+		if err := write(storage.ShardWrite{DeleteReminders: []storage.ReminderRef{ref}}); err != nil {
+			t.Fatalf("the write after a late one that landed = %v", err)
+		}
+		if n := reminders(); n != 0 {
+			t.Fatalf("%d reminders after the delete, want 0", n)
+		}
+	})
 }

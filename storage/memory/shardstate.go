@@ -75,46 +75,61 @@ func (s *Store) WriteShardStates(ctx context.Context, writes []storage.ShardWrit
 	if err != nil {
 		return nil, err
 	}
-	batches, err := storage.StateBatches(ids, ops)
-	if err != nil {
+	if _, err := storage.StateBatches(ids, ops); err != nil {
 		return nil, err
 	}
-	res := make([]storage.ShardWriteResult, len(writes))
 	fenced := make([]storage.ShardWrite, len(writes)) // shard and epoch: what applyShardWrites reads of writes
 	for i, w := range writes {
 		fenced[i] = storage.ShardWrite{Shard: w.Shard, Epoch: w.Epoch}
 	}
-	if err := s.lateWrite(OpShardState, func(c *Cluster, tx *txn) {
-		applyShardWrites(c, tx, fenced, ops, make([]storage.ShardWriteResult, len(writes)), 0, len(writes))
-	}); err != nil {
-		err = fmt.Errorf("write the state of %d shards: %w", len(writes), err)
-		for i, w := range writes {
-			res[i] = storage.ShardWriteResult{Shard: w.Shard, Err: err}
+	return storage.WriteOrdered(ctx, &s.order, writes, func(ctx context.Context, idx []int, expect []storage.Revision) ([]storage.ShardWriteResult, error) {
+		sub := make([]storage.ShardWrite, len(idx))
+		subOps := make([][]storage.StateOp, len(idx))
+		for k, i := range idx {
+			sub[k], subOps[k] = fenced[i], ops[i]
 		}
-		return res, err
-	}
-	var first error
-	for _, b := range batches {
-		err := s.txn(ctx, OpShardState, func(c *Cluster, tx *txn) error {
-			applyShardWrites(c, tx, fenced, ops, res, b[0], b[1])
-			return nil
-		})
+		res := make([]storage.ShardWriteResult, len(idx))
+		if err := s.lateWrite(OpShardState, func(c *Cluster, tx *txn) {
+			applyShardWrites(c, tx, sub, subOps, expect, make([]storage.ShardWriteResult, len(idx)), 0, len(idx))
+		}); err != nil {
+			err = fmt.Errorf("write the state of %d shards: %w", len(idx), err)
+			for k, w := range sub {
+				res[k] = storage.ShardWriteResult{Shard: w.Shard, Err: err}
+			}
+			return res, err
+		}
+		ids := make([]sharding.ShardID, len(idx))
+		for k, w := range sub {
+			ids[k] = w.Shard
+		}
+		batches, err := storage.StateBatches(ids, subOps)
 		if err != nil {
-			err = fmt.Errorf("write the state of %d shards: %w", b[1]-b[0], err)
-			for i := b[0]; i < b[1]; i++ {
-				res[i] = storage.ShardWriteResult{Shard: writes[i].Shard, Err: err}
-			}
-			if first == nil {
-				first = err
+			return nil, err
+		}
+		var first error
+		for _, b := range batches {
+			err := s.txn(ctx, OpShardState, func(c *Cluster, tx *txn) error {
+				applyShardWrites(c, tx, sub, subOps, expect, res, b[0], b[1])
+				return nil
+			})
+			if err != nil {
+				err = fmt.Errorf("write the state of %d shards: %w", b[1]-b[0], err)
+				for k := b[0]; k < b[1]; k++ {
+					res[k] = storage.ShardWriteResult{Shard: sub[k].Shard, Err: err}
+				}
+				if first == nil {
+					first = err
+				}
 			}
 		}
-	}
-	return res, first
+		return res, first
+	})
 }
 
 // applyShardWrites carries out writes[lo:hi] (their encoded ops) in tx,
-// each fenced by its shard's lock, and records each outcome in res.
-func applyShardWrites(c *Cluster, tx *txn, writes []storage.ShardWrite, ops [][]storage.StateOp, res []storage.ShardWriteResult, lo, hi int) {
+// each fenced by its shard's lock and ordered by its order key (expected at
+// expect[i]), and records each outcome in res.
+func applyShardWrites(c *Cluster, tx *txn, writes []storage.ShardWrite, ops [][]storage.StateOp, expect []storage.Revision, res []storage.ShardWriteResult, lo, hi int) {
 	for i := lo; i < hi; i++ {
 		w := writes[i]
 		res[i].Shard = w.Shard
@@ -127,6 +142,16 @@ func applyShardWrites(c *Cluster, tx *txn, writes []storage.ShardWrite, ops [][]
 			res[i].Err = fe
 			continue
 		}
+		orderKey := storage.StateOrderKey(w.Shard)
+		var cur storage.Revision
+		if o, ok := c.kvs[orderKey]; ok {
+			cur = o.mod
+		}
+		if cur != expect[i] {
+			res[i].Err = &storage.StateOrderError{Shard: w.Shard, Expected: expect[i], Current: cur}
+			continue
+		}
+		_ = tx.put(orderKey, nil, storage.NoLease)
 		for _, op := range ops[i] {
 			if op.Delete {
 				tx.del(op.Key)

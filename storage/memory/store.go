@@ -29,6 +29,7 @@ type Store struct {
 	delay       map[Op]time.Duration
 	calls       map[Op]int
 	late        map[Op]time.Duration // LateWrites
+	order       storage.StateOrder   // the order keys of shard state writes (storage/stateorder.go)
 }
 
 // Cluster returns the cluster this client talks to.

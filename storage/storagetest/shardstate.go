@@ -236,3 +236,43 @@ func testSingletonRecords(t *testing.T, in Instance) {
 		t.Fatalf("record left after the delete: %+v", snap.KVs)
 	}
 }
+
+// testShardStateWritesAreOrdered: every state write moves its shard's
+// order key (storage.StateOrderKey); a write that finds the key moved by
+// another write — as one of the same client that landed late would move it
+// — is made again at the key's revision and succeeds, and the order key
+// never shows up in the shard's state.
+func testShardStateWritesAreOrdered(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	l := grant(t, s, 30*time.Second)
+	ep := acquire(t, s, l, owner("a", "1"), 4)[0].Epoch
+	r := reminder(4, "k", "e", "r", time.Second)
+	write := func(w storage.ShardWrite) storage.Revision {
+		t.Helper()
+		w.Shard, w.Epoch = 4, ep
+		res, err := s.WriteShardStates(ctx, []storage.ShardWrite{w})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("WriteShardStates = %+v, %v", res, err)
+		}
+		return res[0].Revision
+	}
+	r1 := write(storage.ShardWrite{PutReminders: []storage.Reminder{r}})
+	// Another write moves the order key behind this client's back.
+	if err := in.RawPut(ctx, storage.StateOrderKey(4), nil, storage.NoLease); err != nil {
+		t.Fatal(err)
+	}
+	r2 := write(storage.ShardWrite{DeleteReminders: []storage.ReminderRef{{Entity: r.Entity, Name: r.Name}}})
+	if r2 <= r1 {
+		t.Fatalf("the write after the order key moved: revision %d, want after %d", r2, r1)
+	}
+	sts, err := s.ReadShardStates(ctx, []sharding.ShardID{4})
+	if err != nil || len(sts[0].Reminders) != 0 || len(sts[0].Corrupt) != 0 {
+		t.Fatalf("ReadShardStates = %+v, %v; want no reminder, nothing corrupt", sts, err)
+	}
+	// A lock at another epoch still fences first.
+	res, err := s.WriteShardStates(ctx, []storage.ShardWrite{{Shard: 4, Epoch: ep - 1, PutReminders: []storage.Reminder{r}}})
+	if err != nil || !errors.Is(res[0].Err, storage.ErrFenced) {
+		t.Fatalf("WriteShardStates(stale epoch) = %+v, %v; want ErrFenced", res, err)
+	}
+}

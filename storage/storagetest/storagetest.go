@@ -61,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"CorruptCheckpoints", testCorruptCheckpoints},
 		{"FencedCheckpointDelete", testDeleteCheckpoint},
 		{"CheckpointWritesAreOrdered", testCheckpointWritesAreOrdered},
+		{"ShardStateWritesAreOrdered", testShardStateWritesAreOrdered},
 		{"ShardStateIsFencedAndPerShard", testShardStateFenced},
 		{"ShardStateInBatches", testShardStateBatches},
 		{"ShardStateSkipsCorruptRecords", testShardStateCorrupt},
