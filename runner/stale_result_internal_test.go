@@ -24,18 +24,7 @@ func TestSenderWithholdsResultOlderThanSeenEpoch(t *testing.T) {
 	tc.start(Config{ID: "b"})
 	c := tc.start(Config{ID: "c", ClientOnly: true})
 	tc.waitSettled()
-	var (
-		shard sharding.ShardID
-		epoch storage.Epoch
-	)
-	for id, e := range a.Owned() {
-		shard, epoch = id, e
-		break
-	}
-	id := ""
-	for i := 0; sharding.ShardOf(id, 16) != shard || id == ""; i++ {
-		id = "late-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
-	}
+	shard, epoch, id := entityOwnedBy(a, "late-")
 	served, release := make(chan struct{}), make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -199,18 +188,7 @@ func shutdownWithHeldReply(t *testing.T) <-chan askOutcome {
 	tc.start(Config{ID: "b"})
 	c := tc.start(Config{ID: "c", ClientOnly: true})
 	tc.waitSettled()
-	var (
-		shard sharding.ShardID
-		epoch storage.Epoch
-	)
-	for id, e := range a.Owned() {
-		shard, epoch = id, e
-		break
-	}
-	id := ""
-	for i := 0; id == "" || sharding.ShardOf(id, 16) != shard; i++ {
-		id = "stopping-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
-	}
+	shard, epoch, id := entityOwnedBy(a, "stopping-")
 	a.mu.Lock()
 	aLease := a.lease
 	a.mu.Unlock()
@@ -243,6 +221,24 @@ func shutdownWithHeldReply(t *testing.T) <-chan askOutcome {
 		}
 	})
 	return late
+}
+
+// entityOwnedBy returns a shard r owns (of 16), its epoch, and an entity
+// ID with prefix on that shard.
+func entityOwnedBy(r *Runner, prefix string) (sharding.ShardID, storage.Epoch, string) {
+	var (
+		shard sharding.ShardID
+		epoch storage.Epoch
+	)
+	for id, e := range r.Owned() {
+		shard, epoch = id, e
+		break
+	}
+	id := ""
+	for i := 0; id == "" || sharding.ShardOf(id, 16) != shard; i++ {
+		id = prefix + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
+	}
+	return shard, epoch, id
 }
 
 type askOutcome struct {
