@@ -102,13 +102,18 @@ func (s *Store) Fail(op Op, err error) {
 func (s *Store) Delay(op Op, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.delay == nil {
-		s.delay = make(map[Op]time.Duration)
+	setDuration(&s.delay, op, d)
+}
+
+// setDuration sets (*m)[op] to d, or removes it when d <= 0.
+func setDuration(m *map[Op]time.Duration, op Op, d time.Duration) {
+	if *m == nil {
+		*m = make(map[Op]time.Duration)
 	}
 	if d <= 0 {
-		delete(s.delay, op)
+		delete(*m, op)
 	} else {
-		s.delay[op] = d
+		(*m)[op] = d
 	}
 }
 
@@ -121,14 +126,7 @@ func (s *Store) Delay(op Op, d time.Duration) {
 func (s *Store) LateWrites(op Op, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.late == nil {
-		s.late = make(map[Op]time.Duration)
-	}
-	if d <= 0 {
-		delete(s.late, op)
-	} else {
-		s.late[op] = d
-	}
+	setDuration(&s.late, op, d)
 }
 
 // lateWrite carries out apply in a transaction of its own later, and
