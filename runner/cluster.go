@@ -82,6 +82,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 			r.view.departed = true // a runner left: its shards are free at once
 		}
 		live := r.rebuildByLeaseLocked()
+		r.wakeAllParkedLocked() // a lock's holder may have come or gone
 		r.mu.Unlock()
 		r.net.Forget(live)
 		if u.Reset { // a good listing ends the streak of failed watches and listings
@@ -182,6 +183,7 @@ func (r *Runner) followLocks(ctx context.Context) {
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
 	r.view.locks.Reset()
+	r.wakeAllParkedLocked()
 	r.forgetBadKeysLocked(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
@@ -220,6 +222,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 		prev, _ := r.view.locks.Get(id)
 		s, leaving := r.shards.owner(id), r.shards.leaving(id)
 		r.view.locks.Del(id)
+		r.wakeParkedLocked(id)
 		if s != nil && rev > s.epoch && !leaving {
 			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 		}
@@ -239,6 +242,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	owned := s != nil
 	prev, _ := r.view.locks.Get(id)
 	r.view.locks.Set(l)
+	r.wakeParkedLocked(id)
 	r.router.SawEpoch(id, l.Epoch)
 	if r.concernsLocked(id, prev.Lease, l.Lease) {
 		r.markLocked(id)
@@ -322,6 +326,35 @@ func (r *Runner) recompute() {
 	r.installAssignmentLocked(in.Runners, a, err, version)
 }
 
+// recomputeForRouting recomputes, on a ClientOnly runner, the assignment
+// routing reads (routingDir.Assignee): from the membership view, with
+// this runner's Config.Strategy (the cluster's unless configured
+// otherwise: a wrong assignee only answers NotOwner). It decides nothing.
+func (r *Runner) recomputeForRouting() {
+	r.mu.Lock()
+	if !r.view.membersSeen {
+		r.mu.Unlock()
+		return
+	}
+	runners := r.membersForAssignLocked()
+	if r.view.assignment != nil && slices.Equal(runners, r.view.assignedFrom) && sharding.IgnoresCurrent(r.cfg.Strategy) {
+		r.mu.Unlock()
+		return
+	}
+	in := sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
+	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
+		in.Current = r.currentLocked()
+	}
+	r.mu.Unlock()
+	a, err := r.view.planner.Assign(in)
+	if err != nil {
+		return // no runner yet, say: routing waits for owners
+	}
+	r.mu.Lock()
+	r.view.assignment, r.view.assignedFrom = a, runners
+	r.mu.Unlock()
+}
+
 // recomputeLocked is recompute with r.mu held throughout (attach, resync).
 func (r *Runner) recomputeLocked() {
 	in, version, ok := r.assignInputLocked()
@@ -342,6 +375,20 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 	if !r.view.membersSeen {
 		return in, 0, false
 	}
+	runners := r.membersForAssignLocked()
+	in = sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
+	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
+		in.Current = r.currentLocked()
+	} else if r.view.assignment != nil && r.view.assignErr == nil && slices.Equal(runners, r.view.assignedFrom) {
+		r.installAssignmentLocked(runners, r.view.assignment, nil, r.view.membersVersion)
+		return in, 0, false
+	}
+	return in, r.view.membersVersion, true
+}
+
+// membersForAssignLocked returns the members as the strategy's input
+// runners: sorted by ID, a draining one with weight 0.
+func (r *Runner) membersForAssignLocked() []sharding.Runner {
 	runners := make([]sharding.Runner, 0, len(r.view.members))
 	for _, m := range r.view.members {
 		w := m.Weight
@@ -351,19 +398,19 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 		runners = append(runners, sharding.Runner{ID: m.ID, Weight: w})
 	}
 	slices.SortFunc(runners, func(a, b sharding.Runner) int { return strings.Compare(a.ID, b.ID) })
-	in = sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
-	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
-		in.Current = make(sharding.Assignment, r.cfg.NumShards)
-		for id, l := range r.view.locks {
-			if l.Epoch != 0 {
-				in.Current[id] = r.view.byLease[l.Lease].ID
-			}
+	return runners
+}
+
+// currentLocked returns the owner of every shard in the lock view (the
+// strategy's Input.Current).
+func (r *Runner) currentLocked() sharding.Assignment {
+	cur := make(sharding.Assignment, r.cfg.NumShards)
+	for id, l := range r.view.locks {
+		if l.Epoch != 0 {
+			cur[id] = r.view.byLease[l.Lease].ID
 		}
-	} else if r.view.assignment != nil && r.view.assignErr == nil && slices.Equal(runners, r.view.assignedFrom) {
-		r.installAssignmentLocked(runners, r.view.assignment, nil, r.view.membersVersion)
-		return in, 0, false
 	}
-	return in, r.view.membersVersion, true
+	return cur
 }
 
 // installAssignmentLocked installs assignment a computed from runners at

@@ -232,6 +232,7 @@ func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
 	in := r.shardLocked(id, st, &sh)
 	control.Decide(st, &sh, &d)
 	r.applyLocked(id, &d, in, st, p)
+	r.wakeParkedLocked(id)
 }
 
 // shardLocked gathers control.Decide's input for shard id into sh and

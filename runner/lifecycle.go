@@ -100,12 +100,19 @@ func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone c
 	wg.Go(func() { r.followLocks(ctx) })
 	loopDone = make(chan struct{})
 	if r.cfg.ClientOnly {
-		// Routes only: no lease, no registration, no shards.
+		// Routes only: no lease, no registration, no shards; the
+		// assignment only names where a shard with no live owner goes.
 		wg.Go(func() {
 			defer close(loopDone)
-			select {
-			case <-ctx.Done():
-			case <-r.stopReq:
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-r.stopReq:
+					return
+				case <-r.rebalance:
+					r.recomputeForRouting()
+				}
 			}
 		})
 	} else {

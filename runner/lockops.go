@@ -78,6 +78,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 			if r.cfg.AcquireRetryWindow < 0 || now.Sub(p.since) >= r.cfg.AcquireRetryWindow {
 				p.exhausted = true
 				exhausted = append(exhausted, a.Shard)
+				r.wakeParkedLocked(a.Shard)
 				continue
 			}
 			r.retryLocked(a.Shard, p.last.Add(r.cfg.AcquireRetryInterval))

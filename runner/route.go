@@ -84,6 +84,38 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 	return m, true
 }
 
+// Assignee returns the member shard id is assigned to in this runner's
+// view, when the shard has no live owner in it — its lock free, or under a
+// lease no live member holds (a crashed owner's, until it expires) — and
+// the assignee is another member with a transport address. ok is false
+// otherwise: no assignment known (before the first one), the assignee is
+// this runner (it acquires the shard itself) or unknown, or a live runner
+// holds the lock (Route names it, or it is this runner's, in transition).
+func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, ok bool) {
+	r := d.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if int(id) >= len(r.view.assignment) {
+		return m, false
+	}
+	if l, held := r.view.locks.Get(id); held {
+		if _, live := r.view.byLease[l.Lease]; live || (l.Lease == r.lease && r.lease != 0) {
+			return m, false
+		}
+	}
+	to := r.view.assignment[id]
+	if to == r.cfg.ID {
+		return m, false
+	}
+	m, ok = r.view.members[to]
+	return m, ok && m.Address != ""
+}
+
+// Park waits while this runner acquires shard id, for a request that
+// reached it before the install (park.go), and reports whether the shard
+// is hosted here now.
+func (d routingDir) Park(ctx context.Context, id sharding.ShardID) bool { return d.r.park(ctx, id) }
+
 // Member returns the record of member id.
 func (d routingDir) Member(id string) (storage.Runner, bool) {
 	r := d.r

@@ -106,6 +106,7 @@ type Runner struct {
 	badKeys     map[string]struct{} // damaged keys already logged (keys.go)
 	badKeysFull bool
 	lostLocks   []lostLock // dropped shards not logged yet
+	parked      parkingLot // requests waiting for a shard being acquired here (park.go)
 }
 
 // New returns a runner on store. It does nothing until Run.

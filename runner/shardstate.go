@@ -505,6 +505,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	r.shards.install(s)
 	r.hosting.Install(s.host)
 	s.host.StartWorkers()
+	r.wakeParkedLocked(id) // delivered now
 	r.router.SawEpoch(id, epoch)
 	r.reminders.Acquired(id, epoch, ctx)
 	r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})

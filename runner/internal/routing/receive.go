@@ -80,6 +80,9 @@ func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest,
 		return &transport.DeliverResponse{Code: transport.CodeBadRequest, Message: err.Error()}, nil
 	}
 	sh := r.host.Lookup(id)
+	if sh == nil && r.dir.Park(ctx, id) {
+		sh = r.host.Lookup(id) // installed while the request waited
+	}
 	if sh == nil {
 		return ErrorResponse(r.dir.NotHere(id), false), nil
 	}

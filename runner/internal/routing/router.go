@@ -38,6 +38,15 @@ type Directory interface {
 	Route(id sharding.ShardID) (owner storage.Runner, ok bool)
 	// Member returns the record of member id.
 	Member(id string) (storage.Runner, bool)
+	// Assignee returns the other runner the assignment gives shard id to,
+	// when no live runner holds its lock (ok false otherwise, or when
+	// unknown): a send with no route tries it, and it parks the request
+	// until it has acquired the shard (Park).
+	Assignee(id sharding.ShardID) (assignee storage.Runner, ok bool)
+	// Park waits, for a request received for shard id, while this runner
+	// acquires the shard (bounded by ctx and by the directory's own
+	// limits), and reports whether the shard is hosted here now.
+	Park(ctx context.Context, id sharding.ShardID) bool
 	// NoRoute explains why shard id had no route after waited.
 	NoRoute(id sharding.ShardID, waited time.Duration) error
 	// NotHere is the error for a message to a shard not hosted here.

@@ -59,6 +59,10 @@ func (d *dir) Route(sharding.ShardID) (storage.Runner, bool) {
 
 func (d *dir) Member(string) (storage.Runner, bool) { return storage.Runner{}, false }
 
+func (d *dir) Assignee(sharding.ShardID) (storage.Runner, bool) { return storage.Runner{}, false }
+
+func (d *dir) Park(context.Context, sharding.ShardID) bool { return false }
+
 func (d *dir) NoRoute(id sharding.ShardID, _ time.Duration) error {
 	return &hosting.UndeliveredError{Shard: id, Cause: ErrNoOwner}
 }

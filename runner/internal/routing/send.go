@@ -27,6 +27,11 @@ type attempt struct {
 	badReq  bool        // the request cannot be encoded: returned at once
 	cs      *clientSpan // nil: not traced
 	routed  string      // the owner the lock watch named at the last remote attempt ("" none)
+	// assignee is the runner this attempt went to as the shard's assignee
+	// (no live owner known; "" none); refused is one that failed such an
+	// attempt (not owner, not reachable), not tried again before the
+	// back-off's next step — a routing change alone retries the lock view.
+	assignee, refused string
 }
 
 // callRoute is the route of one remote attempt (transport.Route): routed
@@ -97,6 +102,9 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 		if errors.As(err, &no) && no.OwnerHint != "" && no.OwnerHint != r.cfg.RunnerID {
 			a.hint = no.OwnerHint
 		}
+		if a.assignee != "" {
+			a.refused = a.assignee
+		}
 		if bo != nil && a.routed != routed {
 			// The shard's route changed (a new owner, or none): the
 			// back-off grown against the former one does not apply to it.
@@ -128,6 +136,7 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 				return nil, fmt.Errorf("%w; %s %q not delivered (last attempt: %w)", r.dir.ClosedErr(), k.Desc.Name(), c.Entity, last)
 			}
 		case <-timer.C:
+			a.refused = "" // the back-off's step: the assignee may serve now
 		}
 		cs.retry(err)
 	}
@@ -157,6 +166,15 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 		}
 	}
 	a.hint = ""
+	a.assignee = ""
+	if !ok {
+		// No live owner known (the lock deleted or its owner gone): the
+		// runner the assignment names parks the request while it acquires
+		// the shard, or answers NotOwner at once if it cannot serve it.
+		if m, found := r.dir.Assignee(a.id); found && m.ID != a.refused {
+			owner, ok, a.assignee = m, true, m.ID
+		}
+	}
 	if a.cs != nil {
 		a.cs.tried(owner.ID, owner.Address, false)
 	}

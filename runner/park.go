@@ -1,0 +1,164 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Parking: a request from another runner for a shard this runner does not
+// host yet, but is assigned and is acquiring, waits here for the install
+// instead of being answered NotOwner (which the sender would retry after a
+// back-off, or after its own lock watch showed this runner's lock). Senders
+// aim such requests here when they know of no live owner of the shard
+// (routing's assignee attempt, after a crash): the request then travels
+// while the lock is acquired, and is delivered the moment the shard is
+// installed.
+//
+// What parks (parkableLocked): the runner is attached and not stopping or
+// draining, the shard is assigned here and pending (an acquisition whose
+// retry window has not run out), not owned yet, and its lock is free, ours
+// (acquired, not installed yet) or held under a lease no live member has.
+// A lock held by a live runner — the acquisition lost a race, or a takeover
+// by handoff waits for the old owner's cutover — does not park: the
+// request is answered NotOwner naming that runner.
+//
+// Guarantees:
+//
+//   - A parked request is delivered through the ordinary local delivery
+//     (admission, the shard's mailbox and workers) once the shard is
+//     installed here, or answered NotOwner (no handler ran it) — never
+//     both, and never by a handler of a shard this runner does not own.
+//   - Bounded: at most maxParkedPerShard requests per shard and
+//     Config.MaxWaitingSends in all wait; beyond, a request is answered at
+//     once. None waits longer than Config.AcquireRetryWindow, nor past its
+//     caller's deadline less parkAnswerMargin (so that the caller hears
+//     "not owner" — certainly not delivered — rather than a timeout that
+//     may have delivered it).
+//   - Woken at every change of the shard's state here: an install, a
+//     decision of the control loop on it, an event of its lock, an
+//     exhausted retry window, and every lifecycle transition (detach,
+//     Shutdown, Close): a request whose shard stops being parkable is
+//     answered NotOwner (with the lock holder as hint when one is known).
+//   - A request whose caller's context ends while parked is never
+//     delivered (the transport ends its context with the caller's).
+
+// maxParkedPerShard bounds the requests parked on one shard.
+const maxParkedPerShard = 256
+
+// parkAnswerMargin: a parked request is answered NotOwner this long before
+// its caller's deadline (a request with less time left does not park).
+const parkAnswerMargin = 20 * time.Millisecond
+
+// parkedShard is the requests parked on one shard.
+type parkedShard struct {
+	wake chan struct{} // closed (and replaced) at the shard's next change
+	n    int           // requests parked
+}
+
+// parkingLot is the parked requests, by shard (guarded by Runner.mu).
+type parkingLot struct {
+	shards map[sharding.ShardID]*parkedShard
+	total  int
+}
+
+// park waits while shard id is parkable here (see above) and reports
+// whether it is hosted here when the wait ends: true means deliver
+// locally, false answer NotOwner.
+func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
+	bound := r.cfg.AcquireRetryWindow
+	if d, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(d)-parkAnswerMargin)
+	}
+	if bound <= 0 || ctx.Err() != nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.parkableLocked(id) || r.parked.total >= r.cfg.MaxWaitingSends {
+		return false
+	}
+	if r.parked.shards == nil {
+		r.parked.shards = make(map[sharding.ShardID]*parkedShard)
+	}
+	p := r.parked.shards[id]
+	if p == nil {
+		p = &parkedShard{wake: make(chan struct{})}
+		r.parked.shards[id] = p
+	}
+	if p.n >= maxParkedPerShard {
+		return false
+	}
+	p.n++
+	r.parked.total++
+	defer func() {
+		p.n--
+		r.parked.total--
+		if p.n == 0 {
+			delete(r.parked.shards, id)
+		}
+	}()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	for {
+		wake := p.wake
+		r.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+		case <-timer.C:
+		case <-r.closeReq:
+		case <-r.stopReq:
+		}
+		r.mu.Lock()
+		if r.shards.owner(id) != nil {
+			return true // installed: delivered like any request (admission first)
+		}
+		if ctx.Err() != nil || !r.parkableLocked(id) {
+			return false
+		}
+		select {
+		case <-timer.C:
+			return false
+		case <-r.closeReq:
+			return false
+		case <-r.stopReq:
+			return false
+		default:
+		}
+	}
+}
+
+// parkableLocked reports whether a request for shard id may wait here for
+// its install (see above).
+func (r *Runner) parkableLocked(id sharding.ShardID) bool {
+	if !r.running.Load() || r.lifecycle.phase != phaseAttached || r.lifecycle.stopping || r.lifecycle.draining {
+		return false
+	}
+	x := r.shards.at(id)
+	if x.own != nil || x.pending == nil || x.pending.exhausted || !r.assignedHereLocked(id) {
+		return false
+	}
+	l, held := r.view.locks.Get(id)
+	if !held || (l.Lease == r.lease && r.lease != 0) {
+		return true
+	}
+	_, live := r.view.byLease[l.Lease]
+	return !live
+}
+
+// wakeParkedLocked wakes the requests parked on shard id (it changed).
+func (r *Runner) wakeParkedLocked(id sharding.ShardID) {
+	if p := r.parked.shards[id]; p != nil {
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
+}
+
+// wakeAllParkedLocked wakes every parked request (the lifecycle changed).
+func (r *Runner) wakeAllParkedLocked() {
+	for id := range r.parked.shards {
+		r.wakeParkedLocked(id)
+	}
+}
