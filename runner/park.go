@@ -49,7 +49,7 @@ const maxParkedPerShard = 256
 
 // parkAnswerMargin: a parked request is answered NotOwner this long before
 // its caller's deadline (a request with less time left does not park).
-const parkAnswerMargin = 20 * time.Millisecond
+const parkAnswerMargin = 50 * time.Millisecond
 
 // parkedShard is the requests parked on one shard.
 type parkedShard struct {

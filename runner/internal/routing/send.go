@@ -171,7 +171,7 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 		// No live owner known (the lock deleted or its owner gone): the
 		// runner the assignment names parks the request while it acquires
 		// the shard, or answers NotOwner at once if it cannot serve it.
-		if m, found := r.dir.Assignee(a.id); found && m.ID != a.refused {
+		if m, found := r.dir.Assignee(a.id); found && m.ID != a.refused && !nearDeadline(ctx) {
 			owner, ok, a.assignee = m, true, m.ID
 		}
 	}
@@ -193,6 +193,19 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 		}
 	}
 	return r.remote(ctx, owner, a)
+}
+
+// assigneeMinTime: an attempt at a shard's assignee (which parks it until
+// the install, answering "not owner" some time before the caller's
+// deadline) is made only with at least this much time left; a shorter one
+// would end with the caller's deadline during the hop, which the caller
+// could only take for "maybe delivered".
+const assigneeMinTime = 100 * time.Millisecond
+
+// nearDeadline reports whether ctx ends within assigneeMinTime.
+func nearDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < assigneeMinTime
 }
 
 // remote delivers to the owner over the transport.
