@@ -287,11 +287,27 @@
 // as to a black-holed host, within ConnectTimeout) and are retried with
 // back-off, at most 250 ms (±50 %) apart, and at every routing change;
 // (2) for another runner to acquire the shard (a watch event and an acquire
-// transaction: tens of milliseconds); (3) for this runner's lock watch to
-// show the new owner, to which it is sent at once: a wait for a connection
-// to the gone owner is abandoned as soon as the shard's route changes (its
-// lock moved or deleted, its record gone) — never sent — and the back-off
-// restarts from 5 ms for the new owner. An ask already sent to the crashed
+// transaction: tens of milliseconds). A wait for a connection to the gone
+// owner is abandoned as soon as the shard's route changes (its lock moved
+// or deleted, its record gone) — never sent — and the back-off restarts
+// from 5 ms. As soon as this runner's views show the shard with no live
+// owner (lock deleted, or its holder's record gone) and the assignment
+// names another runner — a ClientOnly runner computes the assignment too,
+// with its own Config.Strategy — the ask is sent to that assignee, which
+// holds it (parks it) while it acquires the shard and delivers it the
+// moment the shard is installed there: the ask does not wait for this
+// runner's lock watch to show the new lock, nor retry a NotOwner from an
+// owner not installed yet. The assignee answers NotOwner instead (nothing
+// ran; retried at the next back-off step, following its hint) when it
+// cannot serve the shard: not acquiring it (its own view lags, or the
+// shard went elsewhere), its lock held by another live runner, its
+// acquisition's retry window ended, a detach or a stop, 256 asks already
+// parked on the shard or MaxWaitingSends on the runner; and after
+// AcquireRetryWindow, or 50 ms before the ask's deadline. An ask with less
+// than 100 ms left is not sent to an assignee. (3) Otherwise, or when the
+// assignee refused, the ask waits for this runner's lock watch to show the
+// new owner, to which it is sent at once. An ask parked at an assignee
+// that crashes meanwhile fails like any ask in flight. An ask already sent to the crashed
 // owner is not withdrawn (it may have run): it fails with ErrMaybeDelivered
 // when its connection breaks (at once for a closed port, after gRPC's
 // keepalive — up to about 12 s — for a black-holed host) or when its context

@@ -29,7 +29,10 @@ import (
 //
 // Routing follows the actual lock owner in this runner's watch of the shard
 // locks: local delivery when this runner owns the shard at its current
-// epoch, otherwise one hop to the owner (which never forwards). Send
+// epoch, otherwise one hop to the owner (which never forwards); with no
+// live owner known, one hop to the runner the assignment names, which
+// holds the call until it owns the shard or answers NotOwner (the package
+// doc, "Routing and delivery", says for how long). Send
 // retries, with jittered exponential backoff and a wake-up on every routing
 // change, exactly the failures that guarantee the message reached no
 // handler: not the owner (*NotOwnerError, following its owner hint), not

@@ -39,6 +39,14 @@
 //     send retries at once at the new owner; the back-off restarts whenever
 //     the watch's owner of the shard changes. A request already sent is
 //     never abandoned (at most once).
+//   - No wait for the watch after a crash. A send that knows no live
+//     owner of the shard tries the runner the assignment names
+//     (Directory.Assignee) — not again, after a refusal, before the next
+//     back-off step — and a receiver asked for a shard it is acquiring
+//     holds the request until the shard is installed (Directory.Park),
+//     then delivers it like any other; or answers not-owner, having run
+//     nothing. Either way at most once, and a handler runs only on the
+//     shard's owner.
 //   - Bounded waiting. At most MaxWaitingSends sends wait for an owner at
 //     once; beyond that a send fails with ErrTooManyWaiting.
 package routing
