@@ -353,6 +353,7 @@ func (r *Runner) recomputeForRouting() {
 	r.mu.Lock()
 	r.view.assignment, r.view.assignedFrom = a, runners
 	r.mu.Unlock()
+	r.router.RoutesChanged() // sends without an owner try the new assignees
 }
 
 // recomputeLocked is recompute with r.mu held throughout (attach, resync).
@@ -442,9 +443,11 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 	}
 	if !slices.Equal(a, old) {
 		r.view.assignment, r.view.assignDigest = a, a.Digest()
+		r.router.RoutesChanged() // sends without an owner try the new assignees
 	}
 	r.view.assignedFrom, r.view.assignedSelf = runners, self
 	r.view.assignedWithSelf = self.registered
+	r.wakeAllParkedLocked() // parked while the view changed: assigned here or not
 }
 
 // selfState is what, besides the assignment, decides which shards this

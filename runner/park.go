@@ -17,9 +17,12 @@ import (
 // installed.
 //
 // What parks (parkableLocked): the runner is attached and not stopping or
-// draining, the shard is assigned here and pending (an acquisition whose
-// retry window has not run out), not owned yet, and its lock is free, ours
-// (acquired, not installed yet) or held under a lease no live member has.
+// draining, the shard is not owned yet and either assigned here and
+// pending (an acquisition whose retry window has not run out) or the
+// membership view is changing (a change not acted on yet: the sender,
+// which saw it first, may know the new assignment before this runner
+// computed it), and its lock is free, ours (acquired, not installed yet)
+// or held under a lease no live member has.
 // A lock held by a live runner — the acquisition lost a race, or a takeover
 // by handoff waits for the old owner's cutover — does not park: the
 // request is answered NotOwner naming that runner.
@@ -137,7 +140,13 @@ func (r *Runner) parkableLocked(id sharding.ShardID) bool {
 		return false
 	}
 	x := r.shards.at(id)
-	if x.own != nil || x.pending == nil || x.pending.exhausted || !r.assignedHereLocked(id) {
+	if x.own != nil {
+		return false
+	}
+	// Being acquired here; or, while a membership change is not acted on
+	// yet, perhaps about to be (the sender saw the change first).
+	acquiring := x.pending != nil && !x.pending.exhausted && r.assignedHereLocked(id)
+	if !acquiring && !r.view.viewChanging {
 		return false
 	}
 	l, held := r.view.locks.Get(id)
