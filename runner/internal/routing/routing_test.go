@@ -42,10 +42,12 @@ var (
 // dir is a Directory the test steers: the owner of every shard, live
 // leases, and whether the runner runs.
 type dir struct {
-	mu      sync.Mutex
-	owner   *storage.Runner
-	live    map[storage.LeaseID]bool
-	stopped bool
+	mu       sync.Mutex
+	owner    *storage.Runner
+	assignee *storage.Runner // with no owner (nil: none known)
+	park     func(context.Context, sharding.ShardID) bool
+	live     map[storage.LeaseID]bool
+	stopped  bool
 }
 
 func (d *dir) Route(sharding.ShardID) (storage.Runner, bool) {
@@ -59,9 +61,21 @@ func (d *dir) Route(sharding.ShardID) (storage.Runner, bool) {
 
 func (d *dir) Member(string) (storage.Runner, bool) { return storage.Runner{}, false }
 
-func (d *dir) Assignee(sharding.ShardID) (storage.Runner, bool) { return storage.Runner{}, false }
+func (d *dir) Assignee(sharding.ShardID) (storage.Runner, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.owner != nil || d.assignee == nil {
+		return storage.Runner{}, false
+	}
+	return *d.assignee, true
+}
 
-func (d *dir) Park(context.Context, sharding.ShardID) bool { return false }
+func (d *dir) Park(ctx context.Context, id sharding.ShardID) bool {
+	if d.park == nil {
+		return false
+	}
+	return d.park(ctx, id)
+}
 
 func (d *dir) NoRoute(id sharding.ShardID, _ time.Duration) error {
 	return &hosting.UndeliveredError{Shard: id, Cause: ErrNoOwner}
@@ -190,6 +204,57 @@ func TestSendsWaitingForAnOwnerAreBounded(t *testing.T) {
 	}
 	if err := <-first; !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNoOwner) {
 		t.Errorf("first send = %v, want its deadline joined with the last reason (no owner)", err)
+	}
+}
+
+// TestSendWithoutOwnerGoesToTheAssigneeWhichParksIt: a send that knows no
+// owner of the shard goes to its assignee b at once; b holds the request
+// (Park) until it hosts the shard, then delivers it like any other: one
+// request, one run, answered by b — no wait for an owner at the sender.
+func TestSendWithoutOwnerGoesToTheAssigneeWhichParksIt(t *testing.T) {
+	network := transport.NewInmemNetwork()
+	a := newNode(t, network, "a:1", 0, false, 10)
+	b := newNode(t, network, "b:1", 0, false, 10) // hosts nothing yet
+	a.dir.assignee = &storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "b", Address: "b:1"}, Lease: 2}
+	parked, install := make(chan struct{}), make(chan struct{})
+	var received atomic.Int64
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.Cleanup(func() { cancel(hosting.ErrShutdown) })
+	b.dir.park = func(_ context.Context, id sharding.ShardID) bool {
+		received.Add(1)
+		close(parked)
+		<-install // the acquisition runs
+		b.host.Install(b.host.NewShard(hosting.ShardSpec{ID: id, Epoch: 1, Ctx: ctx, Attachment: context.Background()}))
+		return true
+	}
+	before := calls.Load()
+	res := make(chan error, 1)
+	go func() {
+		v, err := incr.Ask(context.Background(), a.router, "p", 1)
+		if err == nil && v != 2 {
+			err = errors.New("wrong answer")
+		}
+		res <- err
+	}()
+	select {
+	case <-parked:
+	case err := <-res:
+		t.Fatalf("the ask ended before the assignee parked it: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the send never reached the assignee (it waits for an owner)")
+	}
+	if a.router.waiting.Load() != 0 {
+		t.Error("the send counts as waiting for an owner while the assignee holds it")
+	}
+	close(install)
+	if err := <-res; err != nil {
+		t.Fatalf("ask parked at the assignee = %v, want answered", err)
+	}
+	if n := received.Load(); n != 1 {
+		t.Errorf("the assignee got %d requests, want one", n)
+	}
+	if n := calls.Load() - before; n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
 	}
 }
 
