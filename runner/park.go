@@ -70,16 +70,16 @@ type parkingLot struct {
 // whether it is hosted here when the wait ends: true means deliver
 // locally, false answer NotOwner.
 func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.shards.owner(id) != nil {
+		return true // installed since the receiver looked
+	}
 	bound := r.cfg.AcquireRetryWindow
 	if d, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(d)-parkAnswerMargin)
 	}
-	if bound <= 0 || ctx.Err() != nil {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.parkableLocked(id) || r.parked.total >= r.cfg.MaxWaitingSends {
+	if bound <= 0 || ctx.Err() != nil || !r.parkableLocked(id) || r.parked.total >= r.cfg.MaxWaitingSends {
 		return false
 	}
 	if r.parked.shards == nil {
