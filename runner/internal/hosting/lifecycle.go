@@ -54,10 +54,24 @@ func (sh *Shard) waitCutover(ctx context.Context, traced bool) error {
 func (sh *Shard) BeginCutover(to string) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.admitting = false
+	sh.stopAdmittingLocked()
 	sh.movedTo = to
 	sh.cutover = make(chan struct{})
 	sh.handingOff.Store(true)
+}
+
+// stopAdmittingLocked turns admission off (under sh.mu, write-locked):
+// senders by ID see it under sh.mu; senders through a Target, which check
+// open under their entity's lock instead (target.go), are waited for by
+// taking every listed entity's lock once — a push that saw admission on
+// has completed when this returns, like one holding sh.mu (read).
+func (sh *Shard) stopAdmittingLocked() {
+	sh.admitting = false
+	sh.open.Store(false)
+	for e := range sh.entities.all() {
+		e.mu.Lock()
+		e.mu.Unlock() //nolint:staticcheck // an empty critical section: the barrier
+	}
 }
 
 // Reopen resumes hosting after a failed handoff: released entities are
@@ -74,6 +88,7 @@ func (sh *Shard) Reopen() {
 		e.mu.Unlock()
 	}
 	sh.admitting = true
+	sh.open.Store(true)
 	sh.draining.Store(false)
 	sh.handingOff.Store(false)
 	sh.movedTo = ""
@@ -125,7 +140,7 @@ func (sh *Shard) release(ctx context.Context, e *resident, reason error) {
 // arriving afterwards get NotOwner (retryable).
 func (sh *Shard) Drain(ctx context.Context, reason error) {
 	sh.mu.Lock()
-	sh.admitting = false
+	sh.stopAdmittingLocked()
 	sh.draining.Store(true)
 	retiring := make([]chan struct{}, 0, len(sh.retiring))
 	for _, ch := range sh.retiring {
@@ -200,7 +215,7 @@ func (sh *Shard) waitIdle(ctx context.Context, busy func() bool) (timedOut bool)
 // (the caller cancels it).
 func (sh *Shard) Close() {
 	sh.mu.Lock()
-	sh.admitting = false
+	sh.stopAdmittingLocked()
 	for _, s := range sh.slots { // the runner cancels the shard's context, with its cause, next
 		s.want = false
 	}

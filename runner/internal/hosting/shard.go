@@ -33,6 +33,9 @@ type Shard struct {
 	entities  entityTable
 	retiring  map[EntityKey]chan struct{} // closed when the retired instance's Release returned
 	admitting bool
+	// open is admitting, for senders through a Target, which read it
+	// under their entity's lock (target.go); written with admitting.
+	open atomic.Bool
 
 	// warmed holds instances warmed during the inbound handoff, used
 	// instead of new ones at first activation (then forgotten).
@@ -96,6 +99,7 @@ func (h *Host) NewShard(s ShardSpec) *Shard {
 		h: h, id: s.ID, epoch: s.Epoch, ctx: s.Ctx, done: s.Ctx.Done(), reason: s.Reason, actx: s.Attachment,
 		retiring: make(map[EntityKey]chan struct{}), warmed: s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
 	}
+	sh.open.Store(true)
 	if s.Prev != nil && s.Prev.running.Load() > 0 {
 		sh.prev = s.Prev
 	} else {
@@ -202,7 +206,14 @@ func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id str
 		}
 		return Result{Err: err, Undelivered: true}
 	}
-	if oneWay {
+	return sh.await(ctx, k, id, &msg)
+}
+
+// await returns the result of msg, admitted to entity id of kind k: at
+// once for a signal, else the handler's answer or, if ctx ends first,
+// ErrMaybeDelivered.
+func (sh *Shard) await(ctx context.Context, k *Kind, id string, msg *message) Result {
+	if msg.reply == nil {
 		return Result{Admitted: true}
 	}
 	done := ctx.Done()

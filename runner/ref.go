@@ -1,0 +1,57 @@
+package runner
+
+import (
+	"context"
+
+	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner/internal/routing"
+)
+
+// Ref is a handle on one entity for a sender that calls it often: the
+// analogue of other actor systems' PIDs and of Akka's EntityRef. It is an
+// entity.Sender, used with the typed Ask and Tell like the Runner, with the
+// same entity ID:
+//
+//	ref := r.Ref(counterKind, "c1")
+//	err := add.Tell(ctx, ref, "c1", incReq{By: 1})
+//
+// A call through a Ref is a call by ID ([Runner.Send]'s contract, all of
+// it: admission first, the same retries, at most once, the same errors)
+// that skips, while the entity is resident on this runner, the hash of
+// its ID, the lookup of its kind and the search of its shard's entity
+// table: the Ref keeps the resident entity it found and delivers to its
+// mailbox under the same admission check as a call by ID. Whenever that
+// entity is no longer what a call by ID would find — its shard moved,
+// detached or was released, its admission stopped for a handoff, the
+// instance was passivated — the call is sent by ID (it waits for the
+// cutover, follows the shard to its new owner or fails as by ID), and the
+// Ref takes the entity again if it is resident here afterwards. Calls to
+// another entity or kind than the Ref's, and every call while tracing is
+// on, are sent by ID.
+//
+// A Ref is safe for concurrent use and costs nothing to keep; it holds
+// no goroutine and pins no entity (a passivated one is activated again by
+// the next call, as by ID).
+type Ref struct {
+	r   *Runner
+	ref *routing.Ref
+}
+
+var _ entity.Sender = (*Ref)(nil)
+
+// Ref returns a handle on the entity id of kind (see [Ref]).
+func (r *Runner) Ref(kind entity.Descriptor, id string) *Ref {
+	return &Ref{r: r, ref: r.router.NewRef(kind, id)}
+}
+
+// Send delivers c like [Runner.Send], through the handle when c is a call
+// to the Ref's entity (see [Ref]).
+func (f *Ref) Send(ctx context.Context, c entity.Call) (any, error) {
+	return f.r.router.SendRef(ctx, f.ref, &c)
+}
+
+// Entity returns the ID of the Ref's entity.
+func (f *Ref) Entity() string { return f.ref.Entity() }
+
+// Kind returns the Ref's kind.
+func (f *Ref) Kind() entity.Descriptor { return f.ref.Kind() }
