@@ -280,6 +280,12 @@
 // that are sent again — is stated once, on Runner.Send. A ClientOnly
 // runner routes without hosting anything.
 //
+// A Ref (Runner.Ref) is a sender's handle on one entity: a call through it
+// keeps Send's contract whole and, while the entity is resident here,
+// skips the hash of its ID, the lookup of its kind and entity, and the
+// shard's lock. Its contract — when it goes by ID instead — is stated on
+// Ref.
+//
 // After the owner of a shard crashes, an ask to it waits, in turn: (1) for
 // the owner's lease to expire — about LeaseTTL after its last renewal, when
 // etcd deletes its record and its locks — while attempts to reach it fail

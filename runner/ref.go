@@ -29,9 +29,10 @@ import (
 // another entity or kind than the Ref's, and every call while tracing is
 // on, are sent by ID.
 //
-// A Ref is safe for concurrent use and costs nothing to keep; it holds
-// no goroutine and pins no entity (a passivated one is activated again by
-// the next call, as by ID).
+// A Ref is safe for concurrent use. It holds no goroutine and keeps no
+// entity resident (a passivated one is activated again by the next call,
+// as by ID), but until its next call it keeps the instance it last found
+// reachable, passivated or not: drop Refs that are no longer used.
 type Ref struct {
 	r   *Runner
 	ref *routing.Ref
