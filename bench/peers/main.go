@@ -40,6 +40,8 @@ func allSystems() []system {
 	return []system{
 		{name: "shardhost", newLocal: newShardhostLocal, newRemote: newShardhostRemote,
 			remoteLabel: "owner + client-only runner, gRPC streams"},
+		{name: "shardhost-ref", newLocal: newShardhostRefLocal,
+			remoteSkip: "a handle's remote calls go by ID: the shardhost column"},
 		{name: "protoactor", newLocal: newProtoactorLocal, newRemote: newProtoactorCluster,
 			remoteLabel: "cluster: a hosting member + a member without kinds asking, gRPC remote, disthash lookup, in-memory membership"},
 		{name: "hollywood", newLocal: newHollywoodLocal, newRemote: newHollywoodRemote,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -37,7 +38,8 @@ func TestEveryAdapterAnswersAsksCorrectly(t *testing.T) {
 				if err := l.Tell(1000); err != nil {
 					t.Errorf("Tell(1000): %v", err)
 				}
-				if err := l.Activate(100); err != nil {
+				var sk *skipError // an adapter may skip a scenario, saying why
+				if err := l.Activate(100); err != nil && !errors.As(err, &sk) {
 					t.Errorf("Activate(100): %v", err)
 				}
 				l.Close()
