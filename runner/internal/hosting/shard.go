@@ -206,16 +206,15 @@ func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id str
 		}
 		return Result{Err: err, Undelivered: true}
 	}
+	if oneWay {
+		return Result{Admitted: true}
+	}
 	return sh.await(ctx, k, id, &msg)
 }
 
-// await returns the result of msg, admitted to entity id of kind k: at
-// once for a signal, else the handler's answer or, if ctx ends first,
-// ErrMaybeDelivered.
+// await returns the answer to msg, an ask admitted to entity id of kind
+// k: the handler's result or, if ctx ends first, ErrMaybeDelivered.
 func (sh *Shard) await(ctx context.Context, k *Kind, id string, msg *message) Result {
-	if msg.reply == nil {
-		return Result{Admitted: true}
-	}
 	done := ctx.Done()
 	if done == nil { // a context that never ends: no select
 		res := <-msg.reply.ch

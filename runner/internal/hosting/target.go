@@ -84,6 +84,9 @@ func (t *Target) Deliver(ctx context.Context, h *entity.Handler, req any) (res R
 		}
 		return Result{Err: err, Undelivered: true}, true
 	}
+	if oneWay {
+		return Result{Admitted: true}, true
+	}
 	return sh.await(ctx, e.kind, e.key.ID, &msg), true
 }
 
