@@ -31,6 +31,13 @@
 //     instances; during a cutover (BeginCutover) asks not started yet go
 //     back to their senders undelivered and new senders wait (at most
 //     CutoverWaiters) for the outcome.
+//   - A Target is its entity by ID. A sender keeping a resident entity
+//     (Host.Target, for routing's Ref) delivers to it without the table
+//     lookup or the shard's lock, checking admission under the entity's
+//     lock instead; stopping admission takes every listed entity's lock
+//     once, so it is atomic with such pushes too, and a target whose
+//     entity is no longer what the table holds is refused before anything
+//     is enqueued (the caller sends by ID).
 //
 // Mailboxes are bounded (entity.Mailbox; a full one refuses with
 // entity.ErrMailboxFull) and cost no allocation per message: a sender

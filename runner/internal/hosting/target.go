@@ -15,14 +15,14 @@ import (
 // Delivering to a target is the delivery by ID to the entity, minus the
 // table lookup and the shard's lock, and nothing else: the same admission
 // (checked under the entity's lock, see enqueue), the same mailbox, bound
-// and ordering. It relies on this invariant
-// of a shard host (lifecycle.go, shard.go): while the host admits, an
-// entity that was listed in its table is still listed exactly when it is
-// not retired (dead) — retire unlists and marks dead in one critical
-// section under Shard.mu; a drain marks dead only with admission off, and
-// Reopen unlists the dead before admitting again; Close turns admission
-// off for good. So with admission on and the instance not dead, the
-// table would return this very instance.
+// and ordering. It relies on this invariant of a shard host (lifecycle.go,
+// shard.go): while the host admits, an entity that was listed in its
+// table is still listed exactly when it is not retired (dead) — retire
+// unlists and marks dead in one critical section under Shard.mu; a drain
+// marks dead only with admission off, and Reopen unlists the dead before
+// admitting again; Close turns admission off for good. So with admission
+// on and the instance not dead, the table would return this very
+// instance.
 type Target struct {
 	sh *Shard
 	e  *resident
@@ -49,9 +49,6 @@ func (h *Host) Target(id sharding.ShardID, k *Kind, entityID string) *Target {
 
 // Kind returns the target entity's kind.
 func (t *Target) Kind() *Kind { return t.e.kind }
-
-// Epoch returns the epoch the target's shard is hosted at.
-func (t *Target) Epoch() int64 { return int64(t.sh.epoch) }
 
 // Deliver is Shard.Deliver (local, not traced) of req to handler h of the
 // target entity, when the target is still current: its shard host is
