@@ -336,9 +336,9 @@ func (e *resident) invoke(m *message) (v any, err error) {
 			sh.h.log.ErrorContext(m.logContext(), "entity handler panicked; instance discarded", "kind", e.key.Kind, "method", m.h.Name(), "shard", sh.id, "panic", p)
 		}
 	}()
-	ctx, cancel := e.handlerContext(m)
-	if cancel != nil {
-		defer cancel()
+	ctx, bound := e.handlerContext(m)
+	if bound != nil {
+		defer bound.end()
 	}
 	return m.h.Invoke(e.inst, ctx, m.req)
 }

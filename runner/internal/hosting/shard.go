@@ -354,9 +354,11 @@ func (sh *Shard) newResident(k *Kind, key EntityKey) *resident {
 // timers and reminders) bounded by the asker's deadline, if it has one,
 // with cause ErrCallerDeadline. A remote asker's deadline arrives with its
 // request (the frame's timeout); signals carry none. A traced message's
-// context carries its handler's span (trace.go). The returned cancel is
-// nil when the entity's context is used as it is.
-func (e *resident) handlerContext(m *message) (context.Context, context.CancelFunc) {
+// context carries its handler's span (trace.go). The bound is made only
+// when the handler needs it (boundedCtx): the asker's context already
+// times the deadline. The returned bound, to end when the handler
+// returns, is nil when the entity's context is used as it is.
+func (e *resident) handlerContext(m *message) (context.Context, *boundedCtx) {
 	ctx := e.ctx
 	if m.tr != nil && m.tr.span != nil {
 		ctx = e.traceContext(ctx, m, m.tr.span)
@@ -368,7 +370,8 @@ func (e *resident) handlerContext(m *message) (context.Context, context.CancelFu
 	if !ok {
 		return ctx, nil
 	}
-	return context.WithDeadlineCause(ctx, dl, ErrCallerDeadline)
+	c := &boundedCtx{parent: ctx, deadline: dl}
+	return c, c
 }
 
 // ID returns the shard's ID.
