@@ -9,7 +9,10 @@
 // It guarantees, for the messages it admits:
 //
 //   - One instance, one goroutine. An entity runs one handler at a time,
-//     on a goroutine that exists only while its mailbox is non-empty; a
+//     on a goroutine that exists only while its mailbox is non-empty (a
+//     remote ask that finds its entity idle runs on the goroutine that
+//     delivers it, the entity's for that ask; what arrives meanwhile runs
+//     after it, on the entity's own goroutine); a
 //     new instance of an entity never activates before the previous
 //     instance's Release hook returned, nor before the handlers of the
 //     shard's previous epoch on this runner returned (bounded by

@@ -412,3 +412,55 @@ func (f *fixture) askInOrder(t *testing.T, ids ...string) {
 		}
 	}
 }
+
+// TestAsksQueuedBehindARemoteAskRunningOnItsSenderRunAfterIt: a remote
+// ask that finds its entity idle runs on its sender's goroutine (the
+// transport's); messages arriving meanwhile wait for it (one handler at a
+// time), then run on the entity's own goroutine — the first ask's answer
+// does not wait for them — and are all answered, and the entity counts as
+// running throughout (a drain waits for it).
+func TestAsksQueuedBehindARemoteAskRunningOnItsSenderRunAfterIt(t *testing.T) {
+	f := newFixture(t, 0)
+	open := newGate(t)
+	remoteAsk := func() Result {
+		return f.shard.Deliver(context.Background(), f.kind, f.work, "a", workReq{Block: true}, false, true, false)
+	}
+	first := make(chan Result, 1)
+	go func() { first <- remoteAsk() }()
+	wait(t, started, "the first remote ask's handler")
+	if n := f.shard.Running(); n != 1 {
+		t.Fatalf("running = %d while a remote ask runs on its sender, want 1", n)
+	}
+	later := make(chan Result, 3)
+	go func() { later <- f.ask("a", true) }()
+	go func() { later <- remoteAsk() }()
+	go func() { later <- f.ask("a", true) }()
+	waitQueued(t, f, "a", 3)
+	select {
+	case <-started:
+		t.Fatal("a queued ask started while the remote ask ran")
+	case <-time.After(100 * time.Millisecond):
+	}
+	openLater := newGate(t) // the queued asks block at a new gate
+	open()
+	// Its answer does not wait for the asks queued behind it.
+	if res := wait(t, first, "the first remote ask"); res.Err != nil || !res.Admitted {
+		t.Fatalf("first remote ask = %+v, want its result", res)
+	}
+	openLater()
+	for i := range 3 {
+		wait(t, started, "a queued ask's handler")
+		if res := wait(t, later, "a queued ask"); res.Err != nil {
+			t.Fatalf("queued ask %d = %+v, want its result", i, res)
+		}
+	}
+	for range 2 { // the remote asks' answers
+		f.shard.ReplyWritten()
+	}
+	drained := make(chan struct{})
+	go func() { f.shard.Drain(context.Background(), ErrShardMoved); close(drained) }()
+	wait(t, drained, "the drain")
+	if n := f.shard.Running(); n != 0 {
+		t.Fatalf("running = %d after the drain, want 0", n)
+	}
+}

@@ -94,6 +94,19 @@ func (e *resident) push(msg *message) error {
 	return err
 }
 
+// pushHere is push for a sender that runs the entity's loop itself
+// (run(true)) when the push would start the goroutine: then it reports
+// here, counted as running, instead of starting it.
+func (e *resident) pushHere(msg *message) (here bool, err error) {
+	e.mu.Lock()
+	here, err = e.pushLocked(msg)
+	e.mu.Unlock()
+	if here {
+		e.host.running.Add(1)
+	}
+	return here, err
+}
+
 // pushLocked appends msg under e.mu and reports whether the caller must
 // start the goroutine (start, after unlocking).
 func (e *resident) pushLocked(msg *message) (bool, error) {
@@ -121,23 +134,34 @@ func (e *resident) pushLocked(msg *message) (bool, error) {
 // start runs the entity's goroutine (pushLocked said so).
 func (e *resident) start() {
 	e.host.running.Add(1)
-	go e.run()
+	go e.run(false)
 }
 
 // run drains the mailbox in batches, then exits. The entity counts as used
 // (idle passivation, the resident cap's LRU) when a message other than a
 // timer or reminder tick ran, or any message of a kind whose ticks are
-// activity.
-func (e *resident) run() {
+// activity. With here set, run is called by the sender whose push found
+// the entity idle (pushHere), on its own goroutine: it runs one batch —
+// its message first — and then exits at once, or hands what arrived
+// meanwhile to the entity's goroutine, still counted as running.
+func (e *resident) run(here bool) {
 	var batch mailbox // the last batch processed, its head handed back as spare
-	active := false
+	active, ran := false, false
 	for {
 		e.mu.Lock()
 		if batch.head != nil {
 			e.spare, batch.head = batch.head[:0], nil
 		}
+		if here && ran && e.n > 0 {
+			e.mu.Unlock()
+			if active {
+				e.host.h.residents.touch(e)
+			}
+			go e.run(false)
+			return
+		}
 		if e.n == 0 {
-			hot := e.hot
+			hot := e.hot && !here
 			e.mu.Unlock()
 			if hot && e.linger() {
 				continue
@@ -156,7 +180,7 @@ func (e *resident) run() {
 			e.host.stopped(false)
 			return
 		}
-		batch = e.box
+		batch, ran = e.box, true
 		e.box = mailbox{head: e.spare[:0]}
 		e.spare = nil
 		e.n = 0

@@ -200,7 +200,8 @@ func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id str
 	if !oneWay {
 		msg.reply, msg.ctx = sh.h.waiters.Get().(*waiter), ctx
 	}
-	if err := sh.enqueue(ctx, k, EntityKey{Kind: k.name, ID: id}, &msg, remote && !oneWay); err != nil {
+	here, err := sh.enqueue(ctx, k, EntityKey{Kind: k.name, ID: id}, &msg, remote && !oneWay)
+	if err != nil {
 		if msg.reply != nil {
 			sh.h.waiters.Put(msg.reply)
 		}
@@ -208,6 +209,16 @@ func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id str
 	}
 	if oneWay {
 		return Result{Admitted: true}
+	}
+	if here != nil {
+		// The entity was idle: this goroutine (the transport's) runs the
+		// batch its ask heads, rather than wake a goroutine for it and
+		// wait for the answer. The answer is in when run returns.
+		here.run(true)
+		res := <-msg.reply.ch
+		sh.h.waiters.Put(msg.reply)
+		res.Admitted = true
+		return res
 	}
 	return sh.await(ctx, k, id, &msg)
 }
@@ -244,14 +255,16 @@ func (sh *Shard) ReplyWritten() {
 // enqueue adds msg to the entity's mailbox, creating the entity if needed.
 // Admission is checked under sh.mu together with the enqueue, so once a
 // drain has stopped admission no message can slip in; a counted message
-// (a remote ask) enters sh.replying at admission, under sh.mu too.
-func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *message, counted bool) error {
+// (a remote ask) enters sh.replying at admission, under sh.mu too, and
+// when it found its entity idle enqueue returns the entity (here) for
+// the caller to run (run(true)) instead of starting its goroutine.
+func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *message, counted bool) (here *resident, err error) {
 	if ctx.Err() != nil { // admission checks the context first
-		return &UndeliveredError{Shard: sh.id, Cause: ContextError(ctx)}
+		return nil, &UndeliveredError{Shard: sh.id, Cause: ContextError(ctx)}
 	}
 	if !sh.prevDone.Load() {
 		if err := sh.waitPrev(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for {
@@ -259,14 +272,14 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 		if !sh.admitting {
 			sh.mu.RUnlock()
 			if err := sh.waitCutover(ctx, msg.tr != nil); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
 		if e := sh.entities.get(k, key.ID); e != nil {
-			err := sh.admit(e, msg, counted)
+			here, err := sh.admit(e, msg, counted)
 			sh.mu.RUnlock()
-			return err
+			return here, err
 		}
 		sh.mu.RUnlock()
 
@@ -276,9 +289,9 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 			continue
 		}
 		if e := sh.entities.get(k, key.ID); e != nil {
-			err := sh.admit(e, msg, counted)
+			here, err := sh.admit(e, msg, counted)
 			sh.mu.Unlock()
-			return err
+			return here, err
 		}
 		if ch := sh.retiring[key]; ch != nil {
 			// The previous instance is running its Release hook: the new
@@ -288,7 +301,7 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return fmt.Errorf("runner: waiting for %s %q to passivate: %w", key.Kind, key.ID, context.Cause(ctx))
+				return nil, fmt.Errorf("runner: waiting for %s %q to passivate: %w", key.Kind, key.ID, context.Cause(ctx))
 			}
 		}
 		e := sh.newResident(k, key)
@@ -299,24 +312,30 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 		sh.entities.set(e)
 		// Listed under sh.mu, so a concurrent Close cannot miss it.
 		sh.h.residents.add(e)
-		err := sh.admit(e, msg, counted)
+		here, err := sh.admit(e, msg, counted)
 		sh.mu.Unlock()
 		sh.h.met.Activations.Add(context.Background(), 1, sh.h.met.Attrs)
-		return err
+		return here, err
 	}
 }
 
 // admit pushes msg to e (under sh.mu) and, when counted, counts its
-// answer in sh.replying.
-func (sh *Shard) admit(e *resident, msg *message, counted bool) error {
-	if counted {
-		sh.replying.Add(1) // before the push: a drain never sees it run uncounted
+// answer in sh.replying; a counted message that found e idle returns e
+// for its sender to run (here).
+func (sh *Shard) admit(e *resident, msg *message, counted bool) (here *resident, err error) {
+	if !counted {
+		return nil, e.push(msg)
 	}
-	err := e.push(msg)
-	if err != nil && counted {
+	sh.replying.Add(1) // before the push: a drain never sees it run uncounted
+	run, err := e.pushHere(msg)
+	if err != nil {
 		sh.ReplyWritten()
+		return nil, err
 	}
-	return err
+	if run {
+		return e, nil
+	}
+	return nil, nil
 }
 
 // lostWhileRunning says why a handler that just returned must not have its
