@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shardhost/shardhost/internal/lazydeadline"
 )
 
 // The multiplexed delivery stream (transport.proto, rpc Frames). A unary
@@ -307,9 +309,11 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 	defer func() { close(stop); <-goawayDone; w.close() }()
 	serve := func(ctx context.Context, f *frame) {
 		if f.TimeoutMs > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
-			defer cancel()
+			// No timer unless something waits for the deadline: most
+			// frames are answered without (lazydeadline).
+			c := lazydeadline.WithDeadlineCause(ctx, time.Now().Add(time.Duration(f.TimeoutMs)*time.Millisecond), nil)
+			defer c.Cancel()
+			ctx = c
 		}
 		resp, written := t.h.Deliver(ctx, f.Req)
 		w.send(&frame{ID: f.ID, Resp: resp}, written, handlers.Add(-1) == 0)

@@ -362,7 +362,7 @@ func (e *resident) invoke(m *message) (v any, err error) {
 	}()
 	ctx, bound := e.handlerContext(m)
 	if bound != nil {
-		defer bound.end()
+		defer bound.Cancel()
 	}
 	return m.h.Invoke(e.inst, ctx, m.req)
 }

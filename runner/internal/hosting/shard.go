@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/lazydeadline"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -373,11 +374,11 @@ func (sh *Shard) newResident(k *Kind, key EntityKey) *resident {
 // timers and reminders) bounded by the asker's deadline, if it has one,
 // with cause ErrCallerDeadline. A remote asker's deadline arrives with its
 // request (the frame's timeout); signals carry none. A traced message's
-// context carries its handler's span (trace.go). The bound is made only
-// when the handler needs it (boundedCtx): the asker's context already
-// times the deadline. The returned bound, to end when the handler
-// returns, is nil when the entity's context is used as it is.
-func (e *resident) handlerContext(m *message) (context.Context, *boundedCtx) {
+// context carries its handler's span (trace.go). The bound costs no timer
+// unless the handler waits on it (lazydeadline): the asker's context
+// already times the deadline. The returned bound, cancelled when the
+// handler returns, is nil when the entity's context is used as it is.
+func (e *resident) handlerContext(m *message) (context.Context, *lazydeadline.Context) {
 	ctx := e.ctx
 	if m.tr != nil && m.tr.span != nil {
 		ctx = e.traceContext(ctx, m, m.tr.span)
@@ -389,7 +390,7 @@ func (e *resident) handlerContext(m *message) (context.Context, *boundedCtx) {
 	if !ok {
 		return ctx, nil
 	}
-	c := &boundedCtx{parent: ctx, deadline: dl}
+	c := lazydeadline.WithDeadlineCause(ctx, dl, ErrCallerDeadline)
 	return c, c
 }
 
