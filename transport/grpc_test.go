@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -269,4 +270,52 @@ func TestRunnerOfPreviousVersionIsAnswered(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// gateHandler echoes, but holds a request whose payload is "hold" until
+// release is closed.
+type gateHandler struct{ release chan struct{} }
+
+func (h gateHandler) Deliver(_ context.Context, req *DeliverRequest) (*DeliverResponse, func()) {
+	if string(req.Payload) == "hold" {
+		<-h.release
+	}
+	return &DeliverResponse{Payload: req.Payload}, func() {}
+}
+
+func (gateHandler) Hot(uint32, int) []EntityRef { return nil }
+
+// TestCallsWithoutDeadlineEndAtRequestTimeout: a call whose context has
+// no deadline ends at RequestTimeout (maybe delivered), never sooner —
+// also after calls before it on the same stream were answered or timed
+// out — and the calls after it are answered.
+func TestCallsWithoutDeadlineEndAtRequestTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	h := gateHandler{release: make(chan struct{})}
+	srv := NewGRPC(GRPCConfig{ListenAddr: "127.0.0.1:0", Logger: quiet()})
+	addr, err := srv.Listen(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close(0)
+	defer close(h.release) // before Close: the held handlers return
+	c := NewGRPC(GRPCConfig{Logger: quiet(), RequestTimeout: timeout})
+	defer c.Close(0)
+	ctx := context.Background()
+	held := func() {
+		t.Helper()
+		start := time.Now()
+		_, sent, err := c.Call(ctx, addr, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte("hold")})
+		if took := time.Since(start); !sent || !errors.Is(err, ErrMaybeDelivered) || !errors.Is(err, context.DeadlineExceeded) || took < timeout {
+			t.Fatalf("held call = sent %v, %v after %v; want maybe delivered, deadline exceeded, after %v or more", sent, err, took, timeout)
+		}
+	}
+	echo(t, ctx, c, addr, "warm")
+	held()
+	for i := range 50 {
+		echo(t, ctx, c, addr, fmt.Sprint("after a timeout ", i))
+	}
+	held()
+	held()
+	echo(t, ctx, c, addr, "last")
 }

@@ -395,6 +395,13 @@ type muxStream struct {
 	kick     chan struct{} // 1-buffered: the writer goroutine has a queue to send
 	done     chan struct{} // closed when dead is set
 	maxBytes int           // of a batch of more than one frame
+	// timers are the stopped timers of calls whose context has no
+	// deadline (the stream's own: a timer made in a synctest bubble stays
+	// in it).
+	timers sync.Pool
+	// results are answer channels (1-buffered) of calls that received
+	// their answer: empty, and no longer anyone's.
+	results sync.Pool
 
 	// legacy: the stream is an rpc Stream (a frame per message), for a
 	// server of the previous version. unimplemented: the server does
@@ -546,15 +553,28 @@ func (ms *muxStream) call(ctx context.Context, req *DeliverRequest, timeout time
 		left := time.Until(d).Milliseconds()
 		f.TimeoutMs = uint32(min(max(left, 1), math.MaxUint32))
 	} else {
-		// A timer rather than a context: less to allocate and to cancel.
+		// A timer rather than a context: less to allocate and to cancel;
+		// reused (stopped timers are safe to Reset, and none of its fires
+		// is received after Stop).
 		f.TimeoutMs = uint32(min(max(timeout.Milliseconds(), 1), math.MaxUint32))
-		t := time.NewTimer(timeout)
-		defer t.Stop()
+		t, _ := ms.timers.Get().(*time.Timer)
+		if t == nil {
+			t = time.NewTimer(timeout)
+		} else {
+			t.Reset(timeout)
+		}
+		defer func() {
+			t.Stop()
+			ms.timers.Put(t)
+		}()
 		expired = t.C
 	}
-	// (Not pooled: a channel made in a synctest bubble must not be used
-	// outside it.)
-	c := make(chan muxResult, 1)
+	// Reused from the stream's own (a channel made in a synctest bubble
+	// must not be used outside it) once its one answer was received.
+	c, _ := ms.results.Get().(chan muxResult)
+	if c == nil {
+		c = make(chan muxResult, 1)
+	}
 	ms.mu.Lock()
 	if ms.dead != nil || ms.draining {
 		ms.mu.Unlock()
@@ -583,6 +603,8 @@ func (ms *muxStream) call(ctx context.Context, req *DeliverRequest, timeout time
 	var cause error
 	select {
 	case r := <-c:
+		// Its one sender removed it from pending before sending.
+		ms.results.Put(c)
 		return r.resp, r.err, r.sent
 	case <-ctx.Done():
 		cause = context.Cause(ctx)
