@@ -26,6 +26,8 @@ type Shard struct {
 	ctx    context.Context
 	done   <-chan struct{}
 	reason entity.ActivateReason
+	// replyWritten is ReplyWritten, made once (ReplyWrittenFunc).
+	replyWritten func()
 
 	// mu is written by every sender (RLock): on cache lines of its own,
 	// away from the fields above, which every handler's checks read.
@@ -101,6 +103,7 @@ func (h *Host) NewShard(s ShardSpec) *Shard {
 		retiring: make(map[EntityKey]chan struct{}), warmed: s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
 	}
 	sh.open.Store(true)
+	sh.replyWritten = sh.ReplyWritten
 	if s.Prev != nil && s.Prev.running.Load() > 0 {
 		sh.prev = s.Prev
 	} else {
@@ -245,6 +248,11 @@ func (sh *Shard) await(ctx context.Context, k *Kind, id string, msg *message) Re
 		return Result{Admitted: true, Err: fmt.Errorf("runner: ask %s %q (%w): %w", k.Desc.Name(), id, ErrMaybeDelivered, context.Cause(ctx))}
 	}
 }
+
+// ReplyWrittenFunc returns ReplyWritten as a func value made once per
+// shard: handed to the transport with every answer, it costs no
+// allocation per answer.
+func (sh *Shard) ReplyWrittenFunc() func() { return sh.replyWritten }
 
 // ReplyWritten ends the count of a remote ask's answer (see Deliver).
 func (sh *Shard) ReplyWritten() {

@@ -35,7 +35,7 @@ func (rc Receiver) Deliver(ctx context.Context, req *transport.DeliverRequest) (
 	if sh == nil {
 		return resp, nothing
 	}
-	return resp, sh.ReplyWritten
+	return resp, sh.ReplyWrittenFunc()
 }
 
 // Hot lists the shard's resident entities, most recently used first.
