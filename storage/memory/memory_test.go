@@ -33,11 +33,12 @@ func TestConformance(t *testing.T) {
 	}})
 }
 
-// With fencing disabled, a checkpoint under an epoch that is not the
-// lock's is accepted; repaired, it is refused again.
-func TestDisableFencingAcceptsStaleCheckpoints(t *testing.T) {
+// ownShard3 returns a new cluster (closed when t ends), a client "a" of
+// it, and the epoch at which a holds shard 3's lock.
+func ownShard3(t *testing.T) (*memory.Cluster, *memory.Store, storage.Epoch) {
+	t.Helper()
 	c := memory.NewCluster()
-	defer c.Close()
+	t.Cleanup(c.Close)
 	s := c.NewStore("a")
 	ctx := context.Background()
 	l, err := s.Grant(ctx, time.Minute)
@@ -48,7 +49,15 @@ func TestDisableFencingAcceptsStaleCheckpoints(t *testing.T) {
 	if err != nil || len(res) != 1 || res[0].Status != storage.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
-	stale := res[0].Epoch - 1
+	return c, s, res[0].Epoch
+}
+
+// With fencing disabled, a checkpoint under an epoch that is not the
+// lock's is accepted; repaired, it is refused again.
+func TestDisableFencingAcceptsStaleCheckpoints(t *testing.T) {
+	c, s, ep := ownShard3(t)
+	ctx := context.Background()
+	stale := ep - 1
 	if _, err := s.WriteCheckpoint(ctx, 3, "k/e", stale, storage.AnyRevision, []byte("x")); !errors.Is(err, storage.ErrFenced) {
 		t.Fatalf("WriteCheckpoint under a stale epoch = %v, want ErrFenced", err)
 	}
@@ -76,19 +85,8 @@ func TestDisableFencingAcceptsStaleCheckpoints(t *testing.T) {
 // order key's new revision and succeeds.
 func TestLateStateWriteNeverUndoesALaterOne(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := memory.NewCluster()
-		defer c.Close()
-		s := c.NewStore("a")
+		_, s, ep := ownShard3(t)
 		ctx := context.Background()
-		l, err := s.Grant(ctx, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := s.Acquire(ctx, l.ID, storage.Owner{RunnerID: "a"}, []sharding.ShardID{3})
-		if err != nil || len(res) != 1 || res[0].Status != storage.Acquired {
-			t.Fatalf("Acquire = %+v, %v", res, err)
-		}
-		ep := res[0].Epoch
 		rem := storage.Reminder{Shard: 3, Entity: storage.EntityRef{Kind: "k", ID: "e"}, Name: "r", Method: "tick", First: time.Unix(1767323045, 0), Period: time.Second}
 		ref := storage.ReminderRef{Entity: rem.Entity, Name: rem.Name}
 		write := func(w storage.ShardWrite) error {
