@@ -456,7 +456,7 @@ func (s *simRun) drive(gw *simNode) *simLoad {
 
 // The faults of the schedule.
 var simFaults = []string{"crash", "shutdown", "store-partition", "keepalive-fail", "expire-lease",
-	"net-isolate", "lose-answers", "join", "store-delay", "late-checkpoints"}
+	"net-isolate", "lose-answers", "join", "store-delay", "late-writes"}
 
 // schedule runs the seeded faults over simDuration, then waits for the
 // last to heal.
@@ -519,19 +519,19 @@ func (s *simRun) schedule() {
 					n.store.Delay(op, 0)
 				}
 			})
-		case "late-checkpoints":
-			// Checkpoint writes fail as unavailable and land later, after
-			// newer ones: etcd requests left in flight by a timeout.
-			// (Shard state writes are ordered the same way — storage's
-			// TestLateStateWriteNeverUndoesALaterOne — but with
-			// memory.OpShardState late here too, seed 30 of 400 finds
-			// periodic reminders of one shard not firing again after the
-			// cluster converged, even when the failed writes never land:
-			// an open finding, not this fault's.)
+		case "late-writes":
+			// Checkpoint and shard state writes fail as unavailable and
+			// land later, possibly after newer ones: etcd requests left in
+			// flight by a timeout.
 			late := time.Duration(50+s.rng.IntN(1000)) * time.Millisecond
-			s.note("checkpoint writes of %s fail and land %v later, for %v", n.id, late, d)
+			s.note("checkpoint and shard state writes of %s fail and land %v later, for %v", n.id, late, d)
 			n.store.LateWrites(memory.OpCheckpoint, late)
-			healers.Go(func() { time.Sleep(d); n.store.LateWrites(memory.OpCheckpoint, 0) })
+			n.store.LateWrites(memory.OpShardState, late)
+			healers.Go(func() {
+				time.Sleep(d)
+				n.store.LateWrites(memory.OpCheckpoint, 0)
+				n.store.LateWrites(memory.OpShardState, 0)
+			})
 		case "expire-lease":
 			// The runner cannot renew for longer than its TTL: it detaches
 			// at its deadline - margin, then the store expires its lease.

@@ -34,7 +34,6 @@ func (s *Service) Run(ctx context.Context) {
 				s.log.Warn("reminders: store call failed; retrying", "err", failed, "retry_in", backoff)
 			}
 			wait = backoff
-			backoff = min(2*backoff, maxLoadRetry)
 		} else {
 			backoff = loadRetry
 			if s.pending() {
@@ -47,6 +46,13 @@ func (s *Service) Run(ctx context.Context) {
 			return
 		case <-s.kick: // the next Reset drops a tick not received (Go 1.23 timers)
 		case <-t.C:
+			// The back-off grows only when a whole wait passed: retries
+			// that new work wakes early do not grow it (four of them in
+			// one millisecond once took it to its 5 s bound, and the
+			// shard's reminders stayed blocked 5 s after the store healed).
+			if failed != nil {
+				backoff = min(2*backoff, maxLoadRetry)
+			}
 		}
 	}
 }
@@ -77,13 +83,19 @@ func (s *Service) runOnce(ctx context.Context) error {
 	return errors.Join(s.load(ctx, loads), s.unfinal(ctx, unfinal), s.deleteFired(ctx, deletes), s.writeRemembered(ctx, remembers))
 }
 
-// live filters sets that are still current and not stopped.
+// live filters sets that are still current and not stopped, each once: a
+// queue may hold a set twice (a cutover that failed again queues its
+// rewrite again while a failed one is queued for a retry), and a store
+// call listing a shard twice is refused whole — which once kept a shard's
+// reminders from firing for good.
 func (s *Service) live(sets []*shardSet) []*shardSet {
 	out := sets[:0:0]
+	seen := make(map[*shardSet]bool, len(sets))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, set := range sets {
-		if s.sets[set.id] == set && set.ctx.Err() == nil {
+		if s.sets[set.id] == set && set.ctx.Err() == nil && !seen[set] {
+			seen[set] = true
 			out = append(out, set)
 		}
 	}

@@ -341,7 +341,10 @@ func (set *shardSet) resume() bool {
 	}
 	set.paused = false
 	set.activateAllLocked()
-	if set.final {
+	// A final progress the store may hold — ours, written by the cutover,
+	// or the predecessor's, loaded and not rewritten yet (the rewrite
+	// queued at the load skips a paused set) — is rewritten first.
+	if set.final || set.finalP != nil {
 		set.blocked = true
 		return true
 	}
