@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -108,7 +109,7 @@ func WriteOrdered(ctx context.Context, o *StateOrder, writes []ShardWrite,
 			switch {
 			case r.Err == nil:
 				o.Saw(r.Shard, r.Revision)
-			case asOrderError(r.Err, &oe):
+			case errors.As(r.Err, &oe):
 				o.Saw(r.Shard, oe.Current)
 				if try < MaxStateOrderRetries && ctx.Err() == nil {
 					again = append(again, i)
@@ -118,12 +119,4 @@ func WriteOrdered(ctx context.Context, o *StateOrder, writes []ShardWrite,
 		idx = again
 	}
 	return out, first
-}
-
-func asOrderError(err error, oe **StateOrderError) bool {
-	e, ok := err.(*StateOrderError)
-	if ok {
-		*oe = e
-	}
-	return ok
 }

@@ -135,6 +135,13 @@ func TestConformanceWithNamespaceRole(t *testing.T) {
 				_, err := root.Put(ctx, prefix+key, string(value), clientv3.WithLease(clientv3.LeaseID(lease)))
 				return err
 			},
+			RawRevision: func(ctx context.Context, key string) (storage.Revision, bool, error) {
+				resp, err := root.Get(ctx, prefix+key)
+				if err != nil || len(resp.Kvs) == 0 {
+					return 0, false, err
+				}
+				return storage.Revision(resp.Kvs[0].ModRevision), true, nil
+			},
 			RawDelete: func(ctx context.Context, key string) error {
 				_, err := root.Delete(ctx, prefix+key)
 				return err

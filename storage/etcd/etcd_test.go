@@ -49,6 +49,13 @@ func TestConformance(t *testing.T) {
 				_, err := cli.Put(ctx, prefix+key, string(value), clientv3.WithLease(clientv3.LeaseID(lease)))
 				return err
 			},
+			RawRevision: func(ctx context.Context, key string) (storage.Revision, bool, error) {
+				resp, err := cli.Get(ctx, prefix+key)
+				if err != nil || len(resp.Kvs) == 0 {
+					return 0, false, err
+				}
+				return storage.Revision(resp.Kvs[0].ModRevision), true, nil
+			},
 			RawDelete: func(ctx context.Context, key string) error {
 				_, err := cli.Delete(ctx, prefix+key)
 				return err

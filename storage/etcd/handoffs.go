@@ -127,6 +127,19 @@ func (s *Store) checkpointFence(shard sharding.ShardID, ck string, epoch storage
 	return cmps
 }
 
+// lockFence is the *FencedError of a write fenced by epoch when the
+// shard's lock (as read, nil when absent) is not at epoch, else nil.
+func lockFence(lock *mvccpb.KeyValue, shard sharding.ShardID, epoch storage.Epoch) error {
+	if lock != nil && storage.Epoch(lock.ModRevision) == epoch {
+		return nil
+	}
+	fe := &storage.FencedError{Shard: shard, Epoch: epoch}
+	if lock != nil {
+		fe.Current = storage.Epoch(lock.ModRevision)
+	}
+	return fe
+}
+
 // checkpointRefused is the error of a checkpoint write or delete whose
 // fence failed; resp's Else read the lock, then the checkpoint key.
 func checkpointRefused(resp *clientv3.TxnResponse, shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision) error {
@@ -134,12 +147,8 @@ func checkpointRefused(resp *clientv3.TxnResponse, shard sharding.ShardID, name 
 	if len(resp.Responses) == 2 {
 		lock, cp = rangeKV(resp.Responses[0]), rangeKV(resp.Responses[1])
 	}
-	if lock == nil || storage.Epoch(lock.ModRevision) != epoch {
-		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
-		if lock != nil {
-			fe.Current = storage.Epoch(lock.ModRevision)
-		}
-		return fe
+	if err := lockFence(lock, shard, epoch); err != nil {
+		return err
 	}
 	ce := &storage.CheckpointChangedError{Shard: shard, Name: name, Prev: prev}
 	if cp != nil {

@@ -134,12 +134,8 @@ func stateRefused(r *clientv3.TxnResponse, w storage.ShardWrite, expect storage.
 	if len(r.Responses) == 2 {
 		lock, order = rangeKV(r.Responses[0]), rangeKV(r.Responses[1])
 	}
-	if lock == nil || storage.Epoch(lock.ModRevision) != w.Epoch {
-		fe := &storage.FencedError{Shard: w.Shard, Epoch: w.Epoch}
-		if lock != nil {
-			fe.Current = storage.Epoch(lock.ModRevision)
-		}
-		return fe
+	if err := lockFence(lock, w.Shard, w.Epoch); err != nil {
+		return err
 	}
 	oe := &storage.StateOrderError{Shard: w.Shard, Expected: expect}
 	if order != nil {

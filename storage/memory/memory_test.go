@@ -27,6 +27,10 @@ func TestConformance(t *testing.T) {
 				_, err := c.Put(key, value, lease)
 				return err
 			},
+			RawRevision: func(_ context.Context, key string) (storage.Revision, bool, error) {
+				kv, ok := c.Get(key)
+				return kv.ModRevision, ok, nil
+			},
 			RawDelete: func(_ context.Context, key string) error { c.Delete(key); return nil },
 			Compact:   func(_ context.Context, rev storage.Revision) error { c.Compact(rev); return nil },
 		}

@@ -26,17 +26,26 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, shard sharding.ShardID, na
 	return nil
 }
 
+// lockFence is the *FencedError of a write fenced by epoch when shard's
+// lock is not at epoch (or absent), else nil. Called with c.mu held.
+func (c *Cluster) lockFence(shard sharding.ShardID, epoch storage.Epoch) *storage.FencedError {
+	e, ok := c.kvs[shardKey(shard)]
+	if ok && storage.Epoch(e.mod) == epoch {
+		return nil
+	}
+	fe := &storage.FencedError{Shard: shard, Epoch: epoch}
+	if ok {
+		fe.Current = storage.Epoch(e.mod)
+	}
+	return fe
+}
+
 // checkpointFence checks the condition of a checkpoint write or delete
 // (storage.Checkpoints): the shard's lock at epoch (unless fencing is off,
 // a fault of this store), the checkpoint at revision prev (0: absent) or
 // prev AnyRevision. Called with c.mu held.
 func (c *Cluster) checkpointFence(shard sharding.ShardID, name string, epoch storage.Epoch, prev storage.Revision) error {
-	e, ok := c.kvs[shardKey(shard)]
-	if (!ok || storage.Epoch(e.mod) != epoch) && !c.unfenced {
-		fe := &storage.FencedError{Shard: shard, Epoch: epoch}
-		if ok {
-			fe.Current = storage.Epoch(e.mod)
-		}
+	if fe := c.lockFence(shard, epoch); fe != nil && !c.unfenced {
 		return fe
 	}
 	if prev == storage.AnyRevision {

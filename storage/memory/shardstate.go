@@ -133,12 +133,7 @@ func applyShardWrites(c *Cluster, tx *txn, writes []storage.ShardWrite, ops [][]
 	for i := lo; i < hi; i++ {
 		w := writes[i]
 		res[i].Shard = w.Shard
-		e, ok := c.kvs[shardKey(w.Shard)]
-		if !ok || storage.Epoch(e.mod) != w.Epoch {
-			fe := &storage.FencedError{Shard: w.Shard, Epoch: w.Epoch}
-			if ok {
-				fe.Current = storage.Epoch(e.mod)
-			}
+		if fe := c.lockFence(w.Shard, w.Epoch); fe != nil {
 			res[i].Err = fe
 			continue
 		}

@@ -23,6 +23,9 @@ type Instance struct {
 	// "shards/3") with value and lease, bypassing every check: it simulates
 	// other writers and corrupt values.
 	RawPut func(ctx context.Context, key string, value []byte, lease storage.LeaseID) error
+	// RawRevision returns the revision key (relative to the namespace) was
+	// last written at, and whether it exists.
+	RawRevision func(ctx context.Context, key string) (storage.Revision, bool, error)
 	// RawDelete deletes key (relative to the namespace) unconditionally.
 	RawDelete func(ctx context.Context, key string) error
 	// Compact discards history before rev.
