@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardhost/shardhost/runner/internal/control"
 	"github.com/shardhost/shardhost/runner/internal/registration"
+	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -25,8 +26,13 @@ type clusterView struct {
 	// decoded yet (foreign when they arrived); handoffLocked decodes one
 	// when it comes to matter (its shard became ours meanwhile).
 	handoffRaw  map[sharding.ShardID]storage.KeyValue
-	membersSeen bool          // the membership view has been listed at least once
-	stopped     stoppedLeases // leases that ended by a clean Shutdown (LeaseEndsByDrain)
+	membersSeen bool // the membership view has been listed at least once
+	// seen is the revisions the lock and membership views are at (the
+	// watches' last updates): a request a sender aimed here as the
+	// shard's assignee names the sender's, and parking waits while this
+	// runner's are older (park.go).
+	seen    routing.ViewSeen
+	stopped stoppedLeases // leases that ended by a clean Shutdown (LeaseEndsByDrain)
 
 	// planner computes the assignments with cfg.Strategy, each from the
 	// previous one (a membership change costs O(shards), not O(shards x
@@ -54,6 +60,7 @@ type clusterView struct {
 // followRunners keeps r.view.members equal to the registry (list, then watch).
 func (r *Runner) followRunners(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceRunners, func(u storage.Update) {
+		r.waitViewHold()
 		if u.Err != nil {
 			r.storageResult("watch runners", u.Err)
 			return
@@ -76,6 +83,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 			r.applyRunnerLocked(ev.Type, ev.KV)
 		}
 		r.view.membersSeen = true
+		r.view.seen.Runners = max(r.view.seen.Runners, u.Revision)
 		r.view.membersVersion++
 		r.view.viewChanging = true // until the control loop recomputes the assignment
 		if len(r.view.members) < before {
@@ -154,11 +162,20 @@ func (s *stoppedLeases) has(l storage.LeaseID) bool {
 	return ok
 }
 
+// waitViewHold waits while a test holds this runner's views (export_test).
+func (r *Runner) waitViewHold() {
+	if h := r.viewHold.Load(); h != nil {
+		h.RLock()
+		h.RUnlock()
+	}
+}
+
 // followLocks keeps r.view.locks equal to the shard locks, wakes the acquirer
 // when an assigned shard's lock is deleted, and fences owned shards whose
 // lock was deleted or taken behind the runner's back.
 func (r *Runner) followLocks(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceShards, func(u storage.Update) {
+		r.waitViewHold()
 		if u.Err != nil {
 			r.storageResult("watch locks", u.Err)
 			return
@@ -169,6 +186,10 @@ func (r *Runner) followLocks(ctx context.Context) {
 		}
 		for _, ev := range u.Events {
 			r.applyLockLocked(ev)
+		}
+		r.view.seen.Locks = max(r.view.seen.Locks, u.Revision)
+		if r.parked.lagging > 0 {
+			r.wakeAllParkedLocked() // requests waiting for this view to catch up
 		}
 		r.flushLostLocked()
 		r.mu.Unlock()

@@ -305,8 +305,11 @@
 // runner's lock watch to show the new lock, nor retry a NotOwner from an
 // owner not installed yet. The assignee answers NotOwner instead (nothing
 // ran; retried at the next back-off step, following its hint) when it
-// cannot serve the shard: not acquiring it (its own view lags, or the
-// shard went elsewhere), its lock held by another live runner, its
+// cannot serve the shard: not acquiring it (the shard went elsewhere, or
+// its own views lag this runner's by more than a second — the ask names
+// the revisions of this runner's views, and an assignee that has not seen
+// as much yet waits up to a second for its watches to catch up before it
+// decides), its lock held by another live runner, its
 // acquisition's retry window ended, a detach or a stop, 256 asks already
 // parked on the shard or MaxWaitingSends on the runner; and after
 // AcquireRetryWindow, or 50 ms before the ask's deadline. An ask with less

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -26,6 +27,16 @@ import (
 // A lock held by a live runner — the acquisition lost a race, or a takeover
 // by handoff waits for the old owner's cutover — does not park: the
 // request is answered NotOwner naming that runner.
+//
+// Unless this runner has not seen yet what the sender saw: a request sent
+// here as the shard's assignee names the revisions of the sender's lock
+// and runner views (routing.ViewSeen). While this runner's views are
+// older, the crashed owner's lease end that sent the request here may not
+// have reached it — its lock view still shows that owner — so the request
+// waits (counted and bounded like a parked one, and at most maxLagWait)
+// for the views to catch up, and only then is parkability decided. Without
+// it, a sender whose watch ran ahead of the assignee's was refused and
+// waited for its own watch to show the new lock.
 //
 // Guarantees:
 //
@@ -64,12 +75,18 @@ type parkedShard struct {
 type parkingLot struct {
 	shards map[sharding.ShardID]*parkedShard
 	total  int
+	// lagging counts the requests waiting for this runner's views to
+	// reach their senders' (the lock watch wakes them at every update).
+	lagging int
 }
 
 // park waits while shard id is parkable here (see above) and reports
 // whether it is hosted here when the wait ends: true means deliver
-// locally, false answer NotOwner.
-func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
+// locally, false answer NotOwner. seen, when not zero, is the sender's
+// view revisions (it aimed the request here as the shard's assignee):
+// while this runner's views are older, the request waits for them to
+// catch up — at most maxLagWait — before parkability is decided.
+func (r *Runner) park(ctx context.Context, id sharding.ShardID, seen routing.ViewSeen) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shards.owner(id) != nil {
@@ -79,7 +96,8 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
 	if d, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(d)-parkAnswerMargin)
 	}
-	if bound <= 0 || ctx.Err() != nil || !r.parkableLocked(id) || r.parked.total >= r.cfg.MaxWaitingSends {
+	lagging := r.view.seen.Behind(seen)
+	if bound <= 0 || ctx.Err() != nil || !r.parkableLocked(id, lagging) || r.parked.total >= r.cfg.MaxWaitingSends {
 		return false
 	}
 	if r.parked.shards == nil {
@@ -95,9 +113,19 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
 	}
 	p.n++
 	r.parked.total++
+	var lagC <-chan time.Time // fires when the wait for the views ends
+	if lagging {
+		r.parked.lagging++
+		lag := time.NewTimer(min(bound, maxLagWait))
+		defer lag.Stop()
+		lagC = lag.C
+	}
 	defer func() {
 		p.n--
 		r.parked.total--
+		if lagging {
+			r.parked.lagging--
+		}
 		if p.n == 0 {
 			delete(r.parked.shards, id)
 		}
@@ -107,10 +135,13 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
 	for {
 		wake := p.wake
 		r.mu.Unlock()
+		lagOver := false
 		select {
 		case <-wake:
 		case <-ctx.Done():
 		case <-timer.C:
+		case <-lagC:
+			lagOver = true
 		case <-r.closeReq:
 		case <-r.stopReq:
 		}
@@ -118,7 +149,13 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
 		if r.shards.owner(id) != nil {
 			return true // installed: delivered like any request (admission first)
 		}
-		if ctx.Err() != nil || !r.parkableLocked(id) {
+		if lagging && (lagOver || !r.view.seen.Behind(seen)) {
+			// Caught up with the sender, or waited long enough: from now
+			// on the shard's own state decides.
+			lagging, lagC = false, nil
+			r.parked.lagging--
+		}
+		if ctx.Err() != nil || !r.parkableLocked(id, lagging) {
 			return false
 		}
 		select {
@@ -133,15 +170,26 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID) bool {
 	}
 }
 
+// maxLagWait bounds the wait of a request whose sender's views were newer
+// than this runner's (see park): a watch that lags longer than this, or a
+// sender's revision that never comes (a watch it re-listed at a revision
+// with no change since), ends the wait and the shard's state decides.
+const maxLagWait = time.Second
+
 // parkableLocked reports whether a request for shard id may wait here for
-// its install (see above).
-func (r *Runner) parkableLocked(id sharding.ShardID) bool {
+// its install (see above); lagging, whether it waits for this runner's
+// views to catch up with its sender's first (then only the runner's own
+// state counts: the shard's is not known to be current yet).
+func (r *Runner) parkableLocked(id sharding.ShardID, lagging bool) bool {
 	if !r.running.Load() || r.lifecycle.phase != phaseAttached || r.lifecycle.stopping || r.lifecycle.draining {
 		return false
 	}
 	x := r.shards.at(id)
 	if x.own != nil {
 		return false
+	}
+	if lagging {
+		return true
 	}
 	// Being acquired here; or, while a membership change is not acted on
 	// yet, perhaps about to be (the sender saw the change first).

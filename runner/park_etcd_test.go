@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -332,4 +333,114 @@ func TestParkedAskNeverRunsAfterItsDeadline(t *testing.T) {
 	if n := parkRuns.count(s.entity); n != 1 {
 		t.Errorf("the handler ran %d times, want once (the second ask only)", n)
 	}
+}
+
+// lagSetup is runners a and b and a gateway; b has crashed (its lease
+// revoked: its locks and record gone) while a's lock and runner watches
+// were held, so that the gateway knows b is gone and sends an ask for one
+// of b's shards to its assignee a, whose views still show b owning it.
+type lagSetup struct {
+	*parkSetup
+	release func() // lets a's views catch up
+}
+
+func lagAfterCrash(t *testing.T) *lagSetup {
+	t.Helper()
+	c := startEtcdCluster(t)
+	register := func(r *runner.Runner) error { return r.Register(parkKind) }
+	cfg := func(id string) runner.Config {
+		return runner.Config{ID: id, NumShards: parkShards, ListenAddr: "127.0.0.1:0", RecoverWindow: 200 * time.Millisecond}
+	}
+	s := &lagSetup{parkSetup: &parkSetup{c: c, aSaw: &answers{got: map[string][]string{}}}}
+	s.a = c.startWith(cfg("a"), register)
+	b := c.startWith(cfg("b"), register)
+	s.g = c.startWith(runner.Config{ID: "gateway", NumShards: parkShards, ClientOnly: true}, register)
+	c.waitPartition([]*etcdRunner{s.a, b}, parkShards, 30*time.Second)
+	s.a.OnServeForTest(s.aSaw.hook)
+	bLease := storage.LeaseID(b.Status().Lease)
+	var bShards []sharding.ShardID
+	for id, l := range c.locks() {
+		if l == bLease {
+			bShards = append(bShards, id)
+		}
+	}
+	if len(bShards) == 0 {
+		t.Fatal("b owns no shard")
+	}
+	s.release = s.a.HoldViewsForTest()
+	t.Cleanup(s.release) // before the runners stop
+	b.stop()
+	if _, err := c.direct.Revoke(t.Context(), clientv3.LeaseID(bLease)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the gateway sees b gone and its shards assigned to a", func() bool {
+		ga := s.g.Assignment()
+		for _, id := range bShards {
+			if o, _ := s.g.OwnerOf(id); o == "" && int(id) < len(ga) && ga[id] == "a" {
+				s.shard = id
+				return true
+			}
+		}
+		return false
+	})
+	if _, ok := s.a.Owned()[s.shard]; ok {
+		t.Fatalf("a owns shard %d while its views are held", s.shard)
+	}
+	s.entity = idFor(s.shard, parkShards, fmt.Sprintf("%s-%d-", t.Name(), parkSetups.Add(1)))
+	return s
+}
+
+// TestAssigneeBehindTheSenderWaitsForItsViews: the gateway sends its ask
+// to the assignee a because it saw the crashed owner b's lease end; a has
+// not seen that yet (its watches lag). a does not refuse the request — it
+// holds it until its views reach the revisions the request names, then
+// acquires the shard and delivers it: one request, answered OK by a, run
+// once. (Answered NotOwner at once, the gateway would wait for its own
+// watch to show a's lock, or for its back-off.)
+func TestAssigneeBehindTheSenderWaitsForItsViews(t *testing.T) {
+	t.Parallel()
+	s := lagAfterCrash(t)
+	res := s.ask(t, 30*time.Second)
+	s.waitParked(t, res)
+	if got := s.aSaw.of(s.entity); len(got) != 0 {
+		t.Fatalf("a answered %v while its views lagged; want the request held", got)
+	}
+	s.release()
+	r := <-res
+	if r.err != nil || r.resp.Runner != "a" {
+		t.Fatalf("ask = %+v, %v; want answered by a", r.resp, r.err)
+	}
+	if got := s.aSaw.of(s.entity); len(got) != 1 || got[0] != "OK " {
+		t.Errorf("a answered %v, want one OK (the request it held)", got)
+	}
+	if n := parkRuns.count(s.entity); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+	checkSingleOwner(t, s.c.rec.all())
+}
+
+// TestAssigneeBehindTheSenderWaitsOnlySoLong: an assignee whose views do
+// not catch up with the sender's within its bound answers NotOwner — the
+// request ran nowhere — rather than holding it until the caller's
+// deadline; the ask is served once its views move on.
+func TestAssigneeBehindTheSenderWaitsOnlySoLong(t *testing.T) {
+	t.Parallel()
+	s := lagAfterCrash(t)
+	res := s.ask(t, 30*time.Second)
+	waitFor(t, 20*time.Second, "a answers the ask while its views are held", func() bool { return len(s.aSaw.of(s.entity)) > 0 })
+	if got := s.aSaw.of(s.entity)[0]; !strings.HasPrefix(got, "NOT_OWNER") {
+		t.Errorf("a answered %q with its views held; want NOT_OWNER", got)
+	}
+	if n := parkRuns.count(s.entity); n != 0 {
+		t.Errorf("the handler ran %d times before a acquired the shard, want none", n)
+	}
+	s.release()
+	r := <-res
+	if r.err != nil || r.resp.Runner != "a" {
+		t.Fatalf("ask = %+v, %v; want answered by a once its views caught up", r.resp, r.err)
+	}
+	if n := parkRuns.count(s.entity); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+	checkSingleOwner(t, s.c.rec.all())
 }

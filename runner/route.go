@@ -94,30 +94,35 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 // otherwise: no assignment known (before the first one), the assignee is
 // this runner (it acquires the shard itself) or unknown, or a live runner
 // holds the lock (Route names it, or it is this runner's, in transition).
-func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, ok bool) {
+// seen is the revisions of the views that say so (the request carries
+// them: an assignee that has not seen as much yet waits for it, park.go).
+func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routing.ViewSeen, ok bool) {
 	r := d.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if int(id) >= len(r.view.assignment) {
-		return m, false
+		return m, seen, false
 	}
 	if l, held := r.view.locks.Get(id); held {
 		if _, live := r.view.byLease[l.Lease]; live || (l.Lease == r.lease && r.lease != 0) {
-			return m, false
+			return m, seen, false
 		}
 	}
 	to := r.view.assignment[id]
 	if to == r.cfg.ID {
-		return m, false
+		return m, seen, false
 	}
 	m, ok = r.view.members[to]
-	return m, ok && m.Address != ""
+	return m, r.view.seen, ok && m.Address != ""
 }
 
 // Park waits while this runner acquires shard id, for a request that
-// reached it before the install (park.go), and reports whether the shard
-// is hosted here now.
-func (d routingDir) Park(ctx context.Context, id sharding.ShardID) bool { return d.r.park(ctx, id) }
+// reached it before the install — or while its views are older than
+// seen, those of a sender that aimed the request here as the shard's
+// assignee (park.go) — and reports whether the shard is hosted here now.
+func (d routingDir) Park(ctx context.Context, id sharding.ShardID, seen routing.ViewSeen) bool {
+	return d.r.park(ctx, id, seen)
+}
 
 // Member returns the record of member id.
 func (d routingDir) Member(id string) (storage.Runner, bool) {

@@ -28,6 +28,12 @@ type DeliverRequest struct {
 	// values) in all, in wire order, and drops the others: a peer cannot
 	// make a request's headers cost more memory than that.
 	Headers map[string]string
+	// LocksSeen and RunnersSeen are set on a request sent to the shard's
+	// assignee because the sender knows no live owner (0 otherwise): the
+	// revisions of the sender's views of the shard locks and of the
+	// runner records. A receiver whose views are older than these may
+	// wait for them before it decides whether it parks the request.
+	LocksSeen, RunnersSeen uint64
 }
 
 // The bounds of the headers a decoded request keeps (DeliverRequest.
@@ -120,7 +126,7 @@ func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 
 // Marshal returns m's protobuf encoding.
 func (m *DeliverRequest) Marshal() []byte {
-	n := 32 + len(m.Kind) + len(m.Method) + len(m.Entity) + len(m.Payload) + len(m.Sender) + len(m.Codec)
+	n := 54 + len(m.Kind) + len(m.Method) + len(m.Entity) + len(m.Payload) + len(m.Sender) + len(m.Codec)
 	for k, v := range m.Headers {
 		n += 8 + len(k) + len(v)
 	}
@@ -139,12 +145,14 @@ func (m *DeliverRequest) appendTo(b []byte) []byte {
 	b = appendVarint(b, 6, uint64(m.Shard))
 	b = appendString(b, 7, m.Sender)
 	b = appendString(b, 8, m.Codec)
-	return appendHeaders(b, 9, m.Headers)
+	b = appendHeaders(b, 9, m.Headers)
+	b = appendVarint(b, 10, m.LocksSeen)
+	return appendVarint(b, 11, m.RunnersSeen)
 }
 
 // size is an upper bound of m's encoded size.
 func (m *DeliverRequest) size() int {
-	n := 48 + len(m.Kind) + len(m.Method) + len(m.Entity) + len(m.Payload) + len(m.Sender) + len(m.Codec)
+	n := 70 + len(m.Kind) + len(m.Method) + len(m.Entity) + len(m.Payload) + len(m.Sender) + len(m.Codec)
 	for k, v := range m.Headers {
 		n += 16 + len(k) + len(v)
 	}
@@ -337,6 +345,10 @@ func (m *DeliverRequest) unmarshal(b []byte, prev *DeliverRequest) error {
 			m.Codec = str(v, prev.Codec)
 		case num == 9 && typ == protowire.BytesType:
 			return decodeHeader(&m.Headers, v, &budget)
+		case num == 10 && typ == protowire.VarintType:
+			m.LocksSeen = x
+		case num == 11 && typ == protowire.VarintType:
+			m.RunnersSeen = x
 		}
 		return nil
 	})

@@ -79,6 +79,7 @@ func equalRequest(a, b *DeliverRequest) bool {
 	}
 	return bytes.Equal(a.Payload, b.Payload) && a.Kind == b.Kind && a.Method == b.Method && a.Entity == b.Entity &&
 		a.OneWay == b.OneWay && a.Shard == b.Shard && a.Sender == b.Sender && a.Codec == b.Codec &&
+		a.LocksSeen == b.LocksSeen && a.RunnersSeen == b.RunnersSeen &&
 		maps.Equal(a.Headers, b.Headers) // nil and empty alike
 }
 
@@ -125,6 +126,9 @@ var (
 				"tracestate":  "congo=t61rcWkgMzE", "baggage": "tenant=acme",
 			}},
 		{Kind: "k", Method: "m", OneWay: true, Headers: map[string]string{"": ""}}, // an empty entry
+		// An ask sent to the shard's assignee, with the sender's view revisions.
+		{Kind: "counter", Method: "Add", Entity: "user/42", Payload: []byte(`{"n":1}`), Shard: 17, Sender: "gw", Codec: "json",
+			LocksSeen: 1 << 33, RunnersSeen: 812},
 	}
 	seedResponses = []*DeliverResponse{
 		{Payload: []byte(`{"total":3}`), Epoch: 1234},
@@ -207,15 +211,17 @@ func withinHeaderBounds(h map[string]string) map[string]string {
 // FuzzDeliverRequest fuzzes DeliverRequest.Unmarshal.
 func FuzzDeliverRequest(f *testing.F) {
 	for _, m := range seedRequests {
-		f.Add(m.Marshal(), m.Kind, m.Method, m.Entity, m.Payload, m.OneWay, m.Shard, m.Sender, m.Codec, m.Headers["traceparent"], m.Headers["baggage"])
+		f.Add(m.Marshal(), m.Kind, m.Method, m.Entity, m.Payload, m.OneWay, m.Shard, m.Sender, m.Codec, m.Headers["traceparent"], m.Headers["baggage"],
+			m.LocksSeen, m.RunnersSeen)
 	}
 	for _, b := range seedMalformed {
-		f.Add(b, "k", "m", "\xff", []byte{}, false, uint32(0), "", "json", "", "\xff")
+		f.Add(b, "k", "m", "\xff", []byte{}, false, uint32(0), "", "json", "", "\xff", uint64(0), uint64(1))
 	}
 	fresh := func() *DeliverRequest { return new(DeliverRequest) }
-	f.Fuzz(func(t *testing.T, b []byte, kind, method, entity string, payload []byte, oneWay bool, shard uint32, sender, codec, parent, bag string) {
+	f.Fuzz(func(t *testing.T, b []byte, kind, method, entity string, payload []byte, oneWay bool, shard uint32, sender, codec, parent, bag string, locksSeen, runnersSeen uint64) {
 		checkDecode(t, b, fresh, equalRequest)
-		x := &DeliverRequest{Kind: kind, Method: method, Entity: entity, Payload: payload, OneWay: oneWay, Shard: shard, Sender: sender, Codec: codec}
+		x := &DeliverRequest{Kind: kind, Method: method, Entity: entity, Payload: payload, OneWay: oneWay, Shard: shard, Sender: sender, Codec: codec,
+			LocksSeen: locksSeen, RunnersSeen: runnersSeen}
 		if parent != "" || bag != "" {
 			x.Headers = withinHeaderBounds(map[string]string{"traceparent": parent, "baggage": bag, bag: parent})
 		}

@@ -12,9 +12,11 @@ import (
 )
 
 func TestWireRoundTrip(t *testing.T) {
-	req := &DeliverRequest{Kind: "k", Method: "m", Entity: "e/1", Payload: []byte{0, 1, 2}, OneWay: true, Shard: 77, Sender: "s", Codec: "json"}
+	req := &DeliverRequest{Kind: "k", Method: "m", Entity: "e/1", Payload: []byte{0, 1, 2}, OneWay: true, Shard: 77, Sender: "s", Codec: "json",
+		LocksSeen: 1 << 40, RunnersSeen: 7}
 	var got DeliverRequest
-	if err := got.Unmarshal(req.Marshal()); err != nil || got.Kind != "k" || got.Entity != "e/1" || !got.OneWay || got.Shard != 77 || string(got.Payload) != "\x00\x01\x02" || got.Codec != "json" || got.Sender != "s" {
+	if err := got.Unmarshal(req.Marshal()); err != nil || got.Kind != "k" || got.Entity != "e/1" || !got.OneWay || got.Shard != 77 || string(got.Payload) != "\x00\x01\x02" || got.Codec != "json" || got.Sender != "s" ||
+		got.LocksSeen != 1<<40 || got.RunnersSeen != 7 {
 		t.Fatalf("request round trip = %+v, %v", got, err)
 	}
 	resp := &DeliverResponse{Payload: []byte("p"), Code: CodeNotOwner, Message: "m", OwnerHint: "h", Shard: 3, Cause: CauseShutdown, Epoch: 1 << 33}

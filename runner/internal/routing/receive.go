@@ -6,6 +6,7 @@ import (
 
 	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"
 )
 
@@ -80,7 +81,7 @@ func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest,
 		return &transport.DeliverResponse{Code: transport.CodeBadRequest, Message: err.Error()}, nil
 	}
 	sh := r.host.Lookup(id)
-	if sh == nil && r.dir.Park(ctx, id) {
+	if sh == nil && r.dir.Park(ctx, id, ViewSeen{Locks: storage.Revision(req.LocksSeen), Runners: storage.Revision(req.RunnersSeen)}) {
 		sh = r.host.Lookup(id) // installed while the request waited
 	}
 	if sh == nil {

@@ -40,13 +40,16 @@ type Directory interface {
 	Member(id string) (storage.Runner, bool)
 	// Assignee returns the other runner the assignment gives shard id to,
 	// when no live runner holds its lock (ok false otherwise, or when
-	// unknown): a send with no route tries it, and it parks the request
-	// until it has acquired the shard (Park).
-	Assignee(id sharding.ShardID) (assignee storage.Runner, ok bool)
+	// unknown), and the revisions of the views that say so: a send with no
+	// route tries it, and it parks the request until it has acquired the
+	// shard (Park).
+	Assignee(id sharding.ShardID) (assignee storage.Runner, seen ViewSeen, ok bool)
 	// Park waits, for a request received for shard id, while this runner
 	// acquires the shard (bounded by ctx and by the directory's own
-	// limits), and reports whether the shard is hosted here now.
-	Park(ctx context.Context, id sharding.ShardID) bool
+	// limits) — or, for a request its sender aimed here as the assignee
+	// (seen not zero), while this runner's views are older than the
+	// sender's were — and reports whether the shard is hosted here now.
+	Park(ctx context.Context, id sharding.ShardID, seen ViewSeen) bool
 	// NoRoute explains why shard id had no route after waited.
 	NoRoute(id sharding.ShardID, waited time.Duration) error
 	// NotHere is the error for a message to a shard not hosted here.
@@ -64,6 +67,20 @@ type Directory interface {
 	Running() bool
 	WaitRun(ctx context.Context) error
 	ClosedErr() error
+}
+
+// ViewSeen is the revisions a runner's views of the shard locks and of the
+// runner records are at. A send to a shard's assignee carries the
+// sender's (transport.DeliverRequest's LocksSeen and RunnersSeen): the
+// assignee, if its own views are older, has not seen yet what made the
+// sender come to it (typically the crashed owner's lease ending) and may
+// wait for it instead of refusing at once.
+type ViewSeen struct{ Locks, Runners storage.Revision }
+
+// Behind reports whether a view at s is older than one at other in either
+// keyspace.
+func (s ViewSeen) Behind(other ViewSeen) bool {
+	return s.Locks < other.Locks || s.Runners < other.Runners
 }
 
 // Metrics are the instruments routing records to (created and documented

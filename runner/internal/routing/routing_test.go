@@ -45,7 +45,8 @@ type dir struct {
 	mu       sync.Mutex
 	owner    *storage.Runner
 	assignee *storage.Runner // with no owner (nil: none known)
-	park     func(context.Context, sharding.ShardID) bool
+	seen     ViewSeen        // the view revisions Assignee reports
+	park     func(context.Context, sharding.ShardID, ViewSeen) bool
 	live     map[storage.LeaseID]bool
 	stopped  bool
 }
@@ -61,20 +62,20 @@ func (d *dir) Route(sharding.ShardID) (storage.Runner, bool) {
 
 func (d *dir) Member(string) (storage.Runner, bool) { return storage.Runner{}, false }
 
-func (d *dir) Assignee(sharding.ShardID) (storage.Runner, bool) {
+func (d *dir) Assignee(sharding.ShardID) (storage.Runner, ViewSeen, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.owner != nil || d.assignee == nil {
-		return storage.Runner{}, false
+		return storage.Runner{}, ViewSeen{}, false
 	}
-	return *d.assignee, true
+	return *d.assignee, d.seen, true
 }
 
-func (d *dir) Park(ctx context.Context, id sharding.ShardID) bool {
+func (d *dir) Park(ctx context.Context, id sharding.ShardID, seen ViewSeen) bool {
 	if d.park == nil {
 		return false
 	}
-	return d.park(ctx, id)
+	return d.park(ctx, id, seen)
 }
 
 func (d *dir) NoRoute(id sharding.ShardID, _ time.Duration) error {
@@ -211,16 +212,22 @@ func TestSendsWaitingForAnOwnerAreBounded(t *testing.T) {
 // owner of the shard goes to its assignee b at once; b holds the request
 // (Park) until it hosts the shard, then delivers it like any other: one
 // request, one run, answered by b — no wait for an owner at the sender.
+// The request carries the revisions of a's views that named b (b may wait
+// for its own views to reach them).
 func TestSendWithoutOwnerGoesToTheAssigneeWhichParksIt(t *testing.T) {
 	network := transport.NewInmemNetwork()
 	a := newNode(t, network, "a:1", 0, false, 10)
 	b := newNode(t, network, "b:1", 0, false, 10) // hosts nothing yet
 	a.dir.assignee = &storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "b", Address: "b:1"}, Lease: 2}
+	a.dir.seen = ViewSeen{Locks: 1 << 35, Runners: 77}
 	parked, install := make(chan struct{}), make(chan struct{})
 	var received atomic.Int64
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t.Cleanup(func() { cancel(hosting.ErrShutdown) })
-	b.dir.park = func(_ context.Context, id sharding.ShardID) bool {
+	b.dir.park = func(_ context.Context, id sharding.ShardID, seen ViewSeen) bool {
+		if seen != a.dir.seen {
+			t.Errorf("the assignee's request carries views %+v, want the sender's %+v", seen, a.dir.seen)
+		}
 		received.Add(1)
 		close(parked)
 		<-install // the acquisition runs

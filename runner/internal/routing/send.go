@@ -32,6 +32,7 @@ type attempt struct {
 	// attempt (not owner, not reachable), not tried again before the
 	// back-off's next step — a routing change alone retries the lock view.
 	assignee, refused string
+	seen              ViewSeen // with assignee: the views that named it
 }
 
 // callRoute is the route of one remote attempt (transport.Route): routed
@@ -171,8 +172,8 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 		// No live owner known (the lock deleted or its owner gone): the
 		// runner the assignment names parks the request while it acquires
 		// the shard, or answers NotOwner at once if it cannot serve it.
-		if m, found := r.dir.Assignee(a.id); found && m.ID != a.refused && !nearDeadline(ctx) {
-			owner, ok, a.assignee = m, true, m.ID
+		if m, seen, found := r.dir.Assignee(a.id); found && m.ID != a.refused && !nearDeadline(ctx) {
+			owner, ok, a.assignee, a.seen = m, true, m.ID, seen
 		}
 	}
 	if a.cs != nil {
@@ -217,6 +218,9 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 	}
 	if a.cs != nil {
 		req.Headers = r.cfg.Tracer.Inject(ctx)
+	}
+	if a.assignee != "" {
+		req.LocksSeen, req.RunnersSeen = uint64(a.seen.Locks), uint64(a.seen.Runners)
 	}
 	var (
 		resp *transport.DeliverResponse
