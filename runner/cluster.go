@@ -36,8 +36,11 @@ type clusterView struct {
 
 	// planner computes the assignments with cfg.Strategy, each from the
 	// previous one (a membership change costs O(shards), not O(shards x
-	// runners)); the control loop alone calls it.
-	planner      *sharding.Planner
+	// runners)); the control loop alone calls it. On a ClientOnly runner it
+	// uses routingStrategy, the cluster record's strategy once read
+	// (useClusterStrategy), and recomputeForRouting calls it.
+	planner         *sharding.Planner
+	routingStrategy sharding.Strategy
 	assignment   sharding.Assignment
 	assignDigest uint64 // assignment.Digest()
 	// assignedFrom: the sorted runners and weights the assignment was
@@ -348,9 +351,10 @@ func (r *Runner) recompute() {
 }
 
 // recomputeForRouting recomputes, on a ClientOnly runner, the assignment
-// routing reads (routingDir.Assignee): from the membership view, with
-// this runner's Config.Strategy (the cluster's unless configured
-// otherwise: a wrong assignee only answers NotOwner). It decides nothing.
+// routing reads (routingDir.Assignee): from the membership view, with the
+// cluster's strategy (routingStrategy: the cluster record's, once read;
+// before, this runner's Config.Strategy — a wrong assignee only answers
+// NotOwner). It decides nothing.
 func (r *Runner) recomputeForRouting() {
 	r.mu.Lock()
 	if !r.view.membersSeen {
@@ -358,23 +362,51 @@ func (r *Runner) recomputeForRouting() {
 		return
 	}
 	runners := r.membersForAssignLocked()
-	if r.view.assignment != nil && slices.Equal(runners, r.view.assignedFrom) && sharding.IgnoresCurrent(r.cfg.Strategy) {
+	strategy, planner := r.view.routingStrategy, r.view.planner
+	if r.view.assignment != nil && slices.Equal(runners, r.view.assignedFrom) && sharding.IgnoresCurrent(strategy) {
 		r.mu.Unlock()
 		return
 	}
 	in := sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
-	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
+	if !sharding.IgnoresCurrent(strategy) {
 		in.Current = r.currentLocked()
 	}
 	r.mu.Unlock()
-	a, err := r.view.planner.Assign(in)
+	a, err := planner.Assign(in)
 	if err != nil {
 		return // no runner yet, say: routing waits for owners
 	}
 	r.mu.Lock()
+	if planner != r.view.planner {
+		r.mu.Unlock()
+		return // the strategy changed meanwhile (useClusterStrategy recomputes)
+	}
 	r.view.assignment, r.view.assignedFrom = a, runners
 	r.mu.Unlock()
 	r.router.RoutesChanged() // sends without an owner try the new assignees
+}
+
+// useClusterStrategy makes a ClientOnly runner compute the assignments it
+// routes by with the strategy the cluster record names, when it differs
+// from its own Config.Strategy and is a built-in one (sharding.
+// StrategyByName); a strategy this runner cannot build is logged and its
+// own kept (a wrong assignee costs NotOwner answers, nothing else).
+func (r *Runner) useClusterStrategy(name string) {
+	if name == "" || name == r.cfg.Strategy.Name() {
+		return
+	}
+	s, err := sharding.StrategyByName(name)
+	if err != nil {
+		r.log.Warn("the cluster's strategy is not one this client-only runner can compute; it routes sends with no live owner by its own",
+			"cluster_strategy", name, "strategy", r.cfg.Strategy.Name(), "err", err)
+		return
+	}
+	r.log.Info("routing by the cluster's strategy", "cluster_strategy", name, "configured", r.cfg.Strategy.Name())
+	r.mu.Lock()
+	r.view.routingStrategy, r.view.planner = s, sharding.NewPlanner(s)
+	r.view.assignment, r.view.assignedFrom = nil, nil
+	r.mu.Unlock()
+	signal(r.rebalance)
 }
 
 // recomputeLocked is recompute with r.mu held throughout (attach, resync).

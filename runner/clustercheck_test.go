@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -179,5 +180,42 @@ func TestHostingWithoutTransportRefusedAmongOtherProcesses(t *testing.T) {
 		if err := runErr(t, runAsync(t, a), time.Minute); !errors.Is(err, runner.ErrNoTransport) {
 			t.Fatalf("Run = %v, want ErrNoTransport", err)
 		}
+	})
+}
+
+// TestGatewayRoutesByTheClusterStrategy: a gateway configured with another
+// strategy than the cluster's (the default, here) computes the assignment
+// it routes sends with no live owner by with the strategy the cluster
+// record names: its assignees are the hosting runners' own.
+func TestGatewayRoutesByTheClusterStrategy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		const shards = 16
+		runners := []sharding.Runner{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}}
+		theirs, err := sharding.Rendezvous().Assign(sharding.Input{NumShards: shards, Runners: runners})
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, err := sharding.Default().Assign(sharding.Input{NumShards: shards, Runners: runners})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(theirs, own) {
+			t.Fatal("the two strategies assign alike: the test would prove nothing")
+		}
+		a := start(t, c, nil, runner.Config{ID: "a", NumShards: shards, Strategy: sharding.Rendezvous()})
+		b := start(t, c, nil, runner.Config{ID: "b", NumShards: shards, Strategy: sharding.Rendezvous()})
+		<-a.Ready()
+		<-b.Ready()
+		gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: shards, ClientOnly: true})
+		<-gw.Ready()
+		for range 100 {
+			if slices.Equal(gw.Assignment(), theirs) && slices.Equal(a.Assignment(), theirs) {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("gateway's assignment %v, a's %v; want both the cluster strategy's %v", gw.Assignment(), a.Assignment(), theirs)
 	})
 }

@@ -169,6 +169,10 @@ type Config struct {
 	// Strategy assigns shards to runners. Default sharding.Balanced().
 	// Every hosting runner of a cluster must use the same one (by name, as
 	// published in the cluster record; a *ClusterMismatchError otherwise).
+	// A client-only runner computes the assignment too (a send with no
+	// live owner goes to the shard's assignee) with the cluster record's
+	// strategy when it is a built-in one (sharding.StrategyByName), else
+	// with this one.
 	Strategy sharding.Strategy
 	// StartTimeout bounds how long Run waits to be ready (see Ready): to
 	// reach the store, check the cluster record and register (hosting) or

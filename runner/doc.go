@@ -299,7 +299,8 @@
 // from 5 ms. As soon as this runner's views show the shard with no live
 // owner (lock deleted, or its holder's record gone) and the assignment
 // names another runner — a ClientOnly runner computes the assignment too,
-// with its own Config.Strategy — the ask is sent to that assignee, which
+// with the strategy the cluster record names when it is a built-in one
+// (else its own Config.Strategy) — the ask is sent to that assignee, which
 // holds it (parks it) while it acquires the shard and delivers it the
 // moment the shard is installed there: the ask does not wait for this
 // runner's lock watch to show the new lock, nor retry a NotOwner from an

@@ -399,12 +399,18 @@ func (r *Runner) verifyCluster(ctx context.Context) error {
 
 // checkCluster compares this runner's NumShards and (hosting runners)
 // Strategy with the cluster record (registration.CheckCluster).
+// A ClientOnly runner then routes by the record's strategy
+// (useClusterStrategy).
 func (r *Runner) checkCluster(ctx context.Context) error {
 	want := storage.ClusterRecord{NumShards: r.cfg.NumShards, WrittenBy: r.cfg.ID}
 	if !r.cfg.ClientOnly {
 		want.Strategy = r.cfg.Strategy.Name()
 	}
-	return registration.CheckCluster(ctx, r.store, want, r.log)
+	info, err := registration.CheckCluster(ctx, r.store, want, r.log)
+	if err == nil && r.cfg.ClientOnly {
+		r.useClusterStrategy(info.Strategy)
+	}
+	return err
 }
 
 // foreignMemberGrace is how long a runner of another process must stay in

@@ -47,9 +47,12 @@ type ClusterStore interface {
 // runner, its Strategy — with the cluster record. It publishes the record
 // when there is none, adds the strategy when a client-only runner
 // published it without one, and replaces a record that does not decode
-// (WARN); all writes are conditional on the revision read. It returns a
-// *ClusterMismatchError on a disagreement, or the store's error.
-func CheckCluster(ctx context.Context, store ClusterStore, want storage.ClusterRecord, log *slog.Logger) error {
+// (WARN); all writes are conditional on the revision read. It returns the
+// record as it stands after the check (a client-only runner learns the
+// cluster's strategy from it; Strategy "" when no hosting runner
+// published one yet), and a *ClusterMismatchError on a disagreement, or
+// the store's error.
+func CheckCluster(ctx context.Context, store ClusterStore, want storage.ClusterRecord, log *slog.Logger) (storage.ClusterRecord, error) {
 	for range 3 { // the record may change under us; each write is conditional
 		info, ok, err := store.ReadCluster(ctx)
 		var corrupt *storage.CorruptError
@@ -58,25 +61,25 @@ func CheckCluster(ctx context.Context, store ClusterStore, want storage.ClusterR
 			log.Warn("replacing a damaged cluster record", "key", storage.ClusterKey, "err", err)
 			err = writeCluster(ctx, store, want, info.ModRevision)
 		case err != nil:
-			return fmt.Errorf("read the cluster record: %w", err)
+			return storage.ClusterRecord{}, fmt.Errorf("read the cluster record: %w", err)
 		case !ok:
 			if err = writeCluster(ctx, store, want, 0); err == nil {
 				log.Info("published the cluster record", "key", storage.ClusterKey, "shards", want.NumShards, "strategy", want.Strategy)
 			}
 		case info.NumShards != want.NumShards:
-			return &ClusterMismatchError{Setting: "NumShards", Cluster: fmt.Sprint(info.NumShards), Runner: fmt.Sprint(want.NumShards), WrittenBy: info.WrittenBy}
+			return storage.ClusterRecord{}, &ClusterMismatchError{Setting: "NumShards", Cluster: fmt.Sprint(info.NumShards), Runner: fmt.Sprint(want.NumShards), WrittenBy: info.WrittenBy}
 		case want.Strategy == "" || info.Strategy == want.Strategy:
-			return nil
+			return info.ClusterRecord, nil
 		case info.Strategy != "":
-			return &ClusterMismatchError{Setting: "Strategy", Cluster: fmt.Sprintf("%q", info.Strategy), Runner: fmt.Sprintf("%q", want.Strategy), WrittenBy: info.WrittenBy}
+			return storage.ClusterRecord{}, &ClusterMismatchError{Setting: "Strategy", Cluster: fmt.Sprintf("%q", info.Strategy), Runner: fmt.Sprintf("%q", want.Strategy), WrittenBy: info.WrittenBy}
 		default: // published by a client-only runner: add the strategy
 			err = writeCluster(ctx, store, want, info.ModRevision)
 		}
 		if !errors.Is(err, storage.ErrClusterConflict) {
-			return err
+			return want, err
 		}
 	}
-	return fmt.Errorf("the cluster record %s keeps changing", storage.ClusterKey)
+	return storage.ClusterRecord{}, fmt.Errorf("the cluster record %s keeps changing", storage.ClusterKey)
 }
 
 func writeCluster(ctx context.Context, store ClusterStore, rec storage.ClusterRecord, rev storage.Revision) error {
