@@ -2,6 +2,7 @@ package runner
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/shardhost/shardhost/transport"
 )
@@ -17,11 +18,19 @@ func (r *Runner) ParkedForTest() int {
 // before they apply their next update, until release is called: its views
 // lag behind the store's (and other runners').
 func (r *Runner) HoldViewsForTest() (release func()) {
+	locks, runners := hold(&r.lockHold), hold(&r.runnersHold)
+	return func() { locks(); runners() }
+}
+
+// HoldLockWatchForTest is HoldViewsForTest for the lock watch alone.
+func (r *Runner) HoldLockWatchForTest() (release func()) { return hold(&r.lockHold) }
+
+func hold(p *atomic.Pointer[sync.RWMutex]) (release func()) {
 	h := new(sync.RWMutex)
 	h.Lock()
-	r.viewHold.Store(h)
+	p.Store(h)
 	return sync.OnceFunc(func() {
-		r.viewHold.Store(nil)
+		p.Store(nil)
 		h.Unlock()
 	})
 }
