@@ -211,12 +211,20 @@ func TestAskAfterCrashIsParkedAtTheAssignee(t *testing.T) {
 	if _, err := s.c.direct.Revoke(t.Context(), s.foreign); err != nil { // the crashed lease ends: a acquires
 		t.Fatal(err)
 	}
+	s.servedOnceByA(t, res)
+}
+
+// servedOnceByA checks that the ask res waits for was answered by a, which
+// answered one request for it (OK: the one it held) and ran it once, and
+// that ownership stayed single.
+func (s *parkSetup) servedOnceByA(t *testing.T, res <-chan parkResult) {
+	t.Helper()
 	r := <-res
 	if r.err != nil || r.resp.Runner != "a" {
-		t.Fatalf("ask after the crash = %+v, %v; want answered by a", r.resp, r.err)
+		t.Fatalf("ask = %+v, %v; want answered by a", r.resp, r.err)
 	}
 	if got := s.aSaw.of(s.entity); len(got) != 1 || got[0] != "OK " {
-		t.Errorf("a answered %v, want one OK (the parked request)", got)
+		t.Errorf("a answered %v, want one OK (the request it held)", got)
 	}
 	if n := parkRuns.count(s.entity); n != 1 {
 		t.Errorf("the handler ran %d times, want once", n)
@@ -406,17 +414,7 @@ func TestAssigneeBehindTheSenderWaitsForItsViews(t *testing.T) {
 		t.Fatalf("a answered %v while its views lagged; want the request held", got)
 	}
 	s.release()
-	r := <-res
-	if r.err != nil || r.resp.Runner != "a" {
-		t.Fatalf("ask = %+v, %v; want answered by a", r.resp, r.err)
-	}
-	if got := s.aSaw.of(s.entity); len(got) != 1 || got[0] != "OK " {
-		t.Errorf("a answered %v, want one OK (the request it held)", got)
-	}
-	if n := parkRuns.count(s.entity); n != 1 {
-		t.Errorf("the handler ran %d times, want once", n)
-	}
-	checkSingleOwner(t, s.c.rec.all())
+	s.servedOnceByA(t, res)
 }
 
 // TestAssigneeBehindTheSenderWaitsOnlySoLong: an assignee whose views do
