@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // FuzzDecodeCluster: decoding the cluster record never panics; an error is
@@ -15,7 +17,7 @@ func FuzzDecodeCluster(f *testing.F) {
 	f.Add([]byte(`{"numShards":256,"strategy":"balanced","writtenBy":"r1"}`), int64(4), 256, "balanced", "r1")
 	f.Add([]byte(`{"numShards":16}`), int64(1), 16, "", "")
 	f.Add([]byte(`{"numShards":0}`), int64(0), 0, "a/b", "\x01")
-	f.Add([]byte(`{"numShards":16,"numShards":32}`), int64(-1), 1<<14+1, "sticky", "")
+	f.Add([]byte(`{"numShards":16,"numShards":32}`), int64(-1), sharding.MaxShards+1, "sticky", "")
 	f.Add([]byte(`null`), int64(2), -1, "", "r")
 	f.Add([]byte(`{"numShards":1e2}`), int64(2), 1, "x", "y")
 	f.Fuzz(func(t *testing.T, value []byte, rev int64, numShards int, strategy, writtenBy string) {
