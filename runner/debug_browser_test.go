@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
 )
 
 // screenshotPath returns where a browser test writes its screenshot name:
@@ -32,8 +33,8 @@ func screenshotPath(name string) string {
 // headless Chromium: after its script ran (at least one refresh of its own
 // body) the DOM lists the 3 runners, each with its own state fetched from
 // its peer, and a grid of one cell per shard coloured by owner. A second
-// page, of a runner owning 16 384 shards, renders all its cells. Skipped
-// without Chromium.
+// page, of a runner owning 16 384 shards, and one of sharding.MaxShards,
+// render all their cells. Skipped without Chromium.
 func TestDebugPageInBrowser(t *testing.T) {
 	t.Parallel()
 	b := testenv.Chromium(t)
@@ -71,15 +72,16 @@ func TestDebugPageInBrowser(t *testing.T) {
 		t.Errorf("cells by owner class %v, want 3 owners and no unowned cell", owners)
 	}
 
-	// 16 384 shards.
-	const big = 16384
-	_, r, _ := startOwningAll(t, runner.Config{ID: "big", NumShards: big})
-	srv := newServer(t, r.DebugHandler(runner.DebugConfig{}))
-	if cells := gridCells(t, parse(t, []byte(b.Load(srv.URL, 3*time.Second)))); len(cells) != big {
-		t.Errorf("%d grid cells in the DOM of the 16384-shard page, want %d", len(cells), big)
-	}
-	if shot := screenshotPath("dashboard-16384.png"); shot != "" {
-		b.Screenshot(srv.URL, shot, 1280, 1000, 3*time.Second)
-		t.Logf("screenshot: %s", shot)
+	// 16 384 shards, and sharding.MaxShards.
+	for _, big := range []int{16384, sharding.MaxShards} {
+		_, r, _ := startOwningAll(t, runner.Config{ID: "big", NumShards: big})
+		srv := newServer(t, r.DebugHandler(runner.DebugConfig{}))
+		if cells := gridCells(t, parse(t, []byte(b.Load(srv.URL, 3*time.Second)))); len(cells) != big {
+			t.Errorf("%d grid cells in the DOM of the %d-shard page, want %d", len(cells), big, big)
+		}
+		if shot := screenshotPath("dashboard-16384.png"); shot != "" && big == 16384 {
+			b.Screenshot(srv.URL, shot, 1280, 1000, 3*time.Second)
+			t.Logf("screenshot: %s", shot)
+		}
 	}
 }

@@ -25,7 +25,13 @@
 //     answer in time — its process is gone — is shown as unreachable on
 //     that very request, it never holds the request longer. ?peers=0 skips
 //     the fetches (peers ask each other with it, so a request never fans
-//     out further than one hop).
+//     out further than one hop), and peers ask each other for ?part=self
+//     only: a page of 100 runners of 65 536 shards fetches 100 small
+//     documents, not 100 shard maps of ~200 KB each.
+//   - Size: the shard map has one cell per shard, ~20 bytes of HTML each
+//     before gzip (~1.3 MB for 65 536 shards of 100 runners, ~110 KB
+//     compressed); the page's script spaces its refreshes out when one
+//     takes more than a quarter of the refresh interval.
 //   - Rates: message rates are counter deltas between samples at least a
 //     second apart, the first taken when the handler is made, so a first
 //     request a second or more later shows them.

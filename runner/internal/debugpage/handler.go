@@ -17,7 +17,9 @@ import (
 // same data as JSON with ?format=json (or Accept: application/json).
 // Query parameters: format=json, pretty=1 (indented JSON), epochs=1
 // (per-shard epochs in the JSON), peers=0 (do not fetch the peers'
-// states), part=body (the page's body alone, for its refresh).
+// states), part=body (the page's body alone, for its refresh), part=self
+// (JSON with only schema, time and self: what each page fetches from every
+// peer, so that a page of 100 runners does not move 100 shard maps).
 //
 // The handler takes a first sample of the message counters when it is
 // made, so that its first request already shows rates (over the time
@@ -41,11 +43,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	q := req.URL.Query()
-	st := h.state(req.Context(), q.Get("epochs") == "1", q.Get("peers") != "0")
+	selfOnly := q.Get("part") == "self"
+	st := h.state(req.Context(), q.Get("epochs") == "1", q.Get("peers") != "0" && !selfOnly)
+	if selfOnly {
+		st = &State{Schema: st.Schema, Time: st.Time, Self: st.Self}
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	out := compressed(w, req)
 	defer out.Close()
-	if q.Get("format") == "json" || (q.Get("format") == "" && q.Get("part") == "" && acceptsJSON(req)) {
+	if selfOnly || q.Get("format") == "json" || (q.Get("format") == "" && q.Get("part") == "" && acceptsJSON(req)) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(out)
 		if q.Get("pretty") == "1" {
@@ -64,7 +70,8 @@ func acceptsJSON(req *http.Request) bool {
 }
 
 // compressed returns w, gzip-compressed when the client accepts it (a
-// shard map of 16 384 cells is ~300 KB of HTML, ~15 KB compressed).
+// page of 65 536 shards of 100 runners is ~1.3 MB of HTML, ~110 KB
+// compressed).
 func compressed(w http.ResponseWriter, req *http.Request) io.WriteCloser {
 	if !strings.Contains(req.Header.Get("Accept-Encoding"), "gzip") {
 		return nopCloser{w}
@@ -111,7 +118,8 @@ func (h *handler) fetchPeer(ctx context.Context, id, incarnation, base string) (
 	}
 	q := u.Query()
 	q.Set("format", "json")
-	q.Set("peers", "0")
+	q.Set("peers", "0")   // understood by every version
+	q.Set("part", "self") // skips the shard map where understood
 	u.RawQuery = q.Encode()
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.PeerTimeout)
 	defer cancel()

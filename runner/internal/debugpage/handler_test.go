@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -202,16 +203,19 @@ func TestHandlerShardGrid(t *testing.T) {
 }
 
 // TestHandlerPeers: each peer's own state is fetched with peers=0 (so a
-// peer does not fetch its own peers in turn), a restarted peer is flagged,
-// and a peer that does not answer is unreachable once PeerTimeout passed.
+// peer does not fetch its own peers in turn) and part=self (so it sends
+// no shard map), a restarted peer is flagged, and a peer that does not
+// answer is unreachable once PeerTimeout passed.
 func TestHandlerPeers(t *testing.T) {
 	var bRequests, cRequests atomic.Int32
+	var bQuery atomic.Value
 	urls := map[string]string{}
 	peerURL := func(id string) string { return urls[id] }
 	b := clusterSnapshot()
 	b.ID, b.Incarnation = "b", "b-inc"
 	bSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		bRequests.Add(1)
+		bQuery.Store(req.URL.RawQuery)
 		Handler(&fakeSource{snap: b}, Config{PeerURL: peerURL}).ServeHTTP(w, req)
 	}))
 	defer bSrv.Close()
@@ -238,6 +242,9 @@ func TestHandlerPeers(t *testing.T) {
 	if nb, nc := bRequests.Load(), cRequests.Load(); nb != 1 || nc != 1 {
 		t.Errorf("b served %d requests, c %d; want 1 each (peers=0 stops the fan-out)", nb, nc)
 	}
+	if q, _ := url.ParseQuery(bQuery.Load().(string)); q.Get("part") != "self" || q.Get("peers") != "0" {
+		t.Errorf("b was asked %q, want part=self and peers=0", bQuery.Load())
+	}
 	if st := decode(t, serve(t, h, http.MethodGet, "/?format=json&peers=0")); st.Runners[1].State != nil || bRequests.Load() != 1 {
 		t.Errorf("peers=0: b's state %+v after %d requests to b, want none fetched", st.Runners[1].State, bRequests.Load())
 	}
@@ -261,5 +268,30 @@ func TestHandlerPeers(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the request took %v with a peer timeout of 100 ms", took)
+	}
+}
+
+// TestHandlerSelfOnly: ?part=self answers JSON with the schema, the time
+// and the runner's own state only — no runners, shard map or events — and
+// fetches no peer.
+func TestHandlerSelfOnly(t *testing.T) {
+	var peerRequests atomic.Int32
+	peer := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { peerRequests.Add(1) }))
+	defer peer.Close()
+	h := Handler(&fakeSource{snap: clusterSnapshot()}, Config{PeerURL: func(string) string { return peer.URL }})
+	w := serve(t, h, http.MethodGet, "/?part=self")
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("?part=self: Content-Type %q, want application/json", ct)
+	}
+	st := decode(t, w)
+	if st.Schema != Schema || st.Self.ID != "a" || st.Self.Owned != 2 || st.Time.IsZero() {
+		t.Errorf("?part=self: schema %q, self %+v, time %v; want a's own state", st.Schema, st.Self, st.Time)
+	}
+	if st.Runners != nil || st.Shards.Owner != nil || st.Shards.Count != 0 || st.Events != nil || st.Handoffs != nil {
+		t.Errorf("?part=self carries more than self: %d runners, %d shard owners, %d events, %d handoffs",
+			len(st.Runners), len(st.Shards.Owner), len(st.Events), len(st.Handoffs))
+	}
+	if n := peerRequests.Load(); n != 0 {
+		t.Errorf("?part=self fetched peers %d times, want none", n)
 	}
 }

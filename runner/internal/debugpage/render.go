@@ -67,8 +67,10 @@ func render(w io.Writer, st *State, cfg Config, bodyOnly bool) error {
 	return pageTpl.ExecuteTemplate(w, name, p)
 }
 
-// cellSize is the side of a shard cell in pixels: smaller cells for more
-// shards, so that 16 384 shards fit a screen (128 x 128 cells of 5 px).
+// cellSize is the side of a shard cell in pixels (plus a 1 px gap):
+// smaller cells for more shards, so that the map fits a screen: 16 384
+// shards are 128 x 128 cells of 5 px, 65 536 (sharding.MaxShards) 256 x
+// 256 cells of 3 px.
 func cellSize(n int) int {
 	switch {
 	case n <= 256:
@@ -77,8 +79,10 @@ func cellSize(n int) int {
 		return 12
 	case n <= 4096:
 		return 8
-	default:
+	case n <= 16384:
 		return 5
+	default:
+		return 3
 	}
 }
 

@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   var body = document.body, every = +body.dataset.refresh || 0;
-  var updates = 0, paused = false, focus = null, timer = null;
+  var updates = 0, paused = false, focus = null, timer = null, took = 0;
   var $ = function (id) { return document.getElementById(id); };
   function meta() {
     try { return JSON.parse($("meta").textContent); } catch (e) { return { runners: [] }; }
@@ -17,11 +17,14 @@
     var rows = document.querySelectorAll("tr.runner");
     for (var i = 0; i < rows.length; i++) rows[i].classList.toggle("focus", rows[i].dataset.idx === focus);
   }
+  // A refresh that took long (a map of 65 536 shards on a slow machine)
+  // spaces the next ones: at most a fifth of the time goes to refreshing.
   function schedule() {
     clearTimeout(timer);
-    if (every > 0 && !paused) timer = setTimeout(refresh, every);
+    if (every > 0 && !paused) timer = setTimeout(refresh, Math.max(every, 4 * took));
   }
   function refresh() {
+    var start = performance.now();
     var u = new URL(location.href);
     u.searchParams.set("part", "body");
     fetch(u, { cache: "no-store" }).then(function (r) {
@@ -31,7 +34,8 @@
       $("main").innerHTML = html;
       body.dataset.updated = String(++updates);
       applyFocus();
-      status("");
+      took = performance.now() - start;
+      status(4 * took > every ? "a refresh took " + Math.round(took) + " ms: refreshing every " + Math.round(4 * took) + " ms ·" : "");
     }).catch(function (e) {
       status("refresh failed: " + e.message);
     }).then(schedule);
