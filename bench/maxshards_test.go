@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/etcd"
+	"github.com/shardhost/shardhost/storage/memory"
 )
 
 // BenchmarkSingleRunnerOwnsAll: one runner (default config: lease TTL 15 s,
@@ -103,4 +105,70 @@ func splitComma(s string) []string {
 		}
 	}
 	return out
+}
+
+// BenchmarkRunnerHeapAtMaxShards measures the memory a runner keeps at
+// sharding.MaxShards shards (on the in-memory store, so that only the
+// runners' heap grows): the live heap after GC once 1 runner owns every
+// shard, and once 4 runners share them, each minus the heap before. With
+// F the cost of a runner whatever it owns (its tables sized by the shard
+// count: lock view, assignment, planner, routing epochs, host table) and P
+// the cost of an owned shard, 1 runner is F + S·P and 4 are 4F + S·P:
+// F = (heap4 - heap1) / 3.
+func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
+	n := sharding.MaxShards
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	// grown returns the heap growth of m runners owning all n shards.
+	grown := func(m int) float64 {
+		c := memory.NewCluster()
+		defer c.Close()
+		before := heap()
+		var rs []*runner.Runner
+		var done []chan error
+		for i := range m {
+			r, err := runner.New(c.NewStore(fmt.Sprint("r", i)), runner.Config{ID: fmt.Sprint("r", i), NumShards: n, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ch := make(chan error, 1)
+			go func() { ch <- r.Run(context.Background()) }()
+			rs, done = append(rs, r), append(done, ch)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			owned := 0
+			for _, r := range rs {
+				owned += len(r.Owned())
+			}
+			if owned == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d runners own %d of %d shards after 2 minutes", m, owned, n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // the watches catch up with the last acquisitions
+		after := heap()
+		for i, r := range rs {
+			r.Close()
+			<-done[i]
+		}
+		return float64(after) - float64(before)
+	}
+	for b.Loop() {
+		one, four := grown(1), grown(4)
+		fixed := (four - one) / 3
+		b.ReportMetric(one/(1<<20), "MB-1-runner-owning-all")
+		b.ReportMetric(four/(1<<20), "MB-4-runners")
+		b.ReportMetric(fixed/(1<<20), "MB-per-runner-fixed")
+		b.ReportMetric((one-fixed)/float64(n), "B-per-owned-shard")
+	}
 }
