@@ -172,7 +172,7 @@ var checkInvariants = false
 // shardTable is the records of every shard, indexed by shard. A record is
 // allocated by the first transition that sets something in it and freed
 // when a transition leaves it empty: every runner holds a table of
-// NumShards (up to 16 384, and up to 100 runners in one bench/churn
+// NumShards (up to 65 536, and up to 100 runners in one bench/churn
 // process) but knows something about few of them — what it owns, moves
 // and once hosted.
 type shardTable struct {

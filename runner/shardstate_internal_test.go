@@ -131,7 +131,7 @@ func TestDetachKeepsOnlyWhatOutlivesTheAttachment(t *testing.T) {
 	}
 }
 
-// Every runner holds a table of NumShards (16 384 at most, up to 100
+// Every runner holds a table of NumShards (65 536 at most, up to 100
 // runners in one bench/churn process): a shard this runner knows nothing
 // about costs one nil pointer, and a record that becomes empty is freed.
 func TestShardRecordsExistOnlyWhileTheyHoldSomething(t *testing.T) {
