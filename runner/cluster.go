@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/runner/internal/control"
@@ -65,7 +63,7 @@ type clusterView struct {
 // followRunners keeps r.view.members equal to the registry (list, then watch).
 func (r *Runner) followRunners(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceRunners, func(u storage.Update) {
-		waitHold(&r.runnersHold)
+		r.waitViewHold()
 		if u.Err != nil {
 			r.storageResult("watch runners", u.Err)
 			return
@@ -167,9 +165,9 @@ func (s *stoppedLeases) has(l storage.LeaseID) bool {
 	return ok
 }
 
-// waitHold waits while a test holds a view of this runner (export_test).
-func waitHold(hold *atomic.Pointer[sync.RWMutex]) {
-	if h := hold.Load(); h != nil {
+// waitViewHold waits while a test holds this runner's views (export_test).
+func (r *Runner) waitViewHold() {
+	if h := r.viewHold.Load(); h != nil {
 		h.RLock()
 		h.RUnlock()
 	}
@@ -180,7 +178,7 @@ func waitHold(hold *atomic.Pointer[sync.RWMutex]) {
 // lock was deleted or taken behind the runner's back.
 func (r *Runner) followLocks(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceShards, func(u storage.Update) {
-		waitHold(&r.lockHold)
+		r.waitViewHold()
 		if u.Err != nil {
 			r.storageResult("watch locks", u.Err)
 			return
@@ -236,10 +234,7 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 }
 
 // applyLockLocked applies one lock event and marks the shard dirty when
-// the change concerns this runner. An event older than what the view
-// already holds for its shard — a move learned ahead of the watch
-// (finishCutoverLocked, heardMoved) — is skipped: a key's revisions only
-// grow, so the view knows better.
+// the change concerns this runner.
 func (r *Runner) applyLockLocked(ev storage.Event) {
 	rev := storage.Epoch(ev.KV.ModRevision)
 	if ev.Type == storage.EventDelete {
@@ -249,9 +244,6 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 		}
 		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
 		prev, _ := r.view.locks.Get(id)
-		if prev.Epoch > rev {
-			return
-		}
 		s, leaving := r.shards.owner(id), r.shards.leaving(id)
 		r.view.locks.Del(id)
 		r.wakeParkedLocked(id)
@@ -269,17 +261,7 @@ func (r *Runner) applyLockLocked(ev storage.Event) {
 	if !ok {
 		return
 	}
-	if prev, _ := r.view.locks.Get(l.Shard); prev.Epoch > rev {
-		return
-	}
-	r.applyLockPutLocked(l)
-}
-
-// applyLockPutLocked applies lock l, written at revision l.Epoch (a put
-// event of the lock watch, or a move to this runner it learned ahead of
-// it).
-func (r *Runner) applyLockPutLocked(l storage.Lock) {
-	id, rev := l.Shard, l.Epoch
+	id := l.Shard
 	s, leaving := r.shards.owner(id), r.shards.leaving(id)
 	owned := s != nil
 	prev, _ := r.view.locks.Get(id)

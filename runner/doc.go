@@ -133,14 +133,6 @@
 //     warming records together, warm concurrently (16 shards at a time) and
 //     mark themselves ready together; cutovers decided in one round drain
 //     concurrently and move their locks in batched transfers.
-//   - After its transfers, the old owner tells each new owner which locks
-//     moved to it, at which revisions (transport Moved). The new owner reads
-//     them back from the store (one read-only transaction per 64 shards)
-//     and installs them at once, instead of waiting for its lock watch,
-//     which at scale trails the store by every other runner's events. It
-//     trusts the store, not the peer: a move it cannot read back under its
-//     own lease at that revision is ignored, and the watch's event changes
-//     nothing when it comes.
 //
 // Membership storms: after a membership change a runner starts no new move
 // (acquisition, takeover, release) until it has recomputed the assignment

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/shardhost/shardhost/transport"
 )
@@ -18,19 +17,11 @@ func (r *Runner) ParkedForTest() int {
 // before they apply their next update, until release is called: its views
 // lag behind the store's (and other runners').
 func (r *Runner) HoldViewsForTest() (release func()) {
-	locks, runners := hold(&r.lockHold), hold(&r.runnersHold)
-	return func() { locks(); runners() }
-}
-
-// HoldLockWatchForTest is HoldViewsForTest for the lock watch alone.
-func (r *Runner) HoldLockWatchForTest() (release func()) { return hold(&r.lockHold) }
-
-func hold(p *atomic.Pointer[sync.RWMutex]) (release func()) {
 	h := new(sync.RWMutex)
 	h.Lock()
-	p.Store(h)
+	r.viewHold.Store(h)
 	return sync.OnceFunc(func() {
-		p.Store(nil)
+		r.viewHold.Store(nil)
 		h.Unlock()
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/shardhost/shardhost/runner/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
-	"github.com/shardhost/shardhost/transport"
 )
 
 // The old owner's side of a handoff (DESIGN.md "Handoff", step 3): an
@@ -143,17 +142,11 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 		// (linearizable, read-only) before serving them again.
 		r.resolveTransfers(actx, leaseID, items, unknown, outcomes)
 	}
-	moved := make(map[string][]transport.ShardMove)
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for i, it := range items {
-		if r.finishCutoverLocked(gen, it, outcomes[i], cutStart) {
-			moved[it.h.To] = append(moved[it.h.To], transport.ShardMove{
-				Shard: uint32(it.s.id), Epoch: uint64(outcomes[i].Epoch), Lease: int64(it.h.Lease), Incarnation: it.h.ToIncarnation,
-			})
-		}
+		r.finishCutoverLocked(gen, it, outcomes[i], cutStart)
 	}
-	r.mu.Unlock()
-	r.tellMoved(actx, moved) // the new owners need not wait for their watches (moved.go)
 }
 
 // stillOwnedLocked returns the items still owned in attachment gen; the
@@ -243,14 +236,13 @@ func (r *Runner) abortUnrecorded(gen uint64, items []cutoverItem) []cutoverItem 
 }
 
 // finishCutoverLocked applies the outcome of one shard's transfer
-// (handoff.Transfer.Verdict) and reports whether the lock moved to the new
-// owner at a known epoch (the new owner is told: tellMoved).
-func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Transfer, cutStart time.Time) (moved bool) {
+// (handoff.Transfer.Verdict).
+func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Transfer, cutStart time.Time) {
 	s, h := it.s, it.h
 	r.shards.clearReleasing(s.id, s.epoch)
 	if r.gen != gen || r.shards.owner(s.id) != s {
 		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
-		return false // detached meanwhile: detachment wins
+		return // detached meanwhile: detachment wins
 	}
 	r.markLocked(s.id)
 	switch o.Verdict() {
@@ -266,7 +258,6 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 			it.span.SetAttributes(tracing.KeyPeerEpoch.Int64(int64(o.Epoch)))
 		}
 		r.reportOutbound(&it, handoff.Cutover, "", "")
-		moved = o.Epoch != 0
 	case handoff.Lost:
 		// Our lock is not ours any more: never serve it again here.
 		r.lockLostLocked(s.id, fmt.Sprintf("transfer of shard %d: %v", s.id, o.Err))
@@ -286,7 +277,6 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 		r.reminders.Resume(s.id, s.epoch)
 		r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
 	}
-	return moved
 }
 
 // resolveTransfers finds out, read-only, whether our locks of the items

@@ -187,9 +187,6 @@ func (rc receiver) Hot(shard uint32, limit int) []transport.EntityRef {
 	return rc.r.router.Receiver().Hot(shard, limit)
 }
 
-// Moved hears an old owner's notice of the shards it moved here (moved.go).
-func (rc receiver) Moved(from string, moves []transport.ShardMove) { rc.r.heardMoved(from, moves) }
-
 // rebuildByLeaseLocked indexes the members by lease and drops connections
 // to addresses that left.
 func (r *Runner) rebuildByLeaseLocked() map[string]bool {

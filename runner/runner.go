@@ -63,8 +63,7 @@ type Runner struct {
 	running       atomic.Bool                                                                 // Run was called and has not returned
 	tripAt        atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
 	onServe       atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
-	lockHold      atomic.Pointer[sync.RWMutex]                                                // test hook: held, the lock watch waits
-	runnersHold   atomic.Pointer[sync.RWMutex]                                                // test hook: held, the runner watch waits
+	viewHold      atomic.Pointer[sync.RWMutex]                                                // test hook: held, the lock and runner watches wait
 	spans         sync.WaitGroup                                                              // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
 	spansStop     chan struct{}                                                               // closed when Run ends: they end their spans at once
 	opDrain       drainState                                                                  // the operator's drain request (drain.go)

@@ -40,7 +40,6 @@ const deliverMethod = "/shardhost.v1.Runner/Deliver"
 // service description checks).
 type grpcService interface {
 	serveHot(req *hotRequest) *hotResponse
-	serveMoved(req *movedRequest) *movedResponse
 	serveStream(ss grpc.ServerStream) error
 	serveFrames(ss grpc.ServerStream) error
 }
@@ -67,15 +66,6 @@ var serviceDesc = grpc.ServiceDesc{
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
 			return srv.(*GRPC).serveHot(in), nil
-		},
-	}, {
-		MethodName: "Moved",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			in := new(movedRequest)
-			if err := dec(in); err != nil {
-				return nil, status.Error(codes.InvalidArgument, err.Error())
-			}
-			return srv.(*GRPC).serveMoved(in), nil
 		},
 	}},
 	Streams: []grpc.StreamDesc{{
@@ -110,26 +100,6 @@ func (t *GRPC) Hot(ctx context.Context, addr string, shard uint32, limit int) ([
 		return nil, fmt.Errorf("transport: hot entities of shard %d from %s: %w", shard, addr, err)
 	}
 	return resp.Entities, nil
-}
-
-const movedMethod = "/shardhost.v1.Runner/Moved"
-
-// serveMoved hands a Moved call to the handler.
-func (t *GRPC) serveMoved(req *movedRequest) *movedResponse {
-	t.h.Moved(req.Sender, req.Moves)
-	return &movedResponse{}
-}
-
-// Moved implements Transport.
-func (t *GRPC) Moved(ctx context.Context, addr, from string, moves []ShardMove) error {
-	_, _, c, err := t.readyConn(ctx, addr, nil)
-	if err != nil {
-		return err
-	}
-	if err := c.Invoke(ctx, movedMethod, &movedRequest{Sender: from, Moves: moves}, new(movedResponse)); err != nil {
-		return fmt.Errorf("transport: moved %d shards to %s: %w", len(moves), addr, err)
-	}
-	return nil
 }
 
 // GRPC is the production Transport: a gRPC server on a TCP listener

@@ -31,7 +31,6 @@ func (echoHandler) Deliver(_ context.Context, req *DeliverRequest) (*DeliverResp
 }
 
 func (echoHandler) Hot(uint32, int) []EntityRef { return nil }
-func (echoHandler) Moved(string, []ShardMove)   {}
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -285,7 +284,6 @@ func (h gateHandler) Deliver(_ context.Context, req *DeliverRequest) (*DeliverRe
 }
 
 func (gateHandler) Hot(uint32, int) []EntityRef { return nil }
-func (gateHandler) Moved(string, []ShardMove)   {}
 
 // TestCallsWithoutDeadlineEndAtRequestTimeout: a call whose context has
 // no deadline ends at RequestTimeout (maybe delivered), never sooner —

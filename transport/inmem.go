@@ -286,22 +286,6 @@ func (t *Inmem) Hot(ctx context.Context, addr string, shard uint32, limit int) (
 	return slices.Clone(h.Hot(shard, limit)), nil
 }
 
-// Moved implements Transport.
-func (t *Inmem) Moved(ctx context.Context, addr, from string, moves []ShardMove) error {
-	peer, err := t.connect(ctx, addr, nil)
-	if err != nil {
-		return fmt.Errorf("transport: moved %d shards to %s: %w", len(moves), addr, err)
-	}
-	peer.mu.Lock()
-	h, stopping := peer.h, peer.stopping
-	peer.mu.Unlock()
-	if h == nil || stopping {
-		return fmt.Errorf("transport: moved %d shards to %s: %w", len(moves), addr, ErrNotSent)
-	}
-	h.Moved(from, slices.Clone(moves))
-	return nil
-}
-
 // Forget implements Transport (an Inmem holds nothing per peer).
 func (t *Inmem) Forget(map[string]bool) {}
 

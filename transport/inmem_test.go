@@ -21,8 +21,6 @@ func (h *countingHandler) Hot(shard uint32, limit int) []EntityRef {
 	return []EntityRef{{Kind: "k", ID: "hot"}}
 }
 
-func (h *countingHandler) Moved(string, []ShardMove) {}
-
 // TestInmemDeliversAndReportsFaults: the in-memory transport answers like
 // the gRPC one, and its faults give the errors a sender acts on: an
 // unreachable owner is ErrNotSent (nothing ran), a lost answer is

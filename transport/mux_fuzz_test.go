@@ -276,7 +276,6 @@ func (h *deadlineHandler) Deliver(ctx context.Context, req *DeliverRequest) (*De
 }
 
 func (h *deadlineHandler) Hot(uint32, int) []EntityRef { return nil }
-func (h *deadlineHandler) Moved(string, []ShardMove)   {}
 
 // FuzzMuxServer: whatever frames a client sends on a delivery stream
 // (rpc Stream, a frame per message), the server does not panic, delivers

@@ -95,9 +95,6 @@ type Handler interface {
 	// Hot lists up to limit entities of shard, most recently used first
 	// (the new owner of a handoff warms them).
 	Hot(shard uint32, limit int) []EntityRef
-	// Moved hears from runner from that it moved the locks of moves to
-	// this runner (a hint: see transport.proto's Moved).
-	Moved(from string, moves []ShardMove)
 }
 
 // Transport carries deliveries between runners. Implementations: GRPC
@@ -116,10 +113,6 @@ type Transport interface {
 	Call(ctx context.Context, addr string, req *DeliverRequest) (resp *DeliverResponse, sent bool, err error)
 	// Hot asks the runner at addr for its hot entities of shard.
 	Hot(ctx context.Context, addr string, shard uint32, limit int) ([]EntityRef, error)
-	// Moved tells the runner at addr that runner from moved the locks of
-	// moves to it (a hint; a peer that does not know the call answers
-	// with an error the caller may ignore).
-	Moved(ctx context.Context, addr, from string, moves []ShardMove) error
 	// Forget releases what is held for peers whose address is not in live,
 	// once calls in flight to them had time to end.
 	Forget(live map[string]bool)

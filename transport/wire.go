@@ -584,82 +584,6 @@ func (m *hotResponse) Unmarshal(b []byte) error {
 	})
 }
 
-// ShardMove is one shard whose lock the sender of a Moved call moved to
-// the receiver (a handoff's cutover): the lock's key was written at
-// revision Epoch under lease Lease, naming the receiver's incarnation
-// Incarnation.
-type ShardMove struct {
-	Shard       uint32
-	Epoch       uint64
-	Lease       int64
-	Incarnation string
-}
-
-// movedRequest is a Moved call's message; its answer is empty (movedResponse).
-type movedRequest struct {
-	Sender string
-	Moves  []ShardMove
-}
-
-type movedResponse struct{}
-
-// maxMoves bounds the moves a decoded movedRequest keeps (a peer cannot
-// make one cost more): a runner moves at most this many in one call.
-const maxMoves = 1 << 16
-
-func (m *movedRequest) Marshal() []byte {
-	b := appendString(nil, 1, m.Sender)
-	for _, mv := range m.Moves {
-		inner := appendVarint(nil, 1, uint64(mv.Shard))
-		inner = appendVarint(inner, 2, mv.Epoch)
-		inner = appendVarint(inner, 3, uint64(mv.Lease))
-		inner = appendString(inner, 4, mv.Incarnation)
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, inner)
-	}
-	return b
-}
-
-func (m *movedRequest) Unmarshal(b []byte) error {
-	*m = movedRequest{}
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			m.Sender = string(v)
-			return nil
-		case num != 2 || typ != protowire.BytesType:
-			return nil
-		case len(m.Moves) >= maxMoves:
-			return fmt.Errorf("%w: more than %d moves", ErrMalformed, maxMoves)
-		}
-		var mv ShardMove
-		if err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-			switch {
-			case num == 1 && typ == protowire.VarintType:
-				mv.Shard = uint32(x)
-			case num == 2 && typ == protowire.VarintType:
-				mv.Epoch = x
-			case num == 3 && typ == protowire.VarintType:
-				mv.Lease = int64(x)
-			case num == 4 && typ == protowire.BytesType:
-				mv.Incarnation = string(v)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		m.Moves = append(m.Moves, mv)
-		return nil
-	})
-}
-
-func (*movedResponse) Marshal() []byte { return nil }
-
-func (m *movedResponse) Unmarshal(b []byte) error {
-	*m = movedResponse{}
-	return walk(b, func(protowire.Number, protowire.Type, []byte, uint64) error { return nil })
-}
-
 // wireCodec is the gRPC codec of the runner service.
 type wireCodec struct{}
 
@@ -674,10 +598,6 @@ func (wireCodec) Marshal(v any) ([]byte, error) {
 	case *hotRequest:
 		return m.Marshal(), nil
 	case *hotResponse:
-		return m.Marshal(), nil
-	case *movedRequest:
-		return m.Marshal(), nil
-	case *movedResponse:
 		return m.Marshal(), nil
 	case *frame:
 		return m.Marshal(), nil
@@ -697,10 +617,6 @@ func (wireCodec) Unmarshal(b []byte, v any) error {
 	case *hotRequest:
 		return m.Unmarshal(b)
 	case *hotResponse:
-		return m.Unmarshal(b)
-	case *movedRequest:
-		return m.Unmarshal(b)
-	case *movedResponse:
 		return m.Unmarshal(b)
 	case *frame:
 		return m.Unmarshal(b)

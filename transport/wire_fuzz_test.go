@@ -156,11 +156,7 @@ var (
 		{ID: 3, Resp: &DeliverResponse{}}, // an empty answer (OK, no payload)
 		{ID: 4, Req: seedRequests[4], TimeoutMs: 250},
 	}
-	seedHotRequests   = []*hotRequest{{Shard: 17, Limit: 256}, {Shard: 0, Limit: 1<<32 - 1}}
-	seedMovedRequests = []*movedRequest{
-		{Sender: "runner-1", Moves: []ShardMove{{Shard: 17, Epoch: 1 << 33, Lease: 0x694d9a2b3c4d5e6f, Incarnation: "b-1f2e"}, {Shard: 65535, Epoch: 3, Lease: 1}}},
-		{}, // no move
-	}
+	seedHotRequests  = []*hotRequest{{Shard: 17, Limit: 256}, {Shard: 0, Limit: 1<<32 - 1}}
 	seedHotResponses = []*hotResponse{
 		{Entities: []EntityRef{{Kind: "counter", ID: "user/42"}, {Kind: "counter", ID: "user/7"}}},
 		{Entities: []EntityRef{{}}},
@@ -330,31 +326,6 @@ func FuzzHotRequest(f *testing.F) {
 		checkDecode(t, b, fresh, equalHotRequest)
 		checkRoundTrip(t, &hotRequest{Shard: shard, Limit: limit}, fresh, equalHotRequest)
 	})
-}
-
-// FuzzMovedRequest fuzzes movedRequest.Unmarshal (a Moved notice from a
-// peer: never trusted, bounded to maxMoves moves).
-func FuzzMovedRequest(f *testing.F) {
-	for _, m := range seedMovedRequests {
-		f.Add(m.Marshal(), m.Sender, uint8(len(m.Moves)), uint32(17), uint64(1<<33), int64(0x694d9a2b3c4d5e6f), "b-1f2e")
-	}
-	for _, b := range seedMalformed {
-		f.Add(b, "", uint8(1), uint32(0), uint64(0), int64(-1), "")
-	}
-	f.Add([]byte{0x12, 0x02, 0x08, 0x80}, "", uint8(0), uint32(0), uint64(0), int64(0), "") // a move that is itself malformed
-	fresh := func() *movedRequest { return new(movedRequest) }
-	f.Fuzz(func(t *testing.T, b []byte, sender string, n uint8, shard uint32, epoch uint64, lease int64, inc string) {
-		checkDecode(t, b, fresh, equalMovedRequest)
-		x := &movedRequest{Sender: sender}
-		for i := range int(n) {
-			x.Moves = append(x.Moves, ShardMove{Shard: shard + uint32(i), Epoch: epoch >> (i % 64), Lease: lease, Incarnation: inc[:i%(len(inc)+1)]})
-		}
-		checkRoundTrip(t, x, fresh, equalMovedRequest)
-	})
-}
-
-func equalMovedRequest(a, b *movedRequest) bool {
-	return a.Sender == b.Sender && slices.Equal(a.Moves, b.Moves)
 }
 
 // FuzzHotResponse fuzzes hotResponse.Unmarshal.

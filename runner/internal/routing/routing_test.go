@@ -39,12 +39,6 @@ var (
 	noopMeta = noop.NewMeterProvider().Meter("test")
 )
 
-// testReceiver is a router's Receiver as a transport.Handler (the runner
-// hears Moved notices itself).
-type testReceiver struct{ Receiver }
-
-func (testReceiver) Moved(string, []transport.ShardMove) {}
-
 // dir is a Directory the test steers: the owner of every shard, live
 // leases, and whether the runner runs.
 type dir struct {
@@ -142,7 +136,7 @@ func newNode(t *testing.T, network *transport.InmemNetwork, addr string, epoch s
 			n.host.Install(n.host.NewShard(hosting.ShardSpec{ID: sharding.ShardID(id), Epoch: epoch, Ctx: ctx, Attachment: context.Background()}))
 		}
 	}
-	if _, err := n.net.Listen(testReceiver{n.router.Receiver()}); err != nil {
+	if _, err := n.net.Listen(n.router.Receiver()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.net.Close(0) })
