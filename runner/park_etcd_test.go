@@ -92,10 +92,10 @@ const parkShards = 8
 // parkSetups numbers the setups: each asks an entity of its own.
 var parkSetups atomic.Int64
 
-// parkAfterCrash crashes b with its locks left under a foreign lease and
-// returns a shard of b's that the assignment now gives to a, with an
-// unused entity of it; a's acquisition of it lasts until foreign ends.
-func parkAfterCrash(t *testing.T, withX bool) *parkSetup {
+// startParkRunners starts runners a, b (and x with withX) and a gateway on
+// a fresh cluster and waits until the runners own every shard; a's
+// answers are recorded in aSaw. It returns b, which each setup crashes.
+func startParkRunners(t *testing.T, withX bool) (*parkSetup, *etcdRunner) {
 	t.Helper()
 	c := startEtcdCluster(t)
 	register := func(r *runner.Runner) error { return r.Register(parkKind) }
@@ -115,7 +115,37 @@ func parkAfterCrash(t *testing.T, withX bool) *parkSetup {
 	s.g = c.startWith(runner.Config{ID: "gateway", NumShards: parkShards, ClientOnly: true}, register)
 	c.waitPartition(rs, parkShards, 30*time.Second)
 	s.a.OnServeForTest(s.aSaw.hook)
+	return s, b
+}
 
+// pickShard waits until the gateway assigns one of bShards to a and knows
+// no owner of it (and, with aToo, a assigns it to itself too), and makes
+// it the setup's shard, with an entity of it no other test asks.
+func (s *parkSetup) pickShard(t *testing.T, bShards []sharding.ShardID, aToo bool) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "a shard of b assigned to a, with no owner in the gateway's view", func() bool {
+		aa, ga := s.a.Assignment(), s.g.Assignment()
+		for _, id := range bShards {
+			if int(id) >= len(ga) || ga[id] != "a" || aToo && (int(id) >= len(aa) || aa[id] != "a") {
+				continue
+			}
+			if o, _ := s.g.OwnerOf(id); o == "" {
+				s.shard = id
+				return true
+			}
+		}
+		return false
+	})
+	s.entity = idFor(s.shard, parkShards, fmt.Sprintf("%s-%d-", t.Name(), parkSetups.Add(1))) // parkRuns is shared
+}
+
+// parkAfterCrash crashes b with its locks left under a foreign lease and
+// returns a shard of b's that the assignment now gives to a, with an
+// unused entity of it; a's acquisition of it lasts until foreign ends.
+func parkAfterCrash(t *testing.T, withX bool) *parkSetup {
+	t.Helper()
+	s, b := startParkRunners(t, withX)
+	c := s.c
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	// b crashes; its locks move under a lease that no runner holds.
@@ -149,19 +179,7 @@ func parkAfterCrash(t *testing.T, withX bool) *parkSetup {
 	// The assignment without b gives one of b's shards to a; a acquires
 	// it (the lock is held by a lease of no runner) and the gateway knows
 	// no owner of it.
-	waitFor(t, 20*time.Second, "a shard of b assigned to a, with no owner in the gateway's view", func() bool {
-		aa, ga := s.a.Assignment(), s.g.Assignment()
-		for _, id := range bShards {
-			if int(id) < len(aa) && aa[id] == "a" && int(id) < len(ga) && ga[id] == "a" {
-				if o, _ := s.g.OwnerOf(id); o == "" {
-					s.shard = id
-					return true
-				}
-			}
-		}
-		return false
-	})
-	s.entity = idFor(s.shard, parkShards, fmt.Sprintf("%s-%d-", t.Name(), parkSetups.Add(1))) // parkRuns is shared
+	s.pickShard(t, bShards, true)
 	return s
 }
 
@@ -354,17 +372,8 @@ type lagSetup struct {
 
 func lagAfterCrash(t *testing.T) *lagSetup {
 	t.Helper()
-	c := startEtcdCluster(t)
-	register := func(r *runner.Runner) error { return r.Register(parkKind) }
-	cfg := func(id string) runner.Config {
-		return runner.Config{ID: id, NumShards: parkShards, ListenAddr: "127.0.0.1:0", RecoverWindow: 200 * time.Millisecond}
-	}
-	s := &lagSetup{parkSetup: &parkSetup{c: c, aSaw: &answers{got: map[string][]string{}}}}
-	s.a = c.startWith(cfg("a"), register)
-	b := c.startWith(cfg("b"), register)
-	s.g = c.startWith(runner.Config{ID: "gateway", NumShards: parkShards, ClientOnly: true}, register)
-	c.waitPartition([]*etcdRunner{s.a, b}, parkShards, 30*time.Second)
-	s.a.OnServeForTest(s.aSaw.hook)
+	ps, b := startParkRunners(t, false)
+	s, c := &lagSetup{parkSetup: ps}, ps.c
 	bLease := storage.LeaseID(b.Status().Lease)
 	var bShards []sharding.ShardID
 	for id, l := range c.locks() {
@@ -381,20 +390,10 @@ func lagAfterCrash(t *testing.T) *lagSetup {
 	if _, err := c.direct.Revoke(t.Context(), clientv3.LeaseID(bLease)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the gateway sees b gone and its shards assigned to a", func() bool {
-		ga := s.g.Assignment()
-		for _, id := range bShards {
-			if o, _ := s.g.OwnerOf(id); o == "" && int(id) < len(ga) && ga[id] == "a" {
-				s.shard = id
-				return true
-			}
-		}
-		return false
-	})
+	s.pickShard(t, bShards, false) // a's views are held: its own assignment is the old one
 	if _, ok := s.a.Owned()[s.shard]; ok {
 		t.Fatalf("a owns shard %d while its views are held", s.shard)
 	}
-	s.entity = idFor(s.shard, parkShards, fmt.Sprintf("%s-%d-", t.Name(), parkSetups.Add(1)))
 	return s
 }
 
