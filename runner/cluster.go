@@ -36,13 +36,12 @@ type clusterView struct {
 
 	// planner computes the assignments with cfg.Strategy, each from the
 	// previous one (a membership change costs O(shards), not O(shards x
-	// runners)); the control loop alone calls it. On a ClientOnly runner it
-	// uses routingStrategy, the cluster record's strategy once read
-	// (useClusterStrategy), and recomputeForRouting calls it.
-	planner         *sharding.Planner
-	routingStrategy sharding.Strategy
-	assignment      sharding.Assignment
-	assignDigest    uint64 // assignment.Digest()
+	// runners)); the control loop alone calls it. On a ClientOnly runner,
+	// recomputeForRouting calls it, with the cluster record's strategy once
+	// read (useClusterStrategy).
+	planner      *sharding.Planner
+	assignment   sharding.Assignment
+	assignDigest uint64 // assignment.Digest()
 	// assignedFrom: the sorted runners and weights the assignment was
 	// computed from; membersVersion counts membership updates.
 	assignedFrom   []sharding.Runner
@@ -352,7 +351,7 @@ func (r *Runner) recompute() {
 
 // recomputeForRouting recomputes, on a ClientOnly runner, the assignment
 // routing reads (routingDir.Assignee): from the membership view, with the
-// cluster's strategy (routingStrategy: the cluster record's, once read;
+// cluster's strategy (the planner's: the cluster record's, once read;
 // before, this runner's Config.Strategy — a wrong assignee only answers
 // NotOwner). It decides nothing.
 func (r *Runner) recomputeForRouting() {
@@ -362,7 +361,8 @@ func (r *Runner) recomputeForRouting() {
 		return
 	}
 	runners := r.membersForAssignLocked()
-	strategy, planner := r.view.routingStrategy, r.view.planner
+	planner := r.view.planner
+	strategy := planner.Strategy()
 	if r.view.assignment != nil && slices.Equal(runners, r.view.assignedFrom) && sharding.IgnoresCurrent(strategy) {
 		r.mu.Unlock()
 		return
@@ -403,7 +403,7 @@ func (r *Runner) useClusterStrategy(name string) {
 	}
 	r.log.Info("routing by the cluster's strategy", "cluster_strategy", name, "configured", r.cfg.Strategy.Name())
 	r.mu.Lock()
-	r.view.routingStrategy, r.view.planner = s, sharding.NewPlanner(s)
+	r.view.planner = sharding.NewPlanner(s)
 	r.view.assignment, r.view.assignedFrom = nil, nil
 	r.mu.Unlock()
 	signal(r.rebalance)

@@ -228,9 +228,6 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 			handoffs:   make(map[sharding.ShardID]storage.Handoff),
 			handoffRaw: make(map[sharding.ShardID]storage.KeyValue),
 			planner:    sharding.NewPlanner(cfg.Strategy),
-			// routingStrategy: the planner's strategy (ClientOnly: until
-			// the cluster record names another)
-			routingStrategy: cfg.Strategy,
 		},
 	}
 }

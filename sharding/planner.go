@@ -67,6 +67,9 @@ func NewPlanner(s Strategy) *Planner {
 	return &Planner{s: s, balanced: ok}
 }
 
+// Strategy returns the strategy p computes the assignments of.
+func (p *Planner) Strategy() Strategy { return p.s }
+
 // Assign returns the strategy's assignment for in (see [Strategy.Assign]).
 // The result is the caller's.
 func (p *Planner) Assign(in Input) (Assignment, error) {
