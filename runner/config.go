@@ -253,8 +253,9 @@ type Config struct {
 	RebalanceDebounce time.Duration
 	// ResyncInterval of the safety-net full reconciliation. Default 1 min.
 	ResyncInterval time.Duration
-	// VerifyInterval between read-only verifications of owned locks.
-	// Default LeaseTTL/3.
+	// VerifyInterval between read-only verifications of owned locks: one
+	// store request each, whatever the runner owns (the keys attached to
+	// its lease). Default LeaseTTL/3.
 	VerifyInterval time.Duration
 	// OpTimeout bounds each storage call (and never extends past the detach
 	// instant). Default 3 s.

@@ -129,7 +129,8 @@ func (r *Runner) mayOwnLocked() bool {
 	return h.Lease == r.lease && time.Now().Before(r.policy.TripAt(h.Deadline))
 }
 
-// verify checks, read-only, that every owned lock is still ours.
+// verify checks, read-only and in one store request, that every owned lock
+// is still attached to this runner's lease (storage.Locks.VerifyLease).
 func (r *Runner) verify() {
 	r.mu.Lock()
 	if r.lifecycle.phase != phaseAttached || r.shards.owned == 0 {
@@ -144,19 +145,16 @@ func (r *Runner) verify() {
 		}
 	}
 	r.mu.Unlock()
-	var lost []storage.LostLock
-	for chunk := range slices.Chunk(held, shardsPerCall) {
-		cctx, cancel := r.opCtx(actx)
-		l, err := r.store.Verify(cctx, leaseID, chunk)
-		cancel()
-		if actx.Err() != nil {
-			return
-		}
-		r.storageResult("verify", err)
-		if err != nil {
-			return
-		}
-		lost = append(lost, l...)
+	// One request whatever the runner owns: the keys attached to its lease.
+	cctx, cancel := r.opCtx(actx)
+	lost, err := r.store.VerifyLease(cctx, leaseID, held)
+	cancel()
+	if actx.Err() != nil {
+		return
+	}
+	r.storageResult("verify", err)
+	if err != nil {
+		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -148,8 +148,17 @@ type Locks interface {
 	// shards are invalid.
 	Acquire(ctx context.Context, lease LeaseID, owner Owner, shards []sharding.ShardID) ([]AcquireResult, error)
 	// Verify checks, without writing, that every held lock still exists
-	// under lease at its epoch. It returns the locks that do not.
+	// under lease at its epoch. It returns the locks that do not. Its cost
+	// grows with len(held) (one transaction per MaxShardsPerTxn locks).
 	Verify(ctx context.Context, lease LeaseID, held []Held) ([]LostLock, error)
+	// VerifyLease checks, without writing and in one request whatever
+	// len(held), that every held lock is still attached to lease (the
+	// store lists the keys attached to it), and returns those that are
+	// not, with Exists false (it does not read them). It does not compare
+	// epochs: a lock rewritten under the same lease by another client is
+	// not reported (only the lease's holder writes under it). When the
+	// lease no longer exists, every held lock is returned.
+	VerifyLease(ctx context.Context, lease LeaseID, held []Held) ([]LostLock, error)
 	// Release deletes the locks that are attached to lease at the given
 	// epochs and returns the shards it deleted; locks held by other leases,
 	// or rewritten since (another epoch), are left alone, so a late release

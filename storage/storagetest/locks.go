@@ -205,6 +205,55 @@ func testVerify(t *testing.T, in Instance) {
 	}
 }
 
+func testVerifyLease(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	l, other := grant(t, s, 30*time.Second), grant(t, s, 30*time.Second)
+	res := acquire(t, s, l, owner("a", "1"), shardRange(0, 300)...)
+	held := make([]storage.Held, len(res))
+	for i, r := range res {
+		held[i] = storage.Held{Shard: r.Shard, Epoch: r.Epoch}
+	}
+	before, _ := locks(t, s)
+	if lost, err := s.VerifyLease(ctx, l, held); err != nil || len(lost) != 0 {
+		t.Fatalf("VerifyLease(300) = %v, %v; want none lost", lost, err)
+	}
+	if after, _ := locks(t, s); len(after) != len(before) {
+		t.Fatalf("VerifyLease changed the locks: %d -> %d", len(before), len(after))
+	}
+	// Gone from the lease: one deleted behind our back, one taken by
+	// another lease, one released by us. Rewritten under the same lease
+	// (a new epoch): still attached, not reported (the documented limit).
+	if err := in.RawDelete(ctx, "shards/7"); err != nil {
+		t.Fatal(err)
+	}
+	val, _ := storage.EncodeOwner(owner("thief", "1"))
+	if err := in.RawPut(ctx, "shards/150", val, other); err != nil {
+		t.Fatal(err)
+	}
+	if rel, err := s.Release(ctx, l, []storage.Held{held[3]}); err != nil || len(rel) != 1 {
+		t.Fatalf("Release(3) = %v, %v", rel, err)
+	}
+	if rw, err := s.Rewrite(ctx, l, owner("a", "1"), []sharding.ShardID{9}); err != nil || len(rw) != 1 || rw[0].Status != storage.Acquired {
+		t.Fatalf("Rewrite(9) = %+v, %v", rw, err)
+	}
+	lost, err := s.VerifyLease(ctx, l, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(lost, func(a, b storage.LostLock) int { return int(a.Shard) - int(b.Shard) })
+	if len(lost) != 3 || lost[0].Shard != 3 || lost[1].Shard != 7 || lost[2].Shard != 150 {
+		t.Fatalf("VerifyLease after interference = %+v, want shards 3, 7 and 150", lost)
+	}
+	// A lease that ended: every held lock is reported.
+	if err := s.Revoke(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := s.VerifyLease(ctx, l, held[:5]); err != nil || len(lost) != 5 {
+		t.Fatalf("VerifyLease of a revoked lease = %v, %v; want all 5 lost", lost, err)
+	}
+}
+
 func testRewrite(t *testing.T, in Instance) {
 	s := in.Store
 	ctx := ctxT(t)

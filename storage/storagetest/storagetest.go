@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"IncarnationIsNotOwnership", testIncarnation},
 		{"ReleaseOnlyByOwner", testRelease},
 		{"VerifyIsReadOnly", testVerify},
+		{"VerifyLeaseFindsLocksThatLeftTheLease", testVerifyLease},
 		{"Rewrite", testRewrite},
 		{"Transfer", testTransfer},
 		{"TransferBatch", testTransferBatch},
