@@ -130,7 +130,7 @@ func (r *Runner) mayOwnLocked() bool {
 }
 
 // verify checks, read-only and in one store request, that every owned lock
-// is still attached to this runner's lease (storage.Locks.VerifyLease).
+// is still attached to this runner's lease (storage.VerifyLease).
 func (r *Runner) verify() {
 	r.mu.Lock()
 	if r.lifecycle.phase != phaseAttached || r.shards.owned == 0 {
@@ -147,7 +147,7 @@ func (r *Runner) verify() {
 	r.mu.Unlock()
 	// One request whatever the runner owns: the keys attached to its lease.
 	cctx, cancel := r.opCtx(actx)
-	lost, err := r.store.VerifyLease(cctx, leaseID, held)
+	lost, err := storage.VerifyLease(cctx, r.store, leaseID, held)
 	cancel()
 	if actx.Err() != nil {
 		return

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -54,6 +55,38 @@ type Leases interface {
 	// Revoke deletes the lease and every key attached to it. Revoking a
 	// lease that does not exist yields ErrLeaseNotFound.
 	Revoke(ctx context.Context, id LeaseID) error
+	// LeaseKeys lists, read-only and in one request, the keys attached to
+	// the lease, relative to the namespace ("shards/3"), in no particular
+	// order. A lease that does not exist yields ErrLeaseNotFound.
+	LeaseKeys(ctx context.Context, id LeaseID) ([]string, error)
+}
+
+// VerifyLease checks, without writing and in one store request whatever
+// len(held) (l.LeaseKeys), that every held lock is still attached to
+// lease, and returns those that are not, with Exists false (their keys
+// are not read). It does not compare epochs: a lock rewritten under the
+// same lease by another client is not reported (only the lease's holder
+// writes under it). When the lease no longer exists, every held lock is
+// returned.
+func VerifyLease(ctx context.Context, l Leases, lease LeaseID, held []Held) ([]LostLock, error) {
+	if err := CheckHeldBy(lease, held); err != nil {
+		return nil, err
+	}
+	keys, err := l.LeaseKeys(ctx, lease)
+	if err != nil && !errors.Is(err, ErrLeaseNotFound) {
+		return nil, fmt.Errorf("verify %d locks by lease %x: %w", len(held), lease, err)
+	}
+	attached := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		attached[k] = struct{}{}
+	}
+	var lost []LostLock
+	for _, h := range held {
+		if _, ok := attached[LockKey(h.Shard)]; !ok {
+			lost = append(lost, LostLock{Shard: h.Shard})
+		}
+	}
+	return lost, nil
 }
 
 // Registry publishes runner records. A record is claimed, never stolen:
@@ -151,14 +184,6 @@ type Locks interface {
 	// under lease at its epoch. It returns the locks that do not. Its cost
 	// grows with len(held) (one transaction per MaxShardsPerTxn locks).
 	Verify(ctx context.Context, lease LeaseID, held []Held) ([]LostLock, error)
-	// VerifyLease checks, without writing and in one request whatever
-	// len(held), that every held lock is still attached to lease (the
-	// store lists the keys attached to it), and returns those that are
-	// not, with Exists false (it does not read them). It does not compare
-	// epochs: a lock rewritten under the same lease by another client is
-	// not reported (only the lease's holder writes under it). When the
-	// lease no longer exists, every held lock is returned.
-	VerifyLease(ctx context.Context, lease LeaseID, held []Held) ([]LostLock, error)
 	// Release deletes the locks that are attached to lease at the given
 	// epochs and returns the shards it deleted; locks held by other leases,
 	// or rewritten since (another epoch), are left alone, so a late release

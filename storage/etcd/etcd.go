@@ -9,7 +9,7 @@
 //
 // # Calls that keep a runner attached
 //
-// KeepAliveOnce, Verify, VerifyLease and Ping do not go through the client's balancer,
+// KeepAliveOnce, Verify, LeaseKeys and Ping do not go through the client's balancer,
 // which keeps sending some of the requests to a black-holed
 // member until gRPC keepalive drops its connection, about 12 s later (see
 // [ClientConfig]). The store dials one connection per endpoint of the
@@ -58,6 +58,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -298,6 +299,30 @@ func (s *Store) Revoke(ctx context.Context, id storage.LeaseID) error {
 		return fmt.Errorf("revoke lease %x: %w", id, translate(err))
 	}
 	return nil
+}
+
+// LeaseKeys implements storage.Leases: one hedged LeaseTimeToLive with
+// the attached keys (etcd answers TTL -1 for a lease it does not know).
+// Keys outside the namespace are left out.
+func (s *Store) LeaseKeys(ctx context.Context, id storage.LeaseID) ([]string, error) {
+	tctx, cancel := s.ctx(ctx)
+	resp, err := hedged(tctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*pb.LeaseTimeToLiveResponse, error) {
+		return m.lease.LeaseTimeToLive(clientv3.WithRequireLeader(ctx), &pb.LeaseTimeToLiveRequest{ID: int64(id), Keys: true})
+	})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("keys of lease %x: %w", id, translate(err))
+	}
+	if resp.TTL <= 0 {
+		return nil, fmt.Errorf("keys of lease %x: %w", id, storage.ErrLeaseNotFound)
+	}
+	keys := make([]string, 0, len(resp.Keys))
+	for _, k := range resp.Keys {
+		if rel, ok := strings.CutPrefix(string(k), s.prefix); ok {
+			keys = append(keys, rel)
+		}
+	}
+	return keys, nil
 }
 
 // PutRunner implements storage.Registry.

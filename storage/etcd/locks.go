@@ -221,36 +221,6 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 	return slices.Concat(perBatch...), nil
 }
 
-// VerifyLease implements storage.Locks: one hedged LeaseTimeToLive with
-// the lease's attached keys (etcd answers TTL -1 for a lease it does not
-// know), whatever len(held).
-func (s *Store) VerifyLease(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
-	if err := storage.CheckHeldBy(lease, held); err != nil {
-		return nil, err
-	}
-	tctx, cancel := s.ctx(ctx)
-	resp, err := hedged(tctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*etcdserverpb.LeaseTimeToLiveResponse, error) {
-		return m.lease.LeaseTimeToLive(clientv3.WithRequireLeader(ctx), &etcdserverpb.LeaseTimeToLiveRequest{ID: int64(lease), Keys: true})
-	})
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("verify %d locks by lease %x: %w", len(held), lease, translate(err))
-	}
-	attached := make(map[string]struct{}, len(resp.Keys))
-	if resp.TTL > 0 {
-		for _, k := range resp.Keys {
-			attached[string(k)] = struct{}{}
-		}
-	}
-	var lost []storage.LostLock
-	for _, h := range held {
-		if _, ok := attached[s.shardKey(h.Shard)]; !ok {
-			lost = append(lost, storage.LostLock{Shard: h.Shard})
-		}
-	}
-	return lost, nil
-}
-
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
 	if err := storage.CheckHeldBy(lease, held); err != nil {

@@ -120,30 +120,6 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 	return lost, nil
 }
 
-// VerifyLease implements storage.Locks: one call, whatever len(held).
-func (s *Store) VerifyLease(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]storage.LostLock, error) {
-	if err := storage.CheckHeldBy(leaseID, held); err != nil {
-		return nil, err
-	}
-	c, err := s.enter(ctx, OpVerify)
-	if err != nil {
-		return nil, fmt.Errorf("verify %d locks by lease %x: %w", len(held), leaseID, err)
-	}
-	defer c.mu.Unlock()
-	l := c.leases[leaseID]
-	var lost []storage.LostLock
-	for _, h := range held {
-		if l == nil {
-			lost = append(lost, storage.LostLock{Shard: h.Shard})
-			continue
-		}
-		if _, ok := l.keys[shardKey(h.Shard)]; !ok {
-			lost = append(lost, storage.LostLock{Shard: h.Shard})
-		}
-	}
-	return lost, nil
-}
-
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
 	if err := storage.CheckHeldBy(leaseID, held); err != nil {

@@ -84,6 +84,24 @@ func (s *Store) Revoke(ctx context.Context, id storage.LeaseID) error {
 	return nil
 }
 
+// LeaseKeys implements storage.Leases (fault hooks: OpVerify).
+func (s *Store) LeaseKeys(ctx context.Context, id storage.LeaseID) ([]string, error) {
+	c, err := s.enter(ctx, OpVerify)
+	if err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	l, ok := c.leases[id]
+	if !ok || !time.Now().Before(l.expiry) {
+		return nil, fmt.Errorf("keys of lease %x: %w", id, storage.ErrLeaseNotFound)
+	}
+	keys := make([]string, 0, len(l.keys))
+	for k := range l.keys {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
 // PutRunner implements storage.Registry.
 func (s *Store) PutRunner(ctx context.Context, leaseID storage.LeaseID, rec storage.RunnerRecord) (storage.Revision, error) {
 	val, err := storage.EncodeRunner(rec)

@@ -205,7 +205,7 @@ func testVerify(t *testing.T, in Instance) {
 	}
 }
 
-func testVerifyLease(t *testing.T, in Instance) {
+func testLeaseKeys(t *testing.T, in Instance) {
 	s := in.Store
 	ctx := ctxT(t)
 	l, other := grant(t, s, 30*time.Second), grant(t, s, 30*time.Second)
@@ -215,7 +215,7 @@ func testVerifyLease(t *testing.T, in Instance) {
 		held[i] = storage.Held{Shard: r.Shard, Epoch: r.Epoch}
 	}
 	before, _ := locks(t, s)
-	if lost, err := s.VerifyLease(ctx, l, held); err != nil || len(lost) != 0 {
+	if lost, err := storage.VerifyLease(ctx, s, l, held); err != nil || len(lost) != 0 {
 		t.Fatalf("VerifyLease(300) = %v, %v; want none lost", lost, err)
 	}
 	if after, _ := locks(t, s); len(after) != len(before) {
@@ -237,7 +237,7 @@ func testVerifyLease(t *testing.T, in Instance) {
 	if rw, err := s.Rewrite(ctx, l, owner("a", "1"), []sharding.ShardID{9}); err != nil || len(rw) != 1 || rw[0].Status != storage.Acquired {
 		t.Fatalf("Rewrite(9) = %+v, %v", rw, err)
 	}
-	lost, err := s.VerifyLease(ctx, l, held)
+	lost, err := storage.VerifyLease(ctx, s, l, held)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,12 +245,20 @@ func testVerifyLease(t *testing.T, in Instance) {
 	if len(lost) != 3 || lost[0].Shard != 3 || lost[1].Shard != 7 || lost[2].Shard != 150 {
 		t.Fatalf("VerifyLease after interference = %+v, want shards 3, 7 and 150", lost)
 	}
+	keys, err := s.LeaseKeys(ctx, l)
+	if err != nil || len(keys) != 297 || !slices.Contains(keys, "shards/9") || slices.Contains(keys, "shards/7") {
+		t.Fatalf("LeaseKeys = %d keys (shards/9 %v, shards/7 %v), %v; want the 297 locks still attached",
+			len(keys), slices.Contains(keys, "shards/9"), slices.Contains(keys, "shards/7"), err)
+	}
 	// A lease that ended: every held lock is reported.
 	if err := s.Revoke(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	if lost, err := s.VerifyLease(ctx, l, held[:5]); err != nil || len(lost) != 5 {
+	if lost, err := storage.VerifyLease(ctx, s, l, held[:5]); err != nil || len(lost) != 5 {
 		t.Fatalf("VerifyLease of a revoked lease = %v, %v; want all 5 lost", lost, err)
+	}
+	if keys, err := s.LeaseKeys(ctx, l); !errors.Is(err, storage.ErrLeaseNotFound) {
+		t.Fatalf("LeaseKeys of a revoked lease = %v, %v; want ErrLeaseNotFound", keys, err)
 	}
 }
 

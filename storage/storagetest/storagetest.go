@@ -51,7 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"IncarnationIsNotOwnership", testIncarnation},
 		{"ReleaseOnlyByOwner", testRelease},
 		{"VerifyIsReadOnly", testVerify},
-		{"VerifyLeaseFindsLocksThatLeftTheLease", testVerifyLease},
+		{"LeaseKeysListWhatIsAttached", testLeaseKeys},
 		{"Rewrite", testRewrite},
 		{"Transfer", testTransfer},
 		{"TransferBatch", testTransferBatch},
