@@ -232,38 +232,51 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 	r.markAllLocked()
 }
 
-// applyLockLocked applies one lock event and marks the shard dirty when
-// the change concerns this runner.
+// applyLockLocked applies one event of the lock watch.
 func (r *Runner) applyLockLocked(ev storage.Event) {
-	rev := storage.Epoch(ev.KV.ModRevision)
 	if ev.Type == storage.EventDelete {
 		id, ok := r.shardOfKeyLocked(storage.KeyspaceShards, ev.KV.Key)
 		if !ok {
 			return
 		}
 		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
-		prev, _ := r.view.locks.Get(id)
-		s, leaving := r.shards.owner(id), r.shards.leaving(id)
-		r.view.locks.Del(id)
-		r.wakeParkedLocked(id)
-		if s != nil && rev > s.epoch && !leaving {
-			r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
-		}
-		// Watch-driven wake-up: a fresh window, acquire now.
-		r.shards.newWindow(id, time.Now())
-		if r.concernsLocked(id, prev.Lease) {
-			r.markLocked(id)
-		}
+		r.applyLockDeleteLocked(id, storage.Epoch(ev.KV.ModRevision))
 		return
 	}
-	l, ok := r.decodeLockLocked(ev.KV)
-	if !ok {
-		return
+	if l, ok := r.decodeLockLocked(ev.KV); ok {
+		r.applyLockPutLocked(l)
 	}
-	id := l.Shard
+}
+
+// applyLockDeleteLocked applies the deletion of shard id's lock at
+// revision rev (the lock watch, a notice, a lease that ended) and marks
+// the shard dirty when the change concerns this runner.
+func (r *Runner) applyLockDeleteLocked(id sharding.ShardID, rev storage.Epoch) {
+	prev, _ := r.view.locks.Get(id)
+	s, leaving := r.shards.owner(id), r.shards.leaving(id)
+	r.view.locks.Del(id)
+	r.wakeParkedLocked(id)
+	if s != nil && rev > s.epoch && !leaving {
+		r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
+	}
+	// Watch-driven wake-up: a fresh window, acquire now.
+	r.shards.newWindow(id, time.Now())
+	if r.concernsLocked(id, prev.Lease) {
+		r.markLocked(id)
+	}
+}
+
+// applyLockPutLocked applies lock l, written at l.Epoch (the lock watch, a
+// notice, a store call's result), and marks the shard dirty when the
+// change concerns this runner.
+func (r *Runner) applyLockPutLocked(l storage.Lock) {
+	id, rev := l.Shard, l.Epoch
 	s, leaving := r.shards.owner(id), r.shards.leaving(id)
 	owned := s != nil
 	prev, _ := r.view.locks.Get(id)
+	if prev.Epoch > rev {
+		return // older than what the view holds (a notice behind the watch)
+	}
 	r.view.locks.Set(l)
 	r.wakeParkedLocked(id)
 	r.router.SawEpoch(id, l.Epoch)
@@ -520,12 +533,7 @@ func (r *Runner) selfLocked() selfState {
 func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
 	r.work.AddMoved(old, a, r.cfg.ID)
 	for id, x := range r.shards.known() {
-		if x.busy() {
-			r.work.Add(id)
-		}
-	}
-	for id, h := range r.view.handoffs {
-		if h.Lease == r.lease {
+		if x.busy() || x.record != nil {
 			r.work.Add(id)
 		}
 	}

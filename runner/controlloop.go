@@ -178,7 +178,7 @@ type plan struct {
 	cutovers []cutoverItem
 	orphans  []storage.Held
 	inbound  []inboundItem
-	records  []sharding.ShardID // our handoff records to delete
+	records  []storage.HandoffRef // our handoff records to delete
 }
 
 // round decides every dirty shard and starts what was decided. It returns
@@ -256,9 +256,8 @@ func (r *Runner) shardLocked(id sharding.ShardID, st *control.Round, sh *control
 		}
 		sh.NoTakeoverBefore = x.takeoverHold
 	}
-	h, ok := r.view.handoffs[id]
-	if sh.OurRecord = ok && h.Lease == st.Lease; sh.OurRecord {
-		sh.RecordDeleting = x.deletingRecord == h.ModRevision
+	if sh.OurRecord = x.record != nil; sh.OurRecord {
+		sh.RecordDeleting = x.deletingRecord == x.record.rev
 	}
 	return in
 }
@@ -277,7 +276,11 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 		r.shards.endInbound(id)
 		r.reportInbound(id, in, handoff.Aborted, d.Abort, abortAbandoned)
 		if d.AbortRecord {
-			p.records = append(p.records, id)
+			from := in.From().ID
+			if rec := r.shards.at(id).record; rec != nil {
+				from = rec.from
+			}
+			p.records = append(p.records, storage.HandoffRef{Shard: id, From: from})
 		}
 	}
 	if d.TakeOver {
@@ -304,9 +307,9 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 		p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch})
 		r.shards.markReleasing(id, l.Epoch)
 	}
-	if d.DeleteRecord {
-		r.shards.deletingRecord(id, r.view.handoffs[id].ModRevision)
-		p.records = append(p.records, id)
+	if rec := r.shards.at(id).record; d.DeleteRecord && rec != nil {
+		r.shards.deletingRecord(id, rec.rev)
+		p.records = append(p.records, storage.HandoffRef{Shard: id, From: rec.from})
 	}
 }
 
@@ -334,8 +337,9 @@ func (r *Runner) handOffLocked(s *shard, now time.Time, p *plan) {
 // in the background.
 func (r *Runner) execute(bg *sync.WaitGroup, gen uint64, actx context.Context, leaseID storage.LeaseID, p *plan) {
 	if len(p.records) > 0 {
-		slices.Sort(p.records)
-		p.records = slices.Compact(p.records) // an abandoned takeover's record may also be stale
+		slices.SortFunc(p.records, func(a, b storage.HandoffRef) int { return int(a.Shard) - int(b.Shard) })
+		// An abandoned takeover's record may also be stale.
+		p.records = slices.CompactFunc(p.records, func(a, b storage.HandoffRef) bool { return a.Shard == b.Shard })
 		bg.Go(func() { r.deleteHandoffs(actx, leaseID, p.records) })
 	}
 	if len(p.release) > 0 {

@@ -73,7 +73,18 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	for id, m := range r.view.byLease {
 		snap.ByLease[id] = m.ID
 	}
-	snap.Handoffs = slices.SortedFunc(maps.Values(r.view.handoffs), func(a, b storage.Handoff) int { return int(a.Shard) - int(b.Shard) })
+	// The records addressed to this runner (its shards' new owners'), and
+	// its own (its takeovers').
+	snap.Handoffs = slices.Collect(maps.Values(r.view.handoffs))
+	for id, x := range r.shards.known() {
+		if rec := x.record; rec != nil {
+			snap.Handoffs = append(snap.Handoffs, storage.Handoff{
+				Shard: id, HandoffRecord: storage.HandoffRecord{From: rec.from, To: r.cfg.ID, Phase: rec.phase, ToIncarnation: r.incarnation},
+				Lease: r.lease, ModRevision: rec.rev,
+			})
+		}
+	}
+	slices.SortFunc(snap.Handoffs, func(a, b storage.Handoff) int { return int(a.Shard) - int(b.Shard) })
 	snap.Assignment = slices.Clone(r.view.assignment)
 	if r.view.assignErr != nil {
 		snap.AssignmentError = r.view.assignErr.Error()

@@ -380,9 +380,9 @@ func TestDebugBeforeRun(t *testing.T) {
 	}
 }
 
-// TestDebugForeignHandoff: a handoff record between two other runners
-// (which a runner does not decode) is listed with its source from the
-// lock and its target from the record's lease, and its cell is marked.
+// TestDebugForeignHandoff: a handoff record written by another process
+// for one of a runner's shards is listed on the old owner's page with its
+// source and target, and its cell is marked.
 func TestDebugForeignHandoff(t *testing.T) {
 	const n = 16
 	nodes, _ := debugCluster(t, n, "a", "b")
@@ -409,17 +409,17 @@ func TestDebugForeignHandoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Put(storage.HandoffKey(shard), hoVal, l.ID); err != nil {
+	if _, err := c.Put(storage.HandoffKey("b", shard), hoVal, l.ID); err != nil {
 		t.Fatal(err)
 	}
-	url := nodes[0].srv.URL + "/"
+	url := nodes[1].srv.URL + "/"
 	var st runner.DebugState
-	waitFor(t, 5*time.Second, "a's view of the handoff record and of runner c", func() bool {
+	waitFor(t, 5*time.Second, "b's view of the handoff record and of runner c", func() bool {
 		st = getState(t, url+"?format=json&peers=0")
 		return len(st.Handoffs) == 1 && st.Handoffs[0].To == "c"
 	})
-	if h := st.Handoffs[0]; h.Shard != shard || h.From != "b" || h.To != "c" || h.Phase != "" {
-		t.Errorf("handoff in a's page = %+v, want shard %d b -> c, phase unknown to a", h, shard)
+	if h := st.Handoffs[0]; h.Shard != shard || h.From != "b" || h.To != "c" || h.Phase != "warming" {
+		t.Errorf("handoff in b's page = %+v, want shard %d b -> c, warming", h, shard)
 	}
 	cells := gridCells(t, parse(t, get(t, url+"?peers=0")))
 	if want := fmt.Sprintf("c%d h", st.Shards.Owner[shard]); cells[shard] != want {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -256,23 +257,32 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 
 var errLeaseChanged = errors.New("lease changed during attach")
 
-// heldUnder returns the locks and handoff records under lease in
-// this runner's views.
-func (r *Runner) heldUnder(lease storage.LeaseID) (locks, records []sharding.ShardID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.view.locks {
-		if l.Epoch != 0 && l.Lease == lease {
-			locks = append(locks, l.Shard)
+// heldUnder lists the locks and handoff records attached to lease, in one
+// store request (storage.Leases.LeaseKeys).
+func (r *Runner) heldUnder(ctx context.Context, lease storage.LeaseID) (locks []sharding.ShardID, records []storage.HandoffRef, err error) {
+	keys, err := r.store.LeaseKeys(ctx, lease)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, k := range keys {
+		ks, name, _ := strings.Cut(k, "/")
+		switch storage.Keyspace(ks) {
+		case storage.KeyspaceShards:
+			if id, err := sharding.ParseShardID(name); err == nil {
+				locks = append(locks, id)
+			}
+		case storage.KeyspaceHandoffs:
+			from, shard, _ := strings.Cut(name, "/")
+			if id, err := sharding.ParseShardID(shard); err == nil && storage.ValidateRunnerID(from) == nil {
+				records = append(records, storage.HandoffRef{Shard: id, From: from})
+			}
 		}
 	}
-	for id, h := range r.view.handoffs {
-		if h.Lease == lease {
-			records = append(records, id)
-		}
-	}
-	slices.Sort(records)
-	return locks, records
+	slices.Sort(locks)
+	slices.SortFunc(records, func(a, b storage.HandoffRef) int { return int(a.Shard) - int(b.Shard) })
+	// One record per shard in a call: a second (a stale one under another
+	// old owner) goes in the next.
+	return locks, records, nil
 }
 
 // attach registers (granting a new lease if there is none or it was lost)
@@ -380,18 +390,23 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 
 // rewriteKept gives new epochs to the locks still held under lease after a
 // detach. The lease survived the detach: its locks and handoff records are
-// from before it. They are found in this runner's views (the watches run
-// while detached), not by listing the cluster, which would cost every
-// re-attaching runner a scan of every lock. Any the view misses is safe: a
-// lock of ours that is wanted is rewritten when acquired (AlreadyOwned),
-// one that is not is deleted as an orphan, and a stale record of ours is
-// deleted by the stale-record rule once seen.
+// from before it. The store lists what is attached to the lease (one
+// request, whatever the cluster's size); a lock of ours wanted later and
+// missed here would be rewritten when acquired (AlreadyOwned).
 func (r *Runner) rewriteKept(ctx context.Context, leaseID storage.LeaseID) ([]storage.AcquireResult, error) {
-	mine, records := r.heldUnder(leaseID)
-	if len(records) > 0 {
+	mine, records, err := r.heldUnder(ctx, leaseID)
+	if err != nil {
+		return nil, fmt.Errorf("list what lease %x holds: %w", leaseID, err)
+	}
+	for len(records) > 0 {
 		// An old owner must not transfer to an attachment that did not
-		// warm.
-		_, _ = r.store.DeleteHandoffs(ctx, leaseID, records)
+		// warm. Distinct shards per call.
+		n := 1
+		for n < len(records) && records[n].Shard != records[n-1].Shard {
+			n++
+		}
+		_, _ = r.store.DeleteHandoffs(ctx, leaseID, records[:n])
+		records = records[n:]
 	}
 	if len(mine) == 0 {
 		return nil, nil

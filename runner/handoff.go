@@ -95,17 +95,19 @@ func (r *Runner) publishPhase(id sharding.ShardID, phase handoff.Phase, from, to
 	r.hub.Publish(HandoffPhase{EventBase: r.base(), Shard: id, Phase: phase.String(), From: from, To: to, Detail: detail})
 }
 
-// followHandoffs keeps r.view.handoffs equal to the handoff records.
+// followHandoffs keeps r.view.handoffs equal to the handoff records
+// addressed to this runner as the shards' old owner (handoffs/{self}/):
+// the new owners of its shards write them.
 func (r *Runner) followHandoffs(ctx context.Context) {
-	_ = storage.Follow(ctx, r.store, storage.KeyspaceHandoffs, func(u storage.Update) {
+	ks := storage.HandoffsFrom(r.cfg.ID)
+	_ = storage.Follow(ctx, r.store, ks, func(u storage.Update) {
 		if u.Err != nil {
-			return // the lock and runner watches report storage trouble
+			return // the runner watch reports storage trouble
 		}
 		r.mu.Lock()
 		if u.Reset {
 			clear(r.view.handoffs)
-			clear(r.view.handoffRaw)
-			r.forgetBadKeysLocked(storage.KeyspaceHandoffs)
+			r.forgetBadKeysLocked(ks)
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
 			}
@@ -118,86 +120,90 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 	})
 }
 
+// applyHandoffLocked applies one event of a record addressed to this
+// runner; the shard is decided again when it owns it.
 func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
-	id, ok := r.shardOfKeyLocked(storage.KeyspaceHandoffs, kv.Key)
+	ks := storage.HandoffsFrom(r.cfg.ID)
+	id, ok := r.shardOfKeyLocked(ks, kv.Key)
 	if !ok {
 		return
 	}
-	prev := r.view.handoffs[id].Lease
 	defer func() {
-		if r.concernsLocked(id, prev, r.view.handoffs[id].Lease) {
+		if r.concernsLocked(id) {
 			r.markLocked(id)
 		}
 	}()
-	delete(r.view.handoffRaw, id)
 	if t == storage.EventDelete {
 		delete(r.view.handoffs, id)
-		r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
+		r.goodKeyLocked(ks, kv.Key)
 		return
 	}
-	if r.shards.owner(id) == nil && (kv.Lease != r.lease || kv.Lease == storage.NoLease) {
-		// Neither ours nor aimed at a shard we own: only its lease and
-		// revision matter now, so it is decoded only if its shard becomes
-		// ours before the record changes again (handoffLocked) — a record
-		// written while this runner was detached, or just before its
-		// re-attachment installed the shards it kept.
-		r.view.handoffs[id] = storage.Handoff{Shard: id, Lease: kv.Lease, ModRevision: kv.ModRevision}
-		r.view.handoffRaw[id] = kv
-		return
-	}
-	r.decodeHandoffLocked(id, kv)
-}
-
-// decodeHandoffLocked decodes a handoff record into r.view.handoffs (a corrupt
-// one is logged and dropped) and reports whether it is there.
-func (r *Runner) decodeHandoffLocked(id sharding.ShardID, kv storage.KeyValue) bool {
-	h, err := storage.DecodeHandoff(kv)
+	h, err := storage.DecodeHandoff(r.cfg.ID, kv)
 	if err != nil {
-		r.badKeyLocked(storage.KeyspaceHandoffs, kv.Key, "ignoring a corrupt handoff record", err)
+		r.badKeyLocked(ks, kv.Key, "ignoring a corrupt handoff record", err)
 		delete(r.view.handoffs, id)
-		return false
+		return
 	}
-	r.goodKeyLocked(storage.KeyspaceHandoffs, kv.Key)
+	r.goodKeyLocked(ks, kv.Key)
 	r.view.handoffs[id] = h
-	return true
 }
 
-// handoffLocked returns shard id's handoff record, decoding it first if
-// it arrived while it did not concern this runner.
+// handoffLocked returns the handoff record of shard id addressed to this
+// runner (as its old owner).
 func (r *Runner) handoffLocked(id sharding.ShardID) (storage.Handoff, bool) {
-	if kv, raw := r.view.handoffRaw[id]; raw {
-		delete(r.view.handoffRaw, id)
-		if !r.decodeHandoffLocked(id, kv) {
-			return storage.Handoff{}, false
-		}
-	}
 	h, ok := r.view.handoffs[id]
 	return h, ok
 }
 
-// deleteHandoffs deletes our handoff records of shards ids (batched). On
-// failure the shards are decided again after a pause (the stale-record
-// rule retries).
-func (r *Runner) deleteHandoffs(actx context.Context, leaseID storage.LeaseID, ids []sharding.ShardID) {
-	for chunk := range slices.Chunk(ids, shardsPerCall) { // each call bounded by OpTimeout
+// ownRecordsLocked returns our handoff records of shards ids (those we
+// know of), to delete.
+func (r *Runner) ownRecordsLocked(ids []sharding.ShardID) []storage.HandoffRef {
+	refs := make([]storage.HandoffRef, 0, len(ids))
+	for _, id := range ids {
+		if rec := r.shards.at(id).record; rec != nil {
+			refs = append(refs, storage.HandoffRef{Shard: id, From: rec.from})
+		}
+	}
+	return refs
+}
+
+// deleteHandoffs deletes our handoff records refs (batched). On failure
+// the shards are decided again after a pause (the stale-record rule
+// retries).
+func (r *Runner) deleteHandoffs(actx context.Context, leaseID storage.LeaseID, refs []storage.HandoffRef) {
+	for chunk := range slices.Chunk(refs, shardsPerCall) { // each call bounded by OpTimeout
 		r.deleteHandoffChunk(actx, leaseID, chunk)
 	}
 }
 
 // deleteHandoffChunk is deleteHandoffs for at most shardsPerCall records.
-func (r *Runner) deleteHandoffChunk(actx context.Context, leaseID storage.LeaseID, ids []sharding.ShardID) {
+func (r *Runner) deleteHandoffChunk(actx context.Context, leaseID storage.LeaseID, refs []storage.HandoffRef) {
+	r.mu.Lock()
+	recs := make([]*ownRecord, len(refs)) // the records these refs name now
+	for i, ref := range refs {
+		recs[i] = r.shards.at(ref.Shard).record
+	}
+	r.mu.Unlock()
 	cctx, cancel := r.opCtx(actx)
-	_, err := r.store.DeleteHandoffs(cctx, leaseID, ids)
+	_, err := r.store.DeleteHandoffs(cctx, leaseID, refs)
 	cancel()
-	if err == nil || actx.Err() != nil {
+	if actx.Err() != nil {
 		return
 	}
-	r.log.Warn("deleting handoff records failed; retrying", "shards", len(ids), "first", ids[0], "err", err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err == nil {
+		for i, ref := range refs { // deleted, or gone already; a record written since stays
+			if rec := r.shards.at(ref.Shard).record; rec != nil && rec == recs[i] && rec.from == ref.From {
+				r.shards.recordGone(ref.Shard, rec.rev)
+			}
+		}
+		return
+	}
+	r.log.Warn("deleting handoff records failed; retrying", "shards", len(refs), "first", refs[0].Shard, "err", err)
 	retry := time.Now().Add(r.cfg.AcquireRetryInterval)
-	for _, id := range ids {
-		r.shards.recordNotDeleted(id)
-		r.retryLocked(id, retry)
+	for _, ref := range refs {
+		r.shards.recordNotDeleted(ref.Shard)
+		r.retryLocked(ref.Shard, retry)
 	}
 }

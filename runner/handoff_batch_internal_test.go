@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -45,7 +44,7 @@ func TestOneEndedTakeoverDoesNotFailTheRecordsOfTheOthers(t *testing.T) {
 	if items[1].in.Context().Err() != nil {
 		t.Fatal("shard 2's takeover was aborted because shard 1's ended")
 	}
-	if _, found := c.Get(storage.Key(storage.KeyspaceHandoffs, "2")); !found {
+	if _, found := c.Get(storage.HandoffKey(from.ID, 2)); !found {
 		t.Fatal("shard 2's handoff record is not in the store")
 	}
 }
@@ -97,7 +96,7 @@ func TestManyHandoffRecordsAreWrittenInCallsOfTheirOwnTimeout(t *testing.T) {
 			t.Errorf("call %d's deadline %v is not after call %d's %v: the calls share one timeout", i, s.deadlines[i], i-1, s.deadlines[i-1])
 		}
 	}
-	if _, found := c.Get(storage.Key(storage.KeyspaceHandoffs, strconv.Itoa(n-1))); !found {
+	if _, found := c.Get(storage.HandoffKey(from.ID, sharding.ShardID(n-1))); !found {
 		t.Fatal("the last shard's handoff record is not in the store")
 	}
 }

@@ -137,13 +137,18 @@ func (r *Runner) putInbound(gen uint64, actx context.Context, leaseID storage.Le
 	ok := live[:0:0]
 	var failed []inboundItem
 	var why error
+	r.mu.Lock()
 	for i, it := range live {
 		if res[i].Err != nil {
 			failed, why = append(failed, it), res[i].Err
 			continue
 		}
+		if r.gen == gen {
+			r.shards.recordWritten(it.id, it.in.From().ID, res[i].Revision, phase)
+		}
 		ok = append(ok, it)
 	}
+	r.mu.Unlock()
 	if len(failed) > 0 {
 		// A warming record that failed may still have been written (the
 		// outcome of a failed call is unknown): delete what is ours.
@@ -182,7 +187,7 @@ func (r *Runner) warm(ctx context.Context, id sharding.ShardID, in *handoff.Inbo
 // classifies why for their spans); with deleteRecords their handoff
 // records are deleted (batched).
 func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inboundItem, why, errType string, deleteRecords bool) {
-	var records []sharding.ShardID
+	var records []storage.HandoffRef
 	r.mu.Lock()
 	retry := time.Now().Add(r.cfg.AcquireRetryWindow + r.cfg.AcquireRetryInterval)
 	for _, it := range items {
@@ -195,7 +200,11 @@ func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inbou
 		r.shards.holdTakeovers(it.id, retry)
 		r.retryLocked(it.id, retry)
 		if r.gen == gen {
-			records = append(records, it.id)
+			from := it.in.From().ID
+			if rec := r.shards.at(it.id).record; rec != nil {
+				from = rec.from
+			}
+			records = append(records, storage.HandoffRef{Shard: it.id, From: from})
 		}
 	}
 	actx := r.attachCtx

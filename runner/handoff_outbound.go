@@ -115,7 +115,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	for i, it := range items {
 		r.reportOutbound(&items[i], handoff.Drained, "", "")
 		reqs[i] = storage.TransferRequest{
-			Shard: it.s.id, FromLease: leaseID, FromEpoch: it.s.epoch, ToLease: it.h.Lease,
+			Shard: it.s.id, From: r.cfg.ID, FromLease: leaseID, FromEpoch: it.s.epoch, ToLease: it.h.Lease,
 			HandoffRevision: it.h.ModRevision, ToOwner: storage.Owner{RunnerID: it.h.To, Incarnation: it.h.ToIncarnation},
 		}
 	}

@@ -15,29 +15,33 @@ import (
 // TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete: a handoff record
 // of this runner's lease with no takeover behind it is deleted once per
 // revision. When a detach cancels that delete before it reached the store,
-// the record is still there at the same revision after a re-attachment on
-// the same lease; the re-attached runner must delete it again, not take
-// it for a delete still under way (it used to keep the mark through the
-// detach, so the record stayed for as long as the lease lived).
+// the record is still there after a re-attachment on the same lease; the
+// re-attachment lists what its lease holds and deletes it (it used to keep
+// the mark through the detach, so the record stayed for as long as the
+// lease lived).
 func TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete(t *testing.T) {
-	const lease = storage.LeaseID(100)
-	r := attachedRunner(t, lease)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.view.assignment = make([]string, 4) // the shard is not wanted here: nothing but the record to decide
-
-	const shard = sharding.ShardID(2)
-	val, err := storage.EncodeHandoff(storage.HandoffRecord{From: "x", To: "me", Phase: storage.HandoffWarming, ToIncarnation: r.incarnation, FromEpoch: 40})
+	r := attachedRunner(t, 0)
+	ctx := t.Context()
+	l, err := r.store.Grant(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.applyHandoffLocked(storage.EventPut, storage.KeyValue{Key: shard.String(), Value: val, Lease: lease, ModRevision: 41})
+	lease := l.ID
+	const shard = sharding.ShardID(2)
+	rev, err := storage.PutHandoff(ctx, r.store, lease, shard, storage.HandoffRecord{From: "x", To: "me", Phase: storage.HandoffWarming, ToIncarnation: r.incarnation, FromEpoch: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.lease = lease
+	r.view.assignment = make([]string, 4) // the shard is not wanted here: nothing but the record to decide
+	r.shards.recordWritten(shard, "x", rev, storage.HandoffWarming)
 
 	deletes := func() bool {
 		st := control.Round{Now: time.Now(), Self: "me", Lease: lease, Registered: true}
 		var p plan
 		r.decideLocked(shard, &st, &p)
-		return slices.Contains(p.records, shard)
+		return slices.Contains(p.records, storage.HandoffRef{Shard: shard, From: "x"})
 	}
 	if !deletes() {
 		t.Fatal("the stale record of our lease is not deleted")
@@ -53,7 +57,12 @@ func TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete(t *testing.T) {
 	}
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(t.Context())
-	if !deletes() {
-		t.Fatal("after the re-attachment the record, still there at the same revision, is not deleted again")
+	r.mu.Unlock()
+	if _, err := r.rewriteKept(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := r.store.List(ctx, storage.HandoffsFrom("x"))
+	if err != nil || len(snap.KVs) != 0 {
+		t.Fatalf("after the re-attachment: records %v, %v; want the stale one deleted", snap.KVs, err)
 	}
 }

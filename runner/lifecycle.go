@@ -118,6 +118,8 @@ func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone c
 	} else {
 		wg.Go(func() { _ = r.keeper.Run(ctx) })
 		wg.Go(func() { r.followHandoffs(ctx) })
+		wg.Go(func() { r.followNotices(ctx) })
+		wg.Go(func() { r.collectNotices(ctx) })
 		wg.Go(func() { r.watchdog(ctx) })
 		wg.Go(func() { r.hosting.Janitor(ctx) })
 		wg.Go(func() { r.sched.Run(ctx) })

@@ -235,10 +235,26 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	}
 
 	held := make([]storage.Held, len(shards))
+	r.mu.Lock()
 	for i, s := range shards {
-		held[i] = storage.Held{Shard: s.id, Epoch: s.epoch}
+		held[i] = storage.Held{Shard: s.id, Epoch: s.epoch, Tell: r.assigneeToTellLocked(s.id)}
 	}
+	r.mu.Unlock()
 	r.deleteLocks(actx, leaseID, held)
+}
+
+// assigneeToTellLocked returns the member shard id is assigned to, when it
+// is another live runner than this one: a release tells it the lock is
+// free (storage.Held.Tell), so it acquires at once ("": nobody).
+func (r *Runner) assigneeToTellLocked(id sharding.ShardID) string {
+	if int(id) >= len(r.view.assignment) {
+		return ""
+	}
+	to := r.view.assignment[id]
+	if _, live := r.view.members[to]; !live || to == r.cfg.ID {
+		return ""
+	}
+	return to
 }
 
 // waitStragglers waits until no handler of s runs, logging an error every

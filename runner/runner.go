@@ -107,6 +107,10 @@ type Runner struct {
 	badKeys     map[string]struct{} // damaged keys already logged (keys.go)
 	badKeysFull bool
 	lostLocks   []lostLock // dropped shards not logged yet
+	// noticesSeen: notices applied, to delete (notices.go); noticeGC
+	// (1-buffered) wakes their collector.
+	noticesSeen []storage.NoticeSeen
+	noticeGC    chan struct{}
 	parked      parkingLot // requests waiting for a shard being acquired here (park.go)
 }
 
@@ -209,6 +213,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		policy:        detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
 		incarnation:   newIncarnation(),
 		kick:          make(chan struct{}, 1),
+		noticeGC:      make(chan struct{}, 1),
 		singletonRecs: make(chan storage.SingletonRecord, singletonRecQueue),
 		rebalance:     make(chan struct{}, 1),
 		opDrain:       drainState{kick: make(chan struct{}, 1)},

@@ -47,6 +47,10 @@ import (
 //   - movedTo: the runner the shard was just handed off to, routed
 //     to until the watch shows the move.
 //   - takeoverHold: no new takeover before then (one was aborted).
+//   - record: our handoff record of the shard (a takeover's, or one left
+//     behind by one), handoffs/{from}/{shard} at a revision: set when a
+//     write of it succeeded, ended when it is deleted (by us, or by its
+//     old owner's transfer or release: a notice says so) or by a detach.
 //   - deletingRecord: our handoff record at that revision is being
 //     deleted, so it is deleted once.
 //
@@ -105,7 +109,16 @@ type shardState struct {
 	lastReleased   storage.Epoch    // last left by release or handoff at this epoch (0: never)
 	movedTo        string           // just handed off to this runner ID ("": not)
 	takeoverHold   time.Time        // no new takeover before (zero: none)
+	record         *ownRecord       // our handoff record of the shard (nil: none known)
 	deletingRecord storage.Revision // our handoff record at this revision is being deleted (0: none)
+}
+
+// ownRecord is a handoff record this runner wrote: handoffs/{from}/{shard}
+// at rev, in phase.
+type ownRecord struct {
+	from  string
+	rev   storage.Revision
+	phase storage.HandoffPhase
 }
 
 // busy reports whether this runner owns, acquires, takes over or
@@ -131,10 +144,11 @@ func (x *shardState) busy() bool {
 //     after the re-attachment.
 //   - takeoverHold does: an aborted takeover's pause is a bound in time
 //     that holds whatever the attachment.
-//   - deletingRecord does not: the detach cancelled the delete, perhaps
-//     before it reached the store, and a record of a lease that survived
-//     is still there at the same revision; the re-attachment deletes it
-//     again (deleting a deleted record changes nothing).
+//   - record and deletingRecord do not: the detach cancelled the delete,
+//     perhaps before it reached the store, and a record of a lease that
+//     survived is still there at the same revision; the re-attachment
+//     lists the keys of its lease and deletes it again (deleting a deleted
+//     record changes nothing).
 func (x shardState) afterDetach() shardState {
 	return shardState{
 		lastHost: x.lastHost, lastReleased: x.lastReleased,
@@ -420,6 +434,25 @@ func (t *shardTable) holdTakeovers(id sharding.ShardID, until time.Time) {
 func (t *shardTable) deletingRecord(id sharding.ShardID, rev storage.Revision) {
 	t.rec(id).deletingRecord = rev
 	t.done(id)
+}
+
+// recordWritten records our handoff record of shard id, written at rev
+// under the prefix of from in phase.
+func (t *shardTable) recordWritten(id sharding.ShardID, from string, rev storage.Revision, phase storage.HandoffPhase) {
+	t.rec(id).record = &ownRecord{from: from, rev: rev, phase: phase}
+	t.done(id)
+}
+
+// recordGone forgets our handoff record of shard id if it is at most at
+// rev (deleted at rev, or by a change at rev): a newer one stays.
+func (t *shardTable) recordGone(id sharding.ShardID, rev storage.Revision) {
+	if x := t.s[id]; x != nil && x.record != nil && x.record.rev <= rev {
+		x.record = nil
+		if x.deletingRecord <= rev {
+			x.deletingRecord = 0
+		}
+		t.done(id)
+	}
 }
 
 // recordNotDeleted forgets that shard id's record is being deleted (the

@@ -397,12 +397,13 @@ func (r *Runner) verifyCluster(ctx context.Context) error {
 	return nil
 }
 
-// checkCluster compares this runner's NumShards and (hosting runners)
-// Strategy with the cluster record (registration.CheckCluster).
+// checkCluster compares this runner's NumShards, coordination layout and
+// (hosting runners) Strategy with the cluster record
+// (registration.CheckCluster).
 // A ClientOnly runner then routes by the record's strategy
 // (useClusterStrategy).
 func (r *Runner) checkCluster(ctx context.Context) error {
-	want := storage.ClusterRecord{NumShards: r.cfg.NumShards, WrittenBy: r.cfg.ID}
+	want := storage.ClusterRecord{NumShards: r.cfg.NumShards, WrittenBy: r.cfg.ID, Layout: storage.Layout}
 	if !r.cfg.ClientOnly {
 		want.Strategy = r.cfg.Strategy.Name()
 	}

@@ -35,9 +35,27 @@ func CheckHeld(held []Held) error {
 		if err := CheckEpoch(h.Shard, h.Epoch); err != nil {
 			return err
 		}
+		if h.Tell != "" {
+			if err := ValidateRunnerID(h.Tell); err != nil {
+				return fmt.Errorf("shard %d: runner to tell: %w", h.Shard, err)
+			}
+		}
 		ids[i] = h.Shard
 	}
 	return CheckShards(ids)
+}
+
+// CheckHandoffRefs checks the arguments of DeleteHandoffs: a lease, valid
+// old owners and distinct shards.
+func CheckHandoffRefs(lease LeaseID, refs []HandoffRef) error {
+	ids := make([]sharding.ShardID, len(refs))
+	for i, r := range refs {
+		if err := ValidateRunnerID(r.From); err != nil {
+			return fmt.Errorf("handoff record of shard %d: %w", r.Shard, err)
+		}
+		ids[i] = r.Shard
+	}
+	return errors.Join(CheckLease(lease), CheckShards(ids))
 }
 
 // CheckLease reports an ErrInvalidArgument for NoLease: locks are taken,
@@ -82,10 +100,15 @@ func CheckShardsFor(lease LeaseID, shards []sharding.ShardID) error {
 	return errors.Join(CheckLease(lease), CheckShards(shards))
 }
 
-// CheckTransfer reports an ErrInvalidArgument for a transfer without both
-// leases or with an epoch that is not positive.
+// CheckTransfer reports an ErrInvalidArgument for a transfer without a
+// valid old owner, without both leases or with an epoch that is not
+// positive.
 func CheckTransfer(req TransferRequest) error {
-	return errors.Join(CheckLease(req.FromLease), CheckLease(req.ToLease), CheckEpoch(req.Shard, req.FromEpoch))
+	var from error
+	if err := ValidateRunnerID(req.From); err != nil {
+		from = fmt.Errorf("transfer of shard %d: from: %w", req.Shard, err)
+	}
+	return errors.Join(from, CheckLease(req.FromLease), CheckLease(req.ToLease), CheckEpoch(req.Shard, req.FromEpoch))
 }
 
 // CheckTransfers checks the arguments of Transfer: every request (see

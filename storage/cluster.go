@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -25,6 +26,37 @@ type ClusterRecord struct {
 	Strategy string `json:"strategy,omitempty"`
 	// WrittenBy names the runner that wrote the record last.
 	WrittenBy string `json:"writtenBy,omitempty"`
+	// Layout is the coordination layout of the cluster's runners (see
+	// Layout); 0 when unknown (no hosting runner published a strategy).
+	Layout int `json:"-"`
+}
+
+// Layout is the coordination layout of this version: which keys runners
+// write and watch to coordinate. Runners of different layouts cannot share
+// a cluster; the cluster record says which one it uses.
+//
+//   - Layout 1: every runner watched every shard lock (shards/) and every
+//     handoff record (handoffs/{shard}).
+//   - Layout 2: handoff records are keyed by their old owner
+//     (handoffs/{from}/{shard}), lock changes that concern a runner reach
+//     it as notices (notices/{to}/{shard}), and a runner watches only the
+//     membership and its own prefixes.
+//
+// A record of layout 2 or later also carries the layout in its strategy
+// member ("balanced (layout 2)"), which runners of layout 1 — which ignore
+// members they do not know — compare, so that they refuse to join instead
+// of mixing silently.
+const Layout = 2
+
+// layoutSuffix is what a record of layout n adds to its strategy member.
+func layoutSuffix(n int) string { return fmt.Sprintf(" (layout %d)", n) }
+
+// clusterJSON is the stored form of a ClusterRecord.
+type clusterJSON struct {
+	NumShards int    `json:"numShards"`
+	Strategy  string `json:"strategy,omitempty"`
+	WrittenBy string `json:"writtenBy,omitempty"`
+	Layout    int    `json:"layout,omitempty"`
 }
 
 // Validate reports whether the record can be stored: a shard count that
@@ -38,6 +70,9 @@ func (c ClusterRecord) Validate() error {
 	}
 	if c.WrittenBy != "" && !validName(c.WrittenBy) {
 		return fmt.Errorf("%w: cluster record: writer %q", ErrInvalidArgument, c.WrittenBy)
+	}
+	if c.Layout < 0 || c.Layout > 1000 || c.Layout >= 2 && c.Strategy != "" && !validName(c.Strategy+layoutSuffix(c.Layout)) {
+		return fmt.Errorf("%w: cluster record: layout %d", ErrInvalidArgument, c.Layout)
 	}
 	return nil
 }
@@ -53,7 +88,14 @@ func EncodeCluster(rec ClusterRecord) ([]byte, error) {
 	if err := rec.Validate(); err != nil {
 		return nil, err
 	}
-	return json.Marshal(rec)
+	v := clusterJSON{NumShards: rec.NumShards, Strategy: rec.Strategy, WrittenBy: rec.WrittenBy}
+	if rec.Layout >= 2 { // layout 1 is what a record without one means
+		v.Layout = rec.Layout
+		if rec.Strategy != "" {
+			v.Strategy += layoutSuffix(rec.Layout)
+		}
+	}
+	return json.Marshal(v)
 }
 
 // DecodeCluster decodes the cluster record, strictly like the other
@@ -74,7 +116,23 @@ func DecodeCluster(kv KeyValue) (ClusterInfo, error) {
 		member(obj, "numShards", true, &rec.NumShards),
 		member(obj, "strategy", false, &rec.Strategy),
 		member(obj, "writtenBy", false, &rec.WrittenBy),
+		member(obj, "layout", false, &rec.Layout),
 	); err != nil {
+		return corrupt(err)
+	}
+	switch {
+	case rec.Layout >= 2 && rec.Strategy != "":
+		name, ok := strings.CutSuffix(rec.Strategy, layoutSuffix(rec.Layout))
+		if !ok {
+			return corrupt(fmt.Errorf("strategy %q does not carry its layout %d", rec.Strategy, rec.Layout))
+		}
+		rec.Strategy = name
+	case rec.Layout == 0 && rec.Strategy != "":
+		rec.Layout = 1 // published before layouts were recorded
+	case rec.Layout == 1:
+		return corrupt(errors.New("layout 1 is never recorded"))
+	}
+	if err := rec.Validate(); err != nil {
 		return corrupt(err)
 	}
 	if err := rec.Validate(); err != nil {

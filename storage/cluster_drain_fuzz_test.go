@@ -11,16 +11,20 @@ import (
 // FuzzDecodeCluster: decoding the cluster record never panics; an error is
 // a *CorruptError naming the cluster key, and the ClusterInfo still carries
 // the ModRevision; a decoded record encodes and decodes to itself; an
-// encodable record decodes to itself, and encoding any other fails with
-// ErrInvalidArgument.
+// encodable record decodes to itself (a layout below 2 as the layout a
+// record without one means), and encoding any other fails with
+// ErrInvalidArgument; a record of layout 2 or later carries it in its
+// strategy member too.
 func FuzzDecodeCluster(f *testing.F) {
-	f.Add([]byte(`{"numShards":256,"strategy":"balanced","writtenBy":"r1"}`), int64(4), 256, "balanced", "r1")
-	f.Add([]byte(`{"numShards":16}`), int64(1), 16, "", "")
-	f.Add([]byte(`{"numShards":0}`), int64(0), 0, "a/b", "\x01")
-	f.Add([]byte(`{"numShards":16,"numShards":32}`), int64(-1), sharding.MaxShards+1, "sticky", "")
-	f.Add([]byte(`null`), int64(2), -1, "", "r")
-	f.Add([]byte(`{"numShards":1e2}`), int64(2), 1, "x", "y")
-	f.Fuzz(func(t *testing.T, value []byte, rev int64, numShards int, strategy, writtenBy string) {
+	f.Add([]byte(`{"numShards":256,"strategy":"balanced","writtenBy":"r1"}`), int64(4), 256, "balanced", "r1", 0)
+	f.Add([]byte(`{"numShards":256,"strategy":"balanced (layout 2)","layout":2}`), int64(4), 256, "balanced", "r1", 2)
+	f.Add([]byte(`{"numShards":256,"strategy":"balanced","layout":2}`), int64(4), 256, "balanced", "r1", 1)
+	f.Add([]byte(`{"numShards":16}`), int64(1), 16, "", "", 2)
+	f.Add([]byte(`{"numShards":0}`), int64(0), 0, "a/b", "\x01", -1)
+	f.Add([]byte(`{"numShards":16,"numShards":32}`), int64(-1), sharding.MaxShards+1, "sticky", "", 3)
+	f.Add([]byte(`null`), int64(2), -1, "", "r", 0)
+	f.Add([]byte(`{"numShards":1e2}`), int64(2), 1, "x", "y", 0)
+	f.Fuzz(func(t *testing.T, value []byte, rev int64, numShards int, strategy, writtenBy string, layout int) {
 		info, err := DecodeCluster(KeyValue{Key: ClusterKey, Value: value, ModRevision: Revision(rev)})
 		if info.ModRevision != Revision(rev) {
 			t.Fatalf("DecodeCluster(%q) = %+v, want ModRevision %d", value, info, rev)
@@ -36,14 +40,21 @@ func FuzzDecodeCluster(f *testing.F) {
 				t.Fatalf("round trip of %+v = %+v, %v", info, info2, err)
 			}
 		}
-		rec := ClusterRecord{NumShards: numShards, Strategy: strategy, WrittenBy: writtenBy}
+		rec := ClusterRecord{NumShards: numShards, Strategy: strategy, WrittenBy: writtenBy, Layout: layout}
 		if b, err := EncodeCluster(rec); err != nil {
 			if !errors.Is(err, ErrInvalidArgument) {
 				t.Fatalf("EncodeCluster(%+v) = %v, want ErrInvalidArgument", rec, err)
 			}
 		} else {
+			want := rec // a record without a layout member is layout 1 if it names a strategy
+			if want.Layout <= 1 {
+				want.Layout = 0
+				if want.Strategy != "" {
+					want.Layout = 1
+				}
+			}
 			got, err := DecodeCluster(KeyValue{Key: ClusterKey, Value: b, ModRevision: 3})
-			if err != nil || got != (ClusterInfo{ClusterRecord: rec, ModRevision: 3}) {
+			if err != nil || got != (ClusterInfo{ClusterRecord: want, ModRevision: 3}) {
 				t.Fatalf("DecodeCluster(EncodeCluster(%+v)) = %+v, %v", rec, got, err)
 			}
 		}

@@ -174,7 +174,8 @@ type Lock struct {
 	Epoch Epoch // the key's ModRevision
 }
 
-// HandoffPhase is the phase of a planned move recorded in handoffs/{shard}.
+// HandoffPhase is the phase of a planned move recorded in
+// handoffs/{from}/{shard}.
 type HandoffPhase string
 
 // Handoff phases written by the target.
@@ -183,8 +184,8 @@ const (
 	HandoffReady   HandoffPhase = "ready"
 )
 
-// HandoffRecord is the value of handoffs/{shard}, written by the target (To)
-// under its own lease.
+// HandoffRecord is the value of handoffs/{from}/{shard}, written by the
+// target (To) under its own lease.
 type HandoffRecord struct {
 	From  string       `json:"from"`
 	To    string       `json:"to"`
@@ -335,21 +336,37 @@ func decodeOwner(b []byte) (Owner, error) {
 	return o, nil
 }
 
-// DecodeHandoff decodes a key of KeyspaceHandoffs. Errors are *CorruptError;
+// DecodeHandoff decodes a key of HandoffsFrom(from) (its name a shard
+// number; the record must name from as its old owner). Errors are *CorruptError;
 // with a corrupt value the Handoff still carries its shard, lease and
 // revision, with a corrupt key it is zero.
-func DecodeHandoff(kv KeyValue) (Handoff, error) {
+func DecodeHandoff(from string, kv KeyValue) (Handoff, error) {
+	ks := HandoffsFrom(from)
 	shard, err := sharding.ParseShardID(kv.Key)
 	if err != nil {
-		return Handoff{}, &CorruptError{Keyspace: KeyspaceHandoffs, Key: kv.Key, Err: err}
+		return Handoff{}, &CorruptError{Keyspace: ks, Key: kv.Key, Err: err}
 	}
 	h := Handoff{Shard: shard, Lease: kv.Lease, ModRevision: kv.ModRevision}
 	rec, err := decodeHandoffRecord(kv.Value)
+	if err == nil && rec.From != from {
+		err = fmt.Errorf("record names old owner %q under the prefix of %q", rec.From, from)
+	}
 	if err != nil {
-		return h, &CorruptError{Keyspace: KeyspaceHandoffs, Key: kv.Key, Err: err}
+		return h, &CorruptError{Keyspace: ks, Key: kv.Key, Err: err}
 	}
 	h.HandoffRecord = rec
 	return h, nil
+}
+
+// DecodeHandoffListed decodes a key of KeyspaceHandoffs listed whole (its
+// name "{from}/{shard}"), as DecodeHandoff.
+func DecodeHandoffListed(kv KeyValue) (Handoff, error) {
+	from, shard, ok := strings.Cut(kv.Key, "/")
+	if !ok || ValidateRunnerID(from) != nil {
+		return Handoff{}, &CorruptError{Keyspace: KeyspaceHandoffs, Key: kv.Key, Err: errors.New("key: want {old owner}/{shard}")}
+	}
+	kv.Key = shard
+	return DecodeHandoff(from, kv)
 }
 
 func decodeHandoffRecord(b []byte) (HandoffRecord, error) {

@@ -152,16 +152,19 @@ func TestDecodersAreStrict(t *testing.T) {
 	}
 
 	ho := `{"from":"a","to":"b","phase":"ready"}`
-	if h, err := DecodeHandoff(KeyValue{Key: "4", Value: []byte(ho)}); err != nil || h.Phase != HandoffReady {
+	if h, err := DecodeHandoff("a", KeyValue{Key: "4", Value: []byte(ho)}); err != nil || h.Phase != HandoffReady {
 		t.Fatalf("DecodeHandoff(good) = %+v, %v", h, err)
 	}
 	for _, bad := range []string{`null`, `{}`, `{"from":"a","to":"b"}`, `{"from":"a","to":"b","phase":"done"}`,
 		`{"from":"a","to":"b","phase":"ready","fromEpoch":-1}`, `{"from":"a","to":"","phase":"ready"}`} {
-		_, err := DecodeHandoff(KeyValue{Key: "4", Value: []byte(bad)})
-		checkCorrupt(t, "DecodeHandoff("+bad+")", err, KeyspaceHandoffs, "4")
+		_, err := DecodeHandoff("a", KeyValue{Key: "4", Value: []byte(bad)})
+		checkCorrupt(t, "DecodeHandoff("+bad+")", err, HandoffsFrom("a"), "4")
 	}
+	// A record under another old owner's prefix than the one it names.
+	_, err := DecodeHandoff("x", KeyValue{Key: "4", Value: []byte(ho)})
+	checkCorrupt(t, "DecodeHandoff(under handoffs/x)", err, HandoffsFrom("x"), "4")
 	// Members a later version may add are ignored.
-	if _, err := DecodeHandoff(KeyValue{Key: "4", Value: []byte(`{"from":"a","to":"b","phase":"ready","newField":[1]}`)}); err != nil {
+	if _, err := DecodeHandoff("a", KeyValue{Key: "4", Value: []byte(`{"from":"a","to":"b","phase":"ready","newField":[1]}`)}); err != nil {
 		t.Errorf("DecodeHandoff(unknown member) = %v, want it ignored", err)
 	}
 }
@@ -239,22 +242,22 @@ func FuzzDecodeHandoff(f *testing.F) {
 	f.Add("4", []byte(`{"from":"a","to":"b","phase":"ready","toIncarnation":"i","fromEpoch":12}`), "a", "b", "warming", "i", int64(12), uint32(4))
 	f.Add("04", []byte(`{}`), "", "b", "x", "", int64(-1), uint32(0))
 	f.Fuzz(func(t *testing.T, key string, value []byte, from, to, phase, toInc string, fromEpoch int64, shard uint32) {
-		h, err := DecodeHandoff(KeyValue{Key: key, Value: value, Lease: 5, ModRevision: 6})
+		h, err := DecodeHandoff("a", KeyValue{Key: key, Value: value, Lease: 5, ModRevision: 6})
 		if err != nil {
-			checkCorrupt(t, "DecodeHandoff", err, KeyspaceHandoffs, key)
+			checkCorrupt(t, "DecodeHandoff", err, HandoffsFrom("a"), key)
 		} else {
 			b, err := EncodeHandoff(h.HandoffRecord)
 			if err != nil {
 				t.Fatalf("EncodeHandoff(decoded %+v) = %v", h.HandoffRecord, err)
 			}
-			if h2, err := DecodeHandoff(KeyValue{Key: key, Value: b, Lease: 5, ModRevision: 6}); err != nil || h2 != h {
+			if h2, err := DecodeHandoff("a", KeyValue{Key: key, Value: b, Lease: 5, ModRevision: 6}); err != nil || h2 != h {
 				t.Fatalf("round trip of %+v = %+v, %v", h, h2, err)
 			}
 		}
 		rec := HandoffRecord{From: from, To: to, Phase: HandoffPhase(phase), ToIncarnation: toInc, FromEpoch: Epoch(fromEpoch)}
 		if b, err := EncodeHandoff(rec); err == nil {
 			k := sharding.ShardID(shard).String()
-			got, err := DecodeHandoff(KeyValue{Key: k, Value: b})
+			got, err := DecodeHandoff(from, KeyValue{Key: k, Value: b})
 			if err != nil || got.HandoffRecord != rec || got.Shard != sharding.ShardID(shard) {
 				t.Fatalf("DecodeHandoff(EncodeHandoff(%+v)) = %+v, %v", rec, got, err)
 			}
@@ -287,6 +290,54 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			cp, err := DecodeCheckpoint(id, name, EncodeCheckpoint(Epoch(epoch), data), 7)
 			if err != nil || cp.Epoch != Epoch(epoch) || string(cp.Data) != string(data) {
 				t.Fatalf("DecodeCheckpoint(EncodeCheckpoint(%d, %q)) = %+v, %v", epoch, data, cp, err)
+			}
+		}
+	})
+}
+
+// TestDecodeNotice: a notice decodes strictly: a moved notice needs the
+// new owner's incarnation, an unknown kind or a bad key is corrupt, and
+// members a later version may add are ignored.
+func TestDecodeNotice(t *testing.T) {
+	ks := NoticesTo("b")
+	n, err := DecodeNotice(ks, KeyValue{Key: "7", Value: []byte(`{"kind":"moved","from":"a","incarnation":"i2"}`), Lease: 3, ModRevision: 40})
+	if err != nil || n.Shard != 7 || n.Kind != NoticeMoved || n.From != "a" || n.Incarnation != "i2" || n.ModRevision != 40 || n.Lease != 3 {
+		t.Fatalf("DecodeNotice(moved) = %+v, %v", n, err)
+	}
+	if n, err := DecodeNotice(ks, KeyValue{Key: "7", Value: []byte(`{"kind":"released","extra":{}}`)}); err != nil || n.Kind != NoticeReleased {
+		t.Fatalf("DecodeNotice(released) = %+v, %v", n, err)
+	}
+	for _, bad := range []string{`null`, `{}`, `{"kind":"moved"}`, `{"kind":"gone"}`, `{"kind":"released","from":"a/b"}`, `{"kind":"released"} x`} {
+		_, err := DecodeNotice(ks, KeyValue{Key: "7", Value: []byte(bad)})
+		checkCorrupt(t, "DecodeNotice("+bad+")", err, ks, "7")
+	}
+	_, err = DecodeNotice(ks, KeyValue{Key: "07", Value: []byte(`{"kind":"released"}`)})
+	checkCorrupt(t, "DecodeNotice(key 07)", err, ks, "07")
+}
+
+// FuzzDecodeNotice: as FuzzDecodeRunner, for notices.
+func FuzzDecodeNotice(f *testing.F) {
+	f.Add("4", []byte(`{"kind":"moved","from":"a","incarnation":"i"}`), "moved", "a", "i", uint32(4))
+	f.Add("04", []byte(`{"kind":"released"}`), "released", "", "", uint32(0))
+	ks := NoticesTo("b")
+	f.Fuzz(func(t *testing.T, key string, value []byte, kind, from, inc string, shard uint32) {
+		n, err := DecodeNotice(ks, KeyValue{Key: key, Value: value, Lease: 5, ModRevision: 6})
+		if err != nil {
+			checkCorrupt(t, "DecodeNotice", err, ks, key)
+		} else {
+			b, err := EncodeNotice(n.NoticeRecord)
+			if err != nil {
+				t.Fatalf("EncodeNotice(decoded %+v) = %v", n.NoticeRecord, err)
+			}
+			if n2, err := DecodeNotice(ks, KeyValue{Key: key, Value: b, Lease: 5, ModRevision: 6}); err != nil || n2 != n {
+				t.Fatalf("round trip of %+v = %+v, %v", n, n2, err)
+			}
+		}
+		rec := NoticeRecord{Kind: NoticeKind(kind), From: from, Incarnation: inc}
+		if b, err := EncodeNotice(rec); err == nil {
+			got, err := DecodeNotice(ks, KeyValue{Key: sharding.ShardID(shard).String(), Value: b})
+			if err != nil || got.NoticeRecord != rec || got.Shard != sharding.ShardID(shard) {
+				t.Fatalf("DecodeNotice(EncodeNotice(%+v)) = %+v, %v", rec, got, err)
 			}
 		}
 	})

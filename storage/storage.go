@@ -149,6 +149,11 @@ type AcquireResult struct {
 type Held struct {
 	Shard sharding.ShardID
 	Epoch Epoch
+	// Tell, for Release only, names the runner to tell that the lock is
+	// free (the shard's assignee): the release also writes
+	// notices/{Tell}/{Shard} (NoticeReleased), under the caller's lease,
+	// in the same transaction. "" tells nobody.
+	Tell string
 }
 
 // LostLock reports a lock the caller no longer owns at the epoch it held.
@@ -161,9 +166,10 @@ type LostLock struct {
 // TransferRequest moves one lock from the caller's lease to a target lease.
 type TransferRequest struct {
 	Shard     sharding.ShardID
+	From      string  // the caller's runner ID: the record is handoffs/{From}/{Shard}
 	FromLease LeaseID // the caller's lease; it must hold the lock...
 	FromEpoch Epoch   // ...at this epoch
-	ToLease   LeaseID // the target's lease; it must hold handoffs/{Shard}...
+	ToLease   LeaseID // the target's lease; it must hold handoffs/{From}/{Shard}...
 	// HandoffRevision, if not 0, is the ModRevision the handoff record must
 	// still have (the record the caller decided on, not a later one).
 	HandoffRevision Revision
@@ -187,7 +193,8 @@ type Locks interface {
 	// Release deletes the locks that are attached to lease at the given
 	// epochs and returns the shards it deleted; locks held by other leases,
 	// or rewritten since (another epoch), are left alone, so a late release
-	// can never delete a newer ownership.
+	// can never delete a newer ownership. A deleted lock whose Held names
+	// a runner to Tell also gets its notice, in the same transaction.
 	Release(ctx context.Context, lease LeaseID, held []Held) ([]sharding.ShardID, error)
 	// Rewrite re-writes each lock still attached to lease with value owner,
 	// which gives it a new, larger epoch and kills the old one (used after
@@ -195,9 +202,11 @@ type Locks interface {
 	// status HeldElsewhere or omitted when absent.
 	Rewrite(ctx context.Context, lease LeaseID, owner Owner, shards []sharding.ShardID) ([]AcquireResult, error)
 	// Transfer moves locks: for each request, if shards/{Shard} is attached
-	// to FromLease at FromEpoch and handoffs/{Shard} is attached to ToLease
-	// (at HandoffRevision if set), it writes shards/{Shard} = ToOwner under
-	// ToLease and deletes the handoff record, atomically. Requests are
+	// to FromLease at FromEpoch and handoffs/{From}/{Shard} is attached to
+	// ToLease (at HandoffRevision if set), it writes shards/{Shard} =
+	// ToOwner under ToLease, deletes the handoff record and writes the
+	// target's notice notices/{ToOwner.RunnerID}/{Shard} (NoticeMoved,
+	// under ToLease), atomically: the notice's revision is the new epoch. Requests are
 	// split into transactions of MaxShardsPerTxn, each atomic on its own;
 	// shards must be distinct. Results are in the order of reqs: Epoch is
 	// the new epoch, or Err says why that shard did not move (ErrNotOwner
@@ -224,6 +233,12 @@ type HandoffPut struct {
 	Record HandoffRecord
 }
 
+// HandoffRef names one handoff record: handoffs/{From}/{Shard}.
+type HandoffRef struct {
+	Shard sharding.ShardID
+	From  string
+}
+
 // HandoffResult is the outcome of one HandoffPut.
 type HandoffResult struct {
 	Shard    sharding.ShardID
@@ -231,9 +246,11 @@ type HandoffResult struct {
 	Err      error    // a *HandoffConflictError, or the transaction's error
 }
 
-// Handoffs manages handoff records handoffs/{shard}.
+// Handoffs manages handoff records handoffs/{from}/{shard}: written by the
+// new owner under its lease, keyed by the old owner (Record.From), which
+// watches its own prefix (HandoffsFrom).
 type Handoffs interface {
-	// PutHandoffs creates each handoffs/{shard} under lease, or updates it
+	// PutHandoffs creates each handoffs/{from}/{shard} under lease, or updates it
 	// if it is already attached to lease; a record attached to another
 	// lease is left alone and its result is a *HandoffConflictError.
 	// Records are written in transactions of MaxShardsPerTxn, each atomic
@@ -242,9 +259,10 @@ type Handoffs interface {
 	// and the first such error is also returned. Invalid records fail the
 	// call with ErrInvalidArgument before anything is written.
 	PutHandoffs(ctx context.Context, lease LeaseID, puts []HandoffPut) ([]HandoffResult, error)
-	// DeleteHandoffs deletes each handoffs/{shard} that is attached to
-	// lease (others are left alone) and returns the shards it deleted.
-	DeleteHandoffs(ctx context.Context, lease LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error)
+	// DeleteHandoffs deletes each record that is attached to lease (others
+	// are left alone) and returns the shards it deleted. Shards must be
+	// distinct.
+	DeleteHandoffs(ctx context.Context, lease LeaseID, refs []HandoffRef) ([]sharding.ShardID, error)
 }
 
 // PutHandoff writes one handoff record with h.PutHandoffs.
@@ -258,8 +276,8 @@ func PutHandoff(ctx context.Context, h Handoffs, lease LeaseID, shard sharding.S
 
 // DeleteHandoff deletes one handoff record with h.DeleteHandoffs and
 // reports whether it did.
-func DeleteHandoff(ctx context.Context, h Handoffs, lease LeaseID, shard sharding.ShardID) (bool, error) {
-	deleted, err := h.DeleteHandoffs(ctx, lease, []sharding.ShardID{shard})
+func DeleteHandoff(ctx context.Context, h Handoffs, lease LeaseID, ref HandoffRef) (bool, error) {
+	deleted, err := h.DeleteHandoffs(ctx, lease, []HandoffRef{ref})
 	return len(deleted) == 1, err
 }
 
@@ -321,8 +339,16 @@ func Key(ks Keyspace, name string) string { return string(ks) + "/" + name }
 // LockKey is the key of shard's lock relative to the namespace.
 func LockKey(shard sharding.ShardID) string { return Key(KeyspaceShards, shard.String()) }
 
-// HandoffKey is the key of shard's handoff record relative to the namespace.
-func HandoffKey(shard sharding.ShardID) string { return Key(KeyspaceHandoffs, shard.String()) }
+// HandoffKey is the key of the handoff record of shard from runner from
+// (its old owner) relative to the namespace: "handoffs/{from}/{shard}".
+func HandoffKey(from string, shard sharding.ShardID) string {
+	return Key(HandoffsFrom(from), shard.String())
+}
+
+// HandoffsFrom is the keyspace of the handoff records of shards owned by
+// runner from (their key names are shard numbers): what that runner
+// watches.
+func HandoffsFrom(from string) Keyspace { return Keyspace(string(KeyspaceHandoffs) + "/" + from) }
 
 // DefaultOpTimeout bounds a store call whose context has no earlier
 // deadline (both implementations).
@@ -371,7 +397,8 @@ type Keyspace string
 const (
 	KeyspaceRunners  Keyspace = "runners"
 	KeyspaceShards   Keyspace = "shards"
-	KeyspaceHandoffs Keyspace = "handoffs"
+	KeyspaceHandoffs Keyspace = "handoffs" // handoffs/{from}/{shard}: see HandoffsFrom
+	KeyspaceNotices  Keyspace = "notices"  // notices/{to}/{shard}: see NoticesTo
 )
 
 // KeyValue is one key of a keyspace as stored. Key is the name within the
@@ -432,6 +459,8 @@ type Lister interface {
 	// until ctx is done (then the channel is closed) or the watch fails
 	// (then one response with Err is sent and the channel is closed).
 	Watch(ctx context.Context, ks Keyspace, from Revision) <-chan WatchResponse
+	// Count returns how many keys ks holds, without reading them.
+	Count(ctx context.Context, ks Keyspace) (int, error)
 }
 
 // Store is everything shardhost needs from its coordination store.
@@ -440,6 +469,7 @@ type Store interface {
 	Registry
 	Locks
 	Handoffs
+	Notices
 	Checkpoints
 	ShardStates
 	Clusters

@@ -204,7 +204,7 @@ func (c *cluster) read(ctx context.Context) (*state, error) {
 		st.locks[l.Shard] = l
 	}
 	for _, kv := range snaps[2].KVs {
-		if h, err := storage.DecodeHandoff(kv); err == nil && int(h.Shard) < c.o.shards {
+		if h, err := storage.DecodeHandoffListed(kv); err == nil && int(h.Shard) < c.o.shards {
 			st.handoffs[h.Shard] = h
 		}
 	}

@@ -186,7 +186,6 @@ func (s *Store) key(ks storage.Keyspace, name string) string {
 	return s.prefix + storage.Key(ks, name)
 }
 func (s *Store) shardKey(sh sharding.ShardID) string   { return s.prefix + storage.LockKey(sh) }
-func (s *Store) handoffKey(sh sharding.ShardID) string { return s.prefix + storage.HandoffKey(sh) }
 func (s *Store) checkpointKey(sh sharding.ShardID, name string) string {
 	return s.prefix + storage.CheckpointKey(sh, name)
 }

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,7 +26,7 @@ func (s *Store) PutHandoffs(ctx context.Context, lease storage.LeaseID, puts []s
 	err = forBatches(len(puts), func(lo, hi int) error {
 		ops := make([]clientv3.Op, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			hk := s.handoffKey(puts[i].Shard)
+			hk := s.prefix + storage.HandoffKey(puts[i].Record.From, puts[i].Shard)
 			put := clientv3.OpPut(hk, string(vals[i]), clientv3.WithLease(clientv3.LeaseID(lease)))
 			ops = append(ops, clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)},
@@ -49,7 +50,8 @@ func (s *Store) PutHandoffs(ctx context.Context, lease storage.LeaseID, puts []s
 				if nested := r.Responses[0].GetResponseTxn(); nested != nil && !nested.Succeeded {
 					e := &storage.HandoffConflictError{Shard: res.Shard}
 					if kv := firstKV((*clientv3.TxnResponse)(nested)); kv != nil {
-						e.Existing, _ = storage.DecodeHandoff(keyValue(kv, len(s.key(storage.KeyspaceHandoffs, ""))))
+						from := puts[lo+k].Record.From
+						e.Existing, _ = storage.DecodeHandoff(from, keyValue(kv, len(s.key(storage.HandoffsFrom(from), ""))))
 					}
 					res.Revision, res.Err = 0, e
 				}
@@ -62,15 +64,15 @@ func (s *Store) PutHandoffs(ctx context.Context, lease storage.LeaseID, puts []s
 }
 
 // DeleteHandoffs implements storage.Handoffs.
-func (s *Store) DeleteHandoffs(ctx context.Context, lease storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
-	if err := storage.CheckShardsFor(lease, shards); err != nil {
+func (s *Store) DeleteHandoffs(ctx context.Context, lease storage.LeaseID, refs []storage.HandoffRef) ([]sharding.ShardID, error) {
+	if err := storage.CheckHandoffRefs(lease, refs); err != nil {
 		return nil, err
 	}
-	deleted := make([]bool, len(shards))
-	err := forBatches(len(shards), func(lo, hi int) error {
+	deleted := make([]bool, len(refs))
+	err := forBatches(len(refs), func(lo, hi int) error {
 		ops := make([]clientv3.Op, 0, hi-lo)
-		for _, sh := range shards[lo:hi] {
-			hk := s.handoffKey(sh)
+		for _, ref := range refs[lo:hi] {
+			hk := s.prefix + storage.HandoffKey(ref.From, ref.Shard)
 			ops = append(ops, clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(hk), "=", clientv3.LeaseID(lease))},
 				[]clientv3.Op{clientv3.OpDelete(hk)}, nil))
@@ -87,13 +89,48 @@ func (s *Store) DeleteHandoffs(ctx context.Context, lease storage.LeaseID, shard
 	var out []sharding.ShardID
 	for i, ok := range deleted {
 		if ok {
-			out = append(out, shards[i])
+			out = append(out, refs[i].Shard)
 		}
 	}
 	if err != nil {
-		return out, fmt.Errorf("delete %d handoff records: %w", len(shards), err)
+		return out, fmt.Errorf("delete %d handoff records: %w", len(refs), err)
 	}
 	return out, nil
+}
+
+// DeleteNotices implements storage.Notices: per notice, a nested
+// transaction that deletes it if it is still at the revision applied.
+func (s *Store) DeleteNotices(ctx context.Context, to string, seen []storage.NoticeSeen) (int, error) {
+	if err := storage.CheckNotices(to, seen); err != nil {
+		return 0, err
+	}
+	var mu sync.Mutex
+	n := 0
+	err := forBatches(len(seen), func(lo, hi int) error {
+		ops := make([]clientv3.Op, 0, hi-lo)
+		for _, ns := range seen[lo:hi] {
+			nk := s.prefix + storage.NoticeKey(to, ns.Shard)
+			ops = append(ops, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(nk), "=", int64(ns.Revision))},
+				[]clientv3.Op{clientv3.OpDelete(nk)}, nil))
+		}
+		resps, _, err := s.batchTxn(ctx, ops)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range resps {
+			if r.Succeeded {
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("delete %d notices to %s: %w", len(seen), to, err)
+	}
+	return n, nil
 }
 
 // WriteCheckpoint implements storage.Checkpoints.

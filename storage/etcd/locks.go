@@ -221,6 +221,12 @@ func (s *Store) Verify(ctx context.Context, lease storage.LeaseID, held []storag
 	return slices.Concat(perBatch...), nil
 }
 
+// releasedNotice is the value of a NoticeReleased.
+var releasedNotice = func() string {
+	b, _ := storage.EncodeNotice(storage.NoticeRecord{Kind: storage.NoticeReleased}) // valid
+	return string(b)
+}()
+
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, lease storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
 	if err := storage.CheckHeldBy(lease, held); err != nil {
@@ -232,12 +238,16 @@ func (s *Store) Release(ctx context.Context, lease storage.LeaseID, held []stora
 		ops := make([]clientv3.Op, len(batch))
 		for i, h := range batch {
 			key := s.shardKey(h.Shard)
+			then := []clientv3.Op{clientv3.OpDelete(key)}
+			if h.Tell != "" {
+				then = append(then, clientv3.OpPut(s.prefix+storage.NoticeKey(h.Tell, h.Shard), releasedNotice, clientv3.WithLease(clientv3.LeaseID(lease))))
+			}
 			ops[i] = clientv3.OpTxn(
 				[]clientv3.Cmp{
 					clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(lease)),
 					clientv3.Compare(clientv3.ModRevision(key), "=", int64(h.Epoch)),
 				},
-				[]clientv3.Op{clientv3.OpDelete(key)}, nil)
+				then, nil)
 		}
 		resps, _, err := s.batchTxn(ctx, ops)
 		if err != nil {
@@ -301,20 +311,25 @@ func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([
 	if err := storage.CheckTransfers(reqs); err != nil {
 		return nil, err
 	}
-	vals := make([]string, len(reqs))
+	vals, notices := make([]string, len(reqs)), make([]string, len(reqs))
 	for i, req := range reqs {
 		v, err := storage.EncodeOwner(req.ToOwner)
 		if err != nil {
 			return nil, err
 		}
-		vals[i] = string(v)
+		n, err := storage.EncodeNotice(storage.NoticeRecord{Kind: storage.NoticeMoved, From: req.From, Incarnation: req.ToOwner.Incarnation})
+		if err != nil {
+			return nil, err
+		}
+		vals[i], notices[i] = string(v), string(n)
 	}
 	out := make([]storage.TransferResult, len(reqs))
 	err := forBatches(len(reqs), func(lo, hi int) error {
 		ops := make([]clientv3.Op, 0, hi-lo)
 		for i := lo; i < hi; i++ {
 			req := reqs[i]
-			sk, hk := s.shardKey(req.Shard), s.handoffKey(req.Shard)
+			sk, hk := s.shardKey(req.Shard), s.prefix+storage.HandoffKey(req.From, req.Shard)
+			nk := s.prefix + storage.NoticeKey(req.ToOwner.RunnerID, req.Shard)
 			cmps := []clientv3.Cmp{
 				clientv3.Compare(clientv3.LeaseValue(sk), "=", clientv3.LeaseID(req.FromLease)),
 				clientv3.Compare(clientv3.ModRevision(sk), "=", int64(req.FromEpoch)),
@@ -324,7 +339,11 @@ func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([
 				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hk), "=", int64(req.HandoffRevision)))
 			}
 			ops = append(ops, clientv3.OpTxn(cmps,
-				[]clientv3.Op{clientv3.OpPut(sk, vals[i], clientv3.WithLease(clientv3.LeaseID(req.ToLease))), clientv3.OpDelete(hk)},
+				[]clientv3.Op{
+					clientv3.OpPut(sk, vals[i], clientv3.WithLease(clientv3.LeaseID(req.ToLease))),
+					clientv3.OpDelete(hk),
+					clientv3.OpPut(nk, notices[i], clientv3.WithLease(clientv3.LeaseID(req.ToLease))),
+				},
 				[]clientv3.Op{clientv3.OpGet(sk)}))
 		}
 		resps, rev, err := s.batchTxn(ctx, ops)

@@ -22,10 +22,11 @@ func (s *Store) PutHandoffs(ctx context.Context, leaseID storage.LeaseID, puts [
 			return storage.ErrLeaseNotFound
 		}
 		for i := lo; i < hi; i++ {
-			key := handoffKey(puts[i].Shard)
+			from := puts[i].Record.From
+			key := handoffKey(from, puts[i].Shard)
 			out[i].Shard = puts[i].Shard
 			if e, ok := c.kvs[key]; ok && e.lease != leaseID {
-				out[i].Err = &storage.HandoffConflictError{Shard: puts[i].Shard, Existing: handoffOf(key, e)}
+				out[i].Err = &storage.HandoffConflictError{Shard: puts[i].Shard, Existing: handoffOf(from, puts[i].Shard, e)}
 				continue
 			}
 			_ = tx.put(key, vals[i], leaseID) // the lease exists
@@ -43,25 +44,47 @@ func (s *Store) PutHandoffs(ctx context.Context, leaseID storage.LeaseID, puts [
 }
 
 // DeleteHandoffs implements storage.Handoffs.
-func (s *Store) DeleteHandoffs(ctx context.Context, leaseID storage.LeaseID, shards []sharding.ShardID) ([]sharding.ShardID, error) {
-	if err := storage.CheckShardsFor(leaseID, shards); err != nil {
+func (s *Store) DeleteHandoffs(ctx context.Context, leaseID storage.LeaseID, refs []storage.HandoffRef) ([]sharding.ShardID, error) {
+	if err := storage.CheckHandoffRefs(leaseID, refs); err != nil {
 		return nil, err
 	}
 	var deleted []sharding.ShardID
-	err := s.batched(ctx, OpHandoff, len(shards), func(c *Cluster, tx *txn, lo, hi int) error {
-		for _, sh := range shards[lo:hi] {
-			key := handoffKey(sh)
+	err := s.batched(ctx, OpHandoff, len(refs), func(c *Cluster, tx *txn, lo, hi int) error {
+		for _, ref := range refs[lo:hi] {
+			key := handoffKey(ref.From, ref.Shard)
 			if e, ok := c.kvs[key]; ok && e.lease == leaseID {
 				tx.del(key)
-				deleted = append(deleted, sh)
+				deleted = append(deleted, ref.Shard)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return deleted, fmt.Errorf("delete %d handoff records: %w", len(shards), err)
+		return deleted, fmt.Errorf("delete %d handoff records: %w", len(refs), err)
 	}
 	return deleted, nil
+}
+
+// DeleteNotices implements storage.Notices (fault hooks: OpHandoff).
+func (s *Store) DeleteNotices(ctx context.Context, to string, seen []storage.NoticeSeen) (int, error) {
+	if err := storage.CheckNotices(to, seen); err != nil {
+		return 0, err
+	}
+	n := 0
+	err := s.batched(ctx, OpHandoff, len(seen), func(c *Cluster, tx *txn, lo, hi int) error {
+		for _, ns := range seen[lo:hi] {
+			key := storage.NoticeKey(to, ns.Shard)
+			if e, ok := c.kvs[key]; ok && e.mod == ns.Revision {
+				tx.del(key)
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("delete %d notices to %s: %w", len(seen), to, err)
+	}
+	return n, nil
 }
 
 // WriteCheckpoint implements storage.Checkpoints.

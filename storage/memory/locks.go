@@ -120,6 +120,9 @@ func (s *Store) Verify(ctx context.Context, leaseID storage.LeaseID, held []stor
 	return lost, nil
 }
 
+// releasedNotice is the value of a NoticeReleased.
+var releasedNotice, _ = storage.EncodeNotice(storage.NoticeRecord{Kind: storage.NoticeReleased})
+
 // Release implements storage.Locks.
 func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []storage.Held) ([]sharding.ShardID, error) {
 	if err := storage.CheckHeldBy(leaseID, held); err != nil {
@@ -131,6 +134,9 @@ func (s *Store) Release(ctx context.Context, leaseID storage.LeaseID, held []sto
 			key := shardKey(h.Shard)
 			if e, ok := c.kvs[key]; ok && e.lease == leaseID && storage.Epoch(e.mod) == h.Epoch {
 				tx.del(key)
+				if h.Tell != "" {
+					_ = tx.put(storage.NoticeKey(h.Tell, h.Shard), releasedNotice, leaseID) // the lease holds the lock: it exists
+				}
 				released = append(released, h.Shard)
 			}
 		}
@@ -178,13 +184,17 @@ func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([
 	if err := storage.CheckTransfers(reqs); err != nil {
 		return nil, err
 	}
-	vals := make([][]byte, len(reqs))
+	vals, notices := make([][]byte, len(reqs)), make([][]byte, len(reqs))
 	for i, req := range reqs {
 		v, err := storage.EncodeOwner(req.ToOwner)
 		if err != nil {
 			return nil, err
 		}
-		vals[i] = v
+		n, err := storage.EncodeNotice(storage.NoticeRecord{Kind: storage.NoticeMoved, From: req.From, Incarnation: req.ToOwner.Incarnation})
+		if err != nil {
+			return nil, err
+		}
+		vals[i], notices[i] = v, n
 	}
 	out := make([]storage.TransferResult, len(reqs))
 	for i, req := range reqs {
@@ -194,7 +204,7 @@ func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([
 		move := make([]bool, hi-lo)
 		for i := lo; i < hi; i++ {
 			req := reqs[i]
-			sk, hk := shardKey(req.Shard), handoffKey(req.Shard)
+			sk, hk := shardKey(req.Shard), handoffKey(req.From, req.Shard)
 			if e, ok := c.kvs[sk]; !ok || e.lease != req.FromLease || storage.Epoch(e.mod) != req.FromEpoch {
 				out[i].Err = fmt.Errorf("transfer shard %d: %w", req.Shard, storage.ErrNotOwner)
 				continue
@@ -211,9 +221,10 @@ func (s *Store) Transfer(ctx context.Context, reqs []storage.TransferRequest) ([
 			move[i-lo] = true
 		}
 		for i := lo; i < hi; i++ {
-			if move[i-lo] {
-				_ = tx.put(shardKey(reqs[i].Shard), vals[i], reqs[i].ToLease) // the lease exists
-				tx.del(handoffKey(reqs[i].Shard))
+			if req := reqs[i]; move[i-lo] {
+				_ = tx.put(shardKey(req.Shard), vals[i], req.ToLease) // the lease exists
+				tx.del(handoffKey(req.From, req.Shard))
+				_ = tx.put(storage.NoticeKey(req.ToOwner.RunnerID, req.Shard), notices[i], req.ToLease)
 				out[i].Epoch = storage.Epoch(tx.rev)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
 
@@ -162,8 +163,12 @@ func runnerKey(id string) string { return storage.Key(storage.KeyspaceRunners, i
 var shardKey, handoffKey = storage.LockKey, storage.HandoffKey
 
 func lockOf(key string, e *kv) storage.Lock { l, _ := storage.DecodeLock(e.keyValue(key)); return l }
-func handoffOf(key string, e *kv) storage.Handoff {
-	h, _ := storage.DecodeHandoff(e.keyValue(key))
+
+// handoffOf decodes the handoff record of shard sh from runner from.
+func handoffOf(from string, sh sharding.ShardID, e *kv) storage.Handoff {
+	kv := e.keyValue(handoffKey(from, sh))
+	kv.Key = sh.String()
+	h, _ := storage.DecodeHandoff(from, kv)
 	return h
 }
 

@@ -21,12 +21,30 @@ func (s *Store) List(ctx context.Context, ks storage.Keyspace) (storage.Snapshot
 	prefix := string(ks) + "/"
 	snap := storage.Snapshot{Revision: c.rev}
 	for k, e := range c.kvs {
-		if strings.HasPrefix(k, prefix) {
-			snap.KVs = append(snap.KVs, e.keyValue(k))
+		if name, ok := strings.CutPrefix(k, prefix); ok {
+			kv := e.keyValue(k)
+			kv.Key = name // relative to the keyspace listed
+			snap.KVs = append(snap.KVs, kv)
 		}
 	}
 	slices.SortFunc(snap.KVs, func(a, b storage.KeyValue) int { return strings.Compare(a.Key, b.Key) })
 	return snap, nil
+}
+
+// Count implements storage.Lister (fault hooks: OpList).
+func (s *Store) Count(ctx context.Context, ks storage.Keyspace) (int, error) {
+	c, err := s.enter(ctx, OpList)
+	if err != nil {
+		return 0, fmt.Errorf("count %s: %w", ks, err)
+	}
+	defer c.mu.Unlock()
+	prefix, n := string(ks)+"/", 0
+	for k := range c.kvs {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Watch implements storage.Lister.
@@ -85,8 +103,10 @@ func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision,
 		})
 		var evs []storage.Event
 		for _, e := range c.history[i:] {
-			if strings.HasPrefix(e.key, prefix) {
-				evs = append(evs, storage.Event{Type: e.typ, KV: e.kv})
+			if name, ok := strings.CutPrefix(e.key, prefix); ok {
+				kv := e.kv
+				kv.Key = name // relative to the keyspace watched
+				evs = append(evs, storage.Event{Type: e.typ, KV: kv})
 			}
 		}
 		next = c.rev + 1

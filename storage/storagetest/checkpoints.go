@@ -25,7 +25,7 @@ func testCheckpoints(t *testing.T, in Instance) {
 	if _, err := storage.PutHandoff(ctx, s, lb, 6, storage.HandoffRecord{From: "a", To: "b", Phase: storage.HandoffReady}); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 6, FromLease: la, FromEpoch: old, ToLease: lb, ToOwner: owner("b", "1")})
+	cur, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 6, From: "a", FromLease: la, FromEpoch: old, ToLease: lb, ToOwner: owner("b", "1")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func testTransfer(t *testing.T, in Instance) {
 	ctx := ctxT(t)
 	la, lb := grant(t, s, 30*time.Second), grant(t, s, 30*time.Second)
 	r := acquire(t, s, la, owner("a", "1"), 4)[0]
-	req := storage.TransferRequest{Shard: 4, FromLease: la, FromEpoch: r.Epoch, ToLease: lb, ToOwner: owner("b", "1")}
+	req := storage.TransferRequest{Shard: 4, From: "a", FromLease: la, FromEpoch: r.Epoch, ToLease: lb, ToOwner: owner("b", "1")}
 	if _, err := storage.TransferOne(ctx, s, req); !errors.Is(err, storage.ErrNoHandoff) {
 		t.Fatalf("Transfer without a handoff record = %v, want ErrNoHandoff", err)
 	}
@@ -56,6 +56,13 @@ func testTransfer(t *testing.T, in Instance) {
 	if err != nil || len(snap.KVs) != 0 {
 		t.Fatalf("handoffs after transfer = %v, %v; want none", snap.KVs, err)
 	}
+	// The new owner's notice, written in the same transaction: its
+	// revision is the new epoch, under the new owner's lease.
+	notes := notices(t, s, "b")
+	if n, ok := notes[4]; len(notes) != 1 || !ok || n.Kind != storage.NoticeMoved || n.From != "a" || n.Incarnation != "1" ||
+		storage.Epoch(n.ModRevision) != epoch || n.Lease != lb {
+		t.Fatalf("notices to b after the transfer = %+v, want a moved notice of shard 4 at epoch %d under lease %x", notes, epoch, lb)
+	}
 	if lost, err := s.Verify(ctx, la, []storage.Held{{Shard: 4, Epoch: r.Epoch}}); err != nil || len(lost) != 1 {
 		t.Fatalf("old owner Verify = %v, %v; want lost", lost, err)
 	}
@@ -79,7 +86,7 @@ func testTransferBatch(t *testing.T, in Instance) {
 	var puts []storage.HandoffPut
 	reqs := make([]storage.TransferRequest, n)
 	for i := range n {
-		reqs[i] = storage.TransferRequest{Shard: sharding.ShardID(i), FromLease: la, FromEpoch: res[i].Epoch, ToLease: lb, ToOwner: owner("b", "1")}
+		reqs[i] = storage.TransferRequest{Shard: sharding.ShardID(i), From: "a", FromLease: la, FromEpoch: res[i].Epoch, ToLease: lb, ToOwner: owner("b", "1")}
 		if i%10 != 3 { // shards 3, 13, ...: no handoff record
 			puts = append(puts, storage.HandoffPut{Shard: sharding.ShardID(i), Record: storage.HandoffRecord{From: "a", To: "b", Phase: storage.HandoffReady}})
 		}
@@ -123,6 +130,9 @@ func testTransferBatch(t *testing.T, in Instance) {
 	if moved != 120 {
 		t.Errorf("%d shards moved, want 120", moved)
 	}
+	if notes := notices(t, s, "b"); len(notes) != moved {
+		t.Errorf("%d notices to b, want one per moved shard (%d)", len(notes), moved)
+	}
 	if _, err := s.Transfer(ctx, []storage.TransferRequest{reqs[0], reqs[0]}); !errors.Is(err, storage.ErrInvalidArgument) {
 		t.Errorf("Transfer of one shard twice = %v, want ErrInvalidArgument", err)
 	}
@@ -164,21 +174,25 @@ func testHandoffsBatch(t *testing.T, in Instance) {
 	if out, err := s.PutHandoffs(ctx, lb, puts); err != nil || out[0].Err != nil || out[99].Err != nil {
 		t.Fatalf("PutHandoffs(ready) = %v, %v", out, err)
 	}
-	snap, err := s.List(ctx, storage.KeyspaceHandoffs)
+	snap, err := s.List(ctx, storage.HandoffsFrom("a"))
 	if err != nil || len(snap.KVs) != n {
-		t.Fatalf("List(handoffs) = %d keys, %v; want %d", len(snap.KVs), err, n)
+		t.Fatalf("List(handoffs/a) = %d keys, %v; want %d", len(snap.KVs), err, n)
 	}
 	for _, kv := range snap.KVs {
-		h, err := storage.DecodeHandoff(kv)
+		h, err := storage.DecodeHandoff("a", kv)
 		if err != nil || (h.Shard == 42) != (h.Lease == lc) || (h.Shard != 42 && h.Phase != storage.HandoffReady) {
 			t.Errorf("record %+v, %v", h, err)
 		}
 	}
-	deleted, err := s.DeleteHandoffs(ctx, lb, shardRange(0, n))
+	refs := make([]storage.HandoffRef, n)
+	for i := range refs {
+		refs[i] = storage.HandoffRef{Shard: sharding.ShardID(i), From: "a"}
+	}
+	deleted, err := s.DeleteHandoffs(ctx, lb, refs)
 	if err != nil || len(deleted) != n-1 || slices.Contains(deleted, 42) {
 		t.Fatalf("DeleteHandoffs = %d deleted (42 among them: %v), %v; want %d, not c's", len(deleted), slices.Contains(deleted, 42), err, n-1)
 	}
-	if snap, err := s.List(ctx, storage.KeyspaceHandoffs); err != nil || len(snap.KVs) != 1 {
+	if snap, err := s.List(ctx, storage.HandoffsFrom("a")); err != nil || len(snap.KVs) != 1 {
 		t.Fatalf("after DeleteHandoffs: %d records, %v; want c's only", len(snap.KVs), err)
 	}
 	if _, err := s.PutHandoffs(ctx, lb, []storage.HandoffPut{puts[0], puts[0]}); !errors.Is(err, storage.ErrInvalidArgument) {
@@ -202,18 +216,25 @@ func testHandoffs(t *testing.T, in Instance) {
 	if _, err := storage.PutHandoff(ctx, s, lb, 9, rec); err != nil {
 		t.Fatalf("PutHandoff update by its lease = %v", err)
 	}
-	snap, err := s.List(ctx, storage.KeyspaceHandoffs)
-	if err != nil || len(snap.KVs) != 1 {
-		t.Fatalf("List(handoffs) = %v, %v", snap.KVs, err)
+	// Keyed by the old owner: what another old owner watches holds none.
+	if snap, err := s.List(ctx, storage.HandoffsFrom("x")); err != nil || len(snap.KVs) != 0 {
+		t.Fatalf("List(handoffs/x) = %v, %v; want none", snap.KVs, err)
 	}
-	h, err := storage.DecodeHandoff(snap.KVs[0])
+	snap, err := s.List(ctx, storage.HandoffsFrom("a"))
+	if err != nil || len(snap.KVs) != 1 {
+		t.Fatalf("List(handoffs/a) = %v, %v", snap.KVs, err)
+	}
+	h, err := storage.DecodeHandoff("a", snap.KVs[0])
 	if err != nil || h.HandoffRecord != rec || h.Shard != 9 || h.Lease != lb {
 		t.Fatalf("handoff = %+v, %v; want %+v under lease %x", h, err, rec, lb)
 	}
-	if ok, err := storage.DeleteHandoff(ctx, s, lc, 9); err != nil || ok {
+	if ok, err := storage.DeleteHandoff(ctx, s, lc, storage.HandoffRef{Shard: 9, From: "a"}); err != nil || ok {
 		t.Fatalf("DeleteHandoff by another lease = %v, %v; want false", ok, err)
 	}
-	if ok, err := storage.DeleteHandoff(ctx, s, lb, 9); err != nil || !ok {
+	if ok, err := storage.DeleteHandoff(ctx, s, lb, storage.HandoffRef{Shard: 9, From: "x"}); err != nil || ok {
+		t.Fatalf("DeleteHandoff under another old owner = %v, %v; want false", ok, err)
+	}
+	if ok, err := storage.DeleteHandoff(ctx, s, lb, storage.HandoffRef{Shard: 9, From: "a"}); err != nil || !ok {
 		t.Fatalf("DeleteHandoff by its lease = %v, %v; want true", ok, err)
 	}
 	// A handoff record vanishes with its lease.
@@ -225,5 +246,75 @@ func testHandoffs(t *testing.T, in Instance) {
 	}
 	if snap, err := s.List(ctx, storage.KeyspaceHandoffs); err != nil || len(snap.KVs) != 0 {
 		t.Fatalf("handoffs after revoke = %v, %v; want none", snap.KVs, err)
+	}
+}
+
+// notices returns the notices to runner to, by shard.
+func notices(t *testing.T, s storage.Store, to string) map[sharding.ShardID]storage.Notice {
+	t.Helper()
+	ks := storage.NoticesTo(to)
+	snap, err := s.List(ctxT(t), ks)
+	if err != nil {
+		t.Fatalf("List(%s): %v", ks, err)
+	}
+	out := make(map[sharding.ShardID]storage.Notice, len(snap.KVs))
+	for _, kv := range snap.KVs {
+		n, err := storage.DecodeNotice(ks, kv)
+		if err != nil {
+			t.Fatalf("notice %s: %v", kv.Key, err)
+		}
+		out[n.Shard] = n
+	}
+	return out
+}
+
+// testNotices: a release that names the runner to tell writes a released
+// notice under the releasing lease in the same transaction; DeleteNotices
+// deletes a notice only at the revision its runner applied; a notice
+// vanishes with its lease; Count counts without reading.
+func testNotices(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	la := grant(t, s, 30*time.Second)
+	res := acquire(t, s, la, owner("a", "1"), 1, 2, 3)
+	held := []storage.Held{{Shard: 1, Epoch: res[0].Epoch, Tell: "b"}, {Shard: 2, Epoch: res[1].Epoch}, {Shard: 3, Epoch: res[2].Epoch - 1, Tell: "b"}}
+	rel, err := s.Release(ctx, la, held)
+	if err != nil || len(rel) != 2 {
+		t.Fatalf("Release = %v, %v; want shards 1 and 2", rel, err)
+	}
+	notes := notices(t, s, "b")
+	n, ok := notes[1]
+	if len(notes) != 1 || !ok || n.Kind != storage.NoticeReleased || n.Lease != la {
+		t.Fatalf("notices to b = %+v, want one released notice of shard 1 (shard 3 was not released) under lease %x", notes, la)
+	}
+	if got, err := s.Count(ctx, storage.KeyspaceShards); err != nil || got != 1 {
+		t.Fatalf("Count(shards) = %d, %v; want 1 (shard 3)", got, err)
+	}
+	if got, err := s.Count(ctx, storage.NoticesTo("b")); err != nil || got != 1 {
+		t.Fatalf("Count(notices/b) = %d, %v; want 1", got, err)
+	}
+	// Deleted only at the revision applied.
+	if d, err := s.DeleteNotices(ctx, "b", []storage.NoticeSeen{{Shard: 1, Revision: n.ModRevision - 1}}); err != nil || d != 0 {
+		t.Fatalf("DeleteNotices at an older revision = %d, %v; want 0", d, err)
+	}
+	if d, err := s.DeleteNotices(ctx, "b", []storage.NoticeSeen{{Shard: 1, Revision: n.ModRevision}, {Shard: 9, Revision: 1}}); err != nil || d != 1 {
+		t.Fatalf("DeleteNotices = %d, %v; want 1", d, err)
+	}
+	if notes := notices(t, s, "b"); len(notes) != 0 {
+		t.Fatalf("notices to b after DeleteNotices = %+v", notes)
+	}
+	// A released notice vanishes with the releasing lease.
+	r4 := acquire(t, s, la, owner("a", "1"), 4)[0]
+	if _, err := s.Release(ctx, la, []storage.Held{{Shard: 4, Epoch: r4.Epoch, Tell: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Revoke(ctx, la); err != nil {
+		t.Fatal(err)
+	}
+	if notes := notices(t, s, "c"); len(notes) != 0 {
+		t.Fatalf("notices to c after the releasing lease ended = %+v, want none", notes)
+	}
+	if _, err := s.DeleteNotices(ctx, "b", []storage.NoticeSeen{{Shard: 1, Revision: 0}}); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Errorf("DeleteNotices at revision 0 = %v, want ErrInvalidArgument", err)
 	}
 }

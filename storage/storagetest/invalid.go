@@ -136,11 +136,27 @@ func testInvalid(t *testing.T, in Instance) {
 		{"verify epoch 0", func() error { _, err := s.Verify(ctx, l, []storage.Held{{Shard: 1}}); return err }()},
 		{"release epoch 0", func() error { _, err := s.Release(ctx, l, []storage.Held{{Shard: 1}}); return err }()},
 		{"transfer without lease", func() error {
-			_, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, FromEpoch: 1, ToLease: l, ToOwner: owner("b", "1")})
+			_, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, From: "a", FromEpoch: 1, ToLease: l, ToOwner: owner("b", "1")})
 			return err
 		}()},
 		{"transfer epoch 0", func() error {
-			_, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, FromLease: l, ToLease: l, ToOwner: owner("b", "1")})
+			_, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, From: "a", FromLease: l, ToLease: l, ToOwner: owner("b", "1")})
+			return err
+		}()},
+		{"transfer without its old owner", func() error {
+			_, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, FromLease: l, FromEpoch: 1, ToLease: l, ToOwner: owner("b", "1")})
+			return err
+		}()},
+		{"release telling an invalid runner", func() error {
+			_, err := s.Release(ctx, l, []storage.Held{{Shard: 1, Epoch: 1, Tell: "a/b"}})
+			return err
+		}()},
+		{"delete a handoff record of no old owner", func() error {
+			_, err := s.DeleteHandoffs(ctx, l, []storage.HandoffRef{{Shard: 1}})
+			return err
+		}()},
+		{"delete notices of an invalid runner", func() error {
+			_, err := s.DeleteNotices(ctx, "", []storage.NoticeSeen{{Shard: 1, Revision: 1}})
 			return err
 		}()},
 		{"checkpoint epoch 0", func() error { _, err := s.WriteCheckpoint(ctx, 1, "", 0, storage.AnyRevision, []byte("x")); return err }()},

@@ -71,7 +71,7 @@ func testShardStateFenced(t *testing.T, in Instance) {
 	if _, err := storage.PutHandoff(ctx, s, lb, 1, storage.HandoffRecord{From: "a", To: "b", Phase: storage.HandoffReady}); err != nil {
 		t.Fatal(err)
 	}
-	eb, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, FromLease: la, FromEpoch: ea[0].Epoch, ToLease: lb, ToOwner: owner("b", "1")})
+	eb, err := storage.TransferOne(ctx, s, storage.TransferRequest{Shard: 1, From: "a", FromLease: la, FromEpoch: ea[0].Epoch, ToLease: lb, ToOwner: owner("b", "1")})
 	if err != nil {
 		t.Fatal(err)
 	}

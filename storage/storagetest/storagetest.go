@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"TransferBatch", testTransferBatch},
 		{"Handoffs", testHandoffs},
 		{"HandoffsBatch", testHandoffsBatch},
+		{"NoticesAndCount", testNotices},
 		{"LeaseExpiryDeletesKeys", testLeaseExpiry},
 		{"WatchAfterListNoGaps", testWatchNoGaps},
 		{"FollowConcurrentWrites", testFollowConcurrent},

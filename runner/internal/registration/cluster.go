@@ -14,10 +14,10 @@ import (
 var ErrClusterMismatch = errors.New("runner: configuration differs from the cluster's")
 
 // ClusterMismatchError reports a setting of this runner that differs from
-// the one the cluster record holds (NumShards, Strategy). Package runner
-// re-exports it.
+// the one the cluster record holds (NumShards, Strategy, the coordination
+// layout of its version: storage.Layout). Package runner re-exports it.
 type ClusterMismatchError struct {
-	Setting   string // "NumShards" or "Strategy"
+	Setting   string // "NumShards", "Strategy" or "coordination layout"
 	Cluster   string // the cluster's value
 	Runner    string // this runner's value
 	WrittenBy string // the runner that published the cluster's value ("" if unknown)
@@ -68,6 +68,8 @@ func CheckCluster(ctx context.Context, store ClusterStore, want storage.ClusterR
 			}
 		case info.NumShards != want.NumShards:
 			return storage.ClusterRecord{}, &ClusterMismatchError{Setting: "NumShards", Cluster: fmt.Sprint(info.NumShards), Runner: fmt.Sprint(want.NumShards), WrittenBy: info.WrittenBy}
+		case info.Layout != 0 && info.Layout != want.Layout:
+			return storage.ClusterRecord{}, &ClusterMismatchError{Setting: "coordination layout", Cluster: layoutName(info.Layout), Runner: layoutName(want.Layout), WrittenBy: info.WrittenBy}
 		case want.Strategy == "" || info.Strategy == want.Strategy:
 			return info.ClusterRecord, nil
 		case info.Strategy != "":
@@ -87,4 +89,16 @@ func writeCluster(ctx context.Context, store ClusterStore, rec storage.ClusterRe
 		return fmt.Errorf("write the cluster record: %w", err)
 	}
 	return nil
+}
+
+// layoutName describes coordination layout n for a ClusterMismatchError.
+func layoutName(n int) string {
+	switch n {
+	case 1:
+		return "layout 1 (every runner watches every shard lock: an older version)"
+	case storage.Layout:
+		return fmt.Sprintf("layout %d (each runner watches its own keys)", n)
+	default:
+		return fmt.Sprintf("layout %d (another version)", n)
+	}
 }
