@@ -185,7 +185,7 @@ func ClientConfig(endpoints []string) clientv3.Config {
 func (s *Store) key(ks storage.Keyspace, name string) string {
 	return s.prefix + storage.Key(ks, name)
 }
-func (s *Store) shardKey(sh sharding.ShardID) string   { return s.prefix + storage.LockKey(sh) }
+func (s *Store) shardKey(sh sharding.ShardID) string { return s.prefix + storage.LockKey(sh) }
 func (s *Store) checkpointKey(sh sharding.ShardID, name string) string {
 	return s.prefix + storage.CheckpointKey(sh, name)
 }
