@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"time"
 
@@ -85,7 +86,9 @@ type Config struct {
 	// runner's own state — phase, lease lag, rates — and marks it
 	// unreachable as soon as its process is gone, without
 	// DebugConfig.PeerURL. Default "": none published. It must be an
-	// absolute http or https URL.
+	// absolute http or https URL without credentials (user:password@ is
+	// refused: the record is readable by whoever may read the namespace,
+	// and the pages show it); the pages fetch it without credentials.
 	DebugURL string
 	// TLS configures the transport server (nil: plaintext). Set ClientAuth
 	// (tls.RequireAndVerifyClientCert) and ClientCAs for mutual TLS.
@@ -549,10 +552,8 @@ func (c Config) validate() error {
 	if err := sharding.ValidateNumShards(c.NumShards); err != nil {
 		return fmt.Errorf("%w: NumShards: %w", ErrInvalidConfig, err)
 	}
-	if c.DebugURL != "" {
-		if err := storage.ValidateDebugURL(c.DebugURL); err != nil {
-			return fmt.Errorf("%w: DebugURL: %w", ErrInvalidConfig, err)
-		}
+	if err := validateDebugURL(c.DebugURL); err != nil {
+		return err
 	}
 	for _, d := range c.durations() {
 		if d.value <= 0 {
@@ -583,6 +584,24 @@ func (c Config) validate() error {
 		return bad("negative MaxMessageSize, MaxWaitingSends, HotSetLimit, CutoverWaiters or MaxConnections")
 	}
 	return c.validatePeerCheck()
+}
+
+// validateDebugURL checks Config.DebugURL: the record rule
+// (storage.ValidateDebugURL), and no credentials in it — the URL is
+// published in the store and shown on every debug page.
+func validateDebugURL(u string) error {
+	if u == "" {
+		return nil
+	}
+	if err := storage.ValidateDebugURL(u); err != nil {
+		return fmt.Errorf("%w: DebugURL: %w", ErrInvalidConfig, err)
+	}
+	if p, _ := url.Parse(u); p != nil && p.User != nil {
+		return fmt.Errorf("%w: DebugURL %q carries credentials (user:password@): it is published in the runner record and shown on "+
+			"every debug page; publish it without them, protect the pages with your middleware, and give the pages that fetch it "+
+			"the credentials in DebugConfig.HTTPClient, with DebugConfig.PeerURL (see SECURITY.md)", ErrInvalidConfig, p.Redacted())
+	}
+	return nil
 }
 
 // validatePeerCheck checks RequireClusterPeers against the TLS settings.

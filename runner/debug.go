@@ -27,16 +27,19 @@ const (
 // meaning the defaults. Its fields:
 //
 //	PeerURL     func(runnerID string) string
-//	    the URL of a runner's own debug page, overriding the one it
-//	    publishes (Config.DebugURL); nil or "": the published one. Every
-//	    request fetches each runner's own state from its URL, so the page
-//	    shows every runner's phase, lease lag and rates, and marks one
+//	    the URL of a runner's own debug page. When set, it alone decides
+//	    ("": none); nil: the URL each runner publishes (Config.DebugURL).
+//	    Every request fetches each runner's own state from its URL, so the
+//	    page shows every runner's phase, lease lag and rates, and marks one
 //	    whose page does not answer unreachable.
 //	PeerTimeout time.Duration
 //	    bound of one peer's fetch. Default DefaultDebugPeerTimeout (500 ms).
 //	HTTPClient  *http.Client
-//	    what fetches the peers' states. Default: a client bounded by
-//	    PeerTimeout.
+//	    what fetches the URLs PeerURL returns, and only those: give it the
+//	    credentials of the peers' pages. Default: a client bounded by
+//	    PeerTimeout. Published URLs (no PeerURL), which whoever may write
+//	    the namespace chooses, are fetched without credentials. No fetch
+//	    follows a redirect to another scheme or host.
 //	Refresh     time.Duration
 //	    how often the page reloads its content in the browser. Default
 //	    DefaultDebugRefresh (2 s); negative: never.
@@ -96,7 +99,8 @@ type DebugDetach = debugpage.Detach
 //	Owned, Assigned       shards locked under its lease, shards the assignment gives it
 //	Color                 its colour in the shard map (CSS)
 //	Self                  it is the runner serving the page
-//	URL                   its debug page: its record's DebugURL, or DebugConfig.PeerURL's
+//	URL                   its debug page: DebugConfig.PeerURL's, or (without) its record's
+//	                      DebugURL; shown without credentials
 //	State *DebugSelf      what it reports itself (fetched from URL; Self's own)
 //	StateError            why State is missing: "unreachable: ..." when its
 //	                      page does not answer (e.g. its process died)
@@ -161,13 +165,15 @@ type DebugEvent = debugpage.Event
 // ExampleRunner_DebugHandler mounts it behind a middleware (with
 // cfg.HTTPClient carrying the credentials for the peers' pages).
 //
-// Every request fetches each registered runner's own state from the debug
-// URL it publishes (Config.DebugURL; cfg.PeerURL overrides it): set
-// Config.DebugURL on every runner to the URL where its process mounts
-// this handler, and each page shows every runner's phase, lease lag and
-// rates, and marks a runner whose process is gone unreachable at once
-// (its shards hatched) instead of showing it healthy until its lease
-// expires. Rates are counter deltas between samples at least a second
+// Every request fetches each registered runner's own state from its
+// debug URL: the one cfg.PeerURL returns, or, without PeerURL, the one it
+// publishes (Config.DebugURL on every runner, the URL where its process
+// mounts this handler). Each page then shows every runner's phase, lease
+// lag and rates, and marks a runner whose process is gone unreachable at
+// once (its shards hatched) instead of showing it healthy until its lease
+// expires. Published URLs are fetched without credentials: behind
+// authentication, give cfg.PeerURL and cfg.HTTPClient (SECURITY.md, The
+// debug page). Rates are counter deltas between samples at least a second
 // apart: the handler's creation, then its requests, so the first page
 // already shows them — make the handler once, when the process starts.
 func (r *Runner) DebugHandler(cfg DebugConfig) http.Handler {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -377,6 +378,22 @@ func TestDebugBeforeRun(t *testing.T) {
 	if st.Self.Phase != "new" || st.Self.Attached || !st.Self.Started.IsZero() || len(st.Runners) != 0 ||
 		st.Shards.Unowned != 8 || len(st.Events) != 0 {
 		t.Errorf("state before Run = %+v", st)
+	}
+}
+
+// TestDebugURLWithCredentialsIsRefused: a DebugURL carrying credentials
+// would be published in the runner record and shown on every page: New
+// refuses it, naming the fix, without repeating the password.
+func TestDebugURLWithCredentialsIsRefused(t *testing.T) {
+	s := memory.New()
+	defer s.Cluster().Close()
+	_, err := runner.New(s, runner.Config{ID: "a", DebugURL: "http://operator:s3cret@10.0.0.5:8081/debug/shardhost/"})
+	if !errors.Is(err, runner.ErrInvalidConfig) || !strings.Contains(err.Error(), "DebugConfig.HTTPClient") || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("New(DebugURL with user:password@) = %v, want ErrInvalidConfig naming DebugConfig.HTTPClient, without the password", err)
+	}
+	t.Logf("New: %v", err)
+	if _, err := runner.New(s, runner.Config{ID: "a", DebugURL: "http://10.0.0.5:8081/debug/shardhost/"}); err != nil {
+		t.Fatalf("New(DebugURL without credentials) = %v", err)
 	}
 }
 

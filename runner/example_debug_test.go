@@ -32,8 +32,8 @@ func requireBasicAuth(user, password string, next http.Handler) http.Handler {
 }
 
 // basicAuthTransport adds credentials to the requests of the debug
-// handler's own client, which fetches the peers' pages (DebugConfig.PeerURL)
-// when they sit behind the same middleware.
+// handler's own client, which fetches the peers' pages at the URLs
+// DebugConfig.PeerURL gives when they sit behind the same middleware.
 type basicAuthTransport struct{ user, password string }
 
 func (t basicAuthTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -60,6 +60,11 @@ func ExampleRunner_DebugHandler() {
 	const user, password = "operator", "s3cret" // from the program's secrets in practice
 	mux := http.NewServeMux()
 	mux.Handle("/debug/shardhost/", requireBasicAuth(user, password, r.DebugHandler(runner.DebugConfig{
+		// The credentials go to the URLs PeerURL gives, and to no other:
+		// the URLs runners publish in the store (Config.DebugURL) are
+		// fetched without them, as whoever may write the namespace can
+		// choose those.
+		PeerURL:    func(id string) string { return "https://" + id + ".debug.internal/debug/shardhost/" },
 		HTTPClient: &http.Client{Transport: basicAuthTransport{user, password}},
 	})))
 	srv := httptest.NewServer(mux) // in production: an http.Server on an internal address

@@ -20,14 +20,22 @@
 //   - Self-contained: the page's template, style sheet and script are
 //     embedded; the page loads no external asset and needs no build step.
 //   - Peers: each listed runner's own state is fetched concurrently from
-//     the debug URL its record publishes (Config.PeerURL overrides it),
-//     each fetch bounded by Config.PeerTimeout; a peer that does not
+//     the debug URL Config.PeerURL returns for it or, without PeerURL, the
+//     one its record publishes, each fetch bounded by Config.PeerTimeout
+//     and by 4 MiB of answer; a peer that does not
 //     answer in time — its process is gone — is shown as unreachable on
 //     that very request, it never holds the request longer. ?peers=0 skips
 //     the fetches (peers ask each other with it, so a request never fans
 //     out further than one hop), and peers ask each other for ?part=self
 //     only: a page of 100 runners of 65 536 shards fetches 100 small
 //     documents, not 100 shard maps of ~200 KB each.
+//   - Credentials go where the operator sends them: Config.HTTPClient
+//     fetches only the URLs Config.PeerURL returns (PeerURL alone decides
+//     when set: "" means no URL); the URLs runners publish, which whoever
+//     may write the namespace chooses, are fetched by a client without
+//     credentials, and one carrying credentials (user:password@) is
+//     neither fetched nor shown. No fetch follows a redirect to another
+//     scheme or host, or to a URL with credentials.
 //   - Size: the shard map has one cell per shard, ~20 bytes of HTML each
 //     before gzip (~1.3 MB for 65 536 shards of 100 runners, ~110 KB
 //     compressed); the page's script spaces its refreshes out when one

@@ -4,10 +4,8 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -26,14 +24,16 @@ import (
 // since then).
 func Handler(src Source, cfg Config) http.Handler {
 	h := &handler{src: src, cfg: cfg.withDefaults()}
+	h.published = publishedClient(h.cfg.PeerTimeout)
 	h.rates.update(time.Now(), counters(src.Snapshot().Kinds))
 	return h
 }
 
 type handler struct {
-	src   Source
-	cfg   Config
-	rates rateSampler
+	src       Source
+	cfg       Config
+	published *http.Client // fetches the URLs runners publish (peers.go)
+	rates     rateSampler
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -86,66 +86,23 @@ type nopCloser struct{ io.Writer }
 func (nopCloser) Close() error { return nil }
 
 // state takes a snapshot of the source, builds its State and, when peers
-// is set, fills in every listed peer's own state.
+// is set, fills in every listed peer's own state (peers.go).
 func (h *handler) state(ctx context.Context, epochs, peers bool) *State {
 	now := time.Now()
 	st := build(h.src.Snapshot(), now, epochs, &h.rates)
 	var wg sync.WaitGroup
 	for i := range st.Runners {
 		r := &st.Runners[i]
-		if h.cfg.PeerURL != nil { // overrides the URL the runner published
-			if u := h.cfg.PeerURL(r.ID); u != "" {
-				r.URL = u
-			}
-		}
+		target, client, refused := h.peerURL(r)
 		switch {
 		case r.Self:
 			r.State = &st.Self
-		case r.URL != "" && peers:
-			wg.Go(func() { r.State, r.StateError = h.fetchPeer(ctx, r.ID, r.Incarnation, r.URL) })
+		case refused != "":
+			r.StateError = refused
+		case target != "" && peers:
+			wg.Go(func() { r.State, r.StateError = h.fetchPeer(ctx, client, r.ID, r.Incarnation, target) })
 		}
 	}
 	wg.Wait()
 	return st
-}
-
-// fetchPeer returns the state runner id reports at its debug URL, or why
-// it has none.
-func (h *handler) fetchPeer(ctx context.Context, id, incarnation, base string) (*Self, string) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return nil, fmt.Sprintf("bad URL %q: %v", base, err)
-	}
-	q := u.Query()
-	q.Set("format", "json")
-	q.Set("peers", "0")   // understood by every version
-	q.Set("part", "self") // skips the shard map where understood
-	u.RawQuery = q.Encode()
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.PeerTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err.Error()
-	}
-	resp, err := h.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return nil, "unreachable: " + err.Error()
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, "unreachable: " + resp.Status
-	}
-	var st State
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&st); err != nil {
-		return nil, "bad answer: " + err.Error()
-	}
-	switch {
-	case st.Schema != Schema:
-		return nil, fmt.Sprintf("bad answer: schema %q, want %q", st.Schema, Schema)
-	case st.Self.ID != id:
-		return nil, fmt.Sprintf("%s serves runner %q", base, st.Self.ID)
-	case st.Self.Incarnation != incarnation:
-		return &st.Self, "another incarnation answers (restarted?)"
-	}
-	return &st.Self, ""
 }

@@ -115,7 +115,7 @@ func TestFirstRequestShowsRates(t *testing.T) {
 // TestPeersFromPublishedURLs: without PeerURL, each runner's state is
 // fetched from the debug URL its record publishes; a runner whose page
 // does not answer (its process is gone) is unreachable and its shards are
-// marked; PeerURL, when it returns a URL, overrides the published one.
+// marked; with PeerURL, the published URLs are not used at all.
 func TestPeersFromPublishedURLs(t *testing.T) {
 	b := clusterSnapshot()
 	b.ID, b.Incarnation = "b", "b-inc"
@@ -152,8 +152,8 @@ func TestPeersFromPublishedURLs(t *testing.T) {
 	if r := st.Runners[2]; r.State == nil || r.State.ID != "c" || r.URL != cSrv.URL+"/" {
 		t.Errorf("c's row with PeerURL: state %+v, error %q, url %q; want c's state from PeerURL's URL", r.State, r.StateError, r.URL)
 	}
-	if r := st.Runners[1]; r.State == nil || r.State.ID != "b" {
-		t.Errorf("b's row with a PeerURL that knows only c: state %+v, error %q; want b's state from its published URL", r.State, r.StateError)
+	if r := st.Runners[1]; r.State != nil || r.StateError != "" || r.URL != "" {
+		t.Errorf("b's row with a PeerURL that knows only c: state %+v, error %q, url %q; want none (PeerURL alone decides)", r.State, r.StateError, r.URL)
 	}
 }
 

@@ -22,20 +22,27 @@ const (
 // the documented defaults.
 type Config struct {
 	// PeerURL returns the URL at which the runner with the given ID serves
-	// its own debug handler ("" when unknown). Every request fetches each
-	// listed runner's state from its URL (JSON, bounded by PeerTimeout,
-	// concurrently), so the runners table shows every runner's phase,
-	// detach reason, lease deadline lag and message rates, marks a runner
-	// whose page does not answer unreachable, and links to its page. The
-	// URL is the one the runner publishes in its record (its
-	// runner.Config.DebugURL), or PeerURL's when PeerURL is set and
-	// returns one: it overrides the published URLs (a proxy, another
-	// network). A runner with neither shows no state of its own.
+	// its own debug handler ("" when there is none). Every request fetches
+	// each listed runner's state from its URL (JSON, bounded by
+	// PeerTimeout, concurrently), so the runners table shows every runner's
+	// phase, detach reason, lease deadline lag and message rates, marks a
+	// runner whose page does not answer unreachable, and links to its page.
+	// When PeerURL is set it alone decides: a runner it returns "" for has
+	// no URL, whatever its record publishes. When it is nil, the URLs are
+	// the ones the runners publish in their records (their
+	// runner.Config.DebugURL): whoever may write the namespace in the store
+	// chooses those, so they are fetched without HTTPClient (see there).
 	PeerURL func(runnerID string) string
 	// PeerTimeout bounds the fetch of one peer's state. Default 500 ms.
 	PeerTimeout time.Duration
-	// HTTPClient fetches the peers' states. Default: a client without
-	// cookies or redirects beyond the standard ones, bounded by PeerTimeout.
+	// HTTPClient fetches the peers' states at the URLs PeerURL returns, and
+	// only those: give it the credentials the peers' pages want. Default:
+	// a client without cookies, bounded by PeerTimeout. The URLs runners
+	// publish (no PeerURL) are fetched by a client of the handler's own,
+	// which carries no credentials (no cookies, no client certificate, no
+	// Authorization) and the proxy settings of the environment. Either
+	// client follows a redirect only to the scheme and host it asked, and
+	// never to a URL that carries credentials (user:password@).
 	HTTPClient *http.Client
 	// Refresh is how often the page reloads its content in the browser.
 	// Default 2 s; negative: never (the page is still current when loaded).
@@ -48,7 +55,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Timeout: c.PeerTimeout}
+	} else {
+		own := *c.HTTPClient // the caller's stays as it is
+		c.HTTPClient = &own
 	}
+	c.HTTPClient.CheckRedirect = sameOrigin(c.HTTPClient.CheckRedirect)
 	if c.Refresh == 0 {
 		c.Refresh = DefaultRefresh
 	}
@@ -138,7 +149,7 @@ type Runner struct {
 	Assigned    int       `json:"assigned"` // shards the assignment gives it
 	Color       string    `json:"color"`    // its colour in the shard map (CSS)
 	Self        bool      `json:"self,omitempty"`
-	URL         string    `json:"url,omitempty"` // its debug page (its record's DebugURL, or Config.PeerURL)
+	URL         string    `json:"url,omitempty"` // its debug page (Config.PeerURL's, or its record's DebugURL), without credentials
 	// State is what the runner reports itself: this runner's Self, or a
 	// peer's fetched from URL. StateError says why a peer's is missing.
 	State      *Self  `json:"state,omitempty"`
