@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -90,13 +92,24 @@ type Config struct {
 	// refused: the record is readable by whoever may read the namespace,
 	// and the pages show it); the pages fetch it without credentials.
 	DebugURL string
-	// TLS configures the transport server (nil: plaintext). Set ClientAuth
-	// (tls.RequireAndVerifyClientCert) and ClientCAs for mutual TLS.
+	// TLS configures the transport server (nil: plaintext, which New
+	// refuses beyond loopback unless AllowInsecureTransport is set). Set
+	// ClientAuth (tls.RequireAndVerifyClientCert) and ClientCAs for mutual
+	// TLS.
 	// Refused handshakes are logged at WARN with the peer's address and
 	// the reason (at most once a minute, with a count).
 	TLS *tls.Config
 	// PeerTLS configures connections to other runners (nil: plaintext).
 	PeerTLS *tls.Config
+	// AllowInsecureTransport lets the transport listen beyond loopback
+	// without TLS: whoever reaches ListenAddr can then call any method of
+	// any entity, and answer as a runner to whoever dials it (SECURITY.md).
+	// Without it New refuses such a configuration with an
+	// *InsecureTransportError; set it only where the network itself is
+	// trusted. A loopback ListenAddr (127.0.0.0/8, ::1, localhost) needs no
+	// TLS and no flag; an empty host (":7100", every interface) or a host
+	// name other than localhost counts as beyond loopback. Default false.
+	AllowInsecureTransport bool
 	// RequireClusterPeers makes mutual TLS check who a peer is, not only
 	// that a trusted CA signed its certificate (any certificate of a CA
 	// shared with other services would do otherwise). A peer's certificate
@@ -583,7 +596,34 @@ func (c Config) validate() error {
 	case c.MaxMessageSize < 0 || c.MaxWaitingSends < 0 || c.HotSetLimit < 0 || c.CutoverWaiters < 0 || c.MaxConnections < 0:
 		return bad("negative MaxMessageSize, MaxWaitingSends, HotSetLimit, CutoverWaiters or MaxConnections")
 	}
+	if err := c.validateTransportSecurity(); err != nil {
+		return err
+	}
 	return c.validatePeerCheck()
+}
+
+// validateTransportSecurity refuses a default transport that would listen
+// beyond loopback without TLS, unless AllowInsecureTransport says so.
+func (c Config) validateTransportSecurity() error {
+	if c.Transport != nil || c.ClientOnly || c.ListenAddr == "" || c.TLS != nil || c.AllowInsecureTransport || loopbackAddr(c.ListenAddr) {
+		return nil
+	}
+	return &InsecureTransportError{ListenAddr: c.ListenAddr}
+}
+
+// loopbackAddr reports whether the host of addr ("host:port") is a
+// loopback address or "localhost". An address that does not split is
+// left to the listener to refuse.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // validateDebugURL checks Config.DebugURL: the record rule

@@ -390,7 +390,10 @@
 //     cluster that lives in one process (tests, a single process): Run
 //     fails with ErrNoTransport, giving its shards up, as soon as the
 //     cluster holds a runner of another process, and senders routing to
-//     such an owner get ErrNoTransport naming it.
+//     such an owner get ErrNoTransport naming it. A transport listening
+//     beyond loopback without TLS is refused by New
+//     (*InsecureTransportError) unless Config.AllowInsecureTransport says
+//     so.
 //
 // # Logs
 //

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/shardhost/shardhost/runner/internal/hosting"
 	"github.com/shardhost/shardhost/runner/internal/registration"
@@ -79,6 +80,26 @@ var (
 // that published the cluster's value, "" if unknown); errors.Is(err,
 // ErrClusterMismatch) holds.
 type ClusterMismatchError = registration.ClusterMismatchError
+
+// InsecureTransportError reports a runner whose transport would listen
+// beyond loopback (ListenAddr) without TLS while
+// Config.AllowInsecureTransport is not set: whoever reaches the port could
+// call any method of any entity. New returns it; errors.Is(err,
+// ErrInvalidConfig) holds. The fix: Config.TLS and Config.PeerTLS (mutual
+// TLS, see SECURITY.md), a loopback ListenAddr, or, on a network trusted
+// as such, AllowInsecureTransport.
+type InsecureTransportError struct {
+	ListenAddr string
+}
+
+func (e *InsecureTransportError) Error() string {
+	return fmt.Sprintf("runner: invalid config: the transport would listen on %q, beyond loopback, without TLS "+
+		"(anyone reaching it could call any method of any entity): set Config.TLS and Config.PeerTLS (mutual TLS, see SECURITY.md), "+
+		"listen on loopback (127.0.0.1:PORT), or set Config.AllowInsecureTransport on a network you trust", e.ListenAddr)
+}
+
+// Unwrap returns ErrInvalidConfig.
+func (e *InsecureTransportError) Unwrap() error { return ErrInvalidConfig }
 
 // NotOwnerError reports that this runner does not own Shard at its current
 // epoch. It is retryable: the message was not delivered. Its fields: Shard,
