@@ -7,11 +7,12 @@ package runner_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log"
+	"os"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
@@ -42,9 +43,9 @@ var (
 )
 
 func Example_cluster() {
-	cli, err := clientv3.New(etcd.ClientConfig([]string{"127.0.0.1:2379"}))
+	cli, err := etcd.NewClient(etcd.ClientConfig([]string{"127.0.0.1:2379"}))
 	if err != nil {
-		log.Fatal(err)
+		log.Fatal(err) // names the cause: a refused connection, a TLS mismatch, a wrong password
 	}
 	defer cli.Close()
 	store, err := etcd.New(cli, "shop", etcd.Config{}) // keys under /shop/
@@ -53,9 +54,16 @@ func Example_cluster() {
 	}
 
 	// A hosting runner (one per process). Every runner of the cluster uses
-	// the same NumShards; other runners reach this one at Address.
+	// the same NumShards; other runners reach this one at Address, over
+	// mutual TLS: New refuses a transport beyond loopback without TLS
+	// unless Config.AllowInsecureTransport says so.
+	srvTLS, peerTLS, err := transportTLS("ca.pem", "runner-1.pem", "runner-1-key.pem")
+	if err != nil {
+		log.Fatal(err)
+	}
 	r, err := runner.New(store, runner.Config{
 		ID: "runner-1", NumShards: 1024, ListenAddr: ":7100", Address: "10.0.0.5:7100",
+		TLS: srvTLS, PeerTLS: peerTLS,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -74,7 +82,8 @@ func Example_cluster() {
 
 	// A gateway (usually a process of its own, e.g. the HTTP front end)
 	// routes to the owners and hosts nothing.
-	gw, err := runner.New(store, runner.Config{ID: "gateway-1", NumShards: 1024, ClientOnly: true})
+	gw, err := runner.New(store, runner.Config{ID: "gateway-1", NumShards: 1024, ClientOnly: true,
+		PeerTLS: peerTLS}) // in its own process: a certificate of its own
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -90,4 +99,26 @@ func Example_cluster() {
 	defer cancel()
 	n, err := AddItem.Ask(ctx, gw, "cart-42", AddReq{SKU: "book", Qty: 1})
 	fmt.Println(n, err)
+}
+
+// transportTLS loads a runner's certificate (naming the host of its
+// Address: IP 10.0.0.5 here) and the cluster's CA: the server requires a
+// certificate of that CA from every peer, and the runner presents its own.
+func transportTLS(caFile, certFile, keyFile string) (server, peer *tls.Config, err error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	ca := x509.NewCertPool()
+	if !ca.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("%s: no PEM certificate", caFile)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	server = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}
+	peer = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca, MinVersion: tls.VersionTLS13}
+	return server, peer, nil
 }

@@ -39,7 +39,6 @@ import (
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/shardhost/shardhost/runner"
@@ -76,7 +75,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.id, "id", "", "runner ID (default: the role)")
 	fs.StringVar(&c.endpoints, "etcd", "127.0.0.1:2379", "etcd `host:port`s, comma-separated")
 	fs.StringVar(&c.namespace, "namespace", "demo", "the cluster's namespace in etcd")
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "runner transport `address` (runners only)")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "runner transport `address` (runners only; beyond loopback it needs -tls-ca, -tls-cert and -tls-key)")
 	fs.StringVar(&c.debug, "debug", "127.0.0.1:8080", "`address` of the debug page (http://ADDRESS"+DebugPath+")")
 	fs.StringVar(&c.debugURL, "debug-url", "", "the debug page's `URL` as the other processes reach it, published in the runner record (default http://ADDRESS"+DebugPath+" of -debug)")
 	fs.IntVar(&c.shards, "shards", runner.DefaultNumShards, "NumShards (the same on every process)")
@@ -139,9 +138,9 @@ func run(ctx context.Context, c config) error {
 	if err := c.security.etcdClient(&ccfg); err != nil {
 		return err
 	}
-	cli, err := clientv3.New(ccfg) // logs in when a user is given
+	cli, err := etcd.NewClient(ccfg) // logs in when a user is given; its error names the cause
 	if err != nil {
-		return fmt.Errorf("etcd client: %w", etcd.TranslateError(err))
+		return err
 	}
 	defer cli.Close()
 	store, err := etcd.New(cli, c.namespace, etcd.Config{})

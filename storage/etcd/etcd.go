@@ -41,8 +41,10 @@
 // credentials or permissions is reported as [storage.ErrPermissionDenied]
 // (a watch the server cancels for it too); [TranslateError] does the
 // same for errors met outside a Store, such as clientv3.New's (a client
-// with a user and password logs in when it is made). SECURITY.md gives the
-// etcdctl lines and what each misconfiguration does.
+// with a user and password logs in when it is made). Make the client with
+// [NewClient]: where clientv3.New says only "context deadline exceeded",
+// it adds what a TLS handshake with each endpoint finds ([ProbeTLS]).
+// SECURITY.md gives the etcdctl lines and what each misconfiguration does.
 //
 // # Concurrency
 //

@@ -51,7 +51,7 @@ func StartNodeWith(endpoints []string, namespace string, cfg runner.Config, kind
 	if !verbose {
 		ccfg.Logger = zap.NewNop()
 	}
-	cli, err := clientv3.New(ccfg)
+	cli, err := etcd.NewClient(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %s: %w", cfg.ID, err)
 	}
