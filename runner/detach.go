@@ -221,16 +221,22 @@ func (r *Runner) Detach() {
 func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 	now := time.Now()
 	healthy := false
+	var failed error // why the probe found the store unhealthy, when it knows
 	if h.Lease != storage.NoLease && !h.Lost {
 		// The keep-alive is the probe: ask for one now, judge the last.
 		r.keeper.RenewNow()
 		healthy = h.Healthy && now.Before(r.policy.TripAt(h.Deadline))
+		failed = h.Err
 	} else {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
-		healthy = r.store.Ping(pctx) == nil
+		failed = r.store.Ping(pctx)
+		healthy = failed == nil
 		cancel()
 	}
 	if !healthy {
+		if errors.Is(failed, storage.ErrPermissionDenied) && ctx.Err() == nil {
+			r.refusedWhileDetached("probe", failed) // the role may have lost read too
+		}
 		r.machine.SignalUnhealthy(now)
 		return r.cfg.ProbeInterval
 	}
@@ -252,6 +258,9 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 		r.machine.SignalUnhealthy(time.Now())
 		return r.cfg.ProbeInterval
 	}
+	r.st.mu.Lock()
+	r.st.denied, r.st.deniedLog = 0, time.Time{} // a later refusal is news again
+	r.st.mu.Unlock()
 	return 0
 }
 

@@ -376,10 +376,13 @@
 //     etcd: a wrong or changed password, a role without readwrite on the
 //     namespace's prefix; storage.ErrPermissionDenied) ends Run at once
 //     with an error matching it, logged at ERROR. Refused while running,
-//     the runner detaches (its renewals fail) and stays detached, trying to
-//     re-attach once per RecoverWindow of health, logged at ERROR once a
-//     minute and counted in sharding.storage_errors
-//     (error.type=permission_denied), until the permission is back. A
+//     the runner detaches (its renewals fail) and stays detached until the
+//     permission is back: each refused call — its probes (a renewal, or a
+//     read once the lease is gone) when the role lost read too, its
+//     re-attach attempts (one per RecoverWindow of health) when it can
+//     still read — is counted in sharding.storage_errors
+//     (error.type=permission_denied) and logged at ERROR, the first at once
+//     and then once a minute with the count. A
 //     client-only runner only reads: a role granting read on the prefix is
 //     enough for it (started before any hosting runner published the
 //     cluster record, it waits for one, logged like an unreachable store
@@ -429,7 +432,7 @@
 //	sharding.lease_deadline_lag              gauge (observed)  s          -             lease deadline minus now; the runner detaches when it falls to DetachMargin
 //	sharding.lease_keepalive_failures        counter           {renewal}  -             failed lease renewals
 //	sharding.lease_keepalive_failure_streak  gauge             {renewal}  -             consecutive failed lease renewals (0 when healthy)
-//	sharding.storage_errors                  counter           {call}     error.type    failed list, acquire, verify, release and watch calls (StorageErrorThreshold in a row of one kind detaches), refused starts and re-attaches; error.type: permission_denied (the store refused the runner's credentials or permissions: an operator must act), unavailable, other
+//	sharding.storage_errors                  counter           {call}     error.type    failed list, acquire, verify, release and watch calls (StorageErrorThreshold in a row of one kind detaches), refused starts, and a detached runner's refused probes and re-attaches; error.type: permission_denied (the store refused the runner's credentials or permissions: an operator must act), unavailable, other
 //	sharding.shards_owned                    gauge             {shard}    -             shards owned by the runner
 //	sharding.acquire_latency                 histogram         s          -             duration of one batched acquire call (up to 64 shards)
 //	sharding.acquire_retry_attempts          counter           {attempt}  -             acquire attempts on shards held by a dead incarnation, after the first

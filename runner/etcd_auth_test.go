@@ -242,8 +242,11 @@ func TestPermissionLostWhileRunning(t *testing.T) {
 	if limit := int64(window/(ttl/3)) + 10; refused == 0 || refused > limit {
 		t.Errorf("%d refused store calls counted in %v, want 1..%d", refused, window, limit)
 	}
-	if got := lc.find(slog.LevelError, "re-attach refused"); len(got) != 1 {
-		t.Errorf("ERROR lines about the refused re-attach: %d, want 1 (then once a minute)", len(got))
+	if got := lc.find(slog.LevelError, refusedWhileDetached); len(got) != 1 {
+		t.Errorf("ERROR lines about the refusal: %d, want 1 (then once a minute)", len(got))
+	}
+	if got := lc.find(slog.LevelDebug, refusedWhileDetached, "call", "re-attach"); len(got) == 0 {
+		t.Errorf("no refused re-attach recorded (DEBUG) while the role could still read")
 	}
 	if !r.Status().Detached {
 		t.Errorf("status %+v, want detached", r.Status())
@@ -251,6 +254,65 @@ func TestPermissionLostWhileRunning(t *testing.T) {
 
 	srv.Cluster().MustEtcdctl(t, "role", "grant-permission", user, "readwrite", "/"+ns+"/", "--prefix")
 	waitFor(t, 5*ttl, "owning every shard again", func() bool { return len(r.Owned()) == 8 })
+}
+
+// refusedWhileDetached is the message of a detached runner's refused
+// calls (ERROR once a minute, DEBUG between).
+const refusedWhileDetached = "the store denies this runner's credentials or permissions; staying detached"
+
+// TestPermissionRevokedEntirelyIsLoud: the role loses every permission,
+// read included, while the runner owns shards. It detaches, and then each
+// of its probes — renewals while its lease lives, reads once it is gone —
+// is refused: logged at ERROR at once (then once a minute) and counted in
+// sharding.storage_errors with error.type=permission_denied, not silently
+// retried. When the permission comes back it re-attaches and owns its
+// shards again.
+func TestPermissionRevokedEntirelyIsLoud(t *testing.T) {
+	t.Parallel()
+	srv := secureEtcd(t)
+	const ns = "revoked"
+	user, pw := namespaceUser(t, srv, "/"+ns+"/", "readwrite")
+	rd := sdkmetric.NewManualReader()
+	var lc logCapture
+	rec := &recorder{}
+	ttl := 3 * time.Second
+	r := runOn(t, secureStore(t, srv, ns, user, pw), rec, runner.Config{
+		ID: "r1", NumShards: 8, LeaseTTL: ttl, Logger: lc.logger(t),
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd)),
+	})
+	waitFor(t, 10*time.Second, "owning every shard", func() bool { return len(r.Owned()) == 8 })
+
+	srv.Cluster().MustEtcdctl(t, "role", "revoke-permission", user, "/"+ns+"/", "--prefix") // nothing left
+	revoked := time.Now()
+	d := waitDetached(t, rec, 2*ttl)
+	t.Logf("detached %v after the role lost every permission: %s (%s)", d.Time.Sub(revoked).Round(time.Millisecond), d.Reason, d.Detail)
+	waitFor(t, 2*ttl, "an ERROR about the refusal", func() bool { return len(lc.find(slog.LevelError, refusedWhileDetached)) > 0 })
+	t.Logf("ERROR %v after the revocation: %v", time.Since(revoked).Round(time.Millisecond), lc.find(slog.LevelError, refusedWhileDetached)[0])
+	// Past the lease's life: the probes are reads then, refused as well.
+	time.Sleep(2 * ttl)
+	if n := deniedErrors(t, rd); n < 2 {
+		t.Errorf("%d refused calls counted in sharding.storage_errors{error.type=permission_denied} %v after the revocation, want one per probe",
+			n, time.Since(revoked).Round(time.Second))
+	} else {
+		t.Logf("%d refused calls counted %v after the revocation", n, time.Since(revoked).Round(time.Second))
+	}
+	if got := lc.find(slog.LevelError, refusedWhileDetached); len(got) != 1 {
+		t.Errorf("ERROR lines about the refusal: %d, want 1 (then once a minute)", len(got))
+	}
+	if !r.Status().Detached {
+		t.Errorf("status %+v, want detached", r.Status())
+	}
+
+	srv.Cluster().MustEtcdctl(t, "role", "grant-permission", user, "readwrite", "/"+ns+"/", "--prefix")
+	waitFor(t, 5*ttl, "owning every shard again", func() bool { return len(r.Owned()) == 8 })
+	reattached := false
+	for _, ev := range rec.all() {
+		_, ok := ev.(runner.Reattached)
+		reattached = reattached || ok
+	}
+	if !reattached {
+		t.Error("owning its shards again without a Reattached event")
+	}
 }
 
 // deniedErrors returns sharding.storage_errors with

@@ -71,7 +71,7 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err)
 	out.acquireLatency, err = m.Float64Histogram("sharding.acquire_latency", metric.WithUnit("s"), metric.WithDescription("duration of one batched acquire call"))
 	add(err)
-	out.storageErrors, err = m.Int64Counter("sharding.storage_errors", metric.WithUnit("{call}"), metric.WithDescription("failed list/acquire/verify/release calls"))
+	out.storageErrors, err = m.Int64Counter("sharding.storage_errors", metric.WithUnit("{call}"), metric.WithDescription("failed list/acquire/verify/release/watch calls, refused starts, refused probes and re-attaches while detached"))
 	add(err)
 	out.detaches, err = m.Int64Counter("sharding.detaches", metric.WithUnit("{detach}"), metric.WithDescription("detach transitions, by reason"))
 	add(err)

@@ -76,7 +76,7 @@ type startState struct {
 	firstFail time.Time // of the current streak
 	lastWarn  time.Time
 	lastErr   error     // the last failure, until ready
-	denied    int       // re-attach attempts refused for permissions (reattachFailed)
+	denied    int       // calls of a detached runner refused for permissions (refusedWhileDetached)
 	deniedLog time.Time // when one was last logged at ERROR
 }
 
@@ -199,31 +199,44 @@ const deniedHint = "with etcd: the client's user and password or certificate, an
 	"readwrite on the namespace's prefix \"/{namespace}/\"; see SECURITY.md"
 
 // reattachFailed records a failed re-attach of a detached runner: counted
-// in sharding.storage_errors, logged at WARN, or, when the store refused
-// the runner's credentials or permissions, at ERROR (an operator must act)
-// the first time and then at most once a minute (DEBUG between). The
-// runner stays detached and tries again after RecoverWindow of health.
+// in sharding.storage_errors and logged at WARN, or, when the store
+// refused the runner's credentials or permissions, as refusedWhileDetached
+// says. The runner stays detached and tries again after RecoverWindow of
+// health.
 func (r *Runner) reattachFailed(err error) {
-	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
-	if !errors.Is(err, storage.ErrPermissionDenied) {
-		r.log.Warn("re-attach failed", "err", err)
+	if errors.Is(err, storage.ErrPermissionDenied) {
+		r.refusedWhileDetached("re-attach", err)
 		return
 	}
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
+	r.log.Warn("re-attach failed", "err", err)
+}
+
+// refusedWhileDetached records a call of a detached runner (call: its
+// probe, or a re-attach) that the store refused for the runner's
+// credentials or permissions: counted in sharding.storage_errors
+// (error.type=permission_denied), logged at ERROR — an operator must act —
+// the first time and then at most once a minute with the count of
+// refusals since the first (DEBUG between). A role that lost read as well
+// as write fails the probes, a role that kept read the re-attaches: both
+// are loud.
+func (r *Runner) refusedWhileDetached(call string, err error) {
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
 	now := time.Now()
 	r.st.mu.Lock()
 	r.st.denied++
 	n, first := r.st.denied, r.st.deniedLog.IsZero()
-	warn := first || now.Sub(r.st.deniedLog) >= startWarnEvery
-	if warn {
+	loud := first || now.Sub(r.st.deniedLog) >= startWarnEvery
+	if loud {
 		r.st.deniedLog = now
 	}
 	r.st.mu.Unlock()
-	if !warn {
-		r.log.Debug("re-attach refused by the store", "err", err, "refused_attempts", n)
+	const msg = "refused: the store denies this runner's credentials or permissions; staying detached"
+	if !loud {
+		r.log.Debug(msg, "call", call, "err", err, "refused_calls", n)
 		return
 	}
-	r.log.Error("re-attach refused: the store denies this runner's credentials or permissions; staying detached",
-		"err", err, "refused_attempts", n, "hint", deniedHint)
+	r.log.Error(msg, "call", call, "err", err, "refused_calls", n, "hint", deniedHint)
 }
 
 // explainUnavailable returns err, a failed start call, preceded by the
