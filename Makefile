@@ -74,7 +74,8 @@ demo-cluster: $(BIN)/etcd $(BIN)/etcdctl
 	examples/cluster/run.sh
 
 ## demo-cluster-secure: demo-cluster secured: etcd with client TLS and auth (a role per namespace, the
-## gateway's read-only), mutual TLS between the runners with RequireClusterPeers (needs openssl; SECURITY.md)
+## gateway's reading only what it routes by), mutual TLS between the runners with RequireClusterPeers under
+## a CA of its own (needs openssl; SECURITY.md)
 demo-cluster-secure: $(BIN)/etcd $(BIN)/etcdctl
 	SECURE=1 examples/cluster/run.sh
 

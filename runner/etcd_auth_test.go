@@ -97,14 +97,7 @@ func TestRunnersWorkWithANamespaceRole(t *testing.T) {
 	// The gateway's role: read on what a client-only runner reads, not on
 	// checkpoints/ (the entities' state).
 	reader, readerPw := "gateway", "pw-gateway"
-	ec := srv.Cluster()
-	ec.MustEtcdctl(t, "role", "add", reader)
-	for _, ks := range []string{"runners/", "shards/", "handoffs/", "drains/"} {
-		ec.MustEtcdctl(t, "role", "grant-permission", reader, "read", "/"+ns+"/"+ks, "--prefix")
-	}
-	ec.MustEtcdctl(t, "role", "grant-permission", reader, "read", "/"+ns+"/cluster")
-	ec.MustEtcdctl(t, "user", "add", reader, "--new-user-password", readerPw)
-	ec.MustEtcdctl(t, "user", "grant-role", reader, reader)
+	srv.Cluster().AddGatewayUser(t, reader, readerPw, ns)
 	k := newTestKind(false)
 	rec := &recorder{}
 	// The gateway first: it may not write the cluster record, and waits

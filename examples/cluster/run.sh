@@ -14,9 +14,11 @@
 #   SECURE=1 examples/cluster/run.sh        the same, secured (make demo-cluster-secure): etcd
 #                                           with client TLS and auth, each process logged in
 #                                           as a user whose role covers /demo/ only (the
-#                                           gateway's: read only), mutual TLS between the
-#                                           runners with RequireClusterPeers. Certificates
-#                                           (openssl) and passwords in $DEMO_DIR/pki.
+#                                           gateway's: read on runners/ shards/ handoffs/
+#                                           drains/ and cluster only), mutual TLS between the
+#                                           runners with RequireClusterPeers. Two CAs: one for
+#                                           etcd and its clients, one for the transport.
+#                                           Certificates (openssl) and passwords in $DEMO_DIR/pki.
 #
 # Every process runs in a session of its own (setsid), so Ctrl-C reaches only
 # this script, which stops the gateway and the runners first (SIGTERM: each
@@ -48,12 +50,13 @@ debug_url() { # debug_url INDEX (0: gateway)
 }
 
 # secure_args NAME USER: the flags of process NAME logged in to etcd as USER,
-# with its certificate for etcd and for the transport (nothing unless secured;
-# a demo started with SECURE=1 leaves $PKI behind for `run.sh start`).
+# with its certificate of the etcd CA for etcd and its certificate of the
+# transport CA for the transport (nothing unless secured; a demo started with
+# SECURE=1 leaves $PKI behind for `run.sh start`).
 secure_args() {
-	[ -f "$PKI/ca.pem" ] || return 0
-	echo -cacert "$PKI/ca.pem" -cert "$PKI/$1.pem" -key "$PKI/$1-key.pem" -user "$2" \
-		-tls-ca "$PKI/ca.pem" -tls-cert "$PKI/$1.pem" -tls-key "$PKI/$1-key.pem" \
+	[ -f "$PKI/etcd/ca.pem" ] || return 0
+	echo -cacert "$PKI/etcd/ca.pem" -cert "$PKI/etcd/$1.pem" -key "$PKI/etcd/$1-key.pem" -user "$2" \
+		-tls-ca "$PKI/transport/ca.pem" -tls-cert "$PKI/transport/$1.pem" -tls-key "$PKI/transport/$1-key.pem" \
 		-require-cluster-peers -client-peers gateway
 }
 
@@ -82,37 +85,58 @@ start_runner() {
 	echo "runner-$n: pid $!, $(debug_url "$n")"
 }
 
-# make_pki: a CA and a certificate per process (DNS name: its runner ID; IP
-# 127.0.0.1), and random passwords, in $PKI.
+# make_ca DIR LABEL: a CA in DIR (ca.pem, ca-key.pem).
+make_ca() {
+	mkdir -p "$1"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=shardhost demo $2 CA" \
+		-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+		-keyout "$1/ca-key.pem" -out "$1/ca.pem" 2>/dev/null
+}
+
+# issue DIR NAME: a certificate of DIR's CA for NAME (common name and DNS
+# name: NAME; IP 127.0.0.1) in DIR/NAME.pem and DIR/NAME-key.pem.
+issue() {
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$2" \
+		-keyout "$1/$2-key.pem" -out "$1/$2.csr" 2>/dev/null
+	printf 'subjectAltName=DNS:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\n' "$2" >"$1/$2.ext"
+	openssl x509 -req -in "$1/$2.csr" -CA "$1/ca.pem" -CAkey "$1/ca-key.pem" -CAcreateserial -days 2 \
+		-extfile "$1/$2.ext" -out "$1/$2.pem" 2>/dev/null
+	rm "$1/$2.csr" "$1/$2.ext"
+}
+
+# make_pki: two CAs, and random passwords, in $PKI. $PKI/etcd: etcd's server
+# certificate and its clients' (one per process, shardhostctl and admin);
+# $PKI/transport: the runners' and the gateway's transport certificates
+# (DNS name: the process's ID). With --client-cert-auth etcd logs in, without
+# a password, as the user a certificate of its CA names: a transport
+# certificate must not be one (SECURITY.md).
 make_pki() {
 	mkdir -p "$PKI" && chmod 700 "$PKI"
 	command -v openssl >/dev/null || { echo "SECURE=1 needs openssl" >&2; exit 1; }
-	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=shardhost demo CA" \
-		-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
-		-keyout "$PKI/ca-key.pem" -out "$PKI/ca.pem" 2>/dev/null
+	make_ca "$PKI/etcd" etcd
+	make_ca "$PKI/transport" transport
 	local name
 	for name in etcd "${RUNNERS[@]}" gateway shardhostctl admin; do
-		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$name" \
-			-keyout "$PKI/$name-key.pem" -out "$PKI/$name.csr" 2>/dev/null
-		printf 'subjectAltName=DNS:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\n' "$name" >"$PKI/$name.ext"
-		openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.pem" -CAkey "$PKI/ca-key.pem" -CAcreateserial -days 2 \
-			-extfile "$PKI/$name.ext" -out "$PKI/$name.pem" 2>/dev/null
-		rm "$PKI/$name.csr" "$PKI/$name.ext"
+		issue "$PKI/etcd" "$name"
+	done
+	for name in "${RUNNERS[@]}" gateway; do
+		issue "$PKI/transport" "$name"
 	done
 	for name in root shardhost-demo shardhost-demo-gateway; do
 		openssl rand -hex 16 >"$PKI/$name.password"
 	done
-	chmod 600 "$PKI"/*-key.pem "$PKI"/*.password
+	chmod 600 "$PKI"/*/*-key.pem "$PKI"/*.password
 }
 
 # etcdctl_admin ARGS: etcdctl against the demo's etcd with the admin
 # certificate (before auth is enabled; root's password after).
 etcdctl_admin() {
-	"$BIN/etcdctl" --endpoints "https://127.0.0.1:$ETCD_PORT" --cacert "$PKI/ca.pem" --cert "$PKI/admin.pem" --key "$PKI/admin-key.pem" "$@"
+	"$BIN/etcdctl" --endpoints "https://127.0.0.1:$ETCD_PORT" --cacert "$PKI/etcd/ca.pem" --cert "$PKI/etcd/admin.pem" --key "$PKI/etcd/admin-key.pem" "$@"
 }
 
-# setup_auth: root, a readwrite role on /demo/ for the runners, a read role
-# for the gateway (the lines of SECURITY.md), then auth enable.
+# setup_auth: root, a readwrite role on /demo/ for the runners, a role for the
+# gateway reading what a client-only runner reads and not the entities' state
+# (the lines of SECURITY.md), then auth enable.
 setup_auth() {
 	etcdctl_admin user add root --new-user-password "$(password root)" >/dev/null
 	etcdctl_admin user grant-role root root >/dev/null
@@ -120,10 +144,14 @@ setup_auth() {
 	etcdctl_admin role grant-permission shardhost-demo readwrite "/$NAMESPACE/" --prefix >/dev/null
 	etcdctl_admin user add shardhost-demo --new-user-password "$(password shardhost-demo)" >/dev/null
 	etcdctl_admin user grant-role shardhost-demo shardhost-demo >/dev/null
-	etcdctl_admin role add shardhost-demo-read >/dev/null
-	etcdctl_admin role grant-permission shardhost-demo-read read "/$NAMESPACE/" --prefix >/dev/null
+	etcdctl_admin role add shardhost-demo-gateway >/dev/null
+	local ks
+	for ks in runners/ shards/ handoffs/ drains/; do
+		etcdctl_admin role grant-permission shardhost-demo-gateway read "/$NAMESPACE/$ks" --prefix >/dev/null
+	done
+	etcdctl_admin role grant-permission shardhost-demo-gateway read "/$NAMESPACE/cluster" >/dev/null
 	etcdctl_admin user add shardhost-demo-gateway --new-user-password "$(password shardhost-demo-gateway)" >/dev/null
-	etcdctl_admin user grant-role shardhost-demo-gateway shardhost-demo-read >/dev/null
+	etcdctl_admin user grant-role shardhost-demo-gateway shardhost-demo-gateway >/dev/null
 	etcdctl_admin auth enable >/dev/null
 }
 
@@ -160,7 +188,7 @@ health=("$BIN/etcdctl" --endpoints "127.0.0.1:$ETCD_PORT" endpoint health)
 if [ "$SECURE" = 1 ]; then
 	make_pki
 	scheme=https
-	etcd_tls=(--cert-file "$PKI/etcd.pem" --key-file "$PKI/etcd-key.pem" --trusted-ca-file "$PKI/ca.pem" --client-cert-auth)
+	etcd_tls=(--cert-file "$PKI/etcd/etcd.pem" --key-file "$PKI/etcd/etcd-key.pem" --trusted-ca-file "$PKI/etcd/ca.pem" --client-cert-auth)
 	health=(etcdctl_admin endpoint health)
 fi
 echo "building examples/cluster and cmd/shardhostctl into $DEMO_DIR/bin ..."
@@ -202,7 +230,8 @@ echo "etcd: $scheme://127.0.0.1:$ETCD_PORT (pid ${pids[0]}, $BIN/etcd)"
 if [ "$SECURE" = 1 ]; then
 	setup_auth
 	echo "etcd: client TLS and auth enabled; users shardhost-demo (readwrite /$NAMESPACE/) and" \
-		"shardhost-demo-gateway (read /$NAMESPACE/); certificates and passwords in $PKI"
+		"shardhost-demo-gateway (read /$NAMESPACE/{runners,shards,handoffs,drains}/ and cluster);" \
+		"etcd CA $PKI/etcd, transport CA $PKI/transport; passwords in $PKI"
 fi
 
 for i in 1 2 3; do start_runner "$i"; done
@@ -215,7 +244,7 @@ echo "gateway: pid $!, $(debug_url 0)"
 
 ctl="$DEMO_DIR/bin/shardhostctl -endpoints 127.0.0.1:$ETCD_PORT -namespace $NAMESPACE -shards $SHARDS"
 if [ "$SECURE" = 1 ]; then
-	ctl="SHARDHOST_ETCD_PASSWORD=\$(cat $PKI/shardhost-demo.password) $ctl -cacert $PKI/ca.pem -cert $PKI/shardhostctl.pem -key $PKI/shardhostctl-key.pem -user shardhost-demo"
+	ctl="SHARDHOST_ETCD_PASSWORD=\$(cat $PKI/shardhost-demo.password) $ctl -cacert $PKI/etcd/ca.pem -cert $PKI/etcd/shardhostctl.pem -key $PKI/etcd/shardhostctl-key.pem -user shardhost-demo"
 fi
 cat <<EOF
 

@@ -17,15 +17,17 @@ import (
 // TestSecureClusterProcesses runs the example as `make demo-cluster-secure`
 // does: etcd with client TLS and authentication, two runner processes
 // logged in as a user whose role grants readwrite on /demo/ only, a
-// gateway logged in as one granted read only, mutual TLS between them
-// with RequireClusterPeers; traffic flows to both runners, and
+// gateway logged in as one granted read on what a gateway reads only
+// (SECURITY.md's role), mutual TLS between them with RequireClusterPeers
+// under a CA of its own (not etcd's); traffic flows to both runners, and
 // shardhostctl reads the cluster with etcdctl's TLS flags.
 func TestSecureClusterProcesses(t *testing.T) {
 	const shards = 256
-	pki := testenv.NewPKI(t, "demo")
+	pki := testenv.NewPKI(t, "demo-etcd")               // etcd and its clients
+	transportPKI := testenv.NewPKI(t, "demo-transport") // the runners' transport
 	etcd := testenv.StartEtcd(t, testenv.WithTLS(pki), testenv.WithAuth())
 	etcd.Cluster().AddPrefixUser(t, "demo", "demo-password", "/demo/", "readwrite")
-	etcd.Cluster().AddPrefixUser(t, "demo-gateway", "gateway-password", "/demo/", "read")
+	etcd.Cluster().AddGatewayUser(t, "demo-gateway", "gateway-password", "demo")
 	dir := t.TempDir()
 	bin := goBuild(t, dir, "cluster", ".")
 	ctlBin := goBuild(t, dir, "shardhostctl", "github.com/shardhost/shardhost/cmd/shardhostctl")
@@ -37,11 +39,12 @@ func TestSecureClusterProcesses(t *testing.T) {
 	}
 	addr := func(id string) string { return strings.TrimSuffix(strings.TrimPrefix(debug[id], "http://"), DebugPath) }
 	args := func(id, user string) []string {
-		c := pki.MustIssue(t, id) // DNS name: the runner ID
+		c := pki.MustIssue(t, id)
+		tc := transportPKI.MustIssue(t, id) // DNS name: the runner ID
 		return []string{"-id", id, "-debug", addr(id), "-etcd", etcd.Endpoint(), "-namespace", "demo",
 			"-shards", strconv.Itoa(shards), "-ttl", "5s",
 			"-cacert", pki.CAFile(), "-cert", c.CertFile, "-key", c.KeyFile, "-user", user,
-			"-tls-ca", pki.CAFile(), "-tls-cert", c.CertFile, "-tls-key", c.KeyFile,
+			"-tls-ca", transportPKI.CAFile(), "-tls-cert", tc.CertFile, "-tls-key", tc.KeyFile,
 			"-require-cluster-peers", "-client-peers", "gateway"}
 	}
 	t.Setenv(envPassword, "demo-password")

@@ -82,3 +82,33 @@ func (c *EtcdCluster) AddPrefixUser(t testing.TB, user, password, prefix, perm s
 	c.MustEtcdctl(t, "user", "add", user, "--new-user-password", password)
 	c.MustEtcdctl(t, "user", "grant-role", user, user)
 }
+
+// GatewayKeyspaces are the keyspaces a client-only runner (a gateway)
+// reads, besides the cluster record: SECURITY.md's gateway role grants read
+// on these and nothing else (not the entities' state).
+var GatewayKeyspaces = []string{"runners/", "shards/", "handoffs/", "drains/"}
+
+// AddGatewayUser creates, through etcdctl, a role and a user both named
+// user, the role granting read on the keyspaces a gateway of namespace
+// reads ([GatewayKeyspaces], each a prefix) and on its cluster record, and
+// nothing else:
+//
+//	etcdctl role add USER
+//	for ks in runners/ shards/ handoffs/ drains/; do
+//	  etcdctl role grant-permission USER read /NAMESPACE/$ks --prefix
+//	done
+//	etcdctl role grant-permission USER read /NAMESPACE/cluster
+//	etcdctl user add USER --new-user-password PASSWORD
+//	etcdctl user grant-role USER USER
+//
+// These are the lines SECURITY.md gives operators for gateways.
+func (c *EtcdCluster) AddGatewayUser(t testing.TB, user, password, namespace string) {
+	t.Helper()
+	c.MustEtcdctl(t, "role", "add", user)
+	for _, ks := range GatewayKeyspaces {
+		c.MustEtcdctl(t, "role", "grant-permission", user, "read", "/"+namespace+"/"+ks, "--prefix")
+	}
+	c.MustEtcdctl(t, "role", "grant-permission", user, "read", "/"+namespace+"/cluster")
+	c.MustEtcdctl(t, "user", "add", user, "--new-user-password", password)
+	c.MustEtcdctl(t, "user", "grant-role", user, user)
+}
