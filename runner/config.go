@@ -97,7 +97,9 @@ type Config struct {
 	// ClientAuth (tls.RequireAndVerifyClientCert) and ClientCAs for mutual
 	// TLS.
 	// Refused handshakes are logged at WARN with the peer's address and
-	// the reason (at most once a minute, with a count).
+	// the reason: at most once a minute per peer host and kind of reason
+	// (so a peer's junk hides no other refusal), each line counting the
+	// refusals not logged since.
 	TLS *tls.Config
 	// PeerTLS configures connections to other runners (nil: plaintext).
 	PeerTLS *tls.Config
