@@ -192,6 +192,69 @@ func TestStartRefusedIsPermissionDenied(t *testing.T) {
 	}
 }
 
+// permissionRun is a runner owning 8 shards on an etcd with auth, logged
+// in as a user whose role grants readwrite on its namespace only, with its
+// logs, events and metrics recorded.
+type permissionRun struct {
+	srv       *testenv.Etcd
+	user, ns  string
+	r         *started
+	lc        logCapture
+	rec       recorder
+	rd        *sdkmetric.ManualReader
+	ttl       time.Duration
+	revokedAt time.Time
+}
+
+func startPermissionRun(t *testing.T, ns string) *permissionRun {
+	t.Helper()
+	p := &permissionRun{srv: secureEtcd(t), ns: ns, rd: sdkmetric.NewManualReader(), ttl: 3 * time.Second}
+	var pw string
+	p.user, pw = namespaceUser(t, p.srv, "/"+ns+"/", "readwrite")
+	p.r = runOn(t, secureStore(t, p.srv, ns, p.user, pw), &p.rec, runner.Config{
+		ID: "r1", NumShards: 8, LeaseTTL: p.ttl, Logger: p.lc.logger(t),
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(p.rd)),
+	})
+	waitFor(t, 10*time.Second, "owning every shard", func() bool { return len(p.r.Owned()) == 8 })
+	return p
+}
+
+// revoke takes every permission from the role, then grants it keep
+// ("read", or "" for nothing), and waits for the runner to detach.
+func (p *permissionRun) revoke(t *testing.T, keep string) {
+	t.Helper()
+	p.srv.Cluster().MustEtcdctl(t, "role", "revoke-permission", p.user, "/"+p.ns+"/", "--prefix")
+	if keep != "" {
+		p.srv.Cluster().MustEtcdctl(t, "role", "grant-permission", p.user, keep, "/"+p.ns+"/", "--prefix")
+	}
+	p.revokedAt = time.Now()
+	d := waitDetached(t, &p.rec, 2*p.ttl)
+	t.Logf("detached %v after the revocation (kept: %q): %s (%s)", d.Time.Sub(p.revokedAt).Round(time.Millisecond), keep, d.Reason, d.Detail)
+}
+
+// restore grants readwrite again and waits for the runner to own its
+// shards again, after a Reattached event, and to log the refusal at ERROR
+// once in all (then once a minute).
+func (p *permissionRun) restore(t *testing.T) {
+	t.Helper()
+	if got := p.lc.find(slog.LevelError, refusedWhileDetached); len(got) != 1 {
+		t.Errorf("ERROR lines about the refusal: %d, want 1 (then once a minute)", len(got))
+	}
+	if !p.r.Status().Detached {
+		t.Errorf("status %+v, want detached", p.r.Status())
+	}
+	p.srv.Cluster().MustEtcdctl(t, "role", "grant-permission", p.user, "readwrite", "/"+p.ns+"/", "--prefix")
+	waitFor(t, 5*p.ttl, "owning every shard again", func() bool { return len(p.r.Owned()) == 8 })
+	reattached := false
+	for _, ev := range p.rec.all() {
+		_, ok := ev.(runner.Reattached)
+		reattached = reattached || ok
+	}
+	if !reattached {
+		t.Error("owning its shards again without a Reattached event")
+	}
+}
+
 // TestPermissionLostWhileRunning: the role loses its write permission
 // while the runner owns shards. Renewals are refused, the runner detaches
 // before its lease's deadline (logged, counted), and then stays detached
@@ -201,24 +264,8 @@ func TestStartRefusedIsPermissionDenied(t *testing.T) {
 // re-attaches and owns its shards again.
 func TestPermissionLostWhileRunning(t *testing.T) {
 	t.Parallel()
-	srv := secureEtcd(t)
-	const ns = "lost"
-	user, pw := namespaceUser(t, srv, "/"+ns+"/", "readwrite")
-	rd := sdkmetric.NewManualReader()
-	var lc logCapture
-	rec := &recorder{}
-	ttl := 3 * time.Second
-	r := runOn(t, secureStore(t, srv, ns, user, pw), rec, runner.Config{
-		ID: "r1", NumShards: 8, LeaseTTL: ttl, Logger: lc.logger(t),
-		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd)),
-	})
-	waitFor(t, 10*time.Second, "owning every shard", func() bool { return len(r.Owned()) == 8 })
-
-	srv.Cluster().MustEtcdctl(t, "role", "revoke-permission", user, "/"+ns+"/", "--prefix")
-	srv.Cluster().MustEtcdctl(t, "role", "grant-permission", user, "read", "/"+ns+"/", "--prefix")
-	revoked := time.Now()
-	d := waitDetached(t, rec, 2*ttl)
-	t.Logf("detached %v after the permission was revoked: %s (%s)", d.Time.Sub(revoked).Round(time.Millisecond), d.Reason, d.Detail)
+	p := startPermissionRun(t, "lost")
+	p.revoke(t, "read")
 
 	// Detached, refused: measure what the process spends for a while.
 	var before, after syscall.Rusage
@@ -227,26 +274,18 @@ func TestPermissionLostWhileRunning(t *testing.T) {
 	time.Sleep(window)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
 	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
-	refused := deniedErrors(t, rd)
+	refused := deniedErrors(t, p.rd)
 	t.Logf("detached and refused for %v: %v of CPU for the whole test process (%.1f%% of a core), %d refused store calls counted",
 		window, cpu.Round(time.Millisecond), 100*cpu.Seconds()/window.Seconds(), refused)
 	// One re-attach per RecoverWindow (TTL/3) of health, plus the calls
 	// of the detach itself: a loop would make thousands.
-	if limit := int64(window/(ttl/3)) + 10; refused == 0 || refused > limit {
+	if limit := int64(window/(p.ttl/3)) + 10; refused == 0 || refused > limit {
 		t.Errorf("%d refused store calls counted in %v, want 1..%d", refused, window, limit)
 	}
-	if got := lc.find(slog.LevelError, refusedWhileDetached); len(got) != 1 {
-		t.Errorf("ERROR lines about the refusal: %d, want 1 (then once a minute)", len(got))
-	}
-	if got := lc.find(slog.LevelDebug, refusedWhileDetached, "call", "re-attach"); len(got) == 0 {
+	if got := p.lc.find(slog.LevelDebug, refusedWhileDetached, "call", "re-attach"); len(got) == 0 {
 		t.Errorf("no refused re-attach recorded (DEBUG) while the role could still read")
 	}
-	if !r.Status().Detached {
-		t.Errorf("status %+v, want detached", r.Status())
-	}
-
-	srv.Cluster().MustEtcdctl(t, "role", "grant-permission", user, "readwrite", "/"+ns+"/", "--prefix")
-	waitFor(t, 5*ttl, "owning every shard again", func() bool { return len(r.Owned()) == 8 })
+	p.restore(t)
 }
 
 // refusedWhileDetached is the message of a detached runner's refused
@@ -262,50 +301,19 @@ const refusedWhileDetached = "the store denies this runner's credentials or perm
 // shards again.
 func TestPermissionRevokedEntirelyIsLoud(t *testing.T) {
 	t.Parallel()
-	srv := secureEtcd(t)
-	const ns = "revoked"
-	user, pw := namespaceUser(t, srv, "/"+ns+"/", "readwrite")
-	rd := sdkmetric.NewManualReader()
-	var lc logCapture
-	rec := &recorder{}
-	ttl := 3 * time.Second
-	r := runOn(t, secureStore(t, srv, ns, user, pw), rec, runner.Config{
-		ID: "r1", NumShards: 8, LeaseTTL: ttl, Logger: lc.logger(t),
-		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd)),
-	})
-	waitFor(t, 10*time.Second, "owning every shard", func() bool { return len(r.Owned()) == 8 })
-
-	srv.Cluster().MustEtcdctl(t, "role", "revoke-permission", user, "/"+ns+"/", "--prefix") // nothing left
-	revoked := time.Now()
-	d := waitDetached(t, rec, 2*ttl)
-	t.Logf("detached %v after the role lost every permission: %s (%s)", d.Time.Sub(revoked).Round(time.Millisecond), d.Reason, d.Detail)
-	waitFor(t, 2*ttl, "an ERROR about the refusal", func() bool { return len(lc.find(slog.LevelError, refusedWhileDetached)) > 0 })
-	t.Logf("ERROR %v after the revocation: %v", time.Since(revoked).Round(time.Millisecond), lc.find(slog.LevelError, refusedWhileDetached)[0])
+	p := startPermissionRun(t, "revoked")
+	p.revoke(t, "")
+	waitFor(t, 2*p.ttl, "an ERROR about the refusal", func() bool { return len(p.lc.find(slog.LevelError, refusedWhileDetached)) > 0 })
+	t.Logf("ERROR %v after the revocation: %v", time.Since(p.revokedAt).Round(time.Millisecond), p.lc.find(slog.LevelError, refusedWhileDetached)[0])
 	// Past the lease's life: the probes are reads then, refused as well.
-	time.Sleep(2 * ttl)
-	if n := deniedErrors(t, rd); n < 2 {
+	time.Sleep(2 * p.ttl)
+	if n := deniedErrors(t, p.rd); n < 2 {
 		t.Errorf("%d refused calls counted in sharding.storage_errors{error.type=permission_denied} %v after the revocation, want one per probe",
-			n, time.Since(revoked).Round(time.Second))
+			n, time.Since(p.revokedAt).Round(time.Second))
 	} else {
-		t.Logf("%d refused calls counted %v after the revocation", n, time.Since(revoked).Round(time.Second))
+		t.Logf("%d refused calls counted %v after the revocation", n, time.Since(p.revokedAt).Round(time.Second))
 	}
-	if got := lc.find(slog.LevelError, refusedWhileDetached); len(got) != 1 {
-		t.Errorf("ERROR lines about the refusal: %d, want 1 (then once a minute)", len(got))
-	}
-	if !r.Status().Detached {
-		t.Errorf("status %+v, want detached", r.Status())
-	}
-
-	srv.Cluster().MustEtcdctl(t, "role", "grant-permission", user, "readwrite", "/"+ns+"/", "--prefix")
-	waitFor(t, 5*ttl, "owning every shard again", func() bool { return len(r.Owned()) == 8 })
-	reattached := false
-	for _, ev := range rec.all() {
-		_, ok := ev.(runner.Reattached)
-		reattached = reattached || ok
-	}
-	if !reattached {
-		t.Error("owning its shards again without a Reattached event")
-	}
+	p.restore(t)
 }
 
 // deniedErrors returns sharding.storage_errors with

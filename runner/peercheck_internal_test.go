@@ -6,52 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/sharding"
 )
-
-// warnLog records the WARN (and higher) lines of a runner as text.
-type warnLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *warnLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
-func (l *warnLog) Handle(_ context.Context, rec slog.Record) error {
-	var b strings.Builder
-	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		b.WriteString(" " + a.Key + "=" + a.Value.String())
-		return true
-	})
-	l.mu.Lock()
-	l.lines = append(l.lines, b.String())
-	l.mu.Unlock()
-	return nil
-}
-func (l *warnLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *warnLog) WithGroup(string) slog.Handler      { return l }
-
-// find returns the lines holding every one of parts.
-func (l *warnLog) find(parts ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-next:
-	for _, line := range l.lines {
-		for _, p := range parts {
-			if !strings.Contains(line, p) {
-				continue next
-			}
-		}
-		out = append(out, line)
-	}
-	return out
-}
 
 // mtls returns the server and peer TLS configurations of a runner named
 // name (its certificate's DNS name) under pki.
@@ -101,7 +61,7 @@ func TestPeerOfAnotherCARefused(t *testing.T) {
 	t.Parallel()
 	pki, other := testenv.NewPKI(t, "cluster"), testenv.NewPKI(t, "other")
 	tc := newTestCluster(t)
-	log := &warnLog{}
+	log := &testenv.WarnLines{}
 	srvTLS, peerTLS := mtls(t, pki, "a")
 	tc.start(Config{ID: "a", TLS: srvTLS, PeerTLS: peerTLS, Logger: slog.New(log)})
 	stranger := other.MustIssue(t, "stranger")
@@ -114,9 +74,9 @@ func TestPeerOfAnotherCARefused(t *testing.T) {
 	tc.waitOwned(16)
 	err := askFails(t, bad, "k", "client certificate of another CA")
 	t.Logf("the stranger's Ask: %v", err)
-	got := log.find("incoming connection refused in the TLS handshake", "certificate signed by unknown authority", "remote=127.0.0.1:")
+	got := log.Find("incoming connection refused in the TLS handshake", "certificate signed by unknown authority", "remote=127.0.0.1:")
 	if len(got) != 1 {
-		t.Fatalf("a's WARN lines about the refusal: %q, want 1 (then once a minute)", log.find("refused"))
+		t.Fatalf("a's WARN lines about the refusal: %q, want 1 (then once a minute)", log.Find("refused"))
 	}
 	t.Logf("a logged: %s", got[0])
 }
@@ -131,10 +91,10 @@ func TestRequireClusterPeers(t *testing.T) {
 	t.Parallel()
 	pki := testenv.NewPKI(t, "cluster")
 	tc := newTestCluster(t)
-	logs := map[string]*warnLog{}
+	logs := map[string]*testenv.WarnLines{}
 	start := func(id, certName string, clientOnly bool) *Runner {
 		srvTLS, peerTLS := mtls(t, pki, certName)
-		logs[id] = &warnLog{}
+		logs[id] = &testenv.WarnLines{}
 		return tc.start(Config{ID: id, TLS: srvTLS, PeerTLS: peerTLS, ClientOnly: clientOnly,
 			RequireClusterPeers: true, ClientPeerNames: []string{"gw"}, Logger: slog.New(logs[id])})
 	}
@@ -162,10 +122,10 @@ func TestRequireClusterPeers(t *testing.T) {
 	t.Logf("the intruder's Ask: %v", err)
 	found := 0
 	for _, id := range []string{"a", "b"} {
-		found += len(logs[id].find("incoming connection refused", `["intruder"]`, "no registered runner and none of ClientPeerNames"))
+		found += len(logs[id].Find("incoming connection refused", `["intruder"]`, "no registered runner and none of ClientPeerNames"))
 	}
 	if found == 0 {
-		t.Errorf("no runner logged the intruder's refusal: a %q, b %q", logs["a"].find("refused"), logs["b"].find("refused"))
+		t.Errorf("no runner logged the intruder's refusal: a %q, b %q", logs["a"].Find("refused"), logs["b"].Find("refused"))
 	}
 
 	// c registers as "c" with a certificate naming "mallory": the others
@@ -180,8 +140,8 @@ func TestRequireClusterPeers(t *testing.T) {
 	}
 	err = askFails(t, gw, onC, "the server certificate of c names mallory")
 	t.Logf("the gateway's Ask to c: %v", err)
-	if got := logs["gw"].find("connection to a peer refused", "mallory"); len(got) == 0 {
-		t.Errorf("the gateway did not log refusing c: %q", logs["gw"].find("refused"))
+	if got := logs["gw"].Find("connection to a peer refused", "mallory"); len(got) == 0 {
+		t.Errorf("the gateway did not log refusing c: %q", logs["gw"].Find("refused"))
 	}
 }
 

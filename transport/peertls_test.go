@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -70,47 +68,13 @@ func TestHandshakeLogPerPeerAndReason(t *testing.T) {
 	})
 }
 
-// warnLines records the WARN lines of a logger as text.
-type warnLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *warnLines) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
-func (l *warnLines) Handle(_ context.Context, rec slog.Record) error {
-	var b strings.Builder
-	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		b.WriteString(" " + a.Key + "=" + a.Value.String())
-		return true
-	})
-	l.mu.Lock()
-	l.lines = append(l.lines, b.String())
-	l.mu.Unlock()
-	return nil
-}
-func (l *warnLines) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *warnLines) WithGroup(string) slog.Handler      { return l }
-
-func (l *warnLines) with(part string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range l.lines {
-		if strings.Contains(line, part) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // TestJunkHandshakeHidesNoOtherRefusal: a peer that sends junk instead of
 // a TLS handshake is logged, and a peer of another CA refused right after
 // it (within the minute, from the same host) is logged too, with its own
 // reason; more junk is counted, not logged.
 func TestJunkHandshakeHidesNoOtherRefusal(t *testing.T) {
 	pki, other := testenv.NewPKI(t, "cluster"), testenv.NewPKI(t, "other")
-	log := &warnLines{}
+	log := &testenv.WarnLines{}
 	g := NewGRPC(GRPCConfig{ListenAddr: "127.0.0.1:0", TLS: pki.ServerTLS(pki.MustIssue(t, "a")), Logger: slog.New(log)})
 	addr, err := g.Listen(echoHandler{})
 	if err != nil {
@@ -128,7 +92,7 @@ func TestJunkHandshakeHidesNoOtherRefusal(t *testing.T) {
 		_, _ = io.Copy(io.Discard, c) // until the server closes it
 	}
 	junk()
-	waitUntil(t, 5*time.Second, "the junk handshake logged", func() bool { return len(log.with("refused in the TLS handshake")) == 1 })
+	waitUntil(t, 5*time.Second, "the junk handshake logged", func() bool { return len(log.Find("refused in the TLS handshake")) == 1 })
 
 	stranger := other.MustIssue(t, "stranger")
 	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pki.Pool(), MinVersion: tls.VersionTLS13,
@@ -138,10 +102,10 @@ func TestJunkHandshakeHidesNoOtherRefusal(t *testing.T) {
 		_, _ = c.Read(make([]byte, 1)) // the server's verdict
 		c.Close()
 	}
-	waitUntil(t, 5*time.Second, "the stranger's refusal logged", func() bool { return len(log.with("certificate signed by unknown authority")) == 1 })
+	waitUntil(t, 5*time.Second, "the stranger's refusal logged", func() bool { return len(log.Find("certificate signed by unknown authority")) == 1 })
 	junk()
 	time.Sleep(100 * time.Millisecond)
-	if got := log.with("refused in the TLS handshake"); len(got) != 2 || !strings.Contains(got[0], "reason=not TLS") {
+	if got := log.Find("refused in the TLS handshake"); len(got) != 2 || !strings.Contains(got[0], "reason=not TLS") {
 		t.Errorf("WARN lines %q, want the first junk (reason not TLS) and the stranger's, the second junk counted only", got)
 	}
 }
