@@ -35,7 +35,7 @@ func testClusterRecord(t *testing.T, in Instance) {
 		t.Fatalf("DecodeCluster(conflict) = %+v, %v; want %+v", got, err, first)
 	}
 	// An update at the revision read succeeds; at an older one it fails.
-	second := storage.ClusterRecord{NumShards: 64, Strategy: "balanced", WrittenBy: "r1"}
+	second := storage.ClusterRecord{NumShards: 64, Strategy: "balanced", WrittenBy: "r1", Layout: storage.Layout}
 	rev2, err := s.WriteCluster(ctx, second, rev)
 	if err != nil || rev2 <= rev {
 		t.Fatalf("WriteCluster(at %d) = %d, %v", rev, rev2, err)
