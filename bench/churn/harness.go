@@ -1,15 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
@@ -32,6 +36,12 @@ type Params struct {
 	Verbose  bool          // runners' info logs and the etcd client's warnings
 	Steady   time.Duration // after the cold start, measure the settled cluster this long (0: skip)
 	Procs    bool          // hosting runners in separate OS processes (crash = SIGKILL)
+	// InProcessLoad runs the gateway and the callers in the harness's
+	// process, their CPU counted with the runners' (else in a child of
+	// their own).
+	InProcessLoad bool
+	ColdTimeout   time.Duration // how long the cold start may take (0: settleTimeout)
+	Progress      time.Duration // a cold-start progress sample every this long (0: none)
 	// Burst, if positive, makes every step a burst, joins and leaves
 	// alternately (joins first): Burst runners start within one second, or
 	// Burst runners, at random, shut down gracefully within one second.
@@ -105,11 +115,12 @@ type harness struct {
 	p    Params
 	etcd *etcdServer
 	log  *slog.Logger
+	logs io.Writer // progress: the runners' logs and the load child's
 	say  func(format string, args ...any)
 	rng  *rand.Rand
 	rec  recorder
 
-	gw    *node
+	load  loadDriver // the gateway, its callers and the crash probes
 	live  []*node // hosting runners up now (churn goroutine only, after start)
 	nodes []*node // every node started, for the final cleanup
 	ids   int     // hosting runners started: the next one is r<ids+1>
@@ -122,10 +133,14 @@ type harness struct {
 	// Where the cold start went: the first runners started -> the last of
 	// them registered (-procs: not followed, 0), and the CPU time the
 	// runners (this process and -procs children) and etcd used meanwhile.
-	coldRegistered, coldCPU, coldEtcdCPU time.Duration
-	steady                               SteadyReport
-	probeIDs                             []string   // an entity of each shard, for the crash probes (probe.go)
-	firstAsks                            []firstAsk // crash steps: each lost shard's first answer
+	coldRegistered time.Duration
+	coldCost       StepCost
+	coldProgress   []ColdSample
+	coldDone       bool // every shard owned (else the run stopped after the cold start)
+	steady         SteadyReport
+	between        BetweenSteps // the load between steps
+	firstAsks      []firstAsk   // crash steps: each lost shard's first answer
+	pollCPU        atomic.Int64 // CPU time of the settle polls (pollThread), in ns
 }
 
 // run performs a whole run on an etcd it opens (and closes) and returns
@@ -135,6 +150,7 @@ func run(ctx context.Context, p Params, progress io.Writer) (*Report, error) {
 		return nil, err
 	}
 	began := time.Now()
+	progress = &syncWriter{w: progress} // the runners' logs, the load child's and ours
 	say := func(format string, args ...any) {
 		fmt.Fprintf(progress, "[%5.1fs] "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)
 	}
@@ -149,7 +165,7 @@ func run(ctx context.Context, p Params, progress io.Writer) (*Report, error) {
 		level = slog.LevelInfo
 	}
 	h := &harness{
-		p: p, etcd: e, say: say,
+		p: p, etcd: e, say: say, logs: progress,
 		log:     slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: level})),
 		rng:     rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15)),
 		crashes: map[string]time.Time{},
@@ -166,6 +182,8 @@ func (p Params) validate() error {
 		return errors.New("-callers and -entities must be positive")
 	case p.Duration <= 0 || p.Every <= 0:
 		return errors.New("-duration and -every must be positive")
+	case p.ColdTimeout < 0 || p.Progress < 0:
+		return errors.New("-coldtimeout and -progress must not be negative")
 	case p.Steps < 0:
 		return fmt.Errorf("-steps %d: want 0 (no limit) or more", p.Steps)
 	case p.Burst < 0 || p.Burst > 0 && p.Runners-p.Burst < 2:
@@ -180,37 +198,45 @@ func (p Params) validate() error {
 
 func (h *harness) run(ctx context.Context) (*Report, error) {
 	var err error
-	if h.gw, err = h.startNode(true); err != nil {
+	if h.load, err = h.startLoad(); err != nil {
 		return nil, err
 	}
 	// The first runners start together, as a deployment's pods do.
 	start := time.Now()
-	cpu0, etcd0 := processCPU(), h.etcdCPU()
+	c0 := h.markCost(ctx)
+	cold := h.watchCold(start, c0)
 	if h.live, err = h.startNodes(h.p.Runners); err != nil {
+		cold.finish()
 		return nil, err
 	}
-	if !h.waitSettled(ctx, settleTimeout) {
+	coldTimeout := cmp.Or(h.p.ColdTimeout, settleTimeout)
+	h.coldDone = h.waitSettled(ctx, coldTimeout)
+	h.coldProgress = cold.finish()
+	h.coldStart = time.Since(start)
+	h.coldCost = h.costSince(ctx, c0, len(h.live))
+	h.coldRegistered = h.rec.lastRegistered(start)
+	if !h.coldDone {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		return nil, fmt.Errorf("the first %d runners did not settle within %v: %s", h.p.Runners, settleTimeout, h.ownership())
+		// Report how far it got: the run ends here.
+		h.problem("the first %d runners did not settle within %v (cold start): %s", h.p.Runners, coldTimeout, h.ownership())
+		h.stopAll(true)
+		end := time.Now()
+		rep := h.analyze(start, end, start, nil, nil)
+		rep.timeline = h.timeline(start, end, start, nil)
+		return rep, nil
 	}
-	h.coldStart = time.Since(start)
 	h.say("%d runners own all %d shards %v after they started", len(h.live), h.p.Shards, round(h.coldStart))
-	h.coldCPU = processCPU() - cpu0 + procsCPU(h.live)
-	if etcd1 := h.etcdCPU(); etcd0 >= 0 && etcd1 >= 0 {
-		h.coldEtcdCPU = etcd1 - etcd0
-	}
-	h.coldRegistered = h.rec.lastRegistered(start)
-	h.say("cold start: the last runner registered after %v; CPU: runners %.1f s, etcd %.1f s (over %v of wall time on %d cores)",
-		round(h.coldRegistered), h.coldCPU.Seconds(), h.coldEtcdCPU.Seconds(), round(h.coldStart), runtime.NumCPU())
+	h.say("cold start: the last runner registered after %v; CPU: runners %.1f s, etcd %.1f s, gateway %.1f s (over %v of wall time on %d cores); etcd sent %.0f watch events, handled %.0f requests",
+		round(h.coldRegistered), h.coldCost.RunnersCPU, h.coldCost.EtcdCPU, h.coldCost.LoadCPU, round(h.coldStart), runtime.NumCPU(), h.coldCost.WatchEvents, h.coldCost.Requests)
 	if h.p.Steady > 0 {
 		h.rec.quiet(500*time.Millisecond, 10*time.Second)
 		if h.steady, err = h.measureSteady(ctx, h.p.Steady, len(h.live)); err != nil {
 			return nil, err
 		}
-		h.say("steady for %v, no load: %.2f%% of a core per runner, etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s",
-			h.p.Steady, h.steady.RunnerCPUPercent, h.steady.PutsPerSec, h.steady.DeletesPerSec, h.steady.ProposalsPerSec)
+		h.say("steady for %v, no load: %.2f%% of a core per runner, etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f requests/s",
+			h.p.Steady, h.steady.RunnerCPUPercent, h.steady.PutsPerSec, h.steady.DeletesPerSec, h.steady.ProposalsPerSec, h.steady.RequestsPerSec)
 	}
 	limit := ""
 	if h.p.Steps > 0 {
@@ -219,20 +245,51 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	h.say("load: %d callers -> %d counters; churn for %v%s, a step every %v",
 		h.p.Callers, h.p.Entities, h.p.Duration, limit, h.p.Every)
 
-	l := h.startLoad()
+	loadBegan, err := h.load.begin()
+	if err != nil {
+		return nil, fmt.Errorf("start the callers: %w", err)
+	}
 	churnStart := time.Now()
 	h.churn(ctx, churnStart)
-	asks, samples := l.finish()
+	asks, samples, err := h.load.finish()
 	end := time.Now()
 	interrupted := ctx.Err() != nil
 	h.stopAll(interrupted)
 	if interrupted {
 		return nil, context.Cause(ctx)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("the callers' asks: %w", err)
+	}
 	h.rec.quiet(300*time.Millisecond, 5*time.Second)
-	rep := h.analyze(churnStart, end, l.began, asks, samples)
-	rep.timeline = h.timeline(churnStart, end, l.began, asks)
+	rep := h.analyze(churnStart, end, loadBegan, asks, samples)
+	rep.timeline = h.timeline(churnStart, end, loadBegan, asks)
 	return rep, nil
+}
+
+// startLoad starts the gateway (its callers begin later), in the load
+// child unless InProcessLoad.
+func (h *harness) startLoad() (loadDriver, error) {
+	spec := loadSpec{
+		Endpoint: h.etcd.Endpoint, Namespace: h.etcd.Namespace, Shards: h.p.Shards,
+		Callers: h.p.Callers, Entities: h.p.Entities, Procs: h.p.Procs, Verbose: h.p.Verbose,
+	}
+	if h.p.InProcessLoad {
+		return newGatewayLoad(spec, h.log)
+	}
+	return startLoadChild(spec, h.logs)
+}
+
+// syncWriter serializes the writes of several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *syncWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(b)
 }
 
 // churn performs steps until the duration has passed (or Steps steps are
@@ -249,6 +306,15 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 	}
 	end := churnStart.Add(h.p.Duration)
 	next := churnStart.Add(h.p.Every)
+	// The load between steps (from a settle, or the churn's start, to the
+	// next step) is measured too: what the runners spend serving the
+	// callers with no change under way.
+	idle, idleAt := h.markCost(ctx), time.Now()
+	defer func() {
+		if ctx.Err() == nil {
+			h.between.add(h.costSince(ctx, idle, len(h.live)), time.Since(idleAt))
+		}
+	}()
 	for next.Before(end) {
 		if h.p.Steps > 0 && len(h.steps) == h.p.Steps {
 			// Leave Every of load after the last step, as between steps.
@@ -260,8 +326,11 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 		}
 		kind := h.pick()
 		c0 := h.markCost(ctx)
+		h.between.add(h.costSince(ctx, idle, len(h.live)), time.Since(idleAt))
 		s := h.doStep(ctx, kind)
 		s.cost = h.costSince(ctx, c0, s.After)
+		wins, _ := cutovers(h.rec.all(), h.crashes, func(t time.Time) bool { return !t.Before(s.start) })
+		s.cost.setMoved(len(wins)) // the report counts again with every event in
 		if ctx.Err() != nil {
 			return
 		}
@@ -274,12 +343,13 @@ func (h *harness) churn(ctx context.Context, churnStart time.Time) {
 		if s.spread > 0 {
 			spread = fmt.Sprintf(" (spread over %v)", round(s.spread))
 		}
-		h.say("step %2d: %-8s %-3s%s -> %d runners, settled in %v (CPU: runners, callers and gateway %.2f s, etcd %.2f s; etcd requests %.0f, watch events sent %.0f)",
-			len(h.steps), s.Kind, s.Runner, spread, s.After, round(s.settled.Sub(s.start)), s.cost.RunnerCPU, s.cost.EtcdCPU, s.cost.Requests, s.cost.WatchEvents)
+		h.say("step %2d: %-8s %-3s%s -> %d runners, settled in %v (%s)",
+			len(h.steps), s.Kind, s.Runner, spread, s.After, round(s.settled.Sub(s.start)), s.cost.summary(h.p))
 		next = s.start.Add(h.p.Every)
 		if s.settled.After(next) {
 			next = s.settled
 		}
+		idle, idleAt = h.markCost(ctx), time.Now()
 	}
 	sleepUntil(ctx, end)
 }
@@ -320,11 +390,11 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 		stopping *node      // the runner a shutdown step stops
 		stopped  chan error // its Shutdown's result (a burst's: each one's)
 		leaving  []*node    // the runners a burst-leave step stops
-		probing  *probes    // a crash step's probers
+		probing  = -1       // a crash step's probers
 	)
 	switch kind {
 	case stepAdd:
-		n, err := h.startNode(false)
+		n, err := h.startNode()
 		if err != nil {
 			h.problem("add: %v", err)
 			return s
@@ -341,7 +411,11 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 			s.start = time.Now()
 			h.crashes[n.id] = s.start
 			n.crash(&h.rec, s.start) // no release, no revoke: the lease expires after the TTL
-			probing = h.probeCrash(owned, n.id, s.start)
+			if id, err := h.load.probe(slices.Sorted(maps.Keys(owned)), n.id, s.start); err != nil {
+				h.problem("crash probes: %v", err)
+			} else {
+				probing = id
+			}
 			break
 		}
 		stopping, stopped = n, make(chan error, 1)
@@ -356,8 +430,12 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 	if h.waitSettled(ctx, settleTimeout) {
 		s.settled = time.Now()
 	}
-	if probing != nil {
-		h.firstAsks = append(h.firstAsks, probing.finish()...)
+	if probing >= 0 {
+		res, err := h.load.probed(probing)
+		if err != nil {
+			h.problem("crash probes: %v", err)
+		}
+		h.firstAsks = append(h.firstAsks, res...)
 	}
 	for range leaving {
 		if err := <-stopped; err != nil && ctx.Err() == nil {
@@ -383,7 +461,7 @@ func (h *harness) burstJoin(ctx context.Context, start time.Time) (string, time.
 		if !sleepUntil(ctx, start.Add(burstSpread*time.Duration(i)/time.Duration(h.p.Burst))) {
 			break
 		}
-		n, err := h.startNode(false)
+		n, err := h.startNode()
 		if err != nil {
 			h.problem("burst join: %v", err)
 			continue
@@ -417,9 +495,17 @@ func (h *harness) burstLeave(ctx context.Context, start time.Time) (leaving []*n
 // waitSettled polls until the live runners own every shard exactly once,
 // each exactly the shards of the assignment they all computed over the
 // live runners. It reports false on timeout or when ctx ends.
+//
+// Each poll runs on an OS thread of its own (pollThread), whose CPU time
+// counts as the harness's, not the runners'.
 func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
-	for !h.settled() {
+	for {
+		var ok bool
+		pollThread(&h.pollCPU, func() { ok = h.settled() })
+		if ok {
+			break
+		}
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -503,9 +589,16 @@ func (h *harness) ownership() string {
 	s := ""
 	byDigest := map[uint64][]string{}
 	owners := make(map[int][]string)
-	for _, n := range h.live {
+	const listed = 20 // runners named with their counts; the rest summed up
+	none := 0
+	for i, n := range h.live {
 		owned, digest := n.view(&h.rec)
-		s += fmt.Sprintf("%s %d, ", n.id, len(owned))
+		switch {
+		case i < listed:
+			s += fmt.Sprintf("%s %d, ", n.id, len(owned))
+		case len(owned) == 0:
+			none++
+		}
 		phase := "process"
 		if n.r != nil {
 			phase = n.r.Status().Phase
@@ -514,6 +607,9 @@ func (h *harness) ownership() string {
 		for id := range owned {
 			owners[int(id)] = append(owners[int(id)], n.id)
 		}
+	}
+	if len(h.live) > listed {
+		s += fmt.Sprintf("(%d more runners, %d of them owning none), ", len(h.live)-listed, none)
 	}
 	if len(h.live) > 0 {
 		var a sharding.Assignment

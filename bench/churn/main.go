@@ -43,6 +43,7 @@ import (
 
 func main() {
 	runnerproc.Main() // in a child started by -procs: run its runner and exit
+	loadChildMain()   // in the load child: run the gateway and the callers and exit
 	os.Exit(churn())
 }
 
@@ -66,12 +67,16 @@ func churn() int {
 	flag.BoolVar(&p.Verbose, "v", false, "show the runners' info logs and the etcd client's warnings")
 	flag.IntVar(&p.Burst, "burst", 0, "make every step a burst: this many runners join within one second, then as many leave (graceful shutdown) within one second, alternately (0: single joins, shutdowns and crashes)")
 	flag.BoolVar(&p.Procs, "procs", false, "run every hosting runner as a separate OS process (crashes are SIGKILL, shutdowns SIGTERM)")
+	loadProc := flag.Bool("loadproc", true, "run the gateway and the callers in a child process of their own, so that their CPU is measured apart from the runners' (false: in this process, counted with the runners')")
+	flag.DurationVar(&p.ColdTimeout, "coldtimeout", settleTimeout, "give up the cold start (and the run, with a report of how far it got) if not every shard is owned after this long")
+	flag.DurationVar(&p.Progress, "progress", 5*time.Second, "during the cold start, sample and print its progress (locks held, runners registered and attached, CPU, memory, etcd's counters) every this long (0: never)")
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	churnProfileFile := flag.String("churnprofile", "", "write a CPU profile of the churn phase alone (its steps and the load between them, without the cold start and the steady window) to `file`")
 	flag.StringVar(&htmlPath, "html", "", "also write the report as a self-contained HTML `file` with SVG charts")
 	flag.Parse()
+	p.InProcessLoad = !*loadProc
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {

@@ -19,6 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	runnerproc.Main() // the children of a -procs run
+	loadChildMain()   // the load child
 	goleak.VerifyTestMain(m)
 }
 

@@ -120,15 +120,11 @@ func (h *harness) startNodes(n int) ([]*node, error) {
 	return nodes, nil
 }
 
-// startNode creates a runner (a client-only gateway, or a hosting runner
-// with the next ID), subscribes to its events and starts Run.
-func (h *harness) startNode(gateway bool) (*node, error) {
-	id := "gateway"
-	if !gateway {
-		h.ids++
-		id = fmt.Sprintf("r%d", h.ids)
-	}
-	n, err := h.newNode(id)
+// startNode creates a hosting runner with the next ID, subscribes to its
+// events and starts Run.
+func (h *harness) startNode() (*node, error) {
+	h.ids++
+	n, err := h.newNode(fmt.Sprintf("r%d", h.ids))
 	if err != nil {
 		return nil, err
 	}
@@ -136,10 +132,9 @@ func (h *harness) startNode(gateway bool) (*node, error) {
 	return n, nil
 }
 
-// newNode creates and runs the runner id ("gateway": client-only). Safe
-// for concurrent use.
+// newNode creates and runs the hosting runner id. Safe for concurrent use.
 func (h *harness) newNode(id string) (*node, error) {
-	if h.p.Procs && id != "gateway" {
+	if h.p.Procs {
 		pn, err := h.startProc(id)
 		if err != nil {
 			return nil, err
@@ -148,20 +143,33 @@ func (h *harness) newNode(id string) (*node, error) {
 		go func() { <-pn.p.Done(); close(ran) }()
 		return &node{id: id, proc: pn, ran: ran}, nil
 	}
-	cli, err := newEtcdClient(h.etcd.Endpoint, h.p.Verbose)
+	r, cli, err := openRunner(h.etcd.Endpoint, h.etcd.Namespace, h.p.Verbose, runner.Config{
+		ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL, Logger: h.log, ListenAddr: "127.0.0.1:0",
+	})
 	if err != nil {
 		return nil, err
 	}
-	store, err := etcd.New(cli, h.etcd.Namespace, etcd.Config{})
+	n := &node{id: id, r: r, cli: cli, sub: r.Subscribe(), ran: make(chan struct{})}
+	h.rec.follow(n.sub) // subscribed before Run: no event is missed
+	go func() {
+		defer close(n.ran)
+		n.runErr = r.Run(context.Background())
+	}()
+	return n, nil
+}
+
+// openRunner creates the runner of cfg on a store of its own under
+// namespace, with an etcd client of its own (as if in its own process),
+// hosting (or routing) the counters and runnerproc's kind.
+func openRunner(endpoint, namespace string, verbose bool, cfg runner.Config) (*runner.Runner, *clientv3.Client, error) {
+	cli, err := newEtcdClient(endpoint, verbose)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := etcd.New(cli, namespace, etcd.Config{})
 	if err != nil {
 		cli.Close()
-		return nil, err
-	}
-	cfg := runner.Config{ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL, Logger: h.log}
-	if id == "gateway" {
-		cfg.ClientOnly = true
-	} else {
-		cfg.ListenAddr = "127.0.0.1:0"
+		return nil, nil, err
 	}
 	r, err := runner.New(store, cfg)
 	if err == nil {
@@ -169,15 +177,9 @@ func (h *harness) newNode(id string) (*node, error) {
 	}
 	if err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("runner %s: %w", cfg.ID, err)
+		return nil, nil, fmt.Errorf("runner %s: %w", cfg.ID, err)
 	}
-	n := &node{id: cfg.ID, r: r, cli: cli, sub: r.Subscribe(), ran: make(chan struct{})}
-	h.rec.follow(n.sub) // subscribed before Run: no event is missed
-	go func() {
-		defer close(n.ran)
-		n.runErr = r.Run(context.Background())
-	}()
-	return n, nil
+	return r, cli, nil
 }
 
 // stopNode shuts n down gracefully (bounded by stopTimeout) and closes its
@@ -221,7 +223,8 @@ func (n *node) view(rec *recorder) (map[sharding.ShardID]bool, uint64) {
 }
 
 // stopAll ends the run: the live runners shut down gracefully, together
-// (or are closed when interrupted), then the gateway.
+// (or are closed when interrupted), then the gateway (with the load
+// child).
 func (h *harness) stopAll(abrupt bool) {
 	var wg sync.WaitGroup
 	for _, n := range h.live {
@@ -237,7 +240,7 @@ func (h *harness) stopAll(abrupt bool) {
 	}
 	wg.Wait()
 	h.live = nil
-	h.gw.r.Close()
+	h.load.close()
 }
 
 // cleanup closes every runner, subscription and client (idempotent calls).
@@ -251,6 +254,9 @@ func (h *harness) cleanup() {
 		n.r.Close()
 		n.sub.Close()
 		n.closeClient()
+	}
+	if h.load != nil {
+		h.load.close()
 	}
 	h.rec.wg.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
+	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -51,7 +52,7 @@ type probes struct {
 
 // pollRoutes records when the gateway's view first names an owner of each
 // shard of owned other than victim, until all do or ctx ends.
-func (pr *probes) pollRoutes(ctx context.Context, h *harness, owned map[sharding.ShardID]bool, victim string) {
+func (pr *probes) pollRoutes(ctx context.Context, gw *runner.Runner, owned []sharding.ShardID, victim string) {
 	tick := time.NewTicker(routePoll)
 	defer tick.Stop()
 	left := len(owned)
@@ -63,11 +64,11 @@ func (pr *probes) pollRoutes(ctx context.Context, h *harness, owned map[sharding
 		case <-tick.C:
 		}
 		now := time.Now()
-		for id := range owned {
+		for _, id := range owned {
 			if seen[id] {
 				continue
 			}
-			if o, _ := h.gw.r.OwnerOf(id); o != "" && o != victim {
+			if o, _ := gw.OwnerOf(id); o != "" && o != victim {
 				seen[id], left = true, left-1
 				pr.mu.Lock()
 				pr.routed[id] = now
@@ -77,21 +78,16 @@ func (pr *probes) pollRoutes(ctx context.Context, h *harness, owned map[sharding
 	}
 }
 
-// probeCrash starts one prober per shard of owned, which victim owned
-// when it crashed at crashAt.
-func (h *harness) probeCrash(owned map[sharding.ShardID]bool, victim string, crashAt time.Time) *probes {
-	if h.probeIDs == nil {
-		h.probeIDs = probeEntities(h.p.Shards)
-	}
+func (g *gatewayLoad) probe(owned []sharding.ShardID, victim string, crashAt time.Time) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &probes{cancel: cancel, routed: map[sharding.ShardID]time.Time{}}
-	pr.wg.Go(func() { pr.pollRoutes(ctx, h, owned, victim) })
-	for id := range owned {
-		entity := h.probeIDs[id]
+	pr.wg.Go(func() { pr.pollRoutes(ctx, g.gw, owned, victim) })
+	for _, id := range owned {
+		entity := g.probeIDs[id]
 		pr.wg.Go(func() {
 			for ctx.Err() == nil {
 				actx, acancel := context.WithTimeout(ctx, probeTimeout)
-				resp, err := runnerproc.Echo.Ask(actx, h.gw.r, entity, runnerproc.EchoReq{})
+				resp, err := runnerproc.Echo.Ask(actx, g.gw, entity, runnerproc.EchoReq{})
 				acancel()
 				if err == nil && resp.Runner != victim {
 					pr.mu.Lock()
@@ -110,7 +106,22 @@ func (h *harness) probeCrash(owned map[sharding.ShardID]bool, victim string, cra
 			pr.mu.Unlock()
 		})
 	}
-	return pr
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.probes = append(g.probes, pr)
+	return len(g.probes) - 1, nil
+}
+
+func (g *gatewayLoad) probed(id int) ([]firstAsk, error) {
+	g.mu.Lock()
+	if id < 0 || id >= len(g.probes) || g.probes[id] == nil {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("no probes %d", id)
+	}
+	pr := g.probes[id]
+	g.probes[id] = nil
+	g.mu.Unlock()
+	return pr.finish(), nil
 }
 
 // finish waits for the probers (at most probeWait, then stops them) and

@@ -103,18 +103,21 @@ type Report struct {
 	Params    ParamsReport `json:"params"`
 	Etcd      string       `json:"etcd"`
 	Measured  float64      `json:"measured_s"`    // churn start to the end of the load
-	ColdStart float64      `json:"cold_start_ms"` // the first runners started -> every shard owned
+	ColdStart float64      `json:"cold_start_ms"` // the first runners started -> every shard owned (or the cold start given up)
+	// ColdDone: every shard was owned within -coldtimeout; else the run
+	// ended there, and ColdProgress says how far it got.
+	ColdDone bool `json:"cold_start_done"`
 	// The first runners started -> the last of them registered (0: not
-	// followed, as with -procs); CPU seconds the runners and etcd used
-	// during the cold start.
+	// followed, as with -procs); what the cold start cost (Moved: 0).
 	ColdRegistered float64             `json:"cold_last_registered_ms,omitempty"`
-	ColdCPU        float64             `json:"cold_runner_cpu_s"`
-	ColdEtcdCPU    float64             `json:"cold_etcd_cpu_s,omitempty"`
+	ColdCost       StepCost            `json:"cold_start_cost"`
+	ColdProgress   []ColdSample        `json:"cold_start_progress,omitempty"` // a sample every -progress
 	Steady         *SteadyReport       `json:"steady,omitempty"`
 	Steps          []StepReport        `json:"steps"`
 	StepCounts     map[string]int      `json:"step_counts"`
 	Settle         map[string]Dist     `json:"settle_by_kind"`
 	StepCost       map[string]StepCost `json:"step_cost_by_kind"` // medians of the settled steps' costs
+	Between        *BetweenSteps       `json:"between_steps,omitempty"`
 	Cutover        map[string]Dist     `json:"cutover"`           // "planned", "crash"
 	Phases         map[string]int      `json:"handoff_phases"`
 	// Aborts: the aborted phase events by step kind, side ("new owner"
@@ -144,6 +147,9 @@ type ParamsReport struct {
 	Crash    bool    `json:"crash"`
 	Seed     uint64  `json:"seed"`
 	Procs    bool    `json:"procs,omitempty"`
+	// InProcessLoad: the gateway and callers ran in the harness's process
+	// (-loadproc=false), their CPU counted with the runners'.
+	InProcessLoad bool `json:"in_process_load,omitempty"`
 	Burst    int     `json:"burst,omitempty"`
 }
 
@@ -163,13 +169,15 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		Params: ParamsReport{
 			Runners: p.Runners, Shards: p.Shards, TTL: p.TTL.Seconds(), Callers: p.Callers, Entities: p.Entities,
 			Duration: p.Duration.Seconds(), Every: p.Every.Seconds(), Steps: p.Steps, Crash: p.Crash, Seed: p.Seed, Procs: p.Procs, Burst: p.Burst,
+			InProcessLoad: p.InProcessLoad,
 		},
 		Etcd:           h.etcd.Source,
 		Measured:       end.Sub(churnStart).Seconds(),
 		ColdStart:      float64(h.coldStart.Microseconds()) / 1000,
+		ColdDone:       h.coldDone,
 		ColdRegistered: float64(h.coldRegistered.Microseconds()) / 1000,
-		ColdCPU:        h.coldCPU.Seconds(),
-		ColdEtcdCPU:    h.coldEtcdCPU.Seconds(),
+		ColdCost:       h.coldCost,
+		ColdProgress:   h.coldProgress,
 		StepCounts:     map[string]int{},
 		Settle:         map[string]Dist{},
 		StepCost:       map[string]StepCost{},
@@ -178,9 +186,14 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		Aborts:         map[string]int{},
 		Problems:       slices.Clone(h.problems),
 	}
+	evs := h.rec.all()
+	inRun := func(t time.Time) bool { return !t.Before(churnStart) && !t.After(end) }
+	wins, lost := cutovers(evs, h.crashes, inRun)
+	movedBy := movedPerStep(h.steps, wins)
 	settle := map[string][]time.Duration{}
 	costs := map[string][]StepCost{}
-	for _, s := range h.steps {
+	for i, s := range h.steps {
+		s.cost.setMoved(movedBy[i])
 		sr := StepReport{Kind: s.Kind, Runner: s.Runner, At: s.start.Sub(churnStart).Seconds(), RunnersAfter: s.After, Cost: s.cost}
 		rep.StepCounts[s.Kind]++
 		if !s.settled.IsZero() { // else reported as a problem already
@@ -199,10 +212,10 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	if h.p.Steady > 0 {
 		rep.Steady = &h.steady
 	}
-	evs := h.rec.all()
+	if h.between.Window > 0 {
+		rep.Between = &h.between
+	}
 	rep.DoubleOwnership = len(ownership.Overlaps(evs))
-	inRun := func(t time.Time) bool { return !t.Before(churnStart) && !t.After(end) }
-	wins, lost := cutovers(evs, h.crashes, inRun)
 	var planned, crash []time.Duration
 	for _, w := range wins {
 		if w.crash {
@@ -261,7 +274,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 	if rep.FirstAskUnanswered != 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("%d shards lost in crashes were not answered by a new owner within %v of the step settling", rep.FirstAskUnanswered, probeWait))
 	}
-	if len(h.steps) == 0 {
+	if len(h.steps) == 0 && h.coldDone {
 		rep.Problems = append(rep.Problems, "no churn step happened (duration shorter than -every?)")
 	}
 	return rep
@@ -354,6 +367,25 @@ func cutovers(evs []runner.Event, crashes map[string]time.Time, inRun func(time.
 	return wins, lost
 }
 
+// movedPerStep counts the ownership changes of wins by step: each counts
+// for the step under way when it completed (the last one begun by then;
+// none before the first step).
+func movedPerStep(steps []step, wins []cutoverWin) []int {
+	moved := make([]int, len(steps))
+	for _, w := range wins {
+		i, _ := slices.BinarySearchFunc(steps, w.end, func(s step, t time.Time) int {
+			if s.start.After(t) {
+				return 1
+			}
+			return -1
+		})
+		if i > 0 {
+			moved[i-1]++
+		}
+	}
+	return moved
+}
+
 // firstAskAfterAcquired returns, for each probe answered, the time from
 // its shard's takeover (the new owner's ShardAcquired after the crash) to
 // the answer (0 when the answer came first: the owner's event is stamped
@@ -407,21 +439,6 @@ func (rep *Report) print(w io.Writer) {
 			p.Runners, p.Runners+2, p.Shards, p.TTL, p.Callers, p.Entities, rep.Measured, p.Every, onOff(p.Crash), p.Seed)
 	}
 	fmt.Fprintf(w, "etcd: %s\n", rep.Etcd)
-	fmt.Fprintf(w, "cold start: every shard owned %v after the first %d runners started", ms(rep.ColdStart, 1), p.Runners)
-	if rep.ColdRegistered > 0 {
-		fmt.Fprintf(w, "; the last registered after %v", ms(rep.ColdRegistered, 1))
-	}
-	fmt.Fprintf(w, "; CPU meanwhile: runners %.1f s, etcd %.1f s\n", rep.ColdCPU, rep.ColdEtcdCPU)
-	if st := rep.Steady; st != nil {
-		where := "all runners and the gateway in one process"
-		if p.Procs {
-			where = "each runner its own process, plus the gateway's"
-		}
-		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (%s); etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f requests/s, %.1f watch events/s, %.1f%% of a core\n",
-			st.Window, st.RunnerCPUPercent, where, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.RequestsPerSec, st.WatchEventsPerSec, st.EtcdCPUPercent)
-	}
-	fmt.Fprintln(w)
-
 	row := func(name string, cells ...any) {
 		fmt.Fprintf(w, "%-32s", name)
 		for _, c := range cells {
@@ -429,15 +446,76 @@ func (rep *Report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	row("step kind (cost: medians)", "steps", "settle p50", "settle max", "CPU s", "/runner ms", "etcd CPU s", "etcd reqs", "etcd txns", "watch evs")
-	for _, k := range append(stepKinds, burstKinds...) {
-		d := rep.Settle[k]
-		if p.Burst > 0 != slices.Contains(burstKinds, k) {
-			continue // -burst: only bursts; else no bursts
+	c := rep.ColdCost
+	if rep.ColdDone {
+		fmt.Fprintf(w, "cold start: every shard owned %v after the first %d runners started", ms(rep.ColdStart, 1), p.Runners)
+	} else {
+		fmt.Fprintf(w, "cold start: NOT every shard owned %v after the first %d runners started (given up)", ms(rep.ColdStart, 1), p.Runners)
+	}
+	if rep.ColdRegistered > 0 {
+		fmt.Fprintf(w, "; the last registered after %v", ms(rep.ColdRegistered, 1))
+	}
+	fmt.Fprintf(w, "; CPU meanwhile: runners %.1f s, etcd %.1f s, gateway %.1f s; etcd delivered %.0f watch events, handled %.0f requests\n",
+		c.RunnersCPU, c.EtcdCPU, c.LoadCPU, c.WatchEvents, c.Requests)
+	if len(rep.ColdProgress) > 0 {
+		fmt.Fprintln(w)
+		row("cold start progress", "registered", "attached", "locks", "detaches", "aborted", "CPU s", "etcd CPU s", "watch evs", "etcd reqs", "RSS MB", "goroutines", "fds", "etcd MB")
+		for _, s := range rep.ColdProgress {
+			row(fmt.Sprintf("+%.1fs", s.At), s.Registered, s.Attached, s.Locks, s.Detached, s.Aborted, fmt.Sprintf("%.1f", s.RunnersCPU), fmt.Sprintf("%.1f", s.EtcdCPU),
+				fmt.Sprintf("%.0f", s.WatchEvents), fmt.Sprintf("%.0f", s.Requests), fmt.Sprintf("%.0f", s.RSSMB), s.Goroutines, s.FDs, fmt.Sprintf("%.0f", s.EtcdRSSMB))
 		}
+	}
+	if st := rep.Steady; st != nil {
+		where := "all runners in one process"
+		if p.Procs {
+			where = "each runner its own process"
+		}
+		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (%s), gateway %.2f%%; etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f requests/s, %.1f watch events/s, %.1f%% of a core\n",
+			st.Window, st.RunnerCPUPercent, where, st.GatewayCPUPercent, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.RequestsPerSec, st.WatchEventsPerSec, st.EtcdCPUPercent)
+	}
+	if len(rep.Steps) == 0 {
+		rep.printProblems(w)
+		return
+	}
+	fmt.Fprintln(w)
+
+	var kinds []string
+	for _, k := range append(stepKinds, burstKinds...) {
+		if p.Burst > 0 == slices.Contains(burstKinds, k) { // -burst: only bursts; else no bursts
+			kinds = append(kinds, k)
+		}
+	}
+	row("step kind (medians)", "steps", "settle p50", "settle max", "moved", "watch evs", "/moved", "etcd reqs", "/moved", "etcd txns")
+	for _, k := range kinds {
+		d, c := rep.Settle[k], rep.StepCost[k]
+		row(k, rep.StepCounts[k], ms(d.P50, d.N), ms(d.Max, d.N), c.Moved, fmt.Sprintf("%.0f", c.WatchEvents), fmt.Sprintf("%.1f", c.WatchEventsPerMoved),
+			fmt.Sprintf("%.0f", c.Requests), fmt.Sprintf("%.2f", c.RequestsPerMoved), fmt.Sprintf("%.0f", c.Txns))
+	}
+	fmt.Fprintln(w)
+	runners, load := "runners", "callers+gw"
+	if p.InProcessLoad {
+		runners, load = "runners+load", "-"
+	}
+	row("step CPU s (medians)", "change", runners, "/runner ms", "etcd", load, "harness")
+	for _, k := range kinds {
 		c := rep.StepCost[k]
-		row(k, rep.StepCounts[k], ms(d.P50, d.N), ms(d.Max, d.N), fmt.Sprintf("%.2f", c.RunnerCPU), fmt.Sprintf("%.1f", c.PerRunner),
-			fmt.Sprintf("%.2f", c.EtcdCPU), fmt.Sprintf("%.0f", c.Requests), fmt.Sprintf("%.0f", c.Txns), fmt.Sprintf("%.0f", c.WatchEvents))
+		row(k, fmt.Sprintf("%.2f", c.ChangeCPU), fmt.Sprintf("%.2f", c.RunnersCPU), fmt.Sprintf("%.1f", c.PerRunner), fmt.Sprintf("%.2f", c.EtcdCPU),
+			fmt.Sprintf("%.2f", c.LoadCPU), fmt.Sprintf("%.3f", c.HarnessCPU))
+	}
+	if b := rep.Between; b != nil {
+		fmt.Fprintf(w, "between steps (the load alone, %.1fs in all): %s %.0f%% of a core, etcd %.0f%%, %s %.0f%%; etcd %.1f requests/s, %.1f watch events/s\n",
+			b.Window, runners, b.RunnersCPUPercent, b.EtcdCPUPercent, load, b.LoadCPUPercent, b.RequestsPerSec, b.WatchEventsPerSec)
+	}
+	fmt.Fprintln(w)
+	row("step (each)", "at", "settle", "moved", "watch evs", "/moved", "etcd reqs", "/moved", "change CPU", runners, "etcd CPU", load)
+	for i, s := range rep.Steps {
+		c, settle := s.Cost, "-"
+		if s.Settled {
+			settle = ms(s.Settle, 1)
+		}
+		row(fmt.Sprintf("%2d %s %s", i+1, s.Kind, s.Runner), fmt.Sprintf("%.1fs", s.At), settle, c.Moved, fmt.Sprintf("%.0f", c.WatchEvents), fmt.Sprintf("%.1f", c.WatchEventsPerMoved),
+			fmt.Sprintf("%.0f", c.Requests), fmt.Sprintf("%.2f", c.RequestsPerMoved), fmt.Sprintf("%.2f", c.ChangeCPU), fmt.Sprintf("%.2f", c.RunnersCPU),
+			fmt.Sprintf("%.2f", c.EtcdCPU), fmt.Sprintf("%.2f", c.LoadCPU))
 	}
 	fmt.Fprintln(w)
 	row("cutover per moved shard", "shards", "p50", "p99", "max")
@@ -485,6 +563,11 @@ func (rep *Report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "shards lost other than by a crash: %d\n", rep.LostNotCrash)
 	fmt.Fprintf(w, "double ownership (merged events): %d\n", rep.DoubleOwnership)
+	rep.printProblems(w)
+}
+
+// printProblems ends the printed report: OK, or each problem.
+func (rep *Report) printProblems(w io.Writer) {
 	if len(rep.Problems) == 0 {
 		fmt.Fprintln(w, "OK")
 		return

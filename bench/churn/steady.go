@@ -16,11 +16,13 @@ import (
 // what the control plane spends to stay as it is.
 type SteadyReport struct {
 	Window float64 `json:"window_s"`
-	// CPU of this process (every runner and the gateway, in one process)
-	// per hosting runner, in percent of one core; and of the etcd server
-	// (when the harness started it), in percent of one core.
-	RunnerCPUPercent float64 `json:"runner_cpu_percent"`
-	EtcdCPUPercent   float64 `json:"etcd_cpu_percent,omitempty"`
+	// CPU of the hosting runners per runner, in percent of one core (see
+	// StepCost for how it is split from the rest); of the gateway (no
+	// callers ask meanwhile; -loadproc=false: counted with the runners');
+	// and of the etcd server (when the harness started it).
+	RunnerCPUPercent  float64 `json:"runner_cpu_percent"`
+	GatewayCPUPercent float64 `json:"gateway_cpu_percent,omitempty"`
+	EtcdCPUPercent    float64 `json:"etcd_cpu_percent,omitempty"`
 	// Writes seen by etcd per second (from its /metrics): key puts and
 	// deletes, and raft proposals committed (every write; lease renewals
 	// are not proposals).
@@ -50,26 +52,25 @@ const (
 // measureSteady measures the settled cluster over window (see SteadyReport).
 func (h *harness) measureSteady(ctx context.Context, window time.Duration, runners int) (SteadyReport, error) {
 	rep := SteadyReport{Window: window.Seconds()}
-	m0, err := etcdMetrics(ctx, h.etcd.Endpoint)
-	if err != nil {
+	c0 := h.markCost(ctx)
+	if c0.m == nil {
+		_, err := etcdMetrics(ctx, h.etcd.Endpoint)
 		return rep, err
 	}
-	cpu0, etcd0 := processCPU()+procsCPU(h.live), h.etcdCPU()
 	t0 := time.Now()
 	if !sleepUntil(ctx, t0.Add(window)) {
 		return rep, context.Cause(ctx)
 	}
 	el := time.Since(t0)
-	cpu1, etcd1 := processCPU()+procsCPU(h.live), h.etcdCPU()
+	c := h.costSince(ctx, c0, runners)
+	m0 := c0.m
 	m1, err := etcdMetrics(ctx, h.etcd.Endpoint)
 	if err != nil {
 		return rep, err
 	}
-	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / el.Seconds() }
-	rep.RunnerCPUPercent = pct(cpu1-cpu0) / float64(runners)
-	if etcd0 >= 0 && etcd1 >= 0 {
-		rep.EtcdCPUPercent = pct(etcd1 - etcd0)
-	}
+	pct := func(s float64) float64 { return 100 * s / el.Seconds() }
+	rep.RunnerCPUPercent = pct(c.RunnersCPU) / float64(runners)
+	rep.GatewayCPUPercent, rep.EtcdCPUPercent = pct(c.LoadCPU), pct(c.EtcdCPU)
 	rate := func(name string) float64 { return (m1[name] - m0[name]) / el.Seconds() }
 	rep.PutsPerSec, rep.DeletesPerSec, rep.ProposalsPerSec = rate(metricPuts), rate(metricDeletes), rate(metricProposals)
 	rep.KeepAlivesPerSec = rate(metricKeepAlives)

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// The cold start's progress: while the first runners start, a sample of
+// the cluster every -progress, so that a cold start that takes long, or
+// never finishes, says how far it got and what it cost.
+
+// ColdSample is the cluster at one instant of the cold start.
+type ColdSample struct {
+	At float64 `json:"at_s"` // since the first runners started
+	// Registered and Locks count the runners/ and shards/ keys in etcd
+	// (-1: etcd did not answer within a second): runners with a live
+	// lease, and shards owned.
+	Registered int `json:"registered"`
+	Locks      int `json:"locks"`
+	// Attached: the hosting runners attached now (in-process runners only;
+	// -procs: -1). Detached and Aborted count the runners' Detached events
+	// and aborted handoff phases so far.
+	Attached int `json:"attached"`
+	Detached int `json:"detached_events"`
+	Aborted  int `json:"handoffs_aborted"`
+	// CPU seconds used since the start by the hosting runners and by etcd;
+	// watch events etcd delivered and unary requests it handled meanwhile.
+	RunnersCPU  float64 `json:"runners_cpu_s"`
+	EtcdCPU     float64 `json:"etcd_cpu_s,omitempty"`
+	WatchEvents float64 `json:"etcd_watch_events"`
+	Requests    float64 `json:"etcd_requests"`
+	// Resources now: the harness process (every in-process runner) and
+	// etcd; -procs: the runner processes' resident memory summed.
+	RSSMB      float64 `json:"rss_mb"`
+	Goroutines int     `json:"goroutines"`
+	FDs        int     `json:"fds"`
+	EtcdRSSMB  float64 `json:"etcd_rss_mb,omitempty"`
+	EtcdFDs    int     `json:"etcd_fds,omitempty"`
+}
+
+// coldWatch samples the cold start every interval (from start) until stop
+// is closed, printing each sample; the samples are returned by wait.
+type coldWatch struct {
+	h     *harness
+	start time.Time
+	c0    costMark
+	cli   *clientv3.Client // counts the keys (nil: no counts)
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	samples []ColdSample
+}
+
+// watchCold starts sampling the cold start begun at start, whose costs
+// count from c0.
+func (h *harness) watchCold(start time.Time, c0 costMark) *coldWatch {
+	cw := &coldWatch{h: h, start: start, c0: c0, stop: make(chan struct{})}
+	if h.p.Progress <= 0 {
+		return cw
+	}
+	cw.cli, _ = newEtcdClient(h.etcd.Endpoint, false) // nil on error: keys are not counted
+	cw.wg.Go(func() {
+		tick := time.NewTicker(h.p.Progress)
+		defer tick.Stop()
+		for {
+			select {
+			case <-cw.stop:
+				return
+			case <-tick.C:
+			}
+			s := cw.sample(context.Background())
+			cw.mu.Lock()
+			cw.samples = append(cw.samples, s)
+			cw.mu.Unlock()
+			h.say("cold start %s", s)
+		}
+	})
+	return cw
+}
+
+// finish stops sampling and returns the samples taken.
+func (cw *coldWatch) finish() []ColdSample {
+	close(cw.stop)
+	cw.wg.Wait()
+	if cw.cli != nil {
+		cw.cli.Close()
+	}
+	return cw.samples
+}
+
+func (cw *coldWatch) sample(ctx context.Context) ColdSample {
+	h := cw.h
+	s := ColdSample{At: time.Since(cw.start).Seconds(), Registered: -1, Locks: -1, Attached: -1}
+	if cw.cli != nil {
+		s.Registered = countKeys(ctx, cw.cli, "/"+h.etcd.Namespace+"/"+string(storage.KeyspaceRunners)+"/")
+		s.Locks = countKeys(ctx, cw.cli, "/"+h.etcd.Namespace+"/"+string(storage.KeyspaceShards)+"/")
+	}
+	if !h.p.Procs {
+		s.Attached = 0
+		for _, n := range h.live {
+			if n.r.Status().Phase == "attached" {
+				s.Attached++
+			}
+		}
+	}
+	s.Detached, s.Aborted = h.rec.countDetachesAborts()
+	c := h.costSince(ctx, cw.c0, 0)
+	s.RunnersCPU, s.EtcdCPU, s.WatchEvents, s.Requests = c.RunnersCPU, c.EtcdCPU, c.WatchEvents, c.Requests
+	s.Goroutines = runtime.NumGoroutine()
+	self := os.Getpid()
+	s.RSSMB, s.FDs = pidRSSMB(self), pidFDs(self)
+	if h.p.Procs {
+		for _, n := range h.live {
+			s.RSSMB += pidRSSMB(n.proc.p.PID())
+		}
+	}
+	if h.etcd.member != nil {
+		s.EtcdRSSMB, s.EtcdFDs = pidRSSMB(h.etcd.member.PID()), pidFDs(h.etcd.member.PID())
+	}
+	return s
+}
+
+// String reads "+5.0s: 183 runners registered (170 attached), 1234 locks
+// held, ...".
+func (s ColdSample) String() string {
+	att := ""
+	if s.Attached >= 0 {
+		att = fmt.Sprintf(" (%d attached)", s.Attached)
+	}
+	return fmt.Sprintf("+%.1fs: %d runners registered%s, %d locks held; %d detaches, %d handoff phases aborted so far; "+
+		"CPU runners %.1f s, etcd %.1f s; etcd sent %.0f watch events, handled %.0f requests; "+
+		"harness %.0f MB, %d goroutines, %d fds; etcd %.0f MB, %d fds",
+		s.At, s.Registered, att, s.Locks, s.Detached, s.Aborted, s.RunnersCPU, s.EtcdCPU, s.WatchEvents, s.Requests,
+		s.RSSMB, s.Goroutines, s.FDs, s.EtcdRSSMB, s.EtcdFDs)
+}
+
+// countKeys counts the keys under prefix (-1 when etcd does not answer
+// within a second: a starved etcd must not stall the sampling).
+func countKeys(ctx context.Context, cli *clientv3.Client, prefix string) int {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return -1
+	}
+	return int(resp.Count)
+}
+
+// countDetachesAborts counts the Detached events and aborted handoff
+// phases recorded so far.
+func (rec *recorder) countDetachesAborts() (detached, aborted int) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, ev := range rec.events {
+		switch e := ev.(type) {
+		case runner.Detached:
+			detached++
+		case runner.HandoffPhase:
+			if e.Phase == runner.PhaseAborted {
+				aborted++
+			}
+		}
+	}
+	return detached, aborted
+}
+
+// pidRSSMB reads the resident memory of process pid in MB (0: unknown).
+func pidRSSMB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// pidFDs counts the open file descriptors of process pid (0: unknown).
+func pidFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return len(ents)
+}
