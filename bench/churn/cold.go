@@ -11,8 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sys/unix"
 
-	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/storage"
 )
 
@@ -28,12 +28,16 @@ type ColdSample struct {
 	// lease, and shards owned.
 	Registered int `json:"registered"`
 	Locks      int `json:"locks"`
-	// Attached: the hosting runners attached now (in-process runners only;
-	// -procs: -1). Detached and Aborted count the runners' Detached events
-	// and aborted handoff phases so far.
-	Attached int `json:"attached"`
-	Detached int `json:"detached_events"`
-	Aborted  int `json:"handoffs_aborted"`
+	// From the runners' events (no runner is asked, so that a starved
+	// runner holding its lock cannot stall the sampling): DetachedNow,
+	// the runners detached and not re-attached (in-process runners only;
+	// -procs: 0); Detaches and Aborted, the Detached events and aborted
+	// handoff phases so far. Stopped: runners whose Run returned (one not
+	// ready within its StartTimeout stops).
+	DetachedNow int `json:"detached_now"`
+	Stopped     int `json:"stopped"`
+	Detaches    int `json:"detach_events"`
+	Aborted     int `json:"handoffs_aborted"`
 	// CPU seconds used since the start by the hosting runners and by etcd;
 	// watch events etcd delivered and unary requests it handled meanwhile.
 	RunnersCPU  float64 `json:"runners_cpu_s"`
@@ -47,6 +51,9 @@ type ColdSample struct {
 	FDs        int     `json:"fds"`
 	EtcdRSSMB  float64 `json:"etcd_rss_mb,omitempty"`
 	EtcdFDs    int     `json:"etcd_fds,omitempty"`
+	// LastPoll: how long the harness's last settle poll took (it asks
+	// every runner for its status, which waits for the runner's lock).
+	LastPoll float64 `json:"last_settle_poll_ms"`
 }
 
 // coldWatch samples the cold start every interval (from start) until stop
@@ -61,6 +68,33 @@ type coldWatch struct {
 
 	mu      sync.Mutex
 	samples []ColdSample
+	nodes   []*node // -procs: the runner processes, once started (setNodes)
+}
+
+// setNodes gives the sampler the runners started (their processes'
+// memory and CPU count with -procs).
+func (cw *coldWatch) setNodes(nodes []*node) {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	cw.nodes = nodes
+}
+
+// started returns the runners known to the sampler.
+func (cw *coldWatch) started() []*node {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return cw.nodes
+}
+
+// procs returns the runner processes known to the sampler.
+func (cw *coldWatch) procs() []*node {
+	var out []*node
+	for _, n := range cw.started() {
+		if n.proc != nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // watchCold starts sampling the cold start begun at start, whose costs
@@ -102,29 +136,27 @@ func (cw *coldWatch) finish() []ColdSample {
 
 func (cw *coldWatch) sample(ctx context.Context) ColdSample {
 	h := cw.h
-	s := ColdSample{At: time.Since(cw.start).Seconds(), Registered: -1, Locks: -1, Attached: -1}
+	s := ColdSample{At: time.Since(cw.start).Seconds(), Registered: -1, Locks: -1}
 	if cw.cli != nil {
 		s.Registered = countKeys(ctx, cw.cli, "/"+h.etcd.Namespace+"/"+string(storage.KeyspaceRunners)+"/")
 		s.Locks = countKeys(ctx, cw.cli, "/"+h.etcd.Namespace+"/"+string(storage.KeyspaceShards)+"/")
 	}
-	if !h.p.Procs {
-		s.Attached = 0
-		for _, n := range h.live {
-			if n.r.Status().Phase == "attached" {
-				s.Attached++
-			}
+	s.DetachedNow, s.Detaches, s.Aborted = h.rec.progress()
+	for _, n := range cw.started() {
+		select {
+		case <-n.ran:
+			s.Stopped++
+		default:
 		}
 	}
-	s.Detached, s.Aborted = h.rec.countDetachesAborts()
-	c := h.costSince(ctx, cw.c0, 0)
+	c := h.costBetween(cw.c0, h.markCostOf(ctx, cw.procs()), 0)
 	s.RunnersCPU, s.EtcdCPU, s.WatchEvents, s.Requests = c.RunnersCPU, c.EtcdCPU, c.WatchEvents, c.Requests
 	s.Goroutines = runtime.NumGoroutine()
+	s.LastPoll = float64(h.lastPoll.Load()) / 1e6
 	self := os.Getpid()
 	s.RSSMB, s.FDs = pidRSSMB(self), pidFDs(self)
-	if h.p.Procs {
-		for _, n := range h.live {
-			s.RSSMB += pidRSSMB(n.proc.p.PID())
-		}
+	for _, n := range cw.procs() {
+		s.RSSMB += pidRSSMB(n.proc.p.PID())
 	}
 	if h.etcd.member != nil {
 		s.EtcdRSSMB, s.EtcdFDs = pidRSSMB(h.etcd.member.PID()), pidFDs(h.etcd.member.PID())
@@ -132,18 +164,39 @@ func (cw *coldWatch) sample(ctx context.Context) ColdSample {
 	return s
 }
 
-// String reads "+5.0s: 183 runners registered (170 attached), 1234 locks
-// held, ...".
+// String reads "+5.0s: 183 runners registered (12 detached now, 0
+// stopped), 1234 locks held; ...".
 func (s ColdSample) String() string {
-	att := ""
-	if s.Attached >= 0 {
-		att = fmt.Sprintf(" (%d attached)", s.Attached)
+	return fmt.Sprintf("+%.1fs: %d runners registered (%d detached now, %d stopped), %d locks held; %d detaches, %d handoff phases aborted so far; "+
+		"CPU runners %.1f s, etcd %.1f s; etcd delivered %.0f watch events, handled %.0f requests; "+
+		"harness %.0f MB, %d goroutines, %d fds, last settle poll %.1f ms; etcd %.0f MB, %d fds",
+		s.At, s.Registered, s.DetachedNow, s.Stopped, s.Locks, s.Detaches, s.Aborted, s.RunnersCPU, s.EtcdCPU, s.WatchEvents, s.Requests,
+		s.RSSMB, s.Goroutines, s.FDs, s.LastPoll, s.EtcdRSSMB, s.EtcdFDs)
+}
+
+// raiseFDLimit raises this process's limit of open files (and its
+// children's: etcd, the load child, -procs runners) as far as the system
+// allows, up to maxFDs: every in-process runner holds a few sockets, and
+// runners that hand shards to each other connect pairwise. It returns the
+// limit in force.
+func raiseFDLimit() uint64 {
+	const maxFDs = 1 << 20
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
 	}
-	return fmt.Sprintf("+%.1fs: %d runners registered%s, %d locks held; %d detaches, %d handoff phases aborted so far; "+
-		"CPU runners %.1f s, etcd %.1f s; etcd sent %.0f watch events, handled %.0f requests; "+
-		"harness %.0f MB, %d goroutines, %d fds; etcd %.0f MB, %d fds",
-		s.At, s.Registered, att, s.Locks, s.Detached, s.Aborted, s.RunnersCPU, s.EtcdCPU, s.WatchEvents, s.Requests,
-		s.RSSMB, s.Goroutines, s.FDs, s.EtcdRSSMB, s.EtcdFDs)
+	if lim.Max < maxFDs {
+		want := unix.Rlimit{Cur: maxFDs, Max: maxFDs}
+		if unix.Setrlimit(unix.RLIMIT_NOFILE, &want) == nil {
+			return maxFDs
+		}
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	}
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
+	return lim.Cur
 }
 
 // countKeys counts the keys under prefix (-1 when etcd does not answer
@@ -156,24 +209,6 @@ func countKeys(ctx context.Context, cli *clientv3.Client, prefix string) int {
 		return -1
 	}
 	return int(resp.Count)
-}
-
-// countDetachesAborts counts the Detached events and aborted handoff
-// phases recorded so far.
-func (rec *recorder) countDetachesAborts() (detached, aborted int) {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, ev := range rec.events {
-		switch e := ev.(type) {
-		case runner.Detached:
-			detached++
-		case runner.HandoffPhase:
-			if e.Phase == runner.PhaseAborted {
-				aborted++
-			}
-		}
-	}
-	return detached, aborted
 }
 
 // pidRSSMB reads the resident memory of process pid in MB (0: unknown).

@@ -40,6 +40,8 @@ type Params struct {
 	// process, their CPU counted with the runners' (else in a child of
 	// their own).
 	InProcessLoad bool
+	StartRate     float64       // the first runners start at this many a second (0: all at once)
+	StartTimeout  time.Duration // runners' StartTimeout (0: the runner's default; negative: wait forever)
 	ColdTimeout   time.Duration // how long the cold start may take (0: settleTimeout)
 	Progress      time.Duration // a cold-start progress sample every this long (0: none)
 	// Burst, if positive, makes every step a burst, joins and leaves
@@ -121,10 +123,10 @@ type harness struct {
 	rec  recorder
 
 	load  loadDriver // the gateway, its callers and the crash probes
-	live  []*node // hosting runners up now (churn goroutine only, after start)
-	nodes []*node // every node started, for the final cleanup
-	ids   int     // hosting runners started: the next one is r<ids+1>
-	downs int     // shutdown and crash steps so far
+	live  []*node    // hosting runners up now (churn goroutine only, after start)
+	nodes []*node    // every node started, for the final cleanup
+	ids   int        // hosting runners started: the next one is r<ids+1>
+	downs int        // shutdown and crash steps so far
 
 	steps     []step
 	crashes   map[string]time.Time // crashed runner -> crash instant
@@ -141,6 +143,7 @@ type harness struct {
 	between        BetweenSteps // the load between steps
 	firstAsks      []firstAsk   // crash steps: each lost shard's first answer
 	pollCPU        atomic.Int64 // CPU time of the settle polls (pollThread), in ns
+	lastPoll       atomic.Int64 // how long the last settle poll took, in ns
 }
 
 // run performs a whole run on an etcd it opens (and closes) and returns
@@ -154,12 +157,13 @@ func run(ctx context.Context, p Params, progress io.Writer) (*Report, error) {
 	say := func(format string, args ...any) {
 		fmt.Fprintf(progress, "[%5.1fs] "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)
 	}
+	fdLimit := raiseFDLimit() // before etcd starts: it inherits the limit
 	e, err := openEtcd(ctx, p.Etcd)
 	if err != nil {
 		return nil, err
 	}
 	defer e.Close()
-	say("etcd at %s (%s), namespace %q", e.Endpoint, e.Source, e.Namespace)
+	say("etcd at %s (%s), namespace %q; open files limit %d", e.Endpoint, e.Source, e.Namespace, fdLimit)
 	level := slog.LevelError
 	if p.Verbose {
 		level = slog.LevelInfo
@@ -182,8 +186,8 @@ func (p Params) validate() error {
 		return errors.New("-callers and -entities must be positive")
 	case p.Duration <= 0 || p.Every <= 0:
 		return errors.New("-duration and -every must be positive")
-	case p.ColdTimeout < 0 || p.Progress < 0:
-		return errors.New("-coldtimeout and -progress must not be negative")
+	case p.ColdTimeout < 0 || p.Progress < 0 || p.StartRate < 0:
+		return errors.New("-coldtimeout, -progress and -startrate must not be negative")
 	case p.Steps < 0:
 		return fmt.Errorf("-steps %d: want 0 (no limit) or more", p.Steps)
 	case p.Burst < 0 || p.Burst > 0 && p.Runners-p.Burst < 2:
@@ -209,6 +213,7 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 		cold.finish()
 		return nil, err
 	}
+	cold.setNodes(h.live)
 	coldTimeout := cmp.Or(h.p.ColdTimeout, settleTimeout)
 	h.coldDone = h.waitSettled(ctx, coldTimeout)
 	h.coldProgress = cold.finish()
@@ -497,22 +502,28 @@ func (h *harness) burstLeave(ctx context.Context, start time.Time) (leaving []*n
 // live runners. It reports false on timeout or when ctx ends.
 //
 // Each poll runs on an OS thread of its own (pollThread), whose CPU time
-// counts as the harness's, not the runners'.
+// counts as the harness's, not the runners'; polls are settlePoll apart,
+// or more so that they take at most a tenth of a core.
 func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		var ok bool
-		pollThread(&h.pollCPU, func() { ok = h.settled() })
+		t0 := time.Now()
+		cpu := pollThread(&h.pollCPU, func() { ok = h.settled() })
+		h.lastPoll.Store(int64(time.Since(t0)))
 		if ok {
 			break
 		}
 		if time.Now().After(deadline) {
 			return false
 		}
+		// At most a tenth of a core polling: a poll of many runners costs
+		// CPU (and takes long, waiting for each runner's lock, which
+		// costs none).
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(settlePoll):
+		case <-time.After(max(settlePoll, 9*cpu)):
 		}
 	}
 	return true

@@ -82,7 +82,7 @@ type (
 		CrashAt time.Time
 	}
 	LoadFirstAsk struct {
-		Shard                      sharding.ShardID
+		Shard                     sharding.ShardID
 		CrashAt, Answered, Routed time.Time
 	}
 )

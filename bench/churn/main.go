@@ -68,6 +68,8 @@ func churn() int {
 	flag.IntVar(&p.Burst, "burst", 0, "make every step a burst: this many runners join within one second, then as many leave (graceful shutdown) within one second, alternately (0: single joins, shutdowns and crashes)")
 	flag.BoolVar(&p.Procs, "procs", false, "run every hosting runner as a separate OS process (crashes are SIGKILL, shutdowns SIGTERM)")
 	loadProc := flag.Bool("loadproc", true, "run the gateway and the callers in a child process of their own, so that their CPU is measured apart from the runners' (false: in this process, counted with the runners')")
+	flag.Float64Var(&p.StartRate, "startrate", 0, "start the first runners at this many a second (0: all at once, as a deployment's pods do)")
+	flag.DurationVar(&p.StartTimeout, "starttimeout", 0, "the runners' StartTimeout: a runner not registered after this long stops (0: the runner's default, 1 min; negative: wait forever)")
 	flag.DurationVar(&p.ColdTimeout, "coldtimeout", settleTimeout, "give up the cold start (and the run, with a report of how far it got) if not every shard is owned after this long")
 	flag.DurationVar(&p.Progress, "progress", 5*time.Second, "during the cold start, sample and print its progress (locks held, runners registered and attached, CPU, memory, etcd's counters) every this long (0: never)")
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")

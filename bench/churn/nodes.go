@@ -36,12 +36,16 @@ type node struct {
 // closeClient closes the node's etcd client (once).
 func (n *node) closeClient() { n.closeCli.Do(func() { _ = n.cli.Close() }) }
 
-// recorder merges the events of every runner, stamped by the runners.
+// recorder merges the events of every runner, stamped by the runners, and
+// follows from them what the cold start's progress reports without taking
+// any runner's lock.
 type recorder struct {
-	mu     sync.Mutex
-	events []runner.Event
-	last   time.Time // when the last event arrived
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	events   []runner.Event
+	last     time.Time       // when the last event arrived
+	detached map[string]bool // runners whose last lifecycle event was Detached
+	counts   struct{ detaches, aborts int }
+	wg       sync.WaitGroup
 }
 
 func (rec *recorder) follow(sub *runner.Subscription) {
@@ -68,9 +72,31 @@ func (rec *recorder) lastRegistered(since time.Time) time.Duration {
 
 func (rec *recorder) add(ev runner.Event) {
 	rec.mu.Lock()
+	defer rec.mu.Unlock()
 	rec.events = append(rec.events, ev)
 	rec.last = time.Now()
-	rec.mu.Unlock()
+	switch e := ev.(type) {
+	case runner.Detached:
+		if rec.detached == nil {
+			rec.detached = map[string]bool{}
+		}
+		rec.detached[e.Runner] = true
+		rec.counts.detaches++
+	case runner.Reattached:
+		delete(rec.detached, e.Runner)
+	case runner.HandoffPhase:
+		if e.Phase == runner.PhaseAborted {
+			rec.counts.aborts++
+		}
+	}
+}
+
+// progress returns the runners detached now, and the Detached events and
+// aborted handoff phases so far.
+func (rec *recorder) progress() (detachedNow, detaches, aborts int) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return len(rec.detached), rec.counts.detaches, rec.counts.aborts
 }
 
 // quiet waits until no event arrived for d (at most limit).
@@ -97,7 +123,8 @@ func (rec *recorder) all() []runner.Event {
 	return out
 }
 
-// startNodes starts n hosting runners concurrently.
+// startNodes starts n hosting runners concurrently (StartRate a second
+// if set, else all at once).
 func (h *harness) startNodes(n int) ([]*node, error) {
 	ids := make([]string, n)
 	for i := range ids {
@@ -107,15 +134,21 @@ func (h *harness) startNodes(n int) ([]*node, error) {
 	nodes := make([]*node, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	start := time.Now()
 	for i := range n {
+		if h.p.StartRate > 0 {
+			sleepUntil(context.Background(), start.Add(time.Duration(float64(i)/h.p.StartRate*float64(time.Second))))
+		}
 		wg.Go(func() { nodes[i], errs[i] = h.newNode(ids[i]) })
 	}
 	wg.Wait()
 	for i := range n {
-		if errs[i] != nil {
-			return nil, errs[i]
+		if nodes[i] != nil {
+			h.nodes = append(h.nodes, nodes[i]) // closed by cleanup, also on error
 		}
-		h.nodes = append(h.nodes, nodes[i])
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return nodes, nil
 }
@@ -144,7 +177,7 @@ func (h *harness) newNode(id string) (*node, error) {
 		return &node{id: id, proc: pn, ran: ran}, nil
 	}
 	r, cli, err := openRunner(h.etcd.Endpoint, h.etcd.Namespace, h.p.Verbose, runner.Config{
-		ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL, Logger: h.log, ListenAddr: "127.0.0.1:0",
+		ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL, StartTimeout: h.p.StartTimeout, Logger: h.log, ListenAddr: "127.0.0.1:0",
 	})
 	if err != nil {
 		return nil, err

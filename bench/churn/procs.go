@@ -44,7 +44,7 @@ func (h *harness) startProc(id string) (*procNode, error) {
 	p, err := runnerproc.Start(ctx, runnerproc.Spec{
 		Endpoints: []string{h.etcd.Endpoint}, Namespace: h.etcd.Namespace, LogLevel: level,
 		StatusPoll: 20 * time.Millisecond,
-		Config:     runnerproc.Config{ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL},
+		Config:     runnerproc.Config{ID: id, NumShards: h.p.Shards, LeaseTTL: h.p.TTL, StartTimeout: h.p.StartTimeout},
 	})
 	if err != nil {
 		return nil, err

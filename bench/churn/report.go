@@ -118,7 +118,7 @@ type Report struct {
 	Settle         map[string]Dist     `json:"settle_by_kind"`
 	StepCost       map[string]StepCost `json:"step_cost_by_kind"` // medians of the settled steps' costs
 	Between        *BetweenSteps       `json:"between_steps,omitempty"`
-	Cutover        map[string]Dist     `json:"cutover"`           // "planned", "crash"
+	Cutover        map[string]Dist     `json:"cutover"` // "planned", "crash"
 	Phases         map[string]int      `json:"handoff_phases"`
 	// Aborts: the aborted phase events by step kind, side ("new owner"
 	// or "old owner") and reason (the event's Detail, numbers elided).
@@ -150,7 +150,7 @@ type ParamsReport struct {
 	// InProcessLoad: the gateway and callers ran in the harness's process
 	// (-loadproc=false), their CPU counted with the runners'.
 	InProcessLoad bool `json:"in_process_load,omitempty"`
-	Burst    int     `json:"burst,omitempty"`
+	Burst         int  `json:"burst,omitempty"`
 }
 
 // failed is the number of failed asks.
@@ -459,9 +459,9 @@ func (rep *Report) print(w io.Writer) {
 		c.RunnersCPU, c.EtcdCPU, c.LoadCPU, c.WatchEvents, c.Requests)
 	if len(rep.ColdProgress) > 0 {
 		fmt.Fprintln(w)
-		row("cold start progress", "registered", "attached", "locks", "detaches", "aborted", "CPU s", "etcd CPU s", "watch evs", "etcd reqs", "RSS MB", "goroutines", "fds", "etcd MB")
+		row("cold start progress", "registered", "detached", "stopped", "locks", "detaches", "aborted", "CPU s", "etcd CPU s", "watch evs", "etcd reqs", "RSS MB", "goroutines", "fds", "etcd MB")
 		for _, s := range rep.ColdProgress {
-			row(fmt.Sprintf("+%.1fs", s.At), s.Registered, s.Attached, s.Locks, s.Detached, s.Aborted, fmt.Sprintf("%.1f", s.RunnersCPU), fmt.Sprintf("%.1f", s.EtcdCPU),
+			row(fmt.Sprintf("+%.1fs", s.At), s.Registered, s.DetachedNow, s.Stopped, s.Locks, s.Detaches, s.Aborted, fmt.Sprintf("%.1f", s.RunnersCPU), fmt.Sprintf("%.1f", s.EtcdCPU),
 				fmt.Sprintf("%.0f", s.WatchEvents), fmt.Sprintf("%.0f", s.Requests), fmt.Sprintf("%.0f", s.RSSMB), s.Goroutines, s.FDs, fmt.Sprintf("%.0f", s.EtcdRSSMB))
 		}
 	}

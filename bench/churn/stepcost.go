@@ -112,10 +112,14 @@ type costMark struct {
 	m     map[string]float64    // etcd's counters (nil: not readable)
 }
 
-func (h *harness) markCost(ctx context.Context) costMark {
+func (h *harness) markCost(ctx context.Context) costMark { return h.markCostOf(ctx, h.live) }
+
+// markCostOf is markCost with the runners live given (live is the churn
+// goroutine's).
+func (h *harness) markCostOf(ctx context.Context, live []*node) costMark {
 	m, _ := etcdMetrics(ctx, h.etcd.Endpoint) // an etcd without /metrics: no request counts
 	return costMark{
-		self: processCPU(), polls: time.Duration(h.pollCPU.Load()), procs: procsCPUByPID(h.live),
+		self: processCPU(), polls: time.Duration(h.pollCPU.Load()), procs: procsCPUByPID(live),
 		load: h.loadCPU(), etcd: h.etcdCPU(), m: m,
 	}
 }
@@ -133,7 +137,11 @@ func (h *harness) loadCPU() time.Duration {
 // after the step. (-procs: a runner process stopped by the step is not
 // counted.)
 func (h *harness) costSince(ctx context.Context, c0 costMark, runners int) StepCost {
-	c1 := h.markCost(ctx)
+	return h.costBetween(c0, h.markCost(ctx), runners)
+}
+
+// costBetween is the cost from mark c0 to mark c1.
+func (h *harness) costBetween(c0, c1 costMark, runners int) StepCost {
 	self, polls := c1.self-c0.self, c1.polls-c0.polls
 	var sc StepCost
 	if h.p.Procs {
@@ -193,15 +201,17 @@ func medianCost(costs []StepCost) StepCost {
 }
 
 // pollThread runs poll on the calling goroutine locked to its OS thread
-// and adds the thread's CPU time meanwhile to total: what the harness's
-// own polling costs, measured rather than guessed, so that the process's
-// CPU less it is the runners'.
-func pollThread(total *atomic.Int64, poll func()) {
+// and adds the thread's CPU time meanwhile to total (and returns it): what
+// the harness's own polling costs, measured rather than guessed, so that
+// the process's CPU less it is the runners'.
+func pollThread(total *atomic.Int64, poll func()) time.Duration {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	t0 := threadCPU()
-	defer func() { total.Add(int64(threadCPU() - t0)) }()
 	poll()
+	d := threadCPU() - t0
+	total.Add(int64(d))
+	return d
 }
 
 // threadCPU returns the CPU time of the calling OS thread.

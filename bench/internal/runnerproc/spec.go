@@ -50,6 +50,7 @@ type Config struct {
 	ListenAddr             string        `json:"listenAddr,omitempty"`
 	NumShards              int           `json:"numShards,omitempty"`
 	Weight                 int           `json:"weight,omitempty"`
+	StartTimeout           time.Duration `json:"startTimeout,omitempty"`
 	LeaseTTL               time.Duration `json:"leaseTTL,omitempty"`
 	LeaseRenewInterval     time.Duration `json:"leaseRenewInterval,omitempty"`
 	DetachMargin           time.Duration `json:"detachMargin,omitempty"`
@@ -69,7 +70,7 @@ func (c Config) runnerConfig() runner.Config {
 		listen = "127.0.0.1:0"
 	}
 	return runner.Config{
-		ID: c.ID, ListenAddr: listen, NumShards: c.NumShards, Weight: c.Weight,
+		ID: c.ID, ListenAddr: listen, NumShards: c.NumShards, Weight: c.Weight, StartTimeout: c.StartTimeout,
 		LeaseTTL: c.LeaseTTL, LeaseRenewInterval: c.LeaseRenewInterval, DetachMargin: c.DetachMargin,
 		RecoverWindow: c.RecoverWindow, RebalanceDebounce: c.RebalanceDebounce,
 		AcquireRetryInterval: c.AcquireRetryInterval, AcquireRetryWindow: c.AcquireRetryWindow,
