@@ -24,8 +24,8 @@ import (
 type ColdSample struct {
 	At float64 `json:"at_s"` // since the first runners started
 	// Registered and Locks count the runners/ and shards/ keys in etcd
-	// (-1: etcd did not answer within a second): runners with a live
-	// lease, and shards owned.
+	// (-1: etcd did not answer within 5 s): runners with a live lease, and
+	// shards owned.
 	Registered int `json:"registered"`
 	Locks      int `json:"locks"`
 	// From the runners' events (no runner is asked, so that a starved
@@ -39,7 +39,8 @@ type ColdSample struct {
 	Detaches    int `json:"detach_events"`
 	Aborted     int `json:"handoffs_aborted"`
 	// CPU seconds used since the start by the hosting runners and by etcd;
-	// watch events etcd delivered and unary requests it handled meanwhile.
+	// watch events etcd delivered and unary requests it handled meanwhile
+	// (-1: its /metrics did not answer within 5 s).
 	RunnersCPU  float64 `json:"runners_cpu_s"`
 	EtcdCPU     float64 `json:"etcd_cpu_s,omitempty"`
 	WatchEvents float64 `json:"etcd_watch_events"`
@@ -124,10 +125,16 @@ func (h *harness) watchCold(start time.Time, c0 costMark) *coldWatch {
 	return cw
 }
 
-// finish stops sampling and returns the samples taken.
-func (cw *coldWatch) finish() []ColdSample {
+// finish stops sampling and returns the samples taken, with a last one
+// now if any was taken or the cold start did not finish (done false).
+func (cw *coldWatch) finish(done bool) []ColdSample {
 	close(cw.stop)
 	cw.wg.Wait()
+	if cw.h.p.Progress > 0 && (len(cw.samples) > 0 || !done) {
+		s := cw.sample(context.Background())
+		cw.samples = append(cw.samples, s)
+		cw.h.say("cold start %s", s)
+	}
 	if cw.cli != nil {
 		cw.cli.Close()
 	}
@@ -200,9 +207,9 @@ func raiseFDLimit() uint64 {
 }
 
 // countKeys counts the keys under prefix (-1 when etcd does not answer
-// within a second: a starved etcd must not stall the sampling).
+// within 5 s: a starved etcd must not stall the sampling for long).
 func countKeys(ctx context.Context, cli *clientv3.Client, prefix string) int {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {

@@ -210,16 +210,16 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	c0 := h.markCost(ctx)
 	cold := h.watchCold(start, c0)
 	if h.live, err = h.startNodes(h.p.Runners); err != nil {
-		cold.finish()
+		cold.finish(true)
 		return nil, err
 	}
 	cold.setNodes(h.live)
 	coldTimeout := cmp.Or(h.p.ColdTimeout, settleTimeout)
-	h.coldDone = h.waitSettled(ctx, coldTimeout)
-	h.coldProgress = cold.finish()
+	h.coldDone = h.waitSettled(ctx, coldTimeout-time.Since(start)) // -startrate: the wait counts from the first start
+	h.coldProgress = cold.finish(h.coldDone)
 	h.coldStart = time.Since(start)
 	h.coldCost = h.costSince(ctx, c0, len(h.live))
-	h.coldRegistered = h.rec.lastRegistered(start)
+	h.coldRegistered = h.rec.lastRegistered(start, start.Add(h.coldStart))
 	if !h.coldDone {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)

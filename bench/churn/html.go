@@ -324,9 +324,40 @@ type htmlPage struct {
 	Runners                     []legend
 	Steps, Classes              []legend
 	Planned, Crash, Width       string
+	StepRows                    []htmlStep
+	LoadCol                     string // the callers' and gateway's CPU column, or why there is none
 }
 
 type legend struct{ Name, Color string }
+
+// htmlStep is a row of the steps' cost table.
+type htmlStep struct {
+	N                                          int
+	Kind, Runner, At, Settle                   string
+	Moved                                      int
+	Events, EventsPerMoved, Reqs, ReqsPerMoved string
+	Change, Runners, Etcd, Load, Harness       string
+}
+
+// htmlSteps formats each step's cost for the table.
+func htmlSteps(rep *Report) []htmlStep {
+	var out []htmlStep
+	f := func(format string, v float64) string { return fmt.Sprintf(format, v) }
+	for i, s := range rep.Steps {
+		c, settle := s.Cost, "did not settle"
+		if s.Settled {
+			settle = ms(s.Settle, 1)
+		}
+		out = append(out, htmlStep{
+			N: i + 1, Kind: s.Kind, Runner: s.Runner, At: f("%.1fs", s.At), Settle: settle, Moved: c.Moved,
+			Events: f("%.0f", c.WatchEvents), EventsPerMoved: f("%.1f", c.WatchEventsPerMoved),
+			Reqs: f("%.0f", c.Requests), ReqsPerMoved: f("%.2f", c.RequestsPerMoved),
+			Change: f("%.2f", c.ChangeCPU), Runners: f("%.2f", c.RunnersCPU), Etcd: f("%.2f", c.EtcdCPU),
+			Load: f("%.2f", c.LoadCPU), Harness: f("%.3f", c.HarnessCPU),
+		})
+	}
+	return out
+}
 
 // writeHTML writes the report as one self-contained HTML page with SVG
 // charts: shards owned per runner over time (steps marked), the cutover
@@ -353,6 +384,10 @@ func (rep *Report) writeHTML(w io.Writer) error {
 	for _, cl := range classes {
 		p.Classes = append(p.Classes, legend{cl, classColor[cl]})
 	}
+	p.StepRows, p.LoadCol = htmlSteps(rep), "callers + gateway"
+	if rep.Params.InProcessLoad {
+		p.LoadCol = "callers + gateway (in the runners' process: not split)"
+	}
 	d := rep.Cutover["planned"]
 	p.Planned = fmt.Sprintf("%d shards, p50 %s, p99 %s, max %s", d.N, ms(d.P50, d.N), ms(d.P99, d.N), ms(d.Max, d.N))
 	d = rep.Cutover["crash"]
@@ -377,6 +412,9 @@ h2{font-size:13px;text-transform:uppercase;letter-spacing:.04em;color:#6b7385;ma
 .legend i{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:-2px;margin-right:5px}
 .ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}
 pre{margin:0;overflow:auto;font-size:12px}
+table{border-collapse:collapse;font-size:12px}
+th,td{padding:2px 8px;border-bottom:1px solid #e3e6ec;text-align:right}
+th{color:#6b7385;font-weight:600}
 svg{max-width:100%;height:auto}
 </style>
 </head>
@@ -406,6 +444,14 @@ svg{max-width:100%;height:auto}
 <h2>Asks per second and failed asks ({{.Failed}} failed)</h2>
 <div class="legend"><span><i style="background:#2e7d32"></i>successful asks / s</span>{{range .Classes}}<span><i style="background:{{.Color}}"></i>{{.Name}}</span>{{end}}</div>
 {{.Asks}}
+</section>
+<section id="steps">
+<h2>What each step cost (start to settle)</h2>
+<table>
+<thead><tr><th>#</th><th>step</th><th>runner</th><th>at</th><th>settle</th><th>moved shards</th><th>watch deliveries</th><th>per moved shard</th><th>etcd requests</th><th>per moved shard</th><th>change CPU s (runners + etcd)</th><th>runners CPU s</th><th>etcd CPU s</th><th>{{.LoadCol}} CPU s</th><th>harness CPU s</th></tr></thead>
+<tbody>{{range .StepRows}}<tr><td>{{.N}}</td><td>{{.Kind}}</td><td>{{.Runner}}</td><td>{{.At}}</td><td>{{.Settle}}</td><td>{{.Moved}}</td><td>{{.Events}}</td><td>{{.EventsPerMoved}}</td><td>{{.Reqs}}</td><td>{{.ReqsPerMoved}}</td><td>{{.Change}}</td><td>{{.Runners}}</td><td>{{.Etcd}}</td><td>{{.Load}}</td><td>{{.Harness}}</td></tr>
+{{end}}</tbody>
+</table>
 </section>
 <section id="text">
 <h2>The printed report</h2>

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,8 +78,8 @@ func reportHTML(t *testing.T) (string, []byte) {
 
 // TestChurnHTML: the report draws what the run measured: one owned-shards
 // line per runner that hosted shards, a marked window per step, a bar per
-// moved shard (planned and crash), latency lines, and the printed report;
-// it loads nothing from elsewhere.
+// moved shard (planned and crash), latency lines, a row of costs per step,
+// and the printed report; it loads nothing from elsewhere.
 func TestChurnHTML(t *testing.T) {
 	rep := churnRun(t)
 	_, page := reportHTML(t)
@@ -123,6 +124,19 @@ func TestChurnHTML(t *testing.T) {
 	}
 	if n := len(elements(section(t, doc, "latency"), "path")); n != 3 {
 		t.Errorf("%d latency lines, want p50, p99 and max", n)
+	}
+	rows := elements(section(t, doc, "steps"), "tr")
+	if len(rows) != len(rep.Steps)+1 {
+		t.Errorf("%d rows in the steps' cost table, want a header and one per step (%d)", len(rows), len(rep.Steps))
+	} else {
+		for i, s := range rep.Steps {
+			cells := elements(rows[i+1], "td")
+			if len(cells) != 15 || cells[1].FirstChild.Data != s.Kind || cells[5].FirstChild.Data != strconv.Itoa(s.Cost.Moved) ||
+				cells[7].FirstChild.Data != fmt.Sprintf("%.1f", s.Cost.WatchEventsPerMoved) {
+				t.Errorf("step %d's row does not show its kind, moved shards and watch deliveries per moved shard (%s, %d, %.1f)",
+					i+1, s.Kind, s.Cost.Moved, s.Cost.WatchEventsPerMoved)
+			}
+		}
 	}
 	pre := elements(section(t, doc, "text"), "pre")
 	if len(pre) != 1 || !strings.Contains(pre[0].FirstChild.Data, "cutover per moved shard") {

@@ -24,7 +24,43 @@
 // owner), handoff phase counts, asks by outcome and latency, and a
 // double-ownership check over the merged events. It exits 1 if a shard
 // was owned twice, an ask failed during a planned move, a step did not
-// settle, or a crash's prober got no answer.
+// settle, the cold start did not finish within -coldtimeout, or a
+// crash's prober got no answer.
+//
+// # What a step costs
+//
+// Each step's cost, from its start to its settle, is on its progress line,
+// in a table per step and as medians per step kind (text, JSON, HTML):
+//   - moved: the ownership changes completed in the step, from the
+//     runners' events (planned cutovers and crash re-owns);
+//   - watch evs: the events etcd delivered to watchers, read from its
+//     /metrics counter etcd_debugging_mvcc_events_total, which etcd adds
+//     to for every watch response it sends: one per event per watch that
+//     matches it (after the watch's filters), so a runner with two
+//     matching watches counts twice; and per moved shard;
+//   - etcd reqs: the unary gRPC calls etcd handled (Range, Txn, Put,
+//     DeleteRange, lease grants and revokes; not the keep-alive and watch
+//     streams), of them txns; and per moved shard;
+//   - CPU, as the kernel counts it per process: the change's own, the
+//     hosting runners' (this process, or with -procs the runner
+//     processes) plus etcd's; and apart, the callers' and the gateway's,
+//     which run in a child process of their own (-loadproc, default on:
+//     otherwise the callers take whatever CPU the runners leave and
+//     inflate the step's figure), and the harness's own settle polls
+//     (timed on the OS thread each poll runs on). The runners' CPU
+//     includes serving the asks routed to them; "between steps" gives the
+//     same figures for the load alone, from each settle to the next step.
+//
+// # Many runners
+//
+// The first -runners start all at once, or -startrate a second. While
+// they cold-start a progress line comes every -progress (runners
+// registered and locks held in etcd, detaches and aborted handoffs from the
+// runners' events, CPU, etcd's deliveries and requests, memory,
+// goroutines and open files of the harness and etcd); a cold start not
+// finished within -coldtimeout ends the run with the report of how far it
+// got. -starttimeout sets the runners' StartTimeout. The harness raises
+// its open-files limit (and its children's) as far as it may.
 package main
 
 import (

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
@@ -127,5 +129,204 @@ func TestBurstParams(t *testing.T) {
 	}
 	if want := []string{stepBurstJoin, stepBurstLeave, stepBurstJoin, stepBurstLeave}; !slices.Equal(got, want) {
 		t.Errorf("burst steps %v, want %v", got, want)
+	}
+}
+
+// TestChurnStepCosts: every step's cost names the shards it moved (the
+// planned and crash cutovers completed in it, all of them counted once),
+// the watch deliveries and requests per moved shard, and CPU split into
+// the runners', etcd's and the load child's; the load alone is measured
+// between the steps.
+func TestChurnStepCosts(t *testing.T) {
+	rep := churnRun(t)
+	if rep.Params.InProcessLoad {
+		t.Fatal("the shared run has the load in this process; want it in the load child")
+	}
+	moved := 0
+	for i, s := range rep.Steps {
+		c := s.Cost
+		moved += c.Moved
+		if c.Moved == 0 || c.WatchEvents == 0 || c.Requests == 0 {
+			t.Errorf("step %d (%s): moved %d, watch events %.0f, requests %.0f; want all positive", i+1, s.Kind, c.Moved, c.WatchEvents, c.Requests)
+			continue
+		}
+		if got, want := c.WatchEventsPerMoved, c.WatchEvents/float64(c.Moved); got != want {
+			t.Errorf("step %d: watch events per moved shard %g, want %g", i+1, got, want)
+		}
+		if got, want := c.RequestsPerMoved, c.Requests/float64(c.Moved); got != want {
+			t.Errorf("step %d: requests per moved shard %g, want %g", i+1, got, want)
+		}
+		if c.RunnersCPU <= 0 || c.LoadCPU <= 0 || c.ChangeCPU != c.RunnersCPU+c.EtcdCPU {
+			t.Errorf("step %d: CPU runners %g, etcd %g, change %g, callers and gateway %g; want runners and load measured, change = runners + etcd",
+				i+1, c.RunnersCPU, c.EtcdCPU, c.ChangeCPU, c.LoadCPU)
+		}
+	}
+	if want := rep.Cutover["planned"].N + rep.Cutover["crash"].N; moved != want {
+		t.Errorf("the steps moved %d shards in all, want the %d cutovers of the run", moved, want)
+	}
+	if b := rep.Between; b == nil || b.Window <= 0 || b.RunnersCPUPercent <= 0 || b.LoadCPUPercent <= 0 {
+		t.Errorf("between steps: %+v, want the load alone measured", b)
+	}
+	var out strings.Builder
+	rep.print(&out)
+	for _, col := range []string{"/moved", "callers+gw", "change", "between steps", "step (each)"} {
+		if !strings.Contains(out.String(), col) {
+			t.Errorf("the printed report has no %q", col)
+		}
+	}
+}
+
+// TestColdStartGivenUpIsReported: a cold start that does not finish in
+// time ends the run with a report saying so and how far it got, not with
+// an error and nothing.
+func TestColdStartGivenUpIsReported(t *testing.T) {
+	if _, err := etcdBinary(); err != nil {
+		t.Fatalf("churn harness needs ./bin/etcd: %v", err)
+	}
+	p := Params{
+		Runners: 3, Shards: 32, TTL: 2 * time.Second, Callers: 1, Entities: 10,
+		Duration: time.Minute, Every: time.Second, Seed: 1,
+		ColdTimeout: time.Nanosecond, Progress: time.Hour, // no sample but the last
+	}
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := run(ctx, p, &log)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+	if rep.ColdDone || len(rep.Steps) != 0 {
+		t.Errorf("cold start done %v, %d steps; want given up before any step", rep.ColdDone, len(rep.Steps))
+	}
+	if len(rep.ColdProgress) != 1 || rep.ColdProgress[0].Registered < 0 || rep.ColdProgress[0].Locks < 0 {
+		t.Errorf("cold start progress %+v, want one sample (the last) with etcd's counts", rep.ColdProgress)
+	}
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "did not settle") {
+		t.Errorf("problems %q, want the cold start's only", rep.Problems)
+	}
+	var out strings.Builder
+	rep.print(&out)
+	if !strings.Contains(out.String(), "NOT every shard owned") || !strings.Contains(out.String(), "cold start progress") {
+		t.Errorf("the printed report does not say the cold start was given up, with its progress:\n%s", out.String())
+	}
+	if err := rep.writeHTML(io.Discard); err != nil {
+		t.Errorf("writeHTML: %v", err)
+	}
+}
+
+// TestWatchEventsCountOnePerEventPerWatcher: the metric a step's watch
+// deliveries are read from counts each event once per watch it matches:
+// 5 puts under a prefix that 3 watches (2 on one client, 1 on another)
+// follow are 15, and a watch of another prefix adds none.
+func TestWatchEventsCountOnePerEventPerWatcher(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := startEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var clis []*clientv3.Client
+	for range 2 {
+		cli, err := newEtcdClient(e.Endpoint, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		clis = append(clis, cli)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	watch := func(cli *clientv3.Client, prefix string) clientv3.WatchChan {
+		ch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+		if wr := <-ch; !wr.Created {
+			t.Fatalf("watch of %s not created: %v", prefix, wr.Err())
+		}
+		return ch
+	}
+	chans := []clientv3.WatchChan{watch(clis[0], "/w/"), watch(clis[0], "/w/"), watch(clis[1], "/w/")}
+	watch(clis[1], "/other/")
+	m0, err := etcdMetrics(ctx, e.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const puts = 5
+	for i := range puts {
+		if _, err := clis[0].Put(ctx, fmt.Sprintf("/w/%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ch := range chans {
+		for got := 0; got < puts; {
+			select {
+			case wr := <-ch:
+				got += len(wr.Events)
+			case <-ctx.Done():
+				t.Fatalf("watch %d: %d of %d events", i, got, puts)
+			}
+		}
+	}
+	m1, err := etcdMetrics(ctx, e.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m1[metricWatchEvents]-m0[metricWatchEvents], float64(puts*len(chans)); got != want {
+		t.Errorf("%s grew by %g for %d puts to %d watchers, want %g", metricWatchEvents, got, puts, len(chans), want)
+	}
+}
+
+// TestStepCostSplitsCPU: a step's CPU is split by process: the runners'
+// (this process less its settle polls, or the runner processes), the load
+// child's, etcd's and the harness's.
+func TestStepCostSplitsCPU(t *testing.T) {
+	s := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	m := func(reqs, events float64) map[string]float64 {
+		return map[string]float64{metricUnary: reqs, metricWatchEvents: events}
+	}
+	c0 := costMark{self: s(10), polls: s(1), procs: map[int]time.Duration{7: s(1)}, load: s(2), etcd: s(1), m: m(100, 1000)}
+	c1 := costMark{self: s(13), polls: s(1.5), procs: map[int]time.Duration{7: s(2), 8: s(0.5)}, load: s(3), etcd: s(1.5), m: m(150, 3000)}
+	noLoad0, noLoad1 := c0, c1
+	noLoad0.load, noLoad1.load = -1, -1
+	for _, tc := range []struct {
+		name   string
+		p      Params
+		c0, c1 costMark
+		want   StepCost
+	}{
+		{"runners in this process", Params{}, c0, c1,
+			StepCost{RunnersCPU: 2.5, HarnessCPU: 0.5, LoadCPU: 1, EtcdCPU: 0.5, ChangeCPU: 3}},
+		{"runner processes", Params{Procs: true}, c0, c1,
+			StepCost{RunnersCPU: 1.5, HarnessCPU: 3, LoadCPU: 1, EtcdCPU: 0.5, ChangeCPU: 2}},
+		{"runner processes, load in this process", Params{Procs: true, InProcessLoad: true}, noLoad0, noLoad1,
+			StepCost{RunnersCPU: 1.5, HarnessCPU: 0.5, LoadCPU: 2.5, EtcdCPU: 0.5, ChangeCPU: 2}},
+		{"everything in this process", Params{InProcessLoad: true}, noLoad0, noLoad1,
+			StepCost{RunnersCPU: 2.5, HarnessCPU: 0.5, EtcdCPU: 0.5, ChangeCPU: 3}},
+	} {
+		h := &harness{p: tc.p}
+		got := h.costBetween(tc.c0, tc.c1, 0)
+		got.Requests, got.WatchEvents, got.Txns = 0, 0, 0
+		if got != tc.want {
+			t.Errorf("%s: cost %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	got := (&harness{}).costBetween(c0, c1, 5)
+	got.setMoved(20)
+	if got.Requests != 50 || got.WatchEvents != 2000 || got.RequestsPerMoved != 2.5 || got.WatchEventsPerMoved != 100 || got.PerRunner != 500 {
+		t.Errorf("cost %+v: want 50 requests (2.5 per moved shard), 2000 watch events (100 per moved shard), 500 ms per runner", got)
+	}
+}
+
+// TestMovedPerStep: a cutover counts for the step under way when it
+// completed; none before the first step.
+func TestMovedPerStep(t *testing.T) {
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	steps := []step{{start: at(10)}, {start: at(20)}, {start: at(30)}}
+	var wins []cutoverWin
+	for _, end := range []int{5, 10, 19, 25, 31, 40} {
+		wins = append(wins, cutoverWin{end: at(end)})
+	}
+	if got, want := movedPerStep(steps, wins), []int{2, 1, 2}; !slices.Equal(got, want) {
+		t.Errorf("movedPerStep = %v, want %v", got, want)
 	}
 }

@@ -57,13 +57,13 @@ func (rec *recorder) follow(sub *runner.Subscription) {
 }
 
 // lastRegistered returns how long after since the last Registered event
-// came (0: none).
-func (rec *recorder) lastRegistered(since time.Time) time.Duration {
+// before until came (0: none).
+func (rec *recorder) lastRegistered(since, until time.Time) time.Duration {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	var last time.Duration
 	for _, ev := range rec.events {
-		if r, ok := ev.(runner.Registered); ok && r.Time.After(since) {
+		if r, ok := ev.(runner.Registered); ok && r.Time.After(since) && !r.Time.After(until) {
 			last = max(last, r.Time.Sub(since))
 		}
 	}

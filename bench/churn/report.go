@@ -395,16 +395,16 @@ func movedPerStep(steps []step, wins []cutoverWin) []int {
 func firstAskAfterAcquired(probes []firstAsk, wins []cutoverWin) (ds, routed, served []time.Duration, unanswered int) {
 	type key struct {
 		shard sharding.ShardID
-		crash time.Time
+		crash int64 // the crash instant, in Unix ns (a probe's came through the load child: no monotonic reading)
 	}
 	acquired := map[key]time.Time{}
 	for _, w := range wins {
 		if w.crash {
-			acquired[key{w.shard, w.start}] = w.end
+			acquired[key{w.shard, w.start.UnixNano()}] = w.end
 		}
 	}
 	for _, p := range probes {
-		at, ok := acquired[key{p.shard, p.crashAt}]
+		at, ok := acquired[key{p.shard, p.crashAt.UnixNano()}]
 		switch {
 		case p.answered.IsZero():
 			unanswered++

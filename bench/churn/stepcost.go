@@ -29,9 +29,10 @@ import (
 // (etcd_debugging_mvcc_events_total: counted per watch response, one per
 // event per watch that matches it, after the watch's filters; a client
 // with several watches receives an event once per matching watch).
-// Moved is the ownership changes that completed in the step (planned
-// moves and crash re-owns, from the runners' events); the PerMoved
-// figures divide by it.
+// The three are -1 when etcd's /metrics did not answer (within 5 s) at
+// the step's start or end. Moved is the ownership changes that completed
+// in the step (planned moves and crash re-owns, from the runners'
+// events); the PerMoved figures divide by it.
 type StepCost struct {
 	Moved               int     `json:"moved_shards"`
 	WatchEvents         float64 `json:"etcd_watch_events"`
@@ -51,7 +52,7 @@ type StepCost struct {
 func (c *StepCost) setMoved(moved int) {
 	c.Moved = moved
 	c.WatchEventsPerMoved, c.RequestsPerMoved = 0, 0
-	if moved > 0 {
+	if moved > 0 && c.Requests >= 0 {
 		c.WatchEventsPerMoved = c.WatchEvents / float64(moved)
 		c.RequestsPerMoved = c.Requests / float64(moved)
 	}
@@ -84,7 +85,8 @@ type BetweenSteps struct {
 	RequestsPerSec    float64 `json:"etcd_requests_per_s"`
 	WatchEventsPerSec float64 `json:"etcd_watch_events_per_s"`
 
-	sum StepCost // the window's costs summed
+	sum        StepCost // the window's costs summed
+	etcdWindow float64  // of Window, where etcd's counters were read
 }
 
 // add counts cost c over the interval d.
@@ -92,13 +94,18 @@ func (b *BetweenSteps) add(c StepCost, d time.Duration) {
 	b.sum.RunnersCPU += c.RunnersCPU
 	b.sum.EtcdCPU += c.EtcdCPU
 	b.sum.LoadCPU += c.LoadCPU
-	b.sum.Requests += c.Requests
-	b.sum.WatchEvents += c.WatchEvents
 	b.Window += d.Seconds()
+	if c.Requests >= 0 {
+		b.sum.Requests += c.Requests
+		b.sum.WatchEvents += c.WatchEvents
+		b.etcdWindow += d.Seconds()
+	}
 	if b.Window > 0 {
 		pct := func(s float64) float64 { return 100 * s / b.Window }
 		b.RunnersCPUPercent, b.EtcdCPUPercent, b.LoadCPUPercent = pct(b.sum.RunnersCPU), pct(b.sum.EtcdCPU), pct(b.sum.LoadCPU)
-		b.RequestsPerSec, b.WatchEventsPerSec = b.sum.Requests/b.Window, b.sum.WatchEvents/b.Window
+	}
+	if b.etcdWindow > 0 {
+		b.RequestsPerSec, b.WatchEventsPerSec = b.sum.Requests/b.etcdWindow, b.sum.WatchEvents/b.etcdWindow
 	}
 }
 
@@ -163,6 +170,7 @@ func (h *harness) costBetween(c0, c1 costMark, runners int) StepCost {
 		sc.EtcdCPU = (c1.etcd - c0.etcd).Seconds()
 	}
 	sc.ChangeCPU = sc.RunnersCPU + sc.EtcdCPU
+	sc.Requests, sc.Txns, sc.WatchEvents = -1, -1, -1
 	if c0.m != nil && c1.m != nil {
 		d := func(name string) float64 { return c1.m[name] - c0.m[name] }
 		sc.Requests, sc.Txns, sc.WatchEvents = d(metricUnary), d(metricTxns), d(metricWatchEvents)
