@@ -9,6 +9,8 @@
 // strategies: go test -run '^$' -bench Assign ./sharding/.
 //
 // The churn harness, go run ./bench/churn (package bench/churn), measures
-// settle times, cutover windows and ask outcomes while runners join, shut
-// down and crash under load on a real etcd; see BENCHMARKS.md.
+// settle times, cutover windows, ask outcomes and each step's cost (shards
+// moved, etcd's watch deliveries and requests per moved shard, CPU of the
+// runners, etcd and the callers apart) while runners join, shut down and
+// crash under load on a real etcd; see BENCHMARKS.md.
 package bench

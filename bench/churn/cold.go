@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ type ColdSample struct {
 	// Resources now: the harness process (every in-process runner) and
 	// etcd; -procs: the runner processes' resident memory summed.
 	RSSMB      float64 `json:"rss_mb"`
+	HeapLiveMB float64 `json:"heap_live_mb"` // the harness's heap marked live by the last GC
 	Goroutines int     `json:"goroutines"`
 	FDs        int     `json:"fds"`
 	EtcdRSSMB  float64 `json:"etcd_rss_mb,omitempty"`
@@ -159,6 +161,10 @@ func (cw *coldWatch) sample(ctx context.Context) ColdSample {
 	c := h.costBetween(cw.c0, h.markCostOf(ctx, cw.procs()), 0)
 	s.RunnersCPU, s.EtcdCPU, s.WatchEvents, s.Requests = c.RunnersCPU, c.EtcdCPU, c.WatchEvents, c.Requests
 	s.Goroutines = runtime.NumGoroutine()
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	if metrics.Read(live); live[0].Value.Kind() == metrics.KindUint64 {
+		s.HeapLiveMB = float64(live[0].Value.Uint64()) / (1 << 20)
+	}
 	s.LastPoll = float64(h.lastPoll.Load()) / 1e6
 	self := os.Getpid()
 	s.RSSMB, s.FDs = pidRSSMB(self), pidFDs(self)
@@ -176,9 +182,9 @@ func (cw *coldWatch) sample(ctx context.Context) ColdSample {
 func (s ColdSample) String() string {
 	return fmt.Sprintf("+%.1fs: %d runners registered (%d detached now, %d stopped), %d locks held; %d detaches, %d handoff phases aborted so far; "+
 		"CPU runners %.1f s, etcd %.1f s; etcd delivered %.0f watch events, handled %.0f requests; "+
-		"harness %.0f MB, %d goroutines, %d fds, last settle poll %.1f ms; etcd %.0f MB, %d fds",
+		"harness %.0f MB (heap live %.0f MB), %d goroutines, %d fds, last settle poll %.1f ms; etcd %.0f MB, %d fds",
 		s.At, s.Registered, s.DetachedNow, s.Stopped, s.Locks, s.Detaches, s.Aborted, s.RunnersCPU, s.EtcdCPU, s.WatchEvents, s.Requests,
-		s.RSSMB, s.Goroutines, s.FDs, s.LastPoll, s.EtcdRSSMB, s.EtcdFDs)
+		s.RSSMB, s.HeapLiveMB, s.Goroutines, s.FDs, s.LastPoll, s.EtcdRSSMB, s.EtcdFDs)
 }
 
 // raiseFDLimit raises this process's limit of open files (and its

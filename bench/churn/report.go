@@ -459,10 +459,10 @@ func (rep *Report) print(w io.Writer) {
 		c.RunnersCPU, c.EtcdCPU, c.LoadCPU, c.WatchEvents, c.Requests)
 	if len(rep.ColdProgress) > 0 {
 		fmt.Fprintln(w)
-		row("cold start progress", "registered", "detached", "stopped", "locks", "detaches", "aborted", "CPU s", "etcd CPU s", "watch evs", "etcd reqs", "RSS MB", "goroutines", "fds", "etcd MB")
+		row("cold start progress", "registered", "detached", "stopped", "locks", "detaches", "aborted", "CPU s", "etcd CPU s", "watch evs", "etcd reqs", "RSS MB", "heap MB", "goroutines", "fds", "etcd MB")
 		for _, s := range rep.ColdProgress {
 			row(fmt.Sprintf("+%.1fs", s.At), s.Registered, s.DetachedNow, s.Stopped, s.Locks, s.Detaches, s.Aborted, fmt.Sprintf("%.1f", s.RunnersCPU), fmt.Sprintf("%.1f", s.EtcdCPU),
-				fmt.Sprintf("%.0f", s.WatchEvents), fmt.Sprintf("%.0f", s.Requests), fmt.Sprintf("%.0f", s.RSSMB), s.Goroutines, s.FDs, fmt.Sprintf("%.0f", s.EtcdRSSMB))
+				fmt.Sprintf("%.0f", s.WatchEvents), fmt.Sprintf("%.0f", s.Requests), fmt.Sprintf("%.0f", s.RSSMB), fmt.Sprintf("%.0f", s.HeapLiveMB), s.Goroutines, s.FDs, fmt.Sprintf("%.0f", s.EtcdRSSMB))
 		}
 	}
 	if st := rep.Steady; st != nil {
