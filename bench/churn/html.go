@@ -325,7 +325,7 @@ type htmlPage struct {
 	Steps, Classes              []legend
 	Planned, Crash, Width       string
 	StepRows                    []htmlStep
-	LoadCol                     string // the callers' and gateway's CPU column, or why there is none
+	LoadCol                     string // what the callers' and gateway's CPU column holds
 }
 
 type legend struct{ Name, Color string }
@@ -384,9 +384,9 @@ func (rep *Report) writeHTML(w io.Writer) error {
 	for _, cl := range classes {
 		p.Classes = append(p.Classes, legend{cl, classColor[cl]})
 	}
-	p.StepRows, p.LoadCol = htmlSteps(rep), "callers + gateway"
+	p.StepRows, p.LoadCol = htmlSteps(rep), "the callers' and gateway's (a process of their own)"
 	if rep.Params.InProcessLoad {
-		p.LoadCol = "callers + gateway (in the runners' process: not split)"
+		p.LoadCol = "the callers' and gateway's counted with the runners' (-loadproc=false)"
 	}
 	d := rep.Cutover["planned"]
 	p.Planned = fmt.Sprintf("%d shards, p50 %s, p99 %s, max %s", d.N, ms(d.P50, d.N), ms(d.P99, d.N), ms(d.Max, d.N))
@@ -412,6 +412,7 @@ h2{font-size:13px;text-transform:uppercase;letter-spacing:.04em;color:#6b7385;ma
 .legend i{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:-2px;margin-right:5px}
 .ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}
 pre{margin:0;overflow:auto;font-size:12px}
+.note{margin:0 0 6px;color:#555}
 table{border-collapse:collapse;font-size:12px}
 th,td{padding:2px 8px;border-bottom:1px solid #e3e6ec;text-align:right}
 th{color:#6b7385;font-weight:600}
@@ -447,11 +448,14 @@ svg{max-width:100%;height:auto}
 </section>
 <section id="steps">
 <h2>What each step cost (start to settle)</h2>
+<p class="note">moved: cutovers completed in the step · watch deliveries: events etcd sent, one per event per watch · CPU in seconds, the change's own = runners + etcd; {{.LoadCol}} apart</p>
+<div style="overflow:auto">
 <table>
-<thead><tr><th>#</th><th>step</th><th>runner</th><th>at</th><th>settle</th><th>moved shards</th><th>watch deliveries</th><th>per moved shard</th><th>etcd requests</th><th>per moved shard</th><th>change CPU s (runners + etcd)</th><th>runners CPU s</th><th>etcd CPU s</th><th>{{.LoadCol}} CPU s</th><th>harness CPU s</th></tr></thead>
+<thead><tr><th>#</th><th>step</th><th>runner</th><th>at</th><th>settle</th><th>moved</th><th>watch deliveries</th><th>/moved</th><th>etcd requests</th><th>/moved</th><th>change CPU</th><th>runners</th><th>etcd</th><th>callers + gateway</th><th>harness</th></tr></thead>
 <tbody>{{range .StepRows}}<tr><td>{{.N}}</td><td>{{.Kind}}</td><td>{{.Runner}}</td><td>{{.At}}</td><td>{{.Settle}}</td><td>{{.Moved}}</td><td>{{.Events}}</td><td>{{.EventsPerMoved}}</td><td>{{.Reqs}}</td><td>{{.ReqsPerMoved}}</td><td>{{.Change}}</td><td>{{.Runners}}</td><td>{{.Etcd}}</td><td>{{.Load}}</td><td>{{.Harness}}</td></tr>
 {{end}}</tbody>
 </table>
+</div>
 </section>
 <section id="text">
 <h2>The printed report</h2>
