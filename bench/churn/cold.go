@@ -26,7 +26,7 @@ type ColdSample struct {
 	At float64 `json:"at_s"` // since the first runners started
 	// Registered and Locks count the runners/ and shards/ keys in etcd
 	// (-1: etcd did not answer within 5 s): runners with a live lease, and
-	// shards owned.
+	// shards owned. (Two requests a sample, counted with the cold start's.)
 	Registered int `json:"registered"`
 	Locks      int `json:"locks"`
 	// From the runners' events (no runner is asked, so that a starved
