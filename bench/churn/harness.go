@@ -133,8 +133,8 @@ type harness struct {
 	problems  []string
 	coldStart time.Duration // the first runners started -> every shard owned
 	// Where the cold start went: the first runners started -> the last of
-	// them registered (-procs: not followed, 0), and the CPU time the
-	// runners (this process and -procs children) and etcd used meanwhile.
+	// them registered (-procs: not followed, 0), what it cost, and its
+	// progress samples.
 	coldRegistered time.Duration
 	coldCost       StepCost
 	coldProgress   []ColdSample
@@ -205,7 +205,8 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if h.load, err = h.startLoad(); err != nil {
 		return nil, err
 	}
-	// The first runners start together, as a deployment's pods do.
+	// The first runners start together, as a deployment's pods do (or
+	// StartRate a second).
 	start := time.Now()
 	c0 := h.markCost(ctx)
 	cold := h.watchCold(start, c0)
@@ -395,7 +396,7 @@ func (h *harness) doStep(ctx context.Context, kind string) step {
 		stopping *node      // the runner a shutdown step stops
 		stopped  chan error // its Shutdown's result (a burst's: each one's)
 		leaving  []*node    // the runners a burst-leave step stops
-		probing  = -1       // a crash step's probers
+		probing  = -1       // a crash step's probers, as the load numbers them (-1: none)
 	)
 	switch kind {
 	case stepAdd:
