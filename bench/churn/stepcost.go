@@ -20,7 +20,8 @@ import (
 // gateway's and the callers' (a child process of their own; -loadproc=false:
 // counted with the runners', LoadCPU 0), HarnessCPU the harness's own
 // settle polls (timed on the OS thread they run on; -procs: the whole
-// harness process), and ChangeCPU = RunnersCPU + EtcdCPU, the change's own.
+// harness process), and ChangeCPU = RunnersCPU + EtcdCPU, the change's own
+// (EtcdCPU only of an etcd the harness started: 0 with -etcd).
 //
 // The etcd figures come from its /metrics: Requests counts the unary gRPC
 // calls it handled (Range, Txn, Put, DeleteRange, lease grants and
