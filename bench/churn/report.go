@@ -122,7 +122,10 @@ type Report struct {
 	Phases         map[string]int      `json:"handoff_phases"`
 	// Aborts: the aborted phase events by step kind, side ("new owner"
 	// or "old owner") and reason (the event's Detail, numbers elided).
-	Aborts          map[string]int `json:"handoff_aborts_by_reason"`
+	Aborts map[string]int `json:"handoff_aborts_by_reason"`
+	// Detaches: every Detached event of the run (the cold start's too),
+	// by step kind and reason.
+	Detaches        map[string]int `json:"detaches_by_reason"`
 	Asks            AskReport      `json:"asks"`
 	DoubleOwnership int            `json:"double_ownership"`
 	LostNotCrash    int            `json:"shards_lost_outside_crashes"`
@@ -184,6 +187,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		Cutover:        map[string]Dist{},
 		Phases:         map[string]int{},
 		Aborts:         map[string]int{},
+		Detaches:       map[string]int{},
 		Problems:       slices.Clone(h.problems),
 	}
 	evs := h.rec.all()
@@ -256,11 +260,16 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		rep.Phases[ph] = 0
 	}
 	for _, ev := range evs {
-		if ph, ok := ev.(runner.HandoffPhase); ok && inRun(ph.Time) {
-			rep.Phases[ph.Phase]++
-			if ph.Phase == runner.PhaseAborted {
-				rep.Aborts[h.stepKindAt(ph.Time)+", "+abortKey(ph)]++
+		switch e := ev.(type) {
+		case runner.HandoffPhase:
+			if inRun(e.Time) {
+				rep.Phases[e.Phase]++
+				if e.Phase == runner.PhaseAborted {
+					rep.Aborts[h.stepKindAt(e.Time)+", "+abortKey(e)]++
+				}
 			}
+		case runner.Detached:
+			rep.Detaches[h.stepKindAt(e.Time)+", "+e.Reason.String()]++
 		}
 	}
 
@@ -474,6 +483,7 @@ func (rep *Report) print(w io.Writer) {
 			st.Window, st.RunnerCPUPercent, where, st.GatewayCPUPercent, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.RequestsPerSec, st.WatchEventsPerSec, st.EtcdCPUPercent)
 	}
 	if len(rep.Steps) == 0 {
+		rep.printTrouble(w)
 		rep.printProblems(w)
 		return
 	}
@@ -558,12 +568,21 @@ func (rep *Report) print(w io.Writer) {
 	ph := rep.Phases
 	fmt.Fprintf(w, "handoff phase events: warming %d, ready %d, drained %d, cutover %d (reported by both owners), aborted %d\n",
 		ph[runner.PhaseWarming], ph[runner.PhaseReady], ph[runner.PhaseDrained], ph[runner.PhaseCutover], ph[runner.PhaseAborted])
-	for _, k := range slices.Sorted(maps.Keys(rep.Aborts)) {
-		fmt.Fprintf(w, "  aborted %d: %s\n", rep.Aborts[k], k)
-	}
+	rep.printTrouble(w)
 	fmt.Fprintf(w, "shards lost other than by a crash: %d\n", rep.LostNotCrash)
 	fmt.Fprintf(w, "double ownership (merged events): %d\n", rep.DoubleOwnership)
 	rep.printProblems(w)
+}
+
+// printTrouble lists the aborted handoff phases and the detaches by step
+// kind and reason.
+func (rep *Report) printTrouble(w io.Writer) {
+	for _, k := range slices.Sorted(maps.Keys(rep.Aborts)) {
+		fmt.Fprintf(w, "  aborted %d: %s\n", rep.Aborts[k], k)
+	}
+	for _, k := range slices.Sorted(maps.Keys(rep.Detaches)) {
+		fmt.Fprintf(w, "detached %d: %s\n", rep.Detaches[k], k)
+	}
 }
 
 // printProblems ends the printed report: OK, or each problem.
