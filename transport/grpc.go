@@ -86,7 +86,8 @@ const hotMethod = "/shardhost.v1.Runner/Hot"
 
 // serveHot lists the shard's resident entities, most recently used first.
 func (t *GRPC) serveHot(req *hotRequest) *hotResponse {
-	return &hotResponse{Entities: t.h.Hot(req.Shard, int(min(req.Limit, 4096)))}
+	es := t.h.Hot(req.Shard, int(min(req.Limit, maxHotEntities)))
+	return &hotResponse{Entities: es[:min(len(es), maxHotEntities)]}
 }
 
 // hot asks the runner at addr for its hot entities in shard.
@@ -118,6 +119,7 @@ type GRPC struct {
 	handshakeTimeout, idleTimeout time.Duration  // serverHandshakeTimeout, serverMaxConnectionIdle (tests shorten them)
 	refused, refusedLog           atomic.Int64   // connections refused; when last logged (since clockBase)
 	inRefused, outRefused         handshakeLog   // TLS handshakes refused, both ways (peertls.go)
+	budgets                       connBudgets    // of the connections' delivery streams (bounds.go)
 
 	goaway     chan struct{} // closed when the server starts a graceful stop
 	goawayOnce sync.Once
@@ -185,6 +187,7 @@ func NewGRPC(cfg GRPCConfig) *GRPC {
 	return &GRPC{
 		cfg: cfg, log: cfg.Logger, peers: make(map[string]*peerConns), stale: make(map[string]*time.Timer), goaway: make(chan struct{}),
 		handshakeTimeout: serverHandshakeTimeout, idleTimeout: serverMaxConnectionIdle,
+		budgets: connBudgets{maxBytes: connBytes(cfg.MaxMessageSize)},
 	}
 }
 
@@ -276,11 +279,13 @@ func (t *GRPC) Listen(h Handler) (string, error) {
 		}),
 		grpc.NumStreamWorkers(uint32(max(2, runtime.GOMAXPROCS(0)))),
 		grpc.ForceServerCodec(wireCodec{}),
-		// The transport limit is generous so that an oversized request
-		// never breaks a shared stream; serveDeliver enforces
-		// MaxMessageSize itself and answers TOO_LARGE.
-		grpc.MaxRecvMsgSize(max(t.cfg.MaxMessageSize, 64<<20)+1024),
-		grpc.MaxSendMsgSize(t.cfg.MaxMessageSize+1024),
+		// Every RPC: a payload of MaxMessageSize with its envelope. The
+		// handler answers a request whose payload alone is over
+		// MaxMessageSize TOO_LARGE; a message over the limit fails its
+		// RPC (a stream: every call on it).
+		grpc.MaxRecvMsgSize(messageLimit(t.cfg.MaxMessageSize)),
+		grpc.MaxSendMsgSize(messageLimit(t.cfg.MaxMessageSize)),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: serverMinPingInterval, PermitWithoutStream: true}),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
@@ -408,10 +413,10 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 			grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(
 				grpc.ForceCodec(wireCodec{}),
-				// Responses are bounded by the sender's own limit; a smaller
-				// limit here would break the shared stream.
-				grpc.MaxCallRecvMsgSize(max(t.cfg.MaxMessageSize, 64<<20)+1024),
-				grpc.MaxCallSendMsgSize(t.cfg.MaxMessageSize+1024),
+				// An answer is bounded by the peer's MaxMessageSize: runners
+				// of a cluster share one (doc.go, "Bounds").
+				grpc.MaxCallRecvMsgSize(messageLimit(t.cfg.MaxMessageSize)),
+				grpc.MaxCallSendMsgSize(messageLimit(t.cfg.MaxMessageSize)),
 			),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 			grpc.WithConnectParams(reconnectParams),
@@ -513,6 +518,9 @@ func (t *GRPC) Call(ctx context.Context, addr string, req *DeliverRequest) (resp
 func (t *GRPC) CallRoute(ctx context.Context, addr string, req *DeliverRequest, route Route) (resp *DeliverResponse, sent bool, err error) {
 	if len(req.Payload) > t.cfg.MaxMessageSize {
 		return nil, false, fmt.Errorf("%w: request of %d bytes (limit %d)", ErrMessageTooLarge, len(req.Payload), t.cfg.MaxMessageSize)
+	}
+	if n := req.size(); n > messageLimit(t.cfg.MaxMessageSize) {
+		return nil, false, fmt.Errorf("%w: request of %d bytes with its strings and headers (limit %d + %d)", ErrMessageTooLarge, n, t.cfg.MaxMessageSize, messageEnvelope)
 	}
 	p, i, c, err := t.readyConn(ctx, addr, route)
 	if err != nil {

@@ -90,8 +90,12 @@ func batchLen(n int, size func(i int) int, limit int) int {
 // serveStream answers the frames of one client stream, each on its own
 // goroutine, until the client closes its side. When the transport stops
 // gracefully it sends a goaway frame and keeps answering what arrives
-// until the client, having received every answer, closes its side.
+// until the client, having received every answer, closes its side. It
+// reads a request only within its connection's budget (bounds.go): a
+// goroutine per request, maxConnRequests at most.
 func (t *GRPC) serveStream(ss grpc.ServerStream) error {
+	budget, key := t.budgets.acquire(ss)
+	defer t.budgets.put(key, budget)
 	var (
 		sendMu sync.Mutex
 		wg     sync.WaitGroup
@@ -123,6 +127,11 @@ func (t *GRPC) serveStream(ss grpc.ServerStream) error {
 		if f.Req == nil {
 			continue
 		}
+		size := int64(f.Req.size())
+		if !budget.take(size, ss.Context().Done()) {
+			wg.Wait()
+			return status.FromContextError(ss.Context().Err()).Err()
+		}
 		wg.Go(func() {
 			ctx := ss.Context()
 			if f.TimeoutMs > 0 {
@@ -131,24 +140,32 @@ func (t *GRPC) serveStream(ss grpc.ServerStream) error {
 				defer cancel()
 			}
 			resp, written := t.h.Deliver(ctx, f.Req)
-			send(&frame{ID: f.ID, Resp: resp})
+			out := &frame{ID: f.ID, Resp: resp}
+			answer := int64(out.size())
+			budget.resize(answer - size)
+			send(out)
+			budget.release(1, answer)
 			written()
 		})
 	}
 }
 
 // outFrame is a frame queued to be sent, with what to call once it was
-// handed to the stream (or given up).
+// handed to the stream (or given up), and the bytes it holds of its
+// connection's budget (counted: an answer to a request taken from it).
 type outFrame struct {
 	f       *frame
 	written func()
+	bytes   int64
+	counted bool
 }
 
 // frameWriter coalesces the frames a server stream sends (see the top of
 // the file). Its writer goroutine runs until close.
 type frameWriter struct {
 	sendMsg  func(*frameBatch) error
-	maxBytes int // of a batch of more than one frame
+	maxBytes int         // of a batch of more than one frame
+	budget   *connBudget // given back what the answers sent held
 
 	mu     sync.Mutex
 	queue  []outFrame
@@ -161,27 +178,26 @@ type frameWriter struct {
 	stopped chan struct{}
 }
 
-func newFrameWriter(sendMsg func(*frameBatch) error, maxBytes int) *frameWriter {
-	w := &frameWriter{sendMsg: sendMsg, maxBytes: maxBytes, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+func newFrameWriter(sendMsg func(*frameBatch) error, maxBytes int, budget *connBudget) *frameWriter {
+	w := &frameWriter{sendMsg: sendMsg, maxBytes: maxBytes, budget: budget, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run()
 	return w
 }
 
-// send queues f; written (if not nil) is called once f was handed to the
-// stream or given up. lone says that no other frame is being prepared
-// (no other answer is being computed): then f goes out at once, unless
-// another goroutine is sending; otherwise the writer goroutine sends it
-// with the next batch.
-func (w *frameWriter) send(f *frame, written func(), lone bool) {
+// send queues o.f; o.written (if not nil) is called once it was handed
+// to the stream or given up, and then what it holds of the budget is
+// given back. lone says that no other frame is being prepared (no other
+// answer is being computed): then it goes out at once, unless another
+// goroutine is sending; otherwise the writer goroutine sends it with the
+// next batch.
+func (w *frameWriter) send(o outFrame, lone bool) {
 	w.mu.Lock()
 	if w.failed != nil {
 		w.mu.Unlock()
-		if written != nil {
-			written()
-		}
+		w.done([]outFrame{o})
 		return
 	}
-	w.queue = append(w.queue, outFrame{f, written})
+	w.queue = append(w.queue, o)
 	switch {
 	case w.busy:
 	case lone:
@@ -197,6 +213,24 @@ func (w *frameWriter) send(f *frame, written func(), lone bool) {
 		w.kickLocked()
 	}
 	w.mu.Unlock()
+}
+
+// done calls the written callbacks of frames handed to the stream or
+// given up, then gives back what they held of the budget.
+func (w *frameWriter) done(sent []outFrame) {
+	var n, bytes int64
+	for _, o := range sent {
+		if o.written != nil {
+			o.written()
+		}
+		if o.counted {
+			n++
+			bytes += o.bytes
+		}
+	}
+	if n > 0 {
+		w.budget.release(n, bytes)
+	}
 }
 
 func (w *frameWriter) kickLocked() {
@@ -223,11 +257,7 @@ func (w *frameWriter) flushLocked() {
 		frames[i] = o.f
 	}
 	err := w.sendMsg(&frameBatch{Frames: frames})
-	for _, o := range batch {
-		if o.written != nil {
-			o.written()
-		}
-	}
+	w.done(batch)
 	clear(batch)
 	w.mu.Lock()
 	if err != nil && w.failed == nil {
@@ -237,11 +267,7 @@ func (w *frameWriter) flushLocked() {
 		dropped := w.queue
 		w.queue = nil
 		w.mu.Unlock()
-		for _, o := range dropped {
-			if o.written != nil {
-				o.written()
-			}
-		}
+		w.done(dropped)
 		w.mu.Lock()
 	}
 	if w.spare == nil {
@@ -287,27 +313,31 @@ func (w *frameWriter) close() {
 // closes its side; answers are coalesced. When
 // the transport stops gracefully it sends a goaway frame and keeps
 // answering what arrives until the client, having received every answer,
-// closes its side.
+// closes its side. It reads a request only within its connection's
+// budget (bounds.go), which also bounds the workers.
 func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
+	budget, key := t.budgets.acquire(ss)
+	defer t.budgets.put(key, budget)
 	var (
 		wg       sync.WaitGroup
 		handlers atomic.Int64 // answers being computed
 		idle     atomic.Int64 // workers waiting on work
 		work     = make(chan *frame)
 	)
-	w := newFrameWriter(func(b *frameBatch) error { return ss.SendMsg(b) }, batchBytes(t.cfg.MaxMessageSize))
+	w := newFrameWriter(func(b *frameBatch) error { return ss.SendMsg(b) }, batchBytes(t.cfg.MaxMessageSize), budget)
 	stop, goawayDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(goawayDone)
 		select {
 		case <-t.goaway:
-			w.send(&frame{GoAway: true}, nil, true)
+			w.send(outFrame{f: &frame{GoAway: true}}, true)
 		case <-stop:
 		}
 	}()
 	// No SendMsg after we return: the goaway goroutine, then the writer.
 	defer func() { close(stop); <-goawayDone; w.close() }()
 	serve := func(ctx context.Context, f *frame) {
+		size := int64(f.Req.size()) // as taken, before the handler sees the request
 		if f.TimeoutMs > 0 {
 			// No timer unless something waits for the deadline: most
 			// frames are answered without (lazydeadline).
@@ -316,7 +346,10 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 			ctx = c
 		}
 		resp, written := t.h.Deliver(ctx, f.Req)
-		w.send(&frame{ID: f.ID, Resp: resp}, written, handlers.Add(-1) == 0)
+		out := &frame{ID: f.ID, Resp: resp}
+		answer := int64(out.size())
+		budget.resize(answer - size)
+		w.send(outFrame{f: out, written: written, bytes: answer, counted: true}, handlers.Add(-1) == 0)
 	}
 	// A worker answers frames one after another, waiting for the next
 	// (at most maxIdleWorkers wait): a new goroutine per frame would grow
@@ -353,6 +386,9 @@ func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
 		for _, f := range b.Frames {
 			if f.Req == nil {
 				continue
+			}
+			if !budget.take(int64(f.Req.size()), ss.Context().Done()) {
+				return status.FromContextError(ss.Context().Err()).Err()
 			}
 			handlers.Add(1)
 			select {

@@ -315,34 +315,34 @@ func (m *DeliverRequest) Unmarshal(b []byte) error {
 
 // unmarshal is Unmarshal, sharing with prev the strings equal to its own
 // (the requests of a batch mostly name the same kind, method, sender
-// and codec): those cost no allocation.
+// and codec): those cost no allocation. A field repeated keeps its last
+// value, as protobuf requires, and only that one is allocated: what a
+// request costs is its kept strings, payload and headers, however many
+// times a peer repeats a field.
 func (m *DeliverRequest) unmarshal(b []byte, prev *DeliverRequest) error {
 	*m = DeliverRequest{}
-	var budget headerBudget
-	str := func(v []byte, p string) string {
-		if string(v) == p {
-			return p
-		}
-		return string(v)
-	}
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+	var (
+		budget                                       headerBudget
+		kind, method, entity, payload, sender, codec []byte
+	)
+	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			m.Kind = str(v, prev.Kind)
+			kind = v
 		case num == 2 && typ == protowire.BytesType:
-			m.Method = str(v, prev.Method)
+			method = v
 		case num == 3 && typ == protowire.BytesType:
-			m.Entity = str(v, prev.Entity)
+			entity = v
 		case num == 4 && typ == protowire.BytesType:
-			m.Payload = append([]byte(nil), v...)
+			payload = v
 		case num == 5 && typ == protowire.VarintType:
 			m.OneWay = x != 0
 		case num == 6 && typ == protowire.VarintType:
 			m.Shard = uint32(x)
 		case num == 7 && typ == protowire.BytesType:
-			m.Sender = str(v, prev.Sender)
+			sender = v
 		case num == 8 && typ == protowire.BytesType:
-			m.Codec = str(v, prev.Codec)
+			codec = v
 		case num == 9 && typ == protowire.BytesType:
 			return decodeHeader(&m.Headers, v, &budget)
 		case num == 10 && typ == protowire.VarintType:
@@ -352,22 +352,40 @@ func (m *DeliverRequest) unmarshal(b []byte, prev *DeliverRequest) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	m.Kind, m.Method, m.Entity = share(kind, prev.Kind), share(method, prev.Method), share(entity, prev.Entity)
+	m.Sender, m.Codec = share(sender, prev.Sender), share(codec, prev.Codec)
+	if len(payload) > 0 {
+		m.Payload = append([]byte(nil), payload...)
+	}
+	return nil
+}
+
+// share returns v as a string: p when they are equal (no allocation).
+func share(v []byte, p string) string {
+	if string(v) == p {
+		return p
+	}
+	return string(v)
 }
 
 // Unmarshal decodes b into m (unknown fields are skipped); errors match
 // ErrMalformed.
 func (m *DeliverResponse) Unmarshal(b []byte) error {
 	*m = DeliverResponse{}
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+	var payload, message, hint []byte // the last of each (see DeliverRequest.unmarshal)
+	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			m.Payload = append([]byte(nil), v...)
+			payload = v
 		case num == 2 && typ == protowire.VarintType:
 			m.Code = Code(x)
 		case num == 3 && typ == protowire.BytesType:
-			m.Message = string(v)
+			message = v
 		case num == 4 && typ == protowire.BytesType:
-			m.OwnerHint = string(v)
+			hint = v
 		case num == 5 && typ == protowire.VarintType:
 			m.Shard = uint32(x)
 		case num == 6 && typ == protowire.VarintType:
@@ -377,6 +395,14 @@ func (m *DeliverResponse) Unmarshal(b []byte) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if len(payload) > 0 {
+		m.Payload = append([]byte(nil), payload...)
+	}
+	m.Message, m.OwnerHint = string(message), string(hint)
+	return nil
 }
 
 // frame is a message of the multiplexed Stream.
@@ -437,27 +463,21 @@ func (m *frame) Unmarshal(b []byte) error {
 
 // unmarshal is Unmarshal, sharing strings with prev (see
 // DeliverRequest.unmarshal) and decoding the request or response into
-// room's (nil: new ones).
+// room's (nil: new ones). A request or response repeated keeps the last
+// (decoded once: the earlier ones are only checked to be well formed
+// messages at the frame's level).
 func (m *frame) unmarshal(b []byte, prev *DeliverRequest, room *decodedFrame) error {
 	*m = frame{}
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+	var req, resp []byte
+	hasReq, hasResp := false, false
+	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
 			m.ID = x
 		case num == 2 && typ == protowire.BytesType:
-			if room != nil {
-				m.Req = &room.req
-			} else {
-				m.Req = new(DeliverRequest)
-			}
-			return m.Req.unmarshal(v, prev)
+			req, hasReq = v, true
 		case num == 3 && typ == protowire.BytesType:
-			if room != nil {
-				m.Resp = &room.resp
-			} else {
-				m.Resp = new(DeliverResponse)
-			}
-			return m.Resp.Unmarshal(v)
+			resp, hasResp = v, true
 		case num == 4 && typ == protowire.VarintType:
 			m.TimeoutMs = uint32(x)
 		case num == 5 && typ == protowire.VarintType:
@@ -465,6 +485,30 @@ func (m *frame) unmarshal(b []byte, prev *DeliverRequest, room *decodedFrame) er
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if hasReq {
+		if room != nil {
+			m.Req = &room.req
+		} else {
+			m.Req = new(DeliverRequest)
+		}
+		if err := m.Req.unmarshal(req, prev); err != nil {
+			return err
+		}
+	}
+	if hasResp {
+		if room != nil {
+			m.Resp = &room.resp
+		} else {
+			m.Resp = new(DeliverResponse)
+		}
+		if err := m.Resp.Unmarshal(resp); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // frameBatch is a message of the Frames stream: the frames one side
@@ -487,13 +531,24 @@ func (m *frameBatch) Marshal() []byte {
 	return b
 }
 
-// Unmarshal decodes b into m: the frames are allocated together.
+// maxRecvBatchFrames bounds the frames of a batch received: twice what
+// a sender puts in one (maxBatchFrames). A batch with more is malformed,
+// refused before anything is allocated for its frames.
+const maxRecvBatchFrames = 2 * maxBatchFrames
+
+// Unmarshal decodes b into m: the frames are allocated together, once
+// they are counted (at most maxRecvBatchFrames). A frame that carries
+// nothing (empty, or no field but unknown ones and zeros) is dropped and
+// costs no allocation: every frame kept is at least 4 bytes on the wire,
+// for sizeof(decodedFrame) + a pointer (256 bytes) of room.
 func (m *frameBatch) Unmarshal(b []byte) error {
 	*m = frameBatch{}
 	n := 0
-	if err := walk(b, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
-		if num == 1 && typ == protowire.BytesType {
-			n++
+	if err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num == 1 && typ == protowire.BytesType && len(v) > 0 {
+			if n++; n > maxRecvBatchFrames {
+				return fmt.Errorf("%w: a batch of more than %d frames", ErrMalformed, maxRecvBatchFrames)
+			}
 		}
 		return nil
 	}); err != nil {
@@ -506,15 +561,18 @@ func (m *frameBatch) Unmarshal(b []byte) error {
 	m.Frames = make([]*frame, 0, n)
 	prev := &DeliverRequest{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num != 1 || typ != protowire.BytesType {
+		if num != 1 || typ != protowire.BytesType || len(v) == 0 {
 			return nil
 		}
 		d := &frames[len(m.Frames)]
 		f := &d.f
-		m.Frames = append(m.Frames, f)
 		if err := f.unmarshal(v, prev, d); err != nil {
 			return err
 		}
+		if *f == (frame{}) {
+			return nil // carries nothing: its room serves the next frame
+		}
+		m.Frames = append(m.Frames, f)
 		if f.Req != nil {
 			prev = f.Req
 		}
@@ -561,23 +619,49 @@ func (m *hotResponse) Marshal() []byte {
 	return b
 }
 
+// maxHotEntities bounds a Hot answer: what a runner lists at most
+// (serveHot), also the most a decoded answer may hold (counted before
+// anything is allocated for them).
+const maxHotEntities = 4096
+
 func (m *hotResponse) Unmarshal(b []byte) error {
 	*m = hotResponse{}
+	n := 0
+	if err := walk(b, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
+		if num == 1 && typ == protowire.BytesType {
+			if n++; n > maxHotEntities {
+				return fmt.Errorf("%w: a hot list of more than %d entities", ErrMalformed, maxHotEntities)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	m.Entities = make([]EntityRef, 0, n)
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num != 1 || typ != protowire.BytesType {
 			return nil
 		}
-		var e EntityRef
+		var kind, id []byte // the last of each
 		if err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 			switch {
 			case num == 1 && typ == protowire.BytesType:
-				e.Kind = string(v)
+				kind = v
 			case num == 2 && typ == protowire.BytesType:
-				e.ID = string(v)
+				id = v
 			}
 			return nil
 		}); err != nil {
 			return err
+		}
+		e := EntityRef{ID: string(id)}
+		if i := len(m.Entities); i > 0 {
+			e.Kind = share(kind, m.Entities[i-1].Kind)
+		} else {
+			e.Kind = string(kind)
 		}
 		m.Entities = append(m.Entities, e)
 		return nil
