@@ -283,7 +283,8 @@ func (h *deadlineHandler) Hot(uint32, int) []EntityRef { return nil }
 // ID (its handler's context has a deadline exactly when the frame has a
 // timeout), ignores frames without a request, sends at most one goaway
 // (after the transport started stopping), sends nothing once it
-// returned, and returns an error exactly when a frame did not decode.
+// returned, returns an error exactly when a frame did not decode, and
+// gives back its connection's budget (bounds.go) whole.
 func FuzzMuxServer(f *testing.F) {
 	for _, m := range seedFrames {
 		f.Add(joinScript(m), false)
@@ -377,6 +378,9 @@ func fuzzServer(t *testing.T, script []byte, stopping, batches bool) {
 		}
 		if n := h.written.Load(); n != int64(delivered) {
 			t.Errorf("written called %d times for %d deliveries", n, delivered)
+		}
+		if n, bytes := g.budgets.held(); n != 0 || bytes != 0 || len(g.budgets.m) != 0 {
+			t.Errorf("after the stream ended its connection's budget holds %d requests, %d bytes (%d budgets)", n, bytes, len(g.budgets.m))
 		}
 	})
 }

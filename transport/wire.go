@@ -25,8 +25,9 @@ type DeliverRequest struct {
 	// (traceparent, tracestate) and baggage. nil when nothing is
 	// propagated, and then it costs nothing on the wire. Decoding keeps
 	// at most maxHeaders entries of at most maxHeaderBytes (keys and
-	// values) in all, in wire order, and drops the others: a peer cannot
-	// make a request's headers cost more memory than that.
+	// values) in all, in wire order, and drops the others and those with
+	// an empty key (no propagator reads one): a peer cannot make a
+	// request's headers cost more memory than that.
 	Headers map[string]string
 	// LocksSeen and RunnersSeen are set on a request sent to the shard's
 	// assignee because the sender knows no live owner (0 otherwise): the
@@ -212,8 +213,8 @@ func entrySize(s string) int {
 
 // decodeHeader decodes one map<string, string> entry into *h (allocated
 // at the first entry kept); a key repeated keeps its last value, as
-// protobuf requires. An entry beyond what budget has room for is checked,
-// then dropped.
+// protobuf requires. An entry beyond what budget has room for, or with
+// an empty key, is checked, then dropped.
 func decodeHeader(h *map[string]string, b []byte, budget *headerBudget) error {
 	var k, val []byte // walk's loop, without a closure to allocate
 	for len(b) > 0 {
@@ -239,7 +240,7 @@ func decodeHeader(h *map[string]string, b []byte, budget *headerBudget) error {
 			val = v
 		}
 	}
-	if budget.entries >= maxHeaders || budget.bytes+len(k)+len(val) > maxHeaderBytes {
+	if len(k) == 0 || budget.entries >= maxHeaders || budget.bytes+len(k)+len(val) > maxHeaderBytes {
 		return nil
 	}
 	budget.entries++

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"maps"
+	"math"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -22,6 +24,9 @@ import (
 //
 // and, for a message x built from the other arguments, that
 // decode(encode(x)) == x (an empty payload comes back nil).
+//
+// and that decoding b allocates at most allocPerByte bytes per byte of b,
+// plus allocPerMessage (checkAllocBound).
 //
 // Run one for minutes (see README.md, "Fuzzing"):
 //
@@ -62,6 +67,44 @@ func checkDecode[M wireMessage](t *testing.T, b []byte, fresh func() M, equal fu
 		t.Fatalf("canonical encoding of %+v is not stable: %x, then %x", m, enc, enc2)
 	}
 	return m, true
+}
+
+// The allocation bound of every decoder of peer input: decoding b
+// allocates at most allocPerByte bytes per byte of b, plus
+// allocPerMessage. The worst inputs are batches of the smallest frames
+// that carry something (4 bytes on the wire: 248 bytes of room and a
+// pointer each; with a header entry, 9 bytes and a map of one group):
+// ≈ 64 bytes per byte. The constant covers a message's own struct and
+// one header map. doc.go, "Bounds", states it.
+const (
+	allocPerByte    = 72
+	allocPerMessage = 1 << 10
+)
+
+// allocated returns the bytes the heap allocated while f ran (measured
+// around it: what other goroutines allocate meanwhile counts too).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// checkAllocBound decodes b into a message made by fresh, as the gRPC
+// codec does, and fails if that allocated more than the bound. A measure
+// over it is taken again (3 times at most: the least counts), since
+// another goroutine may have allocated meanwhile.
+func checkAllocBound[M wireMessage](t *testing.T, b []byte, fresh func() M) {
+	t.Helper()
+	bound := uint64(allocPerByte*len(b) + allocPerMessage)
+	got := uint64(math.MaxUint64)
+	for range 3 {
+		if got = min(got, allocated(func() { _ = fresh().Unmarshal(b) })); got <= bound {
+			return
+		}
+	}
+	t.Fatalf("decoding %d bytes into %T allocated %d bytes; bound %d (%d per byte + %d)", len(b), fresh(), got, bound, allocPerByte, allocPerMessage)
 }
 
 // checkRoundTrip checks decode(encode(x)) == x.
@@ -193,11 +236,34 @@ var seedMalformed = [][]byte{
 		9, protowire.BytesType), []byte{0x0a, 0x01, 'k', 0x12, 0x01, 'v'}),
 }
 
-// withinHeaderBounds returns h, or nil when a decoded request would not
-// keep all of it (maxHeaders, maxHeaderBytes): the round trip of headers
+// seedHostile are the shapes of message a peer can build to make a
+// decoder allocate the most for the bytes it sends: the most frames a
+// batch may hold, each the smallest that carries something, with a
+// header entry each; one frame more than that; a message of empty frames;
+// fields repeated (a string, a request in a frame, a header entry); the
+// most entities of a Hot answer and one more. Each is a valid message of
+// one type and decoded as every other type too.
+var seedHostile = [][]byte{
+	repeatBytes([]byte{0x0a, 0x02, 0x08, 0x01}, maxRecvBatchFrames),
+	repeatBytes([]byte{0x0a, 0x02, 0x08, 0x01}, maxRecvBatchFrames+1),
+	repeatBytes([]byte{0x0a, 0x07, 0x12, 0x05, 0x4a, 0x03, 0x0a, 0x01, 'k'}, maxRecvBatchFrames),
+	repeatBytes([]byte{0x0a, 0x04, 0x12, 0x00, 0x1a, 0x00}, maxRecvBatchFrames),
+	repeatBytes([]byte{0x0a, 0x00}, 32<<10),
+	repeatBytes([]byte{0x0a, 0x02, 'a', 'b'}, 16<<10),
+	repeatBytes([]byte{0x12, 0x00}, 16<<10),
+	repeatBytes([]byte{0x4a, 0x03, 0x0a, 0x01, 'k'}, 8<<10),
+	repeatBytes([]byte{0x0a, 0x00}, maxHotEntities),
+	repeatBytes([]byte{0x0a, 0x00}, maxHotEntities+1),
+}
+
+func repeatBytes(b []byte, n int) []byte { return bytes.Repeat(b, n) }
+
+// withinHeaderBounds returns h without its empty key, or nil when a
+// decoded request would not keep all of it (maxHeaders, maxHeaderBytes): the round trip of headers
 // within the bounds is checked, the dropping of the others by checkDecode
 // and TestRequestHeadersDecodedWithinBounds.
 func withinHeaderBounds(h map[string]string) map[string]string {
+	delete(h, "") // dropped at decode
 	n := 0
 	for k, v := range h {
 		n += len(k) + len(v)
@@ -214,12 +280,13 @@ func FuzzDeliverRequest(f *testing.F) {
 		f.Add(m.Marshal(), m.Kind, m.Method, m.Entity, m.Payload, m.OneWay, m.Shard, m.Sender, m.Codec, m.Headers["traceparent"], m.Headers["baggage"],
 			m.LocksSeen, m.RunnersSeen)
 	}
-	for _, b := range seedMalformed {
+	for _, b := range slices.Concat(seedMalformed, seedHostile) {
 		f.Add(b, "k", "m", "\xff", []byte{}, false, uint32(0), "", "json", "", "\xff", uint64(0), uint64(1))
 	}
 	fresh := func() *DeliverRequest { return new(DeliverRequest) }
 	f.Fuzz(func(t *testing.T, b []byte, kind, method, entity string, payload []byte, oneWay bool, shard uint32, sender, codec, parent, bag string, locksSeen, runnersSeen uint64) {
 		checkDecode(t, b, fresh, equalRequest)
+		checkAllocBound(t, b, fresh)
 		x := &DeliverRequest{Kind: kind, Method: method, Entity: entity, Payload: payload, OneWay: oneWay, Shard: shard, Sender: sender, Codec: codec,
 			LocksSeen: locksSeen, RunnersSeen: runnersSeen}
 		if parent != "" || bag != "" {
@@ -234,12 +301,13 @@ func FuzzDeliverResponse(f *testing.F) {
 	for _, m := range seedResponses {
 		f.Add(m.Marshal(), m.Payload, int32(m.Code), m.Message, m.OwnerHint, m.Shard, int32(m.Cause), m.Epoch)
 	}
-	for _, b := range seedMalformed {
+	for _, b := range slices.Concat(seedMalformed, seedHostile) {
 		f.Add(b, []byte(nil), int32(99), "", "", uint32(0), int32(-7), uint64(0))
 	}
 	fresh := func() *DeliverResponse { return new(DeliverResponse) }
 	f.Fuzz(func(t *testing.T, b []byte, payload []byte, code int32, message, hint string, shard uint32, cause int32, epoch uint64) {
 		checkDecode(t, b, fresh, equalResponse)
+		checkAllocBound(t, b, fresh)
 		x := &DeliverResponse{Payload: payload, Code: Code(code), Message: message, OwnerHint: hint, Shard: shard, Cause: Cause(cause), Epoch: epoch}
 		checkRoundTrip(t, x, fresh, equalResponse)
 	})
@@ -255,7 +323,7 @@ func FuzzFrame(f *testing.F) {
 		}
 		f.Add(m.Marshal(), m.ID, m.Req != nil, m.Resp != nil, "e", []byte("p"), int32(CodeOK), m.TimeoutMs, m.GoAway, parent)
 	}
-	for _, b := range seedMalformed {
+	for _, b := range slices.Concat(seedMalformed, seedHostile) {
 		f.Add(b, uint64(0), true, true, "", []byte(nil), int32(-1), uint32(0), true, "")
 	}
 	// A frame whose request or answer is itself malformed.
@@ -266,6 +334,7 @@ func FuzzFrame(f *testing.F) {
 	fresh := func() *frame { return new(frame) }
 	f.Fuzz(func(t *testing.T, b []byte, id uint64, hasReq, hasResp bool, entity string, payload []byte, code int32, timeoutMs uint32, goAway bool, parent string) {
 		checkDecode(t, b, fresh, equalFrame)
+		checkAllocBound(t, b, fresh)
 		x := &frame{ID: id, TimeoutMs: timeoutMs, GoAway: goAway}
 		if hasReq {
 			x.Req = &DeliverRequest{Kind: "k", Method: "m", Entity: entity, Payload: payload, Shard: uint32(id)}
@@ -287,7 +356,7 @@ func FuzzFrameBatch(f *testing.F) {
 	for _, m := range seedFrames {
 		f.Add((&frameBatch{Frames: []*frame{m}}).Marshal(), uint8(1), "", []byte(nil))
 	}
-	for _, b := range seedMalformed {
+	for _, b := range slices.Concat(seedMalformed, seedHostile) {
 		f.Add(b, uint8(0), "", []byte(nil))
 	}
 	// A batch with a malformed frame after a good one; an empty frame.
@@ -299,6 +368,7 @@ func FuzzFrameBatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, n uint8, entity string, payload []byte) {
 		checkDecode(t, b, fresh, equal)
+		checkAllocBound(t, b, fresh)
 		x := &frameBatch{}
 		for i := range int(n % 8) {
 			fr := &frame{ID: uint64(i) + 1}
@@ -318,12 +388,13 @@ func FuzzHotRequest(f *testing.F) {
 	for _, m := range seedHotRequests {
 		f.Add(m.Marshal(), m.Shard, m.Limit)
 	}
-	for _, b := range seedMalformed {
+	for _, b := range slices.Concat(seedMalformed, seedHostile) {
 		f.Add(b, uint32(1), uint32(0))
 	}
 	fresh := func() *hotRequest { return new(hotRequest) }
 	f.Fuzz(func(t *testing.T, b []byte, shard, limit uint32) {
 		checkDecode(t, b, fresh, equalHotRequest)
+		checkAllocBound(t, b, fresh)
 		checkRoundTrip(t, &hotRequest{Shard: shard, Limit: limit}, fresh, equalHotRequest)
 	})
 }
@@ -333,7 +404,7 @@ func FuzzHotResponse(f *testing.F) {
 	for _, m := range seedHotResponses {
 		f.Add(m.Marshal(), uint8(len(m.Entities)), "counter", "user/42")
 	}
-	for _, b := range seedMalformed {
+	for _, b := range slices.Concat(seedMalformed, seedHostile) {
 		f.Add(b, uint8(1), "", "")
 	}
 	// An entity that is itself malformed.
@@ -341,6 +412,7 @@ func FuzzHotResponse(f *testing.F) {
 	fresh := func() *hotResponse { return new(hotResponse) }
 	f.Fuzz(func(t *testing.T, b []byte, n uint8, kind, id string) {
 		checkDecode(t, b, fresh, equalHotResponse)
+		checkAllocBound(t, b, fresh)
 		x := &hotResponse{}
 		for i := range int(n) {
 			// Every other entity empty: an empty entity is still one.
