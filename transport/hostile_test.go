@@ -424,5 +424,3 @@ func TestManyStreamsFromOnePeer(t *testing.T) {
 		waitGoroutines(t, baseline+2, "after the peer went away")
 	})
 }
-
-
