@@ -120,10 +120,13 @@ type GRPC struct {
 	refused, refusedLog           atomic.Int64   // connections refused; when last logged (since clockBase)
 	inRefused, outRefused         handshakeLog   // TLS handshakes refused, both ways (peertls.go)
 	budgets                       connBudgets    // of the connections' delivery streams (bounds.go)
+	writers                       writerSet      // of the delivery streams, for the watchdog (mux.go)
+	stallAfter                    time.Duration  // stallAfter (tests shorten it)
+	watchStop                     chan struct{}  // closed to stop the watchdog
 
 	goaway     chan struct{} // closed when the server starts a graceful stop
 	goawayOnce sync.Once
-	serving    sync.WaitGroup // the Serve goroutine
+	serving    sync.WaitGroup // the Serve goroutine and the watchdog
 	closeOnce  sync.Once
 
 	mu     sync.RWMutex // (read-locked by every call to find its peer)
@@ -187,7 +190,7 @@ func NewGRPC(cfg GRPCConfig) *GRPC {
 	return &GRPC{
 		cfg: cfg, log: cfg.Logger, peers: make(map[string]*peerConns), stale: make(map[string]*time.Timer), goaway: make(chan struct{}),
 		handshakeTimeout: serverHandshakeTimeout, idleTimeout: serverMaxConnectionIdle,
-		budgets: connBudgets{maxBytes: connBytes(cfg.MaxMessageSize)},
+		budgets: connBudgets{maxBytes: connBytes(cfg.MaxMessageSize)}, stallAfter: stallAfter, watchStop: make(chan struct{}),
 	}
 }
 
@@ -292,6 +295,7 @@ func (t *GRPC) Listen(h Handler) (string, error) {
 	)
 	t.srv.RegisterService(&serviceDesc, grpcService(t))
 	t.serving.Go(t.serve)
+	t.serving.Go(func() { t.writers.watch(t.stallAfter, t.watchStop) })
 	return lis.Addr().String(), nil
 }
 
@@ -332,6 +336,7 @@ func (t *GRPC) close(d time.Duration) {
 	} else if t.srv != nil {
 		t.srv.Stop()
 	}
+	close(t.watchStop)
 	t.serving.Wait()
 	t.mu.Lock()
 	t.closed = true

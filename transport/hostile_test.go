@@ -169,7 +169,7 @@ const (
 func TestHostileMessagesCostBoundedHeap(t *testing.T) {
 	forEachSecurity(t, func(t *testing.T, secure bool) {
 		e := startHostileEnv(t, secure, echoHandler{})
-		limit := messageLimit(e.srv.cfg.MaxMessageSize)
+		limit := e.srv.cfg.MaxMessageSize + messageEnvelope // the largest message it takes (doc.go)
 		req := hostilepeer.Request("k", "m", "e", []byte("x"))
 		for _, c := range []struct {
 			name, method string
@@ -252,8 +252,7 @@ func floodUntilHeld(t *testing.T, conv *hostilepeer.Conversation, msg []byte, n 
 // The bounds a peer that never reads its answers meets: what the
 // server's delivery streams hold (maxConnRequests per connection), the
 // goroutines that serve them (neverReadingGoroutines beyond the
-// baseline: workers, and for rpc Stream a goroutine per request held),
-// and the heap (neverReadingHeap: the answers queued, the requests held
+// baseline: the stream's, and its idle workers), and the heap (neverReadingHeap: the answers queued, the requests held
 // in the HTTP/2 stream window, gRPC's buffers).
 const (
 	neverReadingGoroutines = 64
@@ -278,7 +277,7 @@ func TestNeverReadingPeerIsHeldBack(t *testing.T) {
 			goroutines int // bound beyond the baseline
 		}{
 			{hostilepeer.Frames, hostilepeer.RequestBatch(1, 64, req), 64, neverReadingGoroutines},
-			{hostilepeer.Stream, hostilepeer.Frame(1, req), 1, maxConnRequests + neverReadingGoroutines},
+			{hostilepeer.Stream, hostilepeer.Frame(1, req), 1, neverReadingGoroutines},
 		} {
 			t.Run(c.method, func(t *testing.T) {
 				p := e.dial(t)
@@ -423,4 +422,53 @@ func TestManyStreamsFromOnePeer(t *testing.T) {
 		rc.Close()
 		waitGoroutines(t, baseline+2, "after the peer went away")
 	})
+}
+
+// writtenHandler echoes, and counts the written callbacks called.
+type writtenHandler struct{ written atomic.Int64 }
+
+func (h *writtenHandler) Deliver(_ context.Context, req *DeliverRequest) (*DeliverResponse, func()) {
+	return &DeliverResponse{Payload: req.Payload}, func() { h.written.Add(1) }
+}
+
+func (*writtenHandler) Hot(uint32, int) []EntityRef { return nil }
+
+// TestNeverReadingPeerDoesNotHoldWrittenCallbacks: the answers a peer
+// does not read (more than its HTTP/2 window, so they cannot all be
+// sent) are given up within stallAfter and a half — their written
+// callbacks called: a runner's drain of the shards they come from does
+// not wait for that peer — on rpc Frames and rpc Stream.
+func TestNeverReadingPeerDoesNotHoldWrittenCallbacks(t *testing.T) {
+	for _, method := range []string{hostilepeer.Frames, hostilepeer.Stream} {
+		t.Run(method, func(t *testing.T) {
+			h := &writtenHandler{}
+			e := startHostileEnv(t, false, h)
+			warm := h.written.Load()
+			p := e.dial(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			conv, err := p.Open(ctx, method)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 20
+			req := hostilepeer.Request("k", "m", "e", make([]byte, 60<<10)) // n answers: far over the 64 KiB window
+			start := time.Now()
+			for i := range n {
+				msg := hostilepeer.Frame(uint64(i+1), req)
+				if method == hostilepeer.Frames {
+					msg = hostilepeer.Batch(msg)
+				}
+				if err := conv.Send(msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitUntil(t, 10*time.Second, "every written callback", func() bool { return h.written.Load()-warm == n })
+			took := time.Since(start)
+			t.Logf("%d answers not read: written callbacks all called after %v", n, took)
+			if took > stallAfter*3/2+legitLatency {
+				t.Errorf("written callbacks called after %v; want within %v", took, stallAfter*3/2)
+			}
+		})
+	}
 }

@@ -87,68 +87,135 @@ func batchLen(n int, size func(i int) int, limit int) int {
 
 // --- server side ---
 
-// serveStream answers the frames of one client stream, each on its own
-// goroutine, until the client closes its side. When the transport stops
+// serveStream answers rpc Stream (a frame per message, both ways: what
+// runners of the previous version call) as serveDeliveries does.
+func (t *GRPC) serveStream(ss grpc.ServerStream) error {
+	recv := func() ([]*frame, error) {
+		f := new(frame)
+		if err := ss.RecvMsg(f); err != nil {
+			return nil, err
+		}
+		return []*frame{f}, nil
+	}
+	send := func(b *frameBatch) error {
+		for _, f := range b.Frames {
+			if err := ss.SendMsg(f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return t.serveDeliveries(ss, recv, send)
+}
+
+// serveFrames answers rpc Frames (batches of frames both ways) as
+// serveDeliveries does.
+func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
+	recv := func() ([]*frame, error) {
+		var b frameBatch
+		err := ss.RecvMsg(&b)
+		return b.Frames, err
+	}
+	return t.serveDeliveries(ss, recv, func(b *frameBatch) error { return ss.SendMsg(b) })
+}
+
+// serveDeliveries answers the frames of one delivery stream (recv reads
+// the next message's frames, send sends a batch of answers), each on a
+// goroutine of its own while it runs (a worker, reused), until the client
+// closes its side; answers are coalesced. When the transport stops
 // gracefully it sends a goaway frame and keeps answering what arrives
 // until the client, having received every answer, closes its side. It
-// reads a request only within its connection's budget (bounds.go): a
-// goroutine per request, maxConnRequests at most.
-func (t *GRPC) serveStream(ss grpc.ServerStream) error {
+// reads a request only within its connection's budget (bounds.go), which
+// also bounds the workers.
+func (t *GRPC) serveDeliveries(ss grpc.ServerStream, recv func() ([]*frame, error), send func(*frameBatch) error) error {
 	budget, key := t.budgets.acquire(ss)
 	defer t.budgets.put(key, budget)
 	var (
-		sendMu sync.Mutex
-		wg     sync.WaitGroup
+		wg       sync.WaitGroup
+		handlers atomic.Int64 // answers being computed
+		idle     atomic.Int64 // workers waiting on work
+		work     = make(chan *frame)
 	)
-	send := func(f *frame) {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		_ = ss.SendMsg(f) // an error ends the stream; RecvMsg reports it
-	}
+	w := newFrameWriter(send, batchBytes(t.cfg.MaxMessageSize), budget)
+	t.writers.add(w)
 	stop, goawayDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(goawayDone)
 		select {
 		case <-t.goaway:
-			send(&frame{GoAway: true})
+			w.send(outFrame{f: &frame{GoAway: true}}, true)
 		case <-stop:
 		}
 	}()
-	defer func() { close(stop); <-goawayDone }() // no SendMsg after we return
+	// No SendMsg after we return: the goaway goroutine, then the writer.
+	defer func() { close(stop); <-goawayDone; w.close(); t.writers.remove(w) }()
+	serve := func(ctx context.Context, f *frame) {
+		size := int64(f.Req.size()) // as taken, before the handler sees the request
+		if f.TimeoutMs > 0 {
+			// No timer unless something waits for the deadline: most
+			// frames are answered without (lazydeadline).
+			c := lazydeadline.WithDeadlineCause(ctx, time.Now().Add(time.Duration(f.TimeoutMs)*time.Millisecond), nil)
+			defer c.Cancel()
+			ctx = c
+		}
+		resp, written := t.h.Deliver(ctx, f.Req)
+		out := &frame{ID: f.ID, Resp: resp}
+		answer := int64(out.size())
+		budget.resize(answer - size)
+		w.send(outFrame{f: out, written: written, bytes: answer, counted: true}, handlers.Add(-1) == 0)
+	}
+	// A worker answers frames one after another, waiting for the next
+	// (at most maxIdleWorkers wait): a new goroutine per frame would grow
+	// its stack anew for every message (the request is decoded on it), a
+	// cost that showed in the profiles of remote asks.
+	worker := func(f *frame) {
+		// The frames' contexts derive from the worker's own, not each
+		// directly from the stream's: they register with a parent no other
+		// goroutine locks.
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		for {
+			serve(ctx, f)
+			if idle.Add(1) > maxIdleWorkers {
+				idle.Add(-1)
+				return
+			}
+			var ok bool
+			if f, ok = <-work; !ok {
+				return
+			}
+			idle.Add(-1)
+		}
+	}
+	defer func() { close(work); wg.Wait() }()
 	for {
-		f := new(frame)
-		if err := ss.RecvMsg(f); err != nil {
-			wg.Wait()
+		frames, err := recv()
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
 		}
-		if f.Req == nil {
-			continue
-		}
-		size := int64(f.Req.size())
-		if !budget.take(size, ss.Context().Done()) {
-			wg.Wait()
-			return status.FromContextError(ss.Context().Err()).Err()
-		}
-		wg.Go(func() {
-			ctx := ss.Context()
-			if f.TimeoutMs > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, time.Duration(f.TimeoutMs)*time.Millisecond)
-				defer cancel()
+		for _, f := range frames {
+			if f.Req == nil {
+				continue
 			}
-			resp, written := t.h.Deliver(ctx, f.Req)
-			out := &frame{ID: f.ID, Resp: resp}
-			answer := int64(out.size())
-			budget.resize(answer - size)
-			send(out)
-			budget.release(1, answer)
-			written()
-		})
+			if !budget.take(int64(f.Req.size()), ss.Context().Done()) {
+				return status.FromContextError(ss.Context().Err()).Err()
+			}
+			handlers.Add(1)
+			select {
+			case work <- f:
+			default:
+				wg.Go(func() { worker(f) })
+			}
+		}
 	}
 }
+
+// maxIdleWorkers bounds the goroutines a delivery stream keeps waiting
+// for frames to answer.
+const maxIdleWorkers = 16
 
 // outFrame is a frame queued to be sent, with what to call once it was
 // handed to the stream (or given up), and the bytes it holds of its
@@ -162,24 +229,36 @@ type outFrame struct {
 
 // frameWriter coalesces the frames a server stream sends (see the top of
 // the file). Its writer goroutine runs until close.
+//
+// A send that does not complete — the peer reads nothing, and HTTP/2 flow
+// control holds the stream — holds the frames queued behind it; after
+// stallAfter (the transport's watchdog, giveUpStalled) their written
+// callbacks are called as given up, and those of frames queued later at
+// once, until a send completes: a peer that does not read its answers
+// does not hold the drains of the shards they come from. The frames
+// themselves are still sent if the peer reads again.
 type frameWriter struct {
 	sendMsg  func(*frameBatch) error
 	maxBytes int         // of a batch of more than one frame
 	budget   *connBudget // given back what the answers sent held
 
-	mu     sync.Mutex
-	queue  []outFrame
-	spare  []outFrame
-	busy   bool  // a goroutine is sending: frames queued now go with its next batch
-	failed error // a send failed: the stream is broken, frames are dropped
+	sendStart atomic.Int64 // when the send in progress started (since clockBase); 0: none
+
+	mu      sync.Mutex
+	queue   []outFrame
+	spare   []outFrame
+	sending []outFrame // the batch being sent
+	busy    bool       // a goroutine is sending: frames queued now go with its next batch
+	stalled bool       // written callbacks are given up until a send completes
+	failed  error      // a send failed: the stream is broken, frames are dropped
 
 	kick    chan struct{} // 1-buffered: the writer goroutine has a queue to send
 	quit    chan struct{}
 	stopped chan struct{}
 }
 
-func newFrameWriter(sendMsg func(*frameBatch) error, maxBytes int, budget *connBudget) *frameWriter {
-	w := &frameWriter{sendMsg: sendMsg, maxBytes: maxBytes, budget: budget, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+func newFrameWriter(send func(*frameBatch) error, maxBytes int, budget *connBudget) *frameWriter {
+	w := &frameWriter{sendMsg: send, maxBytes: maxBytes, budget: budget, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -197,6 +276,10 @@ func (w *frameWriter) send(o outFrame, lone bool) {
 		w.done([]outFrame{o})
 		return
 	}
+	var gaveUp func()
+	if w.stalled {
+		gaveUp, o.written = o.written, nil
+	}
 	w.queue = append(w.queue, o)
 	switch {
 	case w.busy:
@@ -213,6 +296,9 @@ func (w *frameWriter) send(o outFrame, lone bool) {
 		w.kickLocked()
 	}
 	w.mu.Unlock()
+	if gaveUp != nil {
+		gaveUp()
+	}
 }
 
 // done calls the written callbacks of frames handed to the stream or
@@ -230,6 +316,31 @@ func (w *frameWriter) done(sent []outFrame) {
 	}
 	if n > 0 {
 		w.budget.release(n, bytes)
+	}
+}
+
+// giveUpStalled gives up the written callbacks of the frames queued and
+// being sent if the send in progress started stallAfter or more before
+// now (since clockBase).
+func (w *frameWriter) giveUpStalled(now, stallAfter time.Duration) {
+	start := w.sendStart.Load()
+	if start == 0 || now-time.Duration(start) < stallAfter {
+		return
+	}
+	var calls []func()
+	w.mu.Lock()
+	w.stalled = true
+	for _, q := range [][]outFrame{w.sending, w.queue} {
+		for i := range q {
+			if q[i].written != nil {
+				calls = append(calls, q[i].written)
+				q[i].written = nil
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, c := range calls {
+		c()
 	}
 }
 
@@ -251,13 +362,22 @@ func (w *frameWriter) flushLocked() {
 		w.queue = w.spare[:0]
 	}
 	w.spare = nil
-	w.mu.Unlock()
 	frames := make([]*frame, len(batch))
 	for i, o := range batch {
 		frames[i] = o.f
 	}
+	w.sending = batch
+	w.mu.Unlock()
+	w.sendStart.Store(int64(time.Since(clockBase)))
 	err := w.sendMsg(&frameBatch{Frames: frames})
-	w.done(batch)
+	w.sendStart.Store(0)
+	w.mu.Lock()
+	w.sending = nil
+	if err == nil {
+		w.stalled = false
+	}
+	w.mu.Unlock()
+	w.done(batch) // (giveUpStalled no longer sees batch)
 	clear(batch)
 	w.mu.Lock()
 	if err != nil && w.failed == nil {
@@ -308,101 +428,56 @@ func (w *frameWriter) close() {
 	<-w.stopped
 }
 
-// serveFrames answers the frames of one Frames stream, each on a
-// goroutine of its own while it runs (a worker, reused), until the client
-// closes its side; answers are coalesced. When
-// the transport stops gracefully it sends a goaway frame and keeps
-// answering what arrives until the client, having received every answer,
-// closes its side. It reads a request only within its connection's
-// budget (bounds.go), which also bounds the workers.
-func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
-	budget, key := t.budgets.acquire(ss)
-	defer t.budgets.put(key, budget)
-	var (
-		wg       sync.WaitGroup
-		handlers atomic.Int64 // answers being computed
-		idle     atomic.Int64 // workers waiting on work
-		work     = make(chan *frame)
-	)
-	w := newFrameWriter(func(b *frameBatch) error { return ss.SendMsg(b) }, batchBytes(t.cfg.MaxMessageSize), budget)
-	stop, goawayDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(goawayDone)
-		select {
-		case <-t.goaway:
-			w.send(outFrame{f: &frame{GoAway: true}}, true)
-		case <-stop:
-		}
-	}()
-	// No SendMsg after we return: the goaway goroutine, then the writer.
-	defer func() { close(stop); <-goawayDone; w.close() }()
-	serve := func(ctx context.Context, f *frame) {
-		size := int64(f.Req.size()) // as taken, before the handler sees the request
-		if f.TimeoutMs > 0 {
-			// No timer unless something waits for the deadline: most
-			// frames are answered without (lazydeadline).
-			c := lazydeadline.WithDeadlineCause(ctx, time.Now().Add(time.Duration(f.TimeoutMs)*time.Millisecond), nil)
-			defer c.Cancel()
-			ctx = c
-		}
-		resp, written := t.h.Deliver(ctx, f.Req)
-		out := &frame{ID: f.ID, Resp: resp}
-		answer := int64(out.size())
-		budget.resize(answer - size)
-		w.send(outFrame{f: out, written: written, bytes: answer, counted: true}, handlers.Add(-1) == 0)
+// stallAfter is how long a send of answers may wait for the peer to read
+// before the written callbacks of the answers waiting for it are given up
+// (frameWriter); the watchdog looks every stallAfter/2.
+const stallAfter = time.Second
+
+// writerSet is the frame writers of a transport's open delivery streams,
+// which its watchdog looks at.
+type writerSet struct {
+	mu sync.Mutex
+	m  map[*frameWriter]struct{}
+}
+
+func (s *writerSet) add(w *frameWriter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[*frameWriter]struct{})
 	}
-	// A worker answers frames one after another, waiting for the next
-	// (at most maxIdleWorkers wait): a new goroutine per frame would grow
-	// its stack anew for every message (the request is decoded on it), a
-	// cost that showed in the profiles of remote asks.
-	worker := func(f *frame) {
-		// The frames' contexts derive from the worker's own, not each
-		// directly from the stream's: they register with a parent no other
-		// goroutine locks.
-		ctx, cancel := context.WithCancel(ss.Context())
-		defer cancel()
-		for {
-			serve(ctx, f)
-			if idle.Add(1) > maxIdleWorkers {
-				idle.Add(-1)
-				return
-			}
-			var ok bool
-			if f, ok = <-work; !ok {
-				return
-			}
-			idle.Add(-1)
-		}
-	}
-	defer func() { close(work); wg.Wait() }()
+	s.m[w] = struct{}{}
+}
+
+func (s *writerSet) remove(w *frameWriter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, w)
+}
+
+// watch gives up the written callbacks of stalled writers (giveUpStalled)
+// every after/2 until stop is closed.
+func (s *writerSet) watch(after time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(after / 2)
+	defer tick.Stop()
 	for {
-		var b frameBatch
-		if err := ss.RecvMsg(&b); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
+		select {
+		case <-tick.C:
+		case <-stop:
+			return
 		}
-		for _, f := range b.Frames {
-			if f.Req == nil {
-				continue
-			}
-			if !budget.take(int64(f.Req.size()), ss.Context().Done()) {
-				return status.FromContextError(ss.Context().Err()).Err()
-			}
-			handlers.Add(1)
-			select {
-			case work <- f:
-			default:
-				wg.Go(func() { worker(f) })
-			}
+		s.mu.Lock()
+		ws := make([]*frameWriter, 0, len(s.m))
+		for w := range s.m {
+			ws = append(ws, w)
+		}
+		s.mu.Unlock()
+		now := time.Since(clockBase)
+		for _, w := range ws {
+			w.giveUpStalled(now, after)
 		}
 	}
 }
-
-// maxIdleWorkers bounds the goroutines a Frames stream keeps waiting for
-// frames to answer.
-const maxIdleWorkers = 16
 
 // --- client side ---
 
