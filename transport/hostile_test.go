@@ -228,27 +228,9 @@ func TestHostileMessagesCostBoundedHeap(t *testing.T) {
 // floodUntilHeld sends msg on conv until the server stops reading (no
 // send completes for half a second) or n were sent, and returns how many
 // were and the most goroutines the process ran meanwhile (sampled).
-func floodUntilHeld(t *testing.T, conv *hostilepeer.Conversation, msg []byte, n int) (sent, goroutines int) {
-	t.Helper()
-	done := make(chan int, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { done <- conv.Flood(ctx, msg, n) }()
-	const stall = 500 * time.Millisecond
-	last, since := int64(-1), time.Now()
-	for {
-		goroutines = max(goroutines, runtime.NumGoroutine())
-		select {
-		case k := <-done:
-			return k, goroutines
-		case <-time.After(20 * time.Millisecond):
-		}
-		if s := conv.Sent(); s != last {
-			last, since = s, time.Now()
-		} else if time.Since(since) > stall {
-			return int(last / int64(len(msg))), goroutines
-		}
-	}
+func floodUntilHeld(conv *hostilepeer.Conversation, msg []byte, n int) (sent, goroutines int) {
+	sent = conv.FloodUntilHeld(msg, n, 500*time.Millisecond, func() { goroutines = max(goroutines, runtime.NumGoroutine()) })
+	return sent, goroutines
 }
 
 // The bounds a peer that never reads its answers meets: what the
@@ -292,7 +274,7 @@ func TestNeverReadingPeerIsHeldBack(t *testing.T) {
 				baseline := runtime.NumGoroutine()
 				a := e.ask()
 				w := hostilepeer.StartWatch()
-				sent, most := floodUntilHeld(t, conv, c.msg, 1<<20/c.perMsg)
+				sent, most := floodUntilHeld(conv, c.msg, 1<<20/c.perMsg)
 				// The server works through what it read until its budget
 				// is spent; then its workers go idle.
 				waitUntil(t, 30*time.Second, "the connection's budget spent", func() bool {

@@ -141,6 +141,32 @@ func (c *Conversation) Flood(ctx context.Context, msg []byte, n int) int {
 	return i
 }
 
+// FloodUntilHeld sends msg on c until the server stops reading (no send
+// completes for stall) or n were sent, and returns how many were. It
+// calls tick every 20 ms meanwhile (nil: nothing).
+func (c *Conversation) FloodUntilHeld(msg []byte, n int, stall time.Duration, tick func()) int {
+	done := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- c.Flood(ctx, msg, n) }()
+	last, since := int64(-1), time.Now()
+	for {
+		if tick != nil {
+			tick()
+		}
+		select {
+		case k := <-done:
+			return k
+		case <-time.After(20 * time.Millisecond):
+		}
+		if s := c.Sent(); s != last {
+			last, since = s, time.Now()
+		} else if time.Since(since) > stall {
+			return int(last / int64(len(msg)))
+		}
+	}
+}
+
 // --- messages (transport.proto) ---
 
 // Request is a DeliverRequest asking kind.method of entity with payload.
