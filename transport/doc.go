@@ -13,7 +13,8 @@
 //     once, frames that queue up while others are being sent go out
 //     together, never held back by a timer (mux.go); the server bounds
 //     what a connection costs (5 s handshake deadline, 5 min idle limit,
-//     keepalive pings, MaxConnections).
+//     keepalive pings, MaxConnections) and what a peer's messages and
+//     streams cost (Bounds, below).
 //     Handshakes refused by TLS (no certificate, one of another CA) or by
 //     GRPCConfig.VerifyPeer (the runner's Config.RequireClusterPeers) are
 //     logged at WARN with the peer's address and the reason, at most once
@@ -42,6 +43,45 @@
 // reporting ErrNotSent and ErrRouteChanged (nothing sent). A call already
 // sent is never abandoned that way: it ends with its answer, its
 // connection or its context, so its at-most-once report stays exact.
+//
+// # Bounds
+//
+// What a peer can make a GRPC transport's server hold, whatever it sends
+// (limit is GRPCConfig.MaxMessageSize):
+//
+//   - Messages: at most limit + 64 KiB on every RPC, both ways (a payload
+//     of limit with its strings, headers and framing); a larger one fails
+//     its RPC — on a delivery stream, every call in flight on it — so the
+//     runners of a cluster share one MaxMessageSize.
+//   - Decoding: at most 72 bytes allocated per byte received, plus 1 KiB
+//     per message; counts are checked before anything is allocated for
+//     them (a batch holds at most 512 frames, twice what a sender puts in
+//     one; a Hot answer 4096 entities; a request keeps 32 headers of
+//     16 KiB in all), a field repeated is allocated once (the last kept),
+//     and a frame that carries nothing costs nothing. The fuzz targets
+//     check the bound.
+//   - RPCs: at most 32 open at once per connection (HTTP/2 concurrent
+//     streams); a runner's further calls wait for a slot, a peer's further
+//     streams are refused.
+//   - Delivery streams (rpc Frames and rpc Stream): those of one connection
+//     hold at most 4096 requests whose answers are not handed to gRPC yet
+//     (handlers running, answers queued) and max(16 MiB, 4 × (limit +
+//     64 KiB)) of their bytes. Past either, they stop reading: the peer's
+//     further frames wait in the HTTP/2 stream window (4 MiB), then in the
+//     peer. Their goroutines: a worker per request held, at most 16 idle
+//     workers and 3 others per stream.
+//   - Answers a peer does not read wait behind its HTTP/2 window (and 64
+//     KiB per stream in gRPC); once a send has waited 1 s (1.5 s at most),
+//     their written callbacks are called as given up, so the drains of
+//     the receiving runner's shards do not wait for that peer. They are
+//     still sent if it reads again.
+//
+// A connection thus holds at most about 64 × (limit + 64 KiB) in RPCs and
+// windows, plus its delivery streams' bytes above (≈ 280 MiB at the
+// defaults, most of it only with messages of the maximum size), and
+// MaxConnections bounds the connections. A peer shares nothing with
+// other peers' connections but the process's CPU and memory: its unread
+// answers delay no one else's, and its requests wait for no one else's.
 //
 // # Concurrency
 //

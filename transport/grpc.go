@@ -156,6 +156,10 @@ type GRPCConfig struct {
 	// from several goroutines at once.
 	VerifyPeer func(addr string, cs tls.ConnectionState) error
 	// MaxMessageSize bounds a request or response payload. Default 4 MiB.
+	// A message (a payload with its strings and headers) over
+	// MaxMessageSize + 64 KiB is refused on every RPC, both ways: give
+	// every runner of a cluster the same (see "Bounds" in the package
+	// doc).
 	MaxMessageSize int
 	// RequestTimeout bounds a call whose context has no deadline. Default
 	// 30 s.
