@@ -71,6 +71,18 @@ func (e *hostileEnv) dial(t *testing.T) *hostilepeer.Peer {
 	return p
 }
 
+// open dials the server as a hostile peer and opens a stream of method
+// that ends with ctx.
+func (e *hostileEnv) open(t *testing.T, ctx context.Context, method string) (*hostilepeer.Peer, *hostilepeer.Conversation) {
+	t.Helper()
+	p := e.dial(t)
+	conv, err := p.Open(ctx, method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, conv
+}
+
 // asker is a legitimate client calling at once, then every 10 ms until
 // check.
 type asker struct {
@@ -189,13 +201,9 @@ func TestHostileMessagesCostBoundedHeap(t *testing.T) {
 			{"unary giant headers", hostilepeer.Deliver, hostilepeer.GiantHeaders(limit-1<<10, req), false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				p := e.dial(t)
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				conv, err := p.Open(ctx, c.method)
-				if err != nil {
-					t.Fatal(err)
-				}
+				p, conv := e.open(t, ctx, c.method)
 				baseline := runtime.NumGoroutine()
 				a := e.ask()
 				w := hostilepeer.StartWatch()
@@ -264,13 +272,9 @@ func TestNeverReadingPeerIsHeldBack(t *testing.T) {
 			{hostilepeer.Stream, hostilepeer.Frame(1, req), 1},
 		} {
 			t.Run(c.method, func(t *testing.T) {
-				p := e.dial(t)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				conv, err := p.Open(ctx, c.method)
-				if err != nil {
-					t.Fatal(err)
-				}
+				p, conv := e.open(t, ctx, c.method)
 				baseline := runtime.NumGoroutine()
 				a := e.ask()
 				w := hostilepeer.StartWatch()
@@ -434,13 +438,9 @@ func TestNeverReadingPeerDoesNotHoldWrittenCallbacks(t *testing.T) {
 			h := &writtenHandler{}
 			e := startHostileEnv(t, false, h)
 			warm := h.written.Load()
-			p := e.dial(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			conv, err := p.Open(ctx, method)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, conv := e.open(t, ctx, method)
 			const n = 20
 			req := hostilepeer.Request("k", "m", "e", make([]byte, 60<<10)) // n answers: far over the 64 KiB window
 			start := time.Now()

@@ -532,6 +532,21 @@ func (m *frameBatch) Marshal() []byte {
 	return b
 }
 
+// countRepeated counts the messages of field 1 (repeated) in b, the
+// empty ones only unless skipEmpty; more than most is malformed.
+func countRepeated(b []byte, most int, skipEmpty bool, what string) (int, error) {
+	n := 0
+	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num == 1 && typ == protowire.BytesType && (len(v) > 0 || !skipEmpty) {
+			if n++; n > most {
+				return fmt.Errorf("%w: more than %d %s", ErrMalformed, most, what)
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
 // maxRecvBatchFrames bounds the frames of a batch received: twice what
 // a sender puts in one (maxBatchFrames). A batch with more is malformed,
 // refused before anything is allocated for its frames.
@@ -544,19 +559,9 @@ const maxRecvBatchFrames = 2 * maxBatchFrames
 // for sizeof(decodedFrame) + a pointer (256 bytes) of room.
 func (m *frameBatch) Unmarshal(b []byte) error {
 	*m = frameBatch{}
-	n := 0
-	if err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num == 1 && typ == protowire.BytesType && len(v) > 0 {
-			if n++; n > maxRecvBatchFrames {
-				return fmt.Errorf("%w: a batch of more than %d frames", ErrMalformed, maxRecvBatchFrames)
-			}
-		}
-		return nil
-	}); err != nil {
+	n, err := countRepeated(b, maxRecvBatchFrames, true, "frames")
+	if err != nil || n == 0 {
 		return err
-	}
-	if n == 0 {
-		return nil
 	}
 	frames := make([]decodedFrame, n)
 	m.Frames = make([]*frame, 0, n)
@@ -627,19 +632,9 @@ const maxHotEntities = 4096
 
 func (m *hotResponse) Unmarshal(b []byte) error {
 	*m = hotResponse{}
-	n := 0
-	if err := walk(b, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
-		if num == 1 && typ == protowire.BytesType {
-			if n++; n > maxHotEntities {
-				return fmt.Errorf("%w: a hot list of more than %d entities", ErrMalformed, maxHotEntities)
-			}
-		}
-		return nil
-	}); err != nil {
+	n, err := countRepeated(b, maxHotEntities, false, "entities")
+	if err != nil || n == 0 {
 		return err
-	}
-	if n == 0 {
-		return nil
 	}
 	m.Entities = make([]EntityRef, 0, n)
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
