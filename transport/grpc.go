@@ -211,7 +211,8 @@ type peerConns struct {
 
 	streams []atomic.Pointer[muxStream] // by connection; replaced (under mu) when unusable
 
-	maxMessageSize int // GRPCConfig.MaxMessageSize
+	maxMessageSize int           // GRPCConfig.MaxMessageSize
+	connectTimeout time.Duration // GRPCConfig.ConnectTimeout: the most a new delivery stream waits for a slot
 
 	mu     sync.Mutex
 	legacy bool // the peer does not know rpc Frames: use rpc Stream
@@ -240,7 +241,7 @@ func (p *peerConns) stream(i int) (*muxStream, error) {
 			p.legacy = true
 		}
 	}
-	ms, err := newMuxStream(p.conns[i], p.legacy, p.maxMessageSize)
+	ms, err := newMuxStream(p.conns[i], p.legacy, p.maxMessageSize, p.connectTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +417,7 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 	if t.cfg.PeerTLS != nil {
 		creds = loggingCreds{TransportCredentials: credentials.NewTLS(t.peerTLS(addr)), t: t, peer: addr}
 	}
-	p = &peerConns{maxMessageSize: t.cfg.MaxMessageSize}
+	p = &peerConns{maxMessageSize: t.cfg.MaxMessageSize, connectTimeout: t.cfg.ConnectTimeout}
 	for range connsPerPeer {
 		c, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(creds),

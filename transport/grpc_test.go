@@ -252,7 +252,7 @@ func TestRunnerOfPreviousVersionIsAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	ms, err := newMuxStream(cc, true, 0) // rpc Stream, as the previous version's client
+	ms, err := newMuxStream(cc, true, 0, 0) // rpc Stream, as the previous version's client
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"fmt"
 	"runtime"
@@ -461,4 +462,55 @@ func TestNeverReadingPeerDoesNotHoldWrittenCallbacks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bigHoldHandler echoes, but holds every request larger than
+// maxStreamPayload (a unary call) until release is closed.
+type bigHoldHandler struct{ release chan struct{} }
+
+func (h bigHoldHandler) Deliver(_ context.Context, req *DeliverRequest) (*DeliverResponse, func()) {
+	if len(req.Payload) > maxStreamPayload {
+		<-h.release
+		return &DeliverResponse{}, func() {}
+	}
+	return &DeliverResponse{Payload: req.Payload}, func() {}
+}
+
+func (bigHoldHandler) Hot(uint32, int) []EntityRef { return nil }
+
+// TestDeliveryStreamWaitsForASlotAtMostConnectTimeout: with every RPC slot
+// of its connections taken by unary calls (large requests held by the
+// server), a call that needs a new delivery stream waits at most
+// ConnectTimeout for a slot and is told it was not sent; once slots free
+// up, calls go through.
+func TestDeliveryStreamWaitsForASlotAtMostConnectTimeout(t *testing.T) {
+	h := bigHoldHandler{release: make(chan struct{})}
+	srv := NewGRPC(GRPCConfig{ListenAddr: "127.0.0.1:0", Logger: quiet()})
+	addr, err := srv.Listen(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close(0)
+	const connect = 300 * time.Millisecond
+	c := NewGRPC(GRPCConfig{Logger: quiet(), ConnectTimeout: connect})
+	defer c.Close(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var held sync.WaitGroup
+	for range connsPerPeer * maxStreamsPerConn {
+		held.Go(func() {
+			_, _, _ = c.Call(ctx, addr, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: make([]byte, maxStreamPayload+1)})
+		})
+	}
+	waitUntil(t, 10*time.Second, "every slot taken", func() bool { return runtime.NumGoroutine() > connsPerPeer*maxStreamsPerConn*2 })
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	_, sent, err := c.Call(ctx, addr, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte("small")})
+	took := time.Since(start)
+	if sent || !errors.Is(err, ErrNotSent) || took > connect+legitLatency {
+		t.Errorf("a call needing a delivery stream with no slot free = sent %v, %v after %v; want not sent within ConnectTimeout (%v)", sent, err, took, connect)
+	}
+	close(h.release)
+	held.Wait()
+	echo(t, ctx, c, addr, "after")
 }

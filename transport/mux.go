@@ -521,14 +521,22 @@ type muxStream struct {
 }
 
 // newMuxStream opens a delivery stream on cc: rpc Frames, or rpc Stream
-// when legacy.
-func newMuxStream(cc *grpc.ClientConn, legacy bool, maxMessageSize int) (*muxStream, error) {
+// when legacy. Opening it waits at most wait (0: no bound) for a stream
+// slot on the connection (the server allows maxStreamsPerConn at once).
+func newMuxStream(cc *grpc.ClientConn, legacy bool, maxMessageSize int, wait time.Duration) (*muxStream, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	desc, method := &framesDesc, framesMethod
 	if legacy {
 		desc, method = &streamDesc, streamMethod
 	}
+	var timer *time.Timer
+	if wait > 0 {
+		timer = time.AfterFunc(wait, cancel)
+	}
 	cs, err := cc.NewStream(ctx, desc, method)
+	if err == nil && timer != nil && !timer.Stop() {
+		err = fmt.Errorf("no stream slot on the connection within %v", wait)
+	}
 	if err != nil {
 		cancel()
 		return nil, err
