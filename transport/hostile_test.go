@@ -2,8 +2,8 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"

@@ -784,10 +784,21 @@ func (ms *muxStream) flushLocked() {
 		ms.mu.Unlock()
 	}
 	ms.sendMu.Unlock()
+	ended := errors.Is(err, io.EOF)
+	if ended {
+		// The server ended the stream: recvLoop learns its status and
+		// fails the stream with it. Waiting for that tells these calls
+		// why, and a stream opened for the next call whether the peer
+		// knows rpc Frames (refused).
+		<-ms.done
+		ms.mu.Lock()
+		err = ms.dead
+		ms.mu.Unlock()
+	}
 	for _, c := range notSent {
 		c <- muxResult{err: fmt.Errorf("%w: %v", ErrNotSent, err)}
 	}
-	if err != nil {
+	if err != nil && !ended {
 		go ms.fail(err)
 	}
 	clear(batch)
