@@ -162,7 +162,7 @@ func (t *GRPC) serveDeliveries(ss grpc.ServerStream, recv func() ([]*frame, erro
 		out := &frame{ID: f.ID, Resp: resp}
 		answer := int64(out.size())
 		budget.resize(answer - size)
-		w.send(outFrame{f: out, written: written, bytes: answer, counted: true}, handlers.Add(-1) == 0)
+		w.send(outFrame{f: out, written: written, bytes: answer}, handlers.Add(-1) == 0)
 	}
 	// A worker answers frames one after another, waiting for the next
 	// (at most maxIdleWorkers wait): a new goroutine per frame would grow
@@ -219,12 +219,11 @@ const maxIdleWorkers = 16
 
 // outFrame is a frame queued to be sent, with what to call once it was
 // handed to the stream (or given up), and the bytes it holds of its
-// connection's budget (counted: an answer to a request taken from it).
+// connection's budget (0: none; an answer holds what its request took).
 type outFrame struct {
 	f       *frame
 	written func()
 	bytes   int64
-	counted bool
 }
 
 // frameWriter coalesces the frames a server stream sends (see the top of
@@ -309,7 +308,7 @@ func (w *frameWriter) done(sent []outFrame) {
 		if o.written != nil {
 			o.written()
 		}
-		if o.counted {
+		if o.bytes > 0 {
 			n++
 			bytes += o.bytes
 		}
