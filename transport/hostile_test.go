@@ -466,10 +466,14 @@ func TestNeverReadingPeerDoesNotHoldWrittenCallbacks(t *testing.T) {
 
 // bigHoldHandler echoes, but holds every request larger than
 // maxStreamPayload (a unary call) until release is closed.
-type bigHoldHandler struct{ release chan struct{} }
+type bigHoldHandler struct {
+	release chan struct{}
+	held    *atomic.Int64
+}
 
 func (h bigHoldHandler) Deliver(_ context.Context, req *DeliverRequest) (*DeliverResponse, func()) {
 	if len(req.Payload) > maxStreamPayload {
+		h.held.Add(1)
 		<-h.release
 		return &DeliverResponse{}, func() {}
 	}
@@ -484,7 +488,7 @@ func (bigHoldHandler) Hot(uint32, int) []EntityRef { return nil }
 // ConnectTimeout for a slot and is told it was not sent; once slots free
 // up, calls go through.
 func TestDeliveryStreamWaitsForASlotAtMostConnectTimeout(t *testing.T) {
-	h := bigHoldHandler{release: make(chan struct{})}
+	h := bigHoldHandler{release: make(chan struct{}), held: new(atomic.Int64)}
 	srv := NewGRPC(GRPCConfig{ListenAddr: "127.0.0.1:0", Logger: quiet()})
 	addr, err := srv.Listen(h)
 	if err != nil {
@@ -502,8 +506,7 @@ func TestDeliveryStreamWaitsForASlotAtMostConnectTimeout(t *testing.T) {
 			_, _, _ = c.Call(ctx, addr, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: make([]byte, maxStreamPayload+1)})
 		})
 	}
-	waitUntil(t, 10*time.Second, "every slot taken", func() bool { return runtime.NumGoroutine() > connsPerPeer*maxStreamsPerConn*2 })
-	time.Sleep(200 * time.Millisecond)
+	waitUntil(t, 30*time.Second, "every slot taken", func() bool { return h.held.Load() == connsPerPeer*maxStreamsPerConn })
 	start := time.Now()
 	_, sent, err := c.Call(ctx, addr, &DeliverRequest{Kind: "k", Method: "m", Entity: "e", Payload: []byte("small")})
 	took := time.Since(start)
