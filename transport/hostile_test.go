@@ -500,6 +500,11 @@ func TestDeliveryStreamWaitsForASlotAtMostConnectTimeout(t *testing.T) {
 	defer c.Close(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for range connsPerPeer { // both connections ready (Hot: unary, no delivery stream)
+		if _, err := c.Hot(ctx, addr, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var held sync.WaitGroup
 	for range connsPerPeer * maxStreamsPerConn {
 		held.Go(func() {
