@@ -36,8 +36,9 @@ const maxStreamsPerConn = 32
 // answers go out: the peer's further frames wait in its HTTP/2 stream
 // window, then in the peer (flow control).
 const (
-	// maxConnRequests bounds their number: it is also the bound of the
-	// handler goroutines of the connection's streams.
+	// maxConnRequests bounds their number, and the number of the
+	// workers (goroutines running handlers, or waiting for one) of the
+	// connection's streams.
 	maxConnRequests = 4096
 	// minConnBytes is the least of the bound of their bytes (requests
 	// read, then their answers), connBytes.
@@ -53,11 +54,12 @@ func connBytes(limit int) int64 { return max(minConnBytes, 4*int64(messageLimit(
 // connBudget counts what a connection's delivery streams hold (see
 // maxConnRequests). Each stream's reader takes from it before it hands a
 // request to a handler, and the stream gives back once the answer is
-// handed to gRPC (or given up). Safe for concurrent use.
+// handed to gRPC (or given up). It also counts the streams' workers,
+// maxConnRequests at most. Safe for concurrent use.
 type connBudget struct {
-	maxBytes int64
-	n, bytes atomic.Int64
-	waiting  atomic.Int32 // readers waiting for a release
+	maxBytes          int64
+	n, bytes, workers atomic.Int64
+	waiting           atomic.Int32 // readers waiting for a release
 
 	mu    sync.Mutex
 	freed chan struct{} // closed at the next release while readers wait
@@ -75,13 +77,7 @@ func (b *connBudget) fits(size int64) bool {
 // connection taking at once may pass the bounds by a request each.
 func (b *connBudget) take(size int64, done <-chan struct{}) bool {
 	for !b.fits(size) {
-		b.mu.Lock()
-		if b.freed == nil {
-			b.freed = make(chan struct{})
-		}
-		freed := b.freed
-		b.waiting.Add(1)
-		b.mu.Unlock()
+		freed := b.await()
 		// Registered before this check: a release after it closes freed.
 		if !b.fits(size) {
 			select {
@@ -96,6 +92,34 @@ func (b *connBudget) take(size int64, done <-chan struct{}) bool {
 	b.n.Add(1)
 	b.bytes.Add(size)
 	return true
+}
+
+// await registers a reader waiting for the next release and returns the
+// channel closed then; the reader unregisters (waiting.Add(-1)) when done
+// waiting.
+func (b *connBudget) await() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.freed == nil {
+		b.freed = make(chan struct{})
+	}
+	b.waiting.Add(1)
+	return b.freed
+}
+
+// addWorker counts a new worker if there are fewer than maxConnRequests.
+func (b *connBudget) addWorker() bool {
+	if b.workers.Add(1) <= maxConnRequests {
+		return true
+	}
+	b.workerDone()
+	return false
+}
+
+// workerDone gives back a worker addWorker counted.
+func (b *connBudget) workerDone() {
+	b.workers.Add(-1)
+	b.wake()
 }
 
 // resize changes the bytes accounted for a request by delta: its answer

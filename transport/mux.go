@@ -187,6 +187,38 @@ func (t *GRPC) serveDeliveries(ss grpc.ServerStream, recv func() ([]*frame, erro
 			idle.Add(-1)
 		}
 	}
+	// dispatch hands f to a waiting worker or to a new one, within the
+	// connection's workers (else it waits for either); false when done
+	// closed first.
+	done := ss.Context().Done()
+	dispatch := func(f *frame) bool {
+		for {
+			select {
+			case work <- f:
+				return true
+			default:
+			}
+			if budget.addWorker() {
+				wg.Go(func() { defer budget.workerDone(); worker(f) })
+				return true
+			}
+			freed := budget.await()
+			if budget.workers.Load() < maxConnRequests {
+				budget.waiting.Add(-1)
+				continue
+			}
+			select {
+			case work <- f:
+				budget.waiting.Add(-1)
+				return true
+			case <-freed:
+				budget.waiting.Add(-1)
+			case <-done:
+				budget.waiting.Add(-1)
+				return false
+			}
+		}
+	}
 	defer func() { close(work); wg.Wait() }()
 	for {
 		frames, err := recv()
@@ -200,14 +232,14 @@ func (t *GRPC) serveDeliveries(ss grpc.ServerStream, recv func() ([]*frame, erro
 			if f.Req == nil {
 				continue
 			}
-			if !budget.take(int64(f.Req.size()), ss.Context().Done()) {
+			if !budget.take(int64(f.Req.size()), done) {
 				return status.FromContextError(ss.Context().Err()).Err()
 			}
 			handlers.Add(1)
-			select {
-			case work <- f:
-			default:
-				wg.Go(func() { worker(f) })
+			if !dispatch(f) {
+				handlers.Add(-1)
+				budget.release(1, int64(f.Req.size()))
+				return status.FromContextError(ss.Context().Err()).Err()
 			}
 		}
 	}
