@@ -22,7 +22,7 @@ import (
 // bound, generous for a loaded 2-core machine).
 const (
 	hostilePeerHeap   = 192 << 20
-	hostileAskLatency = 2 * time.Second
+	hostileAskLatency = 5 * time.Second
 )
 
 // TestHostilePeerLeavesRunnerServing: a peer the transport admits — in

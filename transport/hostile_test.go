@@ -23,7 +23,7 @@ import (
 // legitLatency bounds every call of a legitimate client while hostile
 // peers are at work: a correctness bound, generous for a loaded 2-core
 // machine.
-const legitLatency = 2 * time.Second
+const legitLatency = 5 * time.Second
 
 // hostileEnv is a transport server echoing deliveries, a legitimate client
 // of it, and the TLS configuration of a hostile peer (nil: plaintext).
