@@ -58,18 +58,20 @@
 //     them (a batch holds at most 512 frames, twice what a sender puts in
 //     one; a Hot answer 4096 entities; a request keeps 32 headers of
 //     16 KiB in all), a field repeated is allocated once (the last kept),
-//     and a frame that carries nothing costs nothing. The fuzz targets
-//     check the bound.
+//     and a frame that carries nothing costs nothing. A message over a
+//     count is malformed: its RPC ends with an error saying so. The fuzz
+//     targets check the bound.
 //   - RPCs: at most 32 open at once per connection (HTTP/2 concurrent
-//     streams); a runner's further calls wait for a slot, a peer's further
-//     streams are refused.
+//     streams); a runner's further calls wait for a slot (one that needs a
+//     new delivery stream at most ConnectTimeout, then it is not sent), a
+//     peer's further streams are refused.
 //   - Delivery streams (rpc Frames and rpc Stream): those of one connection
 //     hold at most 4096 requests whose answers are not handed to gRPC yet
 //     (handlers running, answers queued) and max(16 MiB, 4 × (limit +
 //     64 KiB)) of their bytes. Past either, they stop reading: the peer's
 //     further frames wait in the HTTP/2 stream window (4 MiB), then in the
-//     peer. Their goroutines: a worker per request held, at most 16 idle
-//     workers and 3 others per stream.
+//     peer. Their goroutines: at most 4096 workers per connection (one
+//     per handler running; at most 16 idle per stream) and 3 per stream.
 //   - Answers a peer does not read wait behind its HTTP/2 window (and 64
 //     KiB per stream in gRPC); once a send has waited 1 s (1.5 s at most),
 //     their written callbacks are called as given up, so the drains of
