@@ -145,6 +145,9 @@ type Config struct {
 	// connection to a runner that is gone.
 	Transport transport.Transport
 	// MaxMessageSize bounds an encoded request or response. Default 4 MiB.
+	// Give every runner of a cluster the same: the transport refuses a
+	// message over MaxMessageSize + 64 KiB (transport's package doc,
+	// Bounds).
 	MaxMessageSize int
 	// RequestTimeout bounds a remote call whose context has no deadline.
 	// Default 30 s.
