@@ -273,7 +273,16 @@ type frameWriter struct {
 	maxBytes int         // of a batch of more than one frame
 	budget   *connBudget // given back what the answers sent held
 
-	sendStart atomic.Int64 // when the send in progress started (since clockBase); 0: none
+	// What the watchdog reads (giveUpStalled): whether a send is in
+	// progress, how many completed, and whether the written callbacks of
+	// the batch being sent were given up (by it) or called (after the
+	// send): whoever swaps it first calls them.
+	inSend     atomic.Bool
+	sends      atomic.Int64
+	batchGiven atomic.Bool
+	// The watchdog's own: the sends it saw last and when (since clockBase).
+	seenSends int64
+	seenAt    time.Duration
 
 	mu      sync.Mutex
 	queue   []outFrame
@@ -289,7 +298,8 @@ type frameWriter struct {
 }
 
 func newFrameWriter(send func(*frameBatch) error, maxBytes int, budget *connBudget) *frameWriter {
-	w := &frameWriter{sendMsg: send, maxBytes: maxBytes, budget: budget, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+	w := &frameWriter{sendMsg: send, maxBytes: maxBytes, budget: budget, seenSends: -1,
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -304,7 +314,7 @@ func (w *frameWriter) send(o outFrame, lone bool) {
 	w.mu.Lock()
 	if w.failed != nil {
 		w.mu.Unlock()
-		w.done([]outFrame{o})
+		w.done([]outFrame{o}, false)
 		return
 	}
 	var gaveUp func()
@@ -333,11 +343,12 @@ func (w *frameWriter) send(o outFrame, lone bool) {
 }
 
 // done calls the written callbacks of frames handed to the stream or
-// given up, then gives back what they held of the budget.
-func (w *frameWriter) done(sent []outFrame) {
+// given up (unless given already), then gives back what they held of the
+// budget.
+func (w *frameWriter) done(sent []outFrame, given bool) {
 	var n, bytes int64
 	for _, o := range sent {
-		if o.written != nil {
+		if o.written != nil && !given {
 			o.written()
 		}
 		if o.bytes > 0 {
@@ -351,22 +362,30 @@ func (w *frameWriter) done(sent []outFrame) {
 }
 
 // giveUpStalled gives up the written callbacks of the frames queued and
-// being sent if the send in progress started stallAfter or more before
-// now (since clockBase).
+// being sent if no send completed for stallAfter or more while one was in
+// progress (now: since clockBase). Only the watchdog calls it.
 func (w *frameWriter) giveUpStalled(now, stallAfter time.Duration) {
-	start := w.sendStart.Load()
-	if start == 0 || now-time.Duration(start) < stallAfter {
+	if n := w.sends.Load(); !w.inSend.Load() || n != w.seenSends {
+		w.seenSends, w.seenAt = n, now
+		return
+	}
+	if now-w.seenAt < stallAfter {
 		return
 	}
 	var calls []func()
 	w.mu.Lock()
 	w.stalled = true
-	for _, q := range [][]outFrame{w.sending, w.queue} {
-		for i := range q {
-			if q[i].written != nil {
-				calls = append(calls, q[i].written)
-				q[i].written = nil
+	if w.sending != nil && !w.batchGiven.Swap(true) {
+		for _, o := range w.sending {
+			if o.written != nil {
+				calls = append(calls, o.written)
 			}
+		}
+	}
+	for i := range w.queue {
+		if w.queue[i].written != nil {
+			calls = append(calls, w.queue[i].written)
+			w.queue[i].written = nil
 		}
 	}
 	w.mu.Unlock()
@@ -398,19 +417,19 @@ func (w *frameWriter) flushLocked() {
 		frames[i] = o.f
 	}
 	w.sending = batch
+	w.batchGiven.Store(false)
 	w.mu.Unlock()
-	w.sendStart.Store(int64(time.Since(clockBase)))
+	w.inSend.Store(true)
 	err := w.sendMsg(&frameBatch{Frames: frames})
-	w.sendStart.Store(0)
+	w.inSend.Store(false)
+	w.sends.Add(1)
+	w.done(batch, w.batchGiven.Swap(true))
 	w.mu.Lock()
 	w.sending = nil
+	clear(batch) // (giveUpStalled reads w.sending under mu)
 	if err == nil {
 		w.stalled = false
 	}
-	w.mu.Unlock()
-	w.done(batch) // (giveUpStalled no longer sees batch)
-	clear(batch)
-	w.mu.Lock()
 	if err != nil && w.failed == nil {
 		w.failed = err
 	}
@@ -418,7 +437,7 @@ func (w *frameWriter) flushLocked() {
 		dropped := w.queue
 		w.queue = nil
 		w.mu.Unlock()
-		w.done(dropped)
+		w.done(dropped, false)
 		w.mu.Lock()
 	}
 	if w.spare == nil {
@@ -461,7 +480,8 @@ func (w *frameWriter) close() {
 
 // stallAfter is how long a send of answers may wait for the peer to read
 // before the written callbacks of the answers waiting for it are given up
-// (frameWriter); the watchdog looks every stallAfter/2.
+// (frameWriter): 1-1.5 s after the send started (the watchdog looks every
+// stallAfter/4).
 const stallAfter = time.Second
 
 // writerSet is the frame writers of a transport's open delivery streams,
@@ -487,9 +507,10 @@ func (s *writerSet) remove(w *frameWriter) {
 }
 
 // watch gives up the written callbacks of stalled writers (giveUpStalled)
-// every after/2 until stop is closed.
+// every after/4 until stop is closed: a send stalled is seen within
+// after/4, given up after + after/4 later at most.
 func (s *writerSet) watch(after time.Duration, stop <-chan struct{}) {
-	tick := time.NewTicker(after / 2)
+	tick := time.NewTicker(after / 4)
 	defer tick.Stop()
 	for {
 		select {
