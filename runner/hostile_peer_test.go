@@ -164,7 +164,7 @@ func hostilePeerAgainstRunner(t *testing.T, secure bool) {
 		{hostilepeer.Stream, hostilepeer.Frame(1, cheap), 1},
 	} {
 		c := open(dial(), f.method)
-		flooded += f.per * c.FloodUntilHeld(f.msg, 1<<20/f.per, 500*time.Millisecond, nil)
+		flooded += f.per * c.FloodUntilHeld(f.msg, 1<<20/f.per, 500*time.Millisecond, nil, nil)
 	}
 
 	// A thousand streams on one connection, beyond the server's limit.

@@ -235,10 +235,15 @@ func TestHostileMessagesCostBoundedHeap(t *testing.T) {
 }
 
 // floodUntilHeld sends msg on conv until the server stops reading (no
-// send completes for half a second) or n were sent, and returns how many
-// were and the most goroutines the process ran meanwhile (sampled).
-func floodUntilHeld(conv *hostilepeer.Conversation, msg []byte, n int) (sent, goroutines int) {
-	sent = conv.FloodUntilHeld(msg, n, 500*time.Millisecond, func() { goroutines = max(goroutines, runtime.NumGoroutine()) })
+// send completes for half a second once the server's budget of the
+// connection is spent) or n were sent, and returns how many were and the
+// most goroutines the process ran meanwhile (sampled).
+func (e *hostileEnv) floodUntilHeld(conv *hostilepeer.Conversation, msg []byte, n int) (sent, goroutines int) {
+	spent := func() bool {
+		held, _ := e.srv.budgets.held()
+		return held >= maxConnRequests
+	}
+	sent = conv.FloodUntilHeld(msg, n, 500*time.Millisecond, spent, func() { goroutines = max(goroutines, runtime.NumGoroutine()) })
 	return sent, goroutines
 }
 
@@ -279,7 +284,7 @@ func TestNeverReadingPeerIsHeldBack(t *testing.T) {
 				baseline := runtime.NumGoroutine()
 				a := e.ask()
 				w := hostilepeer.StartWatch()
-				sent, most := floodUntilHeld(conv, c.msg, 1<<20/c.perMsg)
+				sent, most := e.floodUntilHeld(conv, c.msg, 1<<20/c.perMsg)
 				// The server works through what it read until its budget
 				// is spent; then its workers go idle.
 				waitUntil(t, 30*time.Second, "the connection's budget spent", func() bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"testing"
 
@@ -94,7 +95,10 @@ func TestRequestHeadersDecodedWithinBounds(t *testing.T) {
 	}
 	var m DeliverRequest
 	var err error
-	allocs := testing.AllocsPerRun(1, func() { err = m.Unmarshal(b) })
+	allocs := math.Inf(1)
+	for range 3 { // the least: another goroutine may allocate meanwhile
+		allocs = min(allocs, testing.AllocsPerRun(1, func() { err = m.Unmarshal(b) }))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,10 +141,11 @@ func (c *Conversation) Flood(ctx context.Context, msg []byte, n int) int {
 	return i
 }
 
-// FloodUntilHeld sends msg on c until the server stops reading (no send
-// completes for stall) or n were sent, and returns how many were. It
-// calls tick every 20 ms meanwhile (nil: nothing).
-func (c *Conversation) FloodUntilHeld(msg []byte, n int, stall time.Duration, tick func()) int {
+// FloodUntilHeld sends msg on c until the server stops reading — no send
+// completes for stall, and held reports true (nil: always) — or n were
+// sent, and returns how many were. It calls tick every 20 ms meanwhile
+// (nil: nothing).
+func (c *Conversation) FloodUntilHeld(msg []byte, n int, stall time.Duration, held func() bool, tick func()) int {
 	done := make(chan int, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -161,7 +162,7 @@ func (c *Conversation) FloodUntilHeld(msg []byte, n int, stall time.Duration, ti
 		}
 		if s := c.Sent(); s != last {
 			last, since = s, time.Now()
-		} else if time.Since(since) > stall {
+		} else if time.Since(since) > stall && (held == nil || held()) {
 			return int(last / int64(len(msg)))
 		}
 	}
