@@ -33,8 +33,9 @@
 // failed after sending, or the caller's context ended while waiting; never
 // retried). A receiver's context ends with the caller's deadline, never
 // with the caller's cancellation. Handler.Deliver's written callback runs
-// once its answer is written (or given up), so a receiver can hold a shard
-// until every answer of it is on its way.
+// once its answer is written (or given up: the connection failed, or the
+// peer read nothing for 1-1.5 s, see Bounds), so a receiver can hold a
+// shard until every answer of it is on its way.
 //
 // A call waiting for a connection gives way to a routing change: both
 // implementations are RouteCallers, and CallRoute abandons the wait — a
