@@ -18,15 +18,11 @@ import (
 // clusterView is this runner's view of the cluster, kept by the watches,
 // and the assignment computed from it; guarded by Runner.mu.
 type clusterView struct {
-	members  map[string]storage.Runner
-	byLease  map[storage.LeaseID]storage.Runner
-	locks    control.LockView                     // every shard's lock (the lock watch)
-	handoffs map[sharding.ShardID]storage.Handoff // view of handoffs/
-	// handoffRaw holds the stored form of the records in handoffs not
-	// decoded yet (foreign when they arrived); handoffLocked decodes one
-	// when it comes to matter (its shard became ours meanwhile).
-	handoffRaw  map[sharding.ShardID]storage.KeyValue
-	membersSeen bool // the membership view has been listed at least once
+	members     map[string]storage.Runner
+	byLease     map[storage.LeaseID]storage.Runner
+	locks       control.LockView                     // the locks this runner knows (every one with a full view)
+	handoffs    map[sharding.ShardID]storage.Handoff // the records of handoffs/{self}/
+	membersSeen bool                                 // the membership view has been listed at least once
 	// seen is the revisions the lock and membership views are at (the
 	// watches' last updates): a request a sender aimed here as the
 	// shard's assignee names the sender's, and parking waits while this
@@ -69,6 +65,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 		}
 		r.mu.Lock()
 		before := len(r.view.members)
+		leasesBefore := r.liveLeasesLocked()
 		if u.Reset {
 			clear(r.view.members)
 			r.forgetBadKeysLocked(storage.KeyspaceRunners)
@@ -92,6 +89,9 @@ func (r *Runner) followRunners(ctx context.Context) {
 			r.view.departed = true // a runner left: its shards are free at once
 		}
 		live := r.rebuildByLeaseLocked()
+		if !r.fullView {
+			r.leasesEndedLocked(leasesBefore, storage.Epoch(u.Revision))
+		}
 		r.wakeAllParkedLocked() // a lock's holder may have come or gone
 		r.mu.Unlock()
 		r.net.Forget(live)
@@ -101,6 +101,51 @@ func (r *Runner) followRunners(ctx context.Context) {
 		r.router.RoutesChanged()
 		signal(r.rebalance)
 	})
+}
+
+// liveLeasesLocked returns the leases of the members in the view (nil
+// with a full lock view: the lock watch shows the locks they held go).
+func (r *Runner) liveLeasesLocked() []storage.LeaseID {
+	if r.fullView {
+		return nil
+	}
+	out := make([]storage.LeaseID, 0, len(r.view.byLease))
+	for l := range r.view.byLease {
+		out = append(out, l)
+	}
+	return out
+}
+
+// leasesEndedLocked applies, without a lock watch, what a member's lease
+// that left the view (before: the leases before the update) means for the
+// locks this runner knows under it: a runner record and the locks of its
+// lease are deleted together when the lease ends (expiry or revocation),
+// so each is taken as deleted at rev (the acquirer wakes at once). A lease
+// that left the view without ending (its runner re-registered under a new
+// one) leaves locks behind: the acquisition finds them held and retries.
+func (r *Runner) leasesEndedLocked(before []storage.LeaseID, rev storage.Epoch) {
+	var gone map[storage.LeaseID]bool
+	for _, l := range before {
+		if _, live := r.view.byLease[l]; !live && l != r.lease {
+			if gone == nil {
+				gone = make(map[storage.LeaseID]bool)
+			}
+			gone[l] = true
+		}
+	}
+	if gone == nil {
+		return
+	}
+	var ids []sharding.ShardID
+	for id, l := range r.view.locks.All() {
+		if gone[l.Lease] {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids) // in shard order, whatever the map's
+	for _, id := range ids {
+		r.applyLockDeleteLocked(id, rev)
+	}
 }
 
 func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
@@ -472,7 +517,7 @@ func (r *Runner) membersForAssignLocked() []sharding.Runner {
 // strategy's Input.Current).
 func (r *Runner) currentLocked() sharding.Assignment {
 	cur := make(sharding.Assignment, r.cfg.NumShards)
-	for id, l := range r.view.locks {
+	for id, l := range r.view.locks.All() {
 		if l.Epoch != 0 {
 			cur[id] = r.view.byLease[l.Lease].ID
 		}
@@ -559,16 +604,22 @@ func (r *Runner) assignedHereLocked(id sharding.ShardID) bool {
 	return int(id) < len(r.view.assignment) && r.view.assignment[id] == r.cfg.ID
 }
 
-// OwnerOf returns the ID of the runner whose lease holds shard id's lock in
-// this runner's view ("" when unowned or unknown) and the lock's epoch.
+// OwnerOf returns the ID of the runner shard id's sends go to from this
+// runner. When it knows the shard's lock — every lock with
+// Config.FullLockView, else those of the shards it owns or acquires — that
+// is the runner whose lease holds it ("" when that is no member) with the
+// lock's epoch; otherwise it is the owner it was last told of or the
+// shard's assignee, with epoch 0 ("" when none is known).
 func (r *Runner) OwnerOf(id sharding.ShardID) (string, storage.Epoch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l, ok := r.view.locks.Get(id)
-	if !ok {
+	if l, ok := r.view.locks.Get(id); ok {
+		return r.view.byLease[l.Lease].ID, l.Epoch
+	}
+	if r.fullView {
 		return "", 0
 	}
-	return r.view.byLease[l.Lease].ID, l.Epoch
+	return r.ownerHintLocked(id), 0
 }
 
 // Members returns the runner records in this runner's view, by ID.

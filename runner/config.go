@@ -182,6 +182,16 @@ type Config struct {
 	// Run fails with ErrNoTransport as soon as the cluster holds a runner of
 	// another process.
 	ClientOnly bool
+	// FullLockView makes the runner watch every shard's lock, as runners
+	// of coordination layout 1 did: it then routes every send straight to
+	// the lock's owner, and its debug page shows every shard's owner. It
+	// costs one watch event per lock change in the cluster (every move),
+	// so it is meant for a few gateways at most. Without it (the default)
+	// a runner watches the membership and its own keys only, and routes by
+	// the assignment, corrected by the owners' answers while a shard moves
+	// (the package doc, "Routing and delivery"). A strategy that reads the
+	// current owners (sharding.StickyBalanced) implies it.
+	FullLockView bool
 	// NumShards in the cluster. Default 1024. Every runner of a cluster,
 	// client-only ones included, must use the same value: the first runner
 	// publishes it in the cluster record ({namespace}/cluster) and Run fails

@@ -56,6 +56,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 	resync := time.NewTicker(r.cfg.ResyncInterval)
 	defer func() { timer.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
 	var storm control.StormGate
+	var settled settledCount
 	stopReq := r.stopReq
 	var handoffDeadline time.Time // while Shutdown hands shards off
 	for {
@@ -79,6 +80,9 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			continue
 		case <-r.rebalance:
 			departure, owns := r.viewChange()
+			if !owns && !r.fullView {
+				owns = settled.check(ctx, r)
+			}
 			if now, quiet := storm.Change(time.Now(), r.cfg.RebalanceDebounce, departure, owns); now {
 				debounce.Stop()
 				r.recompute()
@@ -119,6 +123,29 @@ func (r *Runner) viewChange() (departure, owns bool) {
 // nothing, once per membership change.
 func (r *Runner) clusterSettledLocked() bool {
 	return r.view.locks.SettledElsewhere(r.lease, r.view.byLease)
+}
+
+// settledCount answers, without a view of every lock, whether the cluster
+// is settled for a runner that owns nothing (clusterSettledLocked): every
+// shard is locked — counted by the store, at most once per
+// settledCountEvery, since a cold start brings a membership change after
+// another to every runner.
+type settledCount struct {
+	at      time.Time
+	settled bool
+}
+
+// settledCountEvery is how long a count of the locks stands.
+const settledCountEvery = time.Second
+
+func (c *settledCount) check(ctx context.Context, r *Runner) bool {
+	if now := time.Now(); now.Sub(c.at) >= settledCountEvery {
+		cctx, cancel := context.WithTimeout(ctx, settledCountEvery)
+		n, err := r.store.Count(cctx, storage.KeyspaceShards)
+		cancel()
+		c.at, c.settled = now, err == nil && n >= r.cfg.NumShards
+	}
+	return c.settled
 }
 
 // resync is the safety net: every pending acquisition gets a fresh retry
@@ -179,6 +206,7 @@ type plan struct {
 	orphans  []storage.Held
 	inbound  []inboundItem
 	records  []storage.HandoffRef // our handoff records to delete
+	recheck  []sharding.ShardID   // takeovers whose lock to read again (takeovers.go)
 }
 
 // round decides every dirty shard and starts what was decided. It returns
@@ -233,6 +261,23 @@ func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
 	control.Decide(st, &sh, &d)
 	r.applyLocked(id, &d, in, st, p)
 	r.wakeParkedLocked(id)
+	if !r.fullView {
+		r.forgetUnconcernedLocked(id)
+	}
+}
+
+// forgetUnconcernedLocked drops shard id's lock from a view that keeps
+// only the locks of the shards that concern this runner, once it does
+// not: its holder, if a live member, stays as a hint (hints.go).
+func (r *Runner) forgetUnconcernedLocked(id sharding.ShardID) {
+	l, held := r.view.locks.Get(id)
+	if !held || l.Lease == r.lease || r.concernsLocked(id) || r.shards.at(id).record != nil {
+		return
+	}
+	r.view.locks.Del(id)
+	if m, live := r.view.byLease[l.Lease]; live {
+		r.hints.set(id, m.ID)
+	}
 }
 
 // shardLocked gathers control.Decide's input for shard id into sh and
@@ -269,6 +314,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	switch d.Pending {
 	case control.PendingDropped:
 		r.shards.dropPending(id)
+		r.unwatchStuckLocked(id)
 	case control.PendingStarted:
 		r.shards.startPending(id, st.Now)
 	}
@@ -287,6 +333,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 		l, _ := r.view.locks.Get(id)
 		p.inbound = append(p.inbound, r.newInboundLocked(id, r.view.byLease[l.Lease], l.Epoch))
 	}
+	r.recheckTakeoverLocked(id, d, st.Now, p)
 	if d.Tried {
 		r.shards.at(id).pending.last = st.Now
 	}
@@ -304,7 +351,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	}
 	if d.Orphan {
 		l, _ := r.view.locks.Get(id)
-		p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch})
+		p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch, Tell: r.assigneeToTellLocked(id)})
 		r.shards.markReleasing(id, l.Epoch)
 	}
 	if rec := r.shards.at(id).record; d.DeleteRecord && rec != nil {
@@ -355,6 +402,9 @@ func (r *Runner) execute(bg *sync.WaitGroup, gen uint64, actx context.Context, l
 	}
 	if len(p.inbound) > 0 {
 		bg.Go(func() { r.runInbound(gen, actx, leaseID, p.inbound) })
+	}
+	if len(p.recheck) > 0 {
+		bg.Go(func() { r.recheckTakeovers(actx, gen, leaseID, p.recheck) })
 	}
 	slices.Sort(p.acquire)
 	for chunk := range slices.Chunk(p.acquire, shardsPerCall) {

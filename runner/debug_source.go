@@ -64,11 +64,25 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	snap.Owned, snap.Pending, snap.Releasing, snap.InboundHandoffs = r.shards.counts()
 	snap.Members = slices.SortedFunc(maps.Values(r.view.members), func(a, b storage.Runner) int { return strings.Compare(a.ID, b.ID) })
 	snap.Locks = make([]storage.Lock, 0, r.shards.owned*2)
-	for _, l := range r.view.locks {
-		if l.Epoch != 0 { // held
-			snap.Locks = append(snap.Locks, l)
+	for _, l := range r.view.locks.All() {
+		snap.Locks = append(snap.Locks, l)
+	}
+	if !r.fullView {
+		// It knows the locks of its own shards only: the others are shown
+		// where it routes them (a hint, or the assignee), at epoch 0.
+		for id := range r.cfg.NumShards {
+			sid := sharding.ShardID(id)
+			if _, known := r.view.locks.Get(sid); known {
+				continue
+			}
+			if to := r.ownerHintLocked(sid); to != "" {
+				if m, ok := r.view.members[to]; ok {
+					snap.Locks = append(snap.Locks, storage.Lock{Shard: sid, Owner: storage.Owner{RunnerID: to, Incarnation: m.Incarnation}, Lease: m.Lease})
+				}
+			}
 		}
 	}
+	slices.SortFunc(snap.Locks, func(a, b storage.Lock) int { return int(a.Shard) - int(b.Shard) })
 	snap.ByLease = make(map[storage.LeaseID]string, len(r.view.byLease))
 	for id, m := range r.view.byLease {
 		snap.ByLease[id] = m.ID

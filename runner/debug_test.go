@@ -48,7 +48,8 @@ func debugCluster(t *testing.T, numShards int, ids ...string) ([]*debugNode, *en
 		rec := &recorder{}
 		var h atomic.Pointer[http.Handler] // set once the runner exists
 		srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { (*h.Load()).ServeHTTP(w, req) }))
-		r := start(t, c, rec, runner.Config{ID: id, NumShards: numShards, ListenAddr: "127.0.0.1:0", DebugURL: srv.URL + "/"})
+		// A full lock view: the pages draw every shard's lock.
+		r := start(t, c, rec, runner.Config{ID: id, NumShards: numShards, ListenAddr: "127.0.0.1:0", DebugURL: srv.URL + "/", FullLockView: true})
 		if err := r.Register(kind); err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +260,7 @@ func TestDebugUnownedShards(t *testing.T) {
 	const n = 16
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
-	gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: n, ClientOnly: true})
+	gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: n, ClientOnly: true, FullLockView: true})
 	// A stray lock: a lease that no runner record names.
 	l, err := c.NewStore("stray").Grant(t.Context(), time.Minute)
 	if err != nil {

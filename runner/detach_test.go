@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -173,17 +174,27 @@ func TestDetachOnAcquireErrors(t *testing.T) {
 
 // An owned lock deleted or taken behind the runner's back costs that shard
 // only: it is lost (ErrShardMoved), the runner stays attached and keeps
-// every other shard at its epoch; a deleted lock is acquired again.
+// every other shard at its epoch; a deleted lock is acquired again. With a
+// full lock view the watch shows the change at once; without one, the next
+// verification (within VerifyInterval) finds the lock gone from the lease.
 func TestOwnedLockLostCostsThatShardOnly(t *testing.T) {
-	for _, how := range []string{"deleted", "taken"} {
+	for _, how := range []string{"deleted", "taken", "deleted/scoped", "taken/scoped"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				c, r, rec := startOwningAll(t, detachCfg("a"))
+				cfg, within := detachCfg("a"), time.Second
+				cfg.FullLockView = !strings.HasSuffix(how, "/scoped")
+				if !cfg.FullLockView {
+					within = cfg.LeaseTTL/3 + time.Second // the default VerifyInterval, and a round
+				}
+				how, _, _ := strings.Cut(how, "/")
+				c, r, rec := startOwningAll(t, cfg)
 				before := r.Owned()
 				var rev storage.Revision
 				if how == "deleted" {
+					// The delete's revision: read before it (the runner may
+					// re-acquire before a read after it).
+					rev = c.Revision() + 1
 					c.Delete("shards/3")
-					rev = c.Revision()
 				} else {
 					other := c.NewStore("thief")
 					l, err := other.Grant(t.Context(), time.Hour)
@@ -194,7 +205,7 @@ func TestOwnedLockLostCostsThatShardOnly(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				waitFor(t, time.Second, "shard 3 lost", func() bool {
+				waitFor(t, within, "shard 3 lost", func() bool {
 					for _, ev := range rec.all() {
 						if l, ok := ev.(runner.ShardLost); ok && l.Shard == 3 {
 							return true
@@ -203,7 +214,7 @@ func TestOwnedLockLostCostsThatShardOnly(t *testing.T) {
 					return false
 				})
 				if how == "deleted" {
-					waitFor(t, time.Second, "shard 3 re-acquired", func() bool { return r.Owned()[3] > storage.Epoch(rev) })
+					waitFor(t, within, "shard 3 re-acquired", func() bool { return r.Owned()[3] > storage.Epoch(rev) })
 				}
 				time.Sleep(time.Minute) // fake time: verification and resyncs run
 				for _, ev := range rec.all() {

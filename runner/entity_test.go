@@ -85,7 +85,7 @@ func TestNotOwnerForUnownedShard(t *testing.T) {
 		// Neither serves a transport (one process): a says who owns the
 		// shard and that it cannot be reached.
 		_, err := k.inc.Ask(t.Context(), a, id, incReq{By: 1})
-		if !errors.Is(err, runner.ErrNoTransport) || !strings.Contains(err.Error(), fmt.Sprintf(`shard %d is owned by runner "b"`, sharding.ShardOf(id, 8))) {
+		if !errors.Is(err, runner.ErrNoTransport) || !strings.Contains(err.Error(), fmt.Sprintf(`shard %d is assigned to runner "b"`, sharding.ShardOf(id, 8))) {
 			t.Fatalf("Ask via the non-owner = %v, want ErrNoTransport naming the shard and b", err)
 		}
 		if n, err := k.inc.Ask(t.Context(), b, id, incReq{By: 1}); err != nil || n != 1 {
@@ -331,7 +331,8 @@ func TestDetachInterruptsEveryEntity(t *testing.T) {
 func TestLostShardFailsQueuedWithCause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		k := newTestKind(false)
-		c, r, _ := startHosting(t, k, runner.Config{DisableDetachment: true})
+		// A full lock view: the lock watch shows the theft at once.
+		c, r, _ := startHosting(t, k, runner.Config{DisableDetachment: true, FullLockView: true})
 		ctx := t.Context()
 		started := make(chan struct{}, 1)
 		blocked := make(chan error, 1)

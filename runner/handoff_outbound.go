@@ -248,9 +248,14 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 	switch o.Verdict() {
 	case handoff.Moved:
 		r.shards.handedOff(s, h.To)
+		if !r.fullView { // no watch will show the move: a hint routes there
+			r.hints.set(s.id, h.To)
+		}
 		if o.Epoch != 0 { // our view, ahead of the watch: not an orphan of ours
 			r.view.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.Epoch})
 			r.router.SawEpoch(s.id, o.Epoch)
+		} else if l, _ := r.view.locks.Get(s.id); l.Lease == r.lease && l.Epoch == s.epoch {
+			r.view.locks.Del(s.id) // moved, at an epoch a read did not tell: not ours
 		}
 		r.disownLocked(s, ErrShardMoved)
 		r.met.handoffPhase.Record(context.Background(), time.Since(cutStart).Seconds(), r.met.attrs, withPhase("cutover"))

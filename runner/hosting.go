@@ -44,7 +44,9 @@ func (r *Runner) notHere(id sharding.ShardID) error {
 	if detached {
 		return &UndeliveredError{Shard: id, Cause: ErrDetached}
 	}
-	hint, _ := r.OwnerOf(id)
+	r.mu.Lock()
+	hint := r.ownerHintLocked(id)
+	r.mu.Unlock()
 	if hint == r.cfg.ID {
 		hint = "" // our own stale lock (releasing or detached): no useful hint
 	}

@@ -17,7 +17,8 @@ import (
 func TestStrayLockKeysAreIgnoredAndLoggedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lc := &logCapture{}
-		c, a, rec := startOwningAll(t, runner.Config{ID: "a", NumShards: 8, Logger: lc.logger(t)})
+		// The lock watch reads every lock key: a full lock view.
+		c, a, rec := startOwningAll(t, runner.Config{ID: "a", NumShards: 8, Logger: lc.logger(t), FullLockView: true})
 		before := a.Owned()
 		other, err := c.NewStore("other").Grant(t.Context(), time.Hour)
 		if err != nil {
@@ -57,7 +58,8 @@ func TestStrayLockKeysAreIgnoredAndLoggedOnce(t *testing.T) {
 func TestLeaselessRunnerRecordIsNoMember(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lc := &logCapture{}
-		c, a, rec := startOwningAll(t, runner.Config{ID: "a", NumShards: 8, Logger: lc.logger(t)})
+		// The lock watch reads every lock key: a full lock view.
+		c, a, rec := startOwningAll(t, runner.Config{ID: "a", NumShards: 8, Logger: lc.logger(t), FullLockView: true})
 		ghost, _ := storage.EncodeRunner(storage.RunnerRecord{ID: "ghost", Weight: 1, Incarnation: "1", Started: time.Now()})
 		for range 2 {
 			if _, err := c.Put("runners/ghost", ghost, storage.NoLease); err != nil {

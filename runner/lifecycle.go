@@ -97,7 +97,9 @@ func (r *Runner) serve() error {
 // when the control loop returns (Shutdown finished releasing).
 func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone chan struct{}) {
 	wg.Go(func() { r.followRunners(ctx) })
-	wg.Go(func() { r.followLocks(ctx) })
+	if r.fullView {
+		wg.Go(func() { r.followLocks(ctx) })
+	}
 	loopDone = make(chan struct{})
 	if r.cfg.ClientOnly {
 		// Routes only: no lease, no registration, no shards; the
@@ -119,6 +121,7 @@ func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone c
 		wg.Go(func() { _ = r.keeper.Run(ctx) })
 		wg.Go(func() { r.followHandoffs(ctx) })
 		wg.Go(func() { r.followNotices(ctx) })
+		wg.Go(func() { r.followStuck(ctx) })
 		wg.Go(func() { r.collectNotices(ctx) })
 		wg.Go(func() { r.watchdog(ctx) })
 		wg.Go(func() { r.hosting.Janitor(ctx) })

@@ -2,7 +2,9 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +70,9 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 			// never reuse an epoch we did not install; bump it first.
 			rewrite = append(rewrite, a.Shard)
 		case storage.HeldElsewhere:
+			if !r.fullView && a.Holder.Epoch > 0 {
+				r.applyLockPutLocked(a.Holder) // what a lock watch would have shown
+			}
 			if p == nil {
 				continue
 			}
@@ -79,6 +84,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 				p.exhausted = true
 				exhausted = append(exhausted, a.Shard)
 				r.wakeParkedLocked(a.Shard)
+				r.watchStuckLocked(a.Shard, storage.Revision(a.Holder.Epoch)+1)
 				continue
 			}
 			r.retryLocked(a.Shard, p.last.Add(r.cfg.AcquireRetryInterval))
@@ -130,10 +136,15 @@ func (r *Runner) mayOwnLocked() bool {
 }
 
 // verify checks, read-only and in one store request, that every owned lock
-// is still attached to this runner's lease (storage.VerifyLease).
+// is still attached to this runner's lease (storage.Leases.LeaseKeys).
+// Without a full lock view it also finds locks under the lease that this
+// runner does not know of (an acquisition whose reply was lost, of a shard
+// no longer wanted): unknown in two verifications far enough apart that
+// no call of ours could still be writing them, they are taken back
+// (orphans: rewriteUnknown).
 func (r *Runner) verify() {
 	r.mu.Lock()
-	if r.lifecycle.phase != phaseAttached || r.shards.owned == 0 {
+	if r.lifecycle.phase != phaseAttached || r.shards.owned == 0 && r.fullView {
 		r.mu.Unlock()
 		return
 	}
@@ -147,26 +158,101 @@ func (r *Runner) verify() {
 	r.mu.Unlock()
 	// One request whatever the runner owns: the keys attached to its lease.
 	cctx, cancel := r.opCtx(actx)
-	lost, err := storage.VerifyLease(cctx, r.store, leaseID, held)
+	keys, err := r.store.LeaseKeys(cctx, leaseID)
 	cancel()
 	if actx.Err() != nil {
 		return
 	}
+	if errors.Is(err, storage.ErrLeaseNotFound) {
+		keys, err = nil, nil // every lock is lost; the keep-alive finds the lease gone
+	}
 	r.storageResult("verify", err)
 	if err != nil {
 		return
+	}
+	lost := storage.LostFromKeys(keys, held)
+	r.mu.Lock()
+	if r.gen != gen {
+		r.mu.Unlock()
+		return
+	}
+	for _, l := range lost {
+		if s := r.shards.owner(l.Shard); s != nil && !r.shards.leaving(l.Shard) && s.epoch == control.EpochOf(held, l.Shard) {
+			r.lockLostLocked(l.Shard, "verification found the lock gone or changed")
+			if cur, _ := r.view.locks.Get(l.Shard); cur.Lease == leaseID {
+				r.view.locks.Del(l.Shard) // not ours: unknown until the next decision reads it
+			}
+			r.markLocked(l.Shard)
+		}
+	}
+	r.flushLostLocked()
+	var unknown []sharding.ShardID
+	if !r.fullView {
+		unknown = r.unknownLocksLocked(keys, time.Now())
+	}
+	r.mu.Unlock()
+	if len(unknown) > 0 {
+		r.rewriteUnknown(actx, gen, leaseID, unknown)
+	}
+}
+
+// unknownLocksLocked returns the locks among keys (the lease's) that this
+// runner has not known of for long enough (see verify): not owned, not
+// being acquired, taken over or released, not in its view. It remembers
+// when each was first found unknown.
+func (r *Runner) unknownLocksLocked(keys []string, now time.Time) []sharding.ShardID {
+	found := make(map[sharding.ShardID]time.Time, len(r.unknownLocks))
+	var out []sharding.ShardID
+	age := max(r.cfg.OpTimeout, r.cfg.VerifyInterval) + r.cfg.VerifyInterval
+	for _, k := range keys {
+		name, ok := strings.CutPrefix(k, string(storage.KeyspaceShards)+"/")
+		if !ok {
+			continue
+		}
+		id, err := sharding.ParseShardIDIn(name, r.cfg.NumShards)
+		if err != nil || r.shards.busy(id) {
+			continue
+		}
+		if l, held := r.view.locks.Get(id); held && l.Lease == r.lease {
+			continue // known: an orphan being deleted, or about to be
+		}
+		first, seen := r.unknownLocks[id]
+		if !seen {
+			first = now
+		}
+		found[id] = first
+		if now.Sub(first) >= age {
+			out = append(out, id)
+		}
+	}
+	r.unknownLocks = found
+	return out
+}
+
+// rewriteUnknown takes back locks under our lease this runner did not know
+// of: a rewrite gives each a new epoch (its old one is dead) and puts it in
+// the view, and the round then decides it like any lock of ours that it
+// does not own — installed when wanted, deleted otherwise.
+func (r *Runner) rewriteUnknown(actx context.Context, gen uint64, leaseID storage.LeaseID, ids []sharding.ShardID) {
+	r.log.Warn("found locks under this runner's lease that it did not know of; taking them back", "locks", len(ids), "first", ids[0])
+	cctx, cancel := r.opCtx(actx)
+	res, err := r.store.Rewrite(cctx, leaseID, r.owner(), ids)
+	cancel()
+	if actx.Err() != nil || err != nil {
+		return // found again by the next verification
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gen != gen {
 		return
 	}
-	for _, l := range lost {
-		if s := r.shards.owner(l.Shard); s != nil && !r.shards.leaving(l.Shard) && s.epoch == control.EpochOf(held, l.Shard) {
-			r.lockLostLocked(l.Shard, "verification found the lock gone or changed")
+	for _, a := range res {
+		if a.Status == storage.Acquired && !r.shards.busy(a.Shard) {
+			delete(r.unknownLocks, a.Shard)
+			r.view.locks.Set(storage.Lock{Shard: a.Shard, Owner: r.owner(), Lease: leaseID, Epoch: a.Epoch})
+			r.markLocked(a.Shard)
 		}
 	}
-	r.flushLostLocked()
 }
 
 // release drains shards (owned at gen), ends their ownership with cause
@@ -297,9 +383,21 @@ func (r *Runner) deleteLockChunk(actx context.Context, leaseID storage.LeaseID, 
 	for _, h := range held {
 		epochs[h.Shard] = h.Epoch
 	}
+	gone := make(map[sharding.ShardID]bool, len(released))
 	for _, id := range released { // our view, ahead of the watch
+		gone[id] = true
 		if l, _ := r.view.locks.Get(id); l.Lease == leaseID && l.Epoch == epochs[id] {
 			r.view.locks.Del(id)
+		}
+	}
+	if err == nil {
+		// A lock the call did not delete is not ours at that epoch any
+		// more (moved, rewritten or deleted since): no view of ours may
+		// keep it as ours (without a watch, nothing else would correct it).
+		for _, h := range held {
+			if l, _ := r.view.locks.Get(h.Shard); !gone[h.Shard] && l.Lease == leaseID && l.Epoch == h.Epoch {
+				r.view.locks.Del(h.Shard)
+			}
 		}
 	}
 	retry := time.Now().Add(r.cfg.AcquireRetryInterval)

@@ -96,6 +96,9 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID, seen routing.Vie
 	if d, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(d)-parkAnswerMargin)
 	}
+	if !r.fullView {
+		seen.Locks = 0 // no lock watch here: only the runner views compare
+	}
 	lagging := r.view.seen.Behind(seen)
 	if bound <= 0 || ctx.Err() != nil || !r.parkableLocked(id, lagging) || r.parked.total >= r.cfg.MaxWaitingSends {
 		return false

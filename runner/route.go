@@ -77,14 +77,34 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 		}
 	}
 	l, held := r.view.locks.Get(id)
-	if !held {
-		return owner, false
+	if held {
+		m, known := r.view.byLease[l.Lease]
+		if !known || (m.ID == r.cfg.ID && m.Incarnation == r.incarnation) {
+			return owner, false
+		}
+		return m, true
 	}
-	m, known := r.view.byLease[l.Lease]
-	if !known || (m.ID == r.cfg.ID && m.Incarnation == r.incarnation) {
-		return owner, false
+	if to, ok := r.hints.get(id); ok && to != r.cfg.ID { // no full view: hints.go
+		if m, member := r.view.members[to]; member {
+			return m, true
+		}
 	}
-	return m, true
+	return owner, false
+}
+
+// ByAssignment reports whether this runner routes by the assignment (no
+// full lock view): a shard's assignee is where its sends usually go, not
+// a last resort.
+func (d routingDir) ByAssignment() bool { return !d.r.fullView }
+
+// Learned records what a send learned of shard id's owner: refusedBy
+// answered "not the owner" naming owner ("" when it named none). It
+// routes later sends (hints.go).
+func (d routingDir) Learned(id sharding.ShardID, owner, refusedBy string) {
+	r := d.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.learnedLocked(id, owner, refusedBy)
 }
 
 // Assignee returns the member shard id is assigned to in this runner's
@@ -113,7 +133,9 @@ func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routin
 		return m, seen, false
 	}
 	m, ok = r.view.members[to]
-	return m, r.view.seen, ok && m.Address != ""
+	// Routing by the assignment, an assignee without a transport is the
+	// shard's usual owner: the send fails with ErrNoTransport naming it.
+	return m, r.view.seen, ok && (m.Address != "" || !r.fullView)
 }
 
 // Park waits while this runner acquires shard id, for a request that

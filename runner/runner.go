@@ -107,6 +107,16 @@ type Runner struct {
 	badKeys     map[string]struct{} // damaged keys already logged (keys.go)
 	badKeysFull bool
 	lostLocks   []lostLock // dropped shards not logged yet
+	// fullView: this runner watches every lock (Config.FullLockView, or
+	// a strategy that reads the current owners); otherwise its lock view
+	// holds only the shards that concern it, and hints the owners of
+	// others (routes.go).
+	fullView bool
+	hints    ownerHints
+	stuck    stuckWatches // locks of stuck shards watched one by one (stuck.go)
+	// unknownLocks: locks under our lease found unknown by verify, since
+	// when (lockops.go).
+	unknownLocks map[sharding.ShardID]time.Time
 	// noticesSeen: notices applied, to delete (notices.go); noticeGC
 	// (1-buffered) wakes their collector.
 	noticesSeen []storage.NoticeSeen
@@ -131,6 +141,8 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := newRunner(store, cfg, keeper)
+	// A strategy that reads the current owners needs every lock.
+	r.fullView = cfg.FullLockView || !sharding.IgnoresCurrent(cfg.Strategy)
 	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -156,7 +168,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
 		Tracer: tracer,
-	}, hostingEnv{r}, store, &r.met.host, r.log)
+	}, hostingEnv{r}, fenceWatch{store, r}, &r.met.host, r.log)
 	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout, StartRate: float64(cfg.RememberedStartRate)},
 		store, r.hosting, r.sched, &r.met.rem, r.log)
 	r.hosting.SetReminders(r.reminders)
@@ -214,6 +226,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		incarnation:   newIncarnation(),
 		kick:          make(chan struct{}, 1),
 		noticeGC:      make(chan struct{}, 1),
+		stuck:         newStuckWatches(),
 		singletonRecs: make(chan storage.SingletonRecord, singletonRecQueue),
 		rebalance:     make(chan struct{}, 1),
 		opDrain:       drainState{kick: make(chan struct{}, 1)},
@@ -227,12 +240,11 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		tripKick:      make(chan struct{}, 1),
 		spansStop:     make(chan struct{}),
 		view: clusterView{
-			members:    make(map[string]storage.Runner),
-			byLease:    make(map[storage.LeaseID]storage.Runner),
-			locks:      control.NewLockView(cfg.NumShards),
-			handoffs:   make(map[sharding.ShardID]storage.Handoff),
-			handoffRaw: make(map[sharding.ShardID]storage.KeyValue),
-			planner:    sharding.NewPlanner(cfg.Strategy),
+			members:  make(map[string]storage.Runner),
+			byLease:  make(map[storage.LeaseID]storage.Runner),
+			locks:    control.NewLockView(cfg.NumShards),
+			handoffs: make(map[sharding.ShardID]storage.Handoff),
+			planner:  sharding.NewPlanner(cfg.Strategy),
 		},
 	}
 }

@@ -97,6 +97,7 @@ type pending struct {
 	last      time.Time // last attempt
 	attempts  int       // attempts in the window
 	exhausted bool      // window ran out; wait for a DELETE or a resync
+	checked   time.Time // last re-read of the lock of its running takeover (no full lock view)
 }
 
 // shardState is what this runner knows about one shard (see above).
@@ -536,6 +537,12 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.attachCtx, Prev: r.shards.at(id).lastHost, Reason: reason, Warmed: warmed,
 	})
 	r.shards.install(s)
+	r.unwatchStuckLocked(id)
+	if cur, known := r.view.locks.Get(id); !known || cur.Epoch <= epoch {
+		// Our lock, ahead of any watch (without a full view, no watch
+		// shows it: a later release or orphan decision reads it here).
+		r.view.locks.Set(storage.Lock{Shard: id, Owner: r.owner(), Lease: r.lease, Epoch: epoch})
+	}
 	r.hosting.Install(s.host)
 	s.host.StartWorkers()
 	r.wakeParkedLocked(id) // delivered now

@@ -22,7 +22,7 @@ func TestSenderWithholdsResultOlderThanSeenEpoch(t *testing.T) {
 	tc := newTestCluster(t)
 	a := tc.start(Config{ID: "a"})
 	tc.start(Config{ID: "b"})
-	c := tc.start(Config{ID: "c", ClientOnly: true})
+	c := tc.start(Config{ID: "c", ClientOnly: true, FullLockView: true})
 	tc.waitSettled()
 	shard, epoch, id := entityOwnedBy(a, "late-")
 	served, release := make(chan struct{}), make(chan struct{})
@@ -76,7 +76,7 @@ func TestSenderWithholdsResultOlderThanSeenEpoch(t *testing.T) {
 func TestSenderAcceptsOlderEpochResultOfPlannedMove(t *testing.T) {
 	tc := newTestCluster(t)
 	a := tc.start(Config{ID: "a", DrainTimeout: 300 * time.Millisecond})
-	c := tc.start(Config{ID: "c", ClientOnly: true})
+	c := tc.start(Config{ID: "c", ClientOnly: true, FullLockView: true})
 	tc.waitSettled()
 	future, err := sharding.Balanced().Assign(sharding.Input{NumShards: 16, Runners: []sharding.Runner{{ID: "a", Weight: 1}, {ID: "b", Weight: 1}}})
 	if err != nil {
@@ -134,7 +134,7 @@ func TestShutdownMarksStoppedOnlyWithoutDetach(t *testing.T) {
 	tc := newTestCluster(t)
 	a := tc.start(Config{ID: "a", RecoverWindow: 100 * time.Millisecond})
 	b := tc.start(Config{ID: "b"})
-	c := tc.start(Config{ID: "c", ClientOnly: true})
+	c := tc.start(Config{ID: "c", ClientOnly: true, FullLockView: true})
 	tc.waitSettled()
 	leaseOf := func(r *Runner) storage.LeaseID {
 		r.mu.Lock()
@@ -186,7 +186,7 @@ func shutdownWithHeldReply(t *testing.T) <-chan askOutcome {
 	tc := newTestCluster(t)
 	a := tc.start(Config{ID: "a", DrainTimeout: 300 * time.Millisecond})
 	tc.start(Config{ID: "b"})
-	c := tc.start(Config{ID: "c", ClientOnly: true})
+	c := tc.start(Config{ID: "c", ClientOnly: true, FullLockView: true})
 	tc.waitSettled()
 	shard, epoch, id := entityOwnedBy(a, "stopping-")
 	a.mu.Lock()

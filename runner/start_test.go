@@ -256,13 +256,14 @@ func TestReadyOnceUp(t *testing.T) {
 
 // TestNoOwnerErrorsSayWhy: a send that finds no owner says why: the
 // cluster was never listed (with the store's error), or no runner is
-// registered.
+// registered, or (a gateway with a full lock view) the lock is held under
+// the lease of no registered runner.
 func TestNoOwnerErrorsSayWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		k := newTestKind(false)
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
-		gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: 8, ClientOnly: true})
+		gw := start(t, c, nil, runner.Config{ID: "gw", NumShards: 8, ClientOnly: true, FullLockView: true})
 		if err := gw.Register(k.kind); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -76,6 +77,12 @@ func VerifyLease(ctx context.Context, l Leases, lease LeaseID, held []Held) ([]L
 	if err != nil && !errors.Is(err, ErrLeaseNotFound) {
 		return nil, fmt.Errorf("verify %d locks by lease %x: %w", len(held), lease, err)
 	}
+	return LostFromKeys(keys, held), nil
+}
+
+// LostFromKeys returns the held locks whose keys are not among keys (a
+// lease's attached keys, see VerifyLease), with Exists false.
+func LostFromKeys(keys []string, held []Held) []LostLock {
 	attached := make(map[string]struct{}, len(keys))
 	for _, k := range keys {
 		attached[k] = struct{}{}
@@ -86,7 +93,7 @@ func VerifyLease(ctx context.Context, l Leases, lease LeaseID, held []Held) ([]L
 			lost = append(lost, LostLock{Shard: h.Shard})
 		}
 	}
-	return lost, nil
+	return lost
 }
 
 // Registry publishes runner records. A record is claimed, never stolen:
@@ -461,6 +468,20 @@ type Lister interface {
 	Watch(ctx context.Context, ks Keyspace, from Revision) <-chan WatchResponse
 	// Count returns how many keys ks holds, without reading them.
 	Count(ctx context.Context, ks Keyspace) (int, error)
+	// WatchKey is Watch for one key (relative to the namespace, e.g.
+	// LockKey(3)); the events' KV.Key is its name within its keyspace
+	// ("3").
+	WatchKey(ctx context.Context, key string, from Revision) <-chan WatchResponse
+}
+
+// KeyspaceOf splits a key relative to the namespace into its keyspace (all
+// but its last segment) and its name (the last one).
+func KeyspaceOf(key string) (Keyspace, string) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", key
+	}
+	return Keyspace(key[:i]), key[i+1:]
 }
 
 // Store is everything shardhost needs from its coordination store.

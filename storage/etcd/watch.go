@@ -44,10 +44,23 @@ func (s *Store) Count(ctx context.Context, ks storage.Keyspace) (int, error) {
 // member it is connected to loses its leader, the watch fails with
 // storage.ErrUnavailable instead of stalling.
 func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Revision) <-chan storage.WatchResponse {
-	out := make(chan storage.WatchResponse)
 	prefix := s.key(ks, "")
+	return s.watch(ctx, ks, prefix, len(prefix), from, clientv3.WithPrefix())
+}
+
+// WatchKey implements storage.Lister, as Watch for one key.
+func (s *Store) WatchKey(ctx context.Context, key string, from storage.Revision) <-chan storage.WatchResponse {
+	ks, _ := storage.KeyspaceOf(key)
+	return s.watch(ctx, ks, s.prefix+key, len(s.prefix)+len(ks)+1, from)
+}
+
+// watch watches key (with opts: a prefix) from revision from; the names
+// of the events' keys start at offset nameAt of the full key.
+func (s *Store) watch(ctx context.Context, ks storage.Keyspace, key string, nameAt int, from storage.Revision, opts ...clientv3.OpOption) <-chan storage.WatchResponse {
+	out := make(chan storage.WatchResponse)
+	prefix := key
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(from)))
+	wch := s.cli.Watch(wctx, key, append(opts, clientv3.WithRev(int64(from)))...)
 	go func() {
 		defer close(out)
 		defer cancel()
@@ -77,7 +90,7 @@ func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Rev
 			}
 			evs := make([]storage.Event, len(wr.Events))
 			for i, ev := range wr.Events {
-				evs[i].KV = keyValue(ev.Kv, len(prefix))
+				evs[i].KV = keyValue(ev.Kv, nameAt)
 				if ev.Type == mvccpb.DELETE {
 					evs[i].Type = storage.EventDelete
 				} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,6 +101,7 @@ func (s *Store) LeaseKeys(ctx context.Context, id storage.LeaseID) ([]string, er
 	for k := range l.keys {
 		keys = append(keys, k)
 	}
+	slices.Sort(keys) // deterministic (the simulation replays seeds)
 	return keys, nil
 }
 

@@ -56,11 +56,26 @@ func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Rev
 	}
 	s.calls[OpWatch]++
 	s.mu.Unlock()
-	go s.watch(ctx, string(ks)+"/", from, ch)
+	go s.watch(ctx, string(ks)+"/", false, from, ch)
 	return ch
 }
 
-func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision, ch chan<- storage.WatchResponse) {
+// WatchKey implements storage.Lister (fault hooks: OpWatch).
+func (s *Store) WatchKey(ctx context.Context, key string, from storage.Revision) <-chan storage.WatchResponse {
+	ch := make(chan storage.WatchResponse)
+	s.mu.Lock()
+	if s.calls == nil {
+		s.calls = make(map[Op]int)
+	}
+	s.calls[OpWatch]++
+	s.mu.Unlock()
+	go s.watch(ctx, key, true, from, ch)
+	return ch
+}
+
+// watch delivers the events of the keys under prefix (exact: of the key
+// prefix alone), named relative to their keyspace.
+func (s *Store) watch(ctx context.Context, prefix string, exact bool, next storage.Revision, ch chan<- storage.WatchResponse) {
 	defer close(ch)
 	c := s.c
 	broken := s.brokenCh()
@@ -103,7 +118,11 @@ func (s *Store) watch(ctx context.Context, prefix string, next storage.Revision,
 		})
 		var evs []storage.Event
 		for _, e := range c.history[i:] {
-			if name, ok := strings.CutPrefix(e.key, prefix); ok {
+			if exact && e.key == prefix {
+				kv := e.kv
+				_, kv.Key = storage.KeyspaceOf(e.key)
+				evs = append(evs, storage.Event{Type: e.typ, KV: kv})
+			} else if name, ok := strings.CutPrefix(e.key, prefix); ok && !exact {
 				kv := e.kv
 				kv.Key = name // relative to the keyspace watched
 				evs = append(evs, storage.Event{Type: e.typ, KV: kv})

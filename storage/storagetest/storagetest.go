@@ -60,6 +60,7 @@ func Run(t *testing.T, h Harness) {
 		{"NoticesAndCount", testNotices},
 		{"LeaseExpiryDeletesKeys", testLeaseExpiry},
 		{"WatchAfterListNoGaps", testWatchNoGaps},
+		{"WatchKeySeesThatKeyOnly", testWatchKey},
 		{"FollowConcurrentWrites", testFollowConcurrent},
 		{"FencedCheckpoint", testCheckpoints},
 		{"CorruptValues", testCorrupt},

@@ -71,6 +71,32 @@ func testWatchNoGaps(t *testing.T, in Instance) {
 	}
 }
 
+// testWatchKey: a watch of one key from a past revision delivers that
+// key's changes since (history first), named within its keyspace, and no
+// other key's — not even one it is a prefix of.
+func testWatchKey(t *testing.T, in Instance) {
+	s := in.Store
+	ctx := ctxT(t)
+	l := grant(t, s, 30*time.Second)
+	r1 := acquire(t, s, l, owner("a", "1"), 1)[0]
+	if _, err := s.Release(ctx, l, []storage.Held{{Shard: 1, Epoch: r1.Epoch}}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := s.WatchKey(wctx, storage.LockKey(1), storage.Revision(r1.Epoch)+1)
+	acquire(t, s, l, owner("a", "1"), 10, 11, 2) // shards/10 and shards/11 start with shards/1
+	acquire(t, s, l, owner("a", "1"), 1)
+	evs := nextEvents(t, w, 2)
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%v %s", e.Type, e.KV.Key))
+	}
+	if want := []string{"DELETE 1", "PUT 1"}; !slices.Equal(got, want) {
+		t.Fatalf("watch of shards/1 = %v, want %v", got, want)
+	}
+}
+
 // testFollowConcurrent checks that a Follow view equals a final list while
 // writers race with the initial list.
 func testFollowConcurrent(t *testing.T, in Instance) {

@@ -44,6 +44,13 @@ type Directory interface {
 	// route tries it, and it parks the request until it has acquired the
 	// shard (Park).
 	Assignee(id sharding.ShardID) (assignee storage.Runner, seen ViewSeen, ok bool)
+	// ByAssignment reports whether the runner routes by the assignment
+	// (no view of every lock): Assignee is then where a send without a
+	// known owner usually goes, whatever time its caller has left.
+	ByAssignment() bool
+	// Learned records what a send learned of shard id's owner: refusedBy
+	// answered "not the owner" naming owner ("" when it named none).
+	Learned(id sharding.ShardID, owner, refusedBy string)
 	// Park waits, for a request received for shard id, while this runner
 	// acquires the shard (bounded by ctx and by the directory's own
 	// limits) — or, for a request its sender aimed here as the assignee

@@ -49,6 +49,16 @@ type dir struct {
 	park     func(context.Context, sharding.ShardID, ViewSeen) bool
 	live     map[storage.LeaseID]bool
 	stopped  bool
+	byAssign bool     // ByAssignment
+	learned  []string // what Learned was told: "owner<-refusedBy"
+}
+
+func (d *dir) ByAssignment() bool { return d.byAssign }
+
+func (d *dir) Learned(_ sharding.ShardID, owner, refusedBy string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.learned = append(d.learned, owner+"<-"+refusedBy)
 }
 
 func (d *dir) Route(sharding.ShardID) (storage.Runner, bool) {
@@ -310,5 +320,35 @@ func TestWireMappingKeepsTypedErrors(t *testing.T) {
 		if retry != c.retry || got == nil || !c.check(got) {
 			t.Errorf("%T %.60v through the wire: %.80v (retry %v), want the same type and causes (retry %v)", c.err, c.err, got, retry, c.retry)
 		}
+	}
+}
+
+// TestRoutingByAssignment: a runner that routes by the assignment (no view
+// of every lock) sends to the assignee whatever time its caller has left —
+// the assignee is the shard's usual owner, not a last resort — and tells
+// its directory the owner a refusing runner named.
+func TestRoutingByAssignment(t *testing.T) {
+	network := transport.NewInmemNetwork()
+	a := newNode(t, network, "a:1", 0, false, 10)
+	newNode(t, network, "b:1", 3, true, 10) // b hosts every shard
+	a.dir.byAssign = true
+	a.dir.assignee = &storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "b", Address: "b:1"}, Lease: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond) // below assigneeMinTime
+	defer cancel()
+	if v, err := incr.Ask(ctx, a.router, "z", 1); err != nil || v != 2 {
+		t.Fatalf("ask with %v left, routed by the assignment = %v, %v; want served by the assignee", assigneeMinTime, v, err)
+	}
+
+	// A runner that does not own the shard names another: Learned hears it.
+	c := newNode(t, network, "c:1", 0, false, 10) // hosts nothing: answers NotOwner "elsewhere"
+	_ = c
+	a.dir.assignee = &storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "c", Address: "c:1"}, Lease: 3}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	_, _ = incr.Ask(ctx2, a.router, "z", 1)
+	a.dir.mu.Lock()
+	defer a.dir.mu.Unlock()
+	if len(a.dir.learned) == 0 || a.dir.learned[0] != "elsewhere<-c" {
+		t.Errorf("Learned calls %v, want the refusal of c naming elsewhere first", a.dir.learned)
 	}
 }

@@ -33,6 +33,7 @@ type attempt struct {
 	// back-off's next step — a routing change alone retries the lock view.
 	assignee, refused string
 	seen              ViewSeen // with assignee: the views that named it
+	dest              string   // the runner the last remote attempt went to
 }
 
 // callRoute is the route of one remote attempt (transport.Route): routed
@@ -100,8 +101,11 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 			last = err // keep the most informative reason for the caller
 		}
 		var no *hosting.NotOwnerError
-		if errors.As(err, &no) && no.OwnerHint != "" && no.OwnerHint != r.cfg.RunnerID {
-			a.hint = no.OwnerHint
+		if errors.As(err, &no) {
+			if no.OwnerHint != "" && no.OwnerHint != r.cfg.RunnerID {
+				a.hint = no.OwnerHint
+			}
+			r.dir.Learned(id, no.OwnerHint, a.dest)
 		}
 		if a.assignee != "" {
 			a.refused = a.assignee
@@ -147,6 +151,7 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 // to its owner (or the owner the last answer named). sent reports that a
 // handler may have run it.
 func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bool) {
+	a.dest = ""
 	if sh := r.host.Lookup(a.id); sh != nil {
 		res := sh.Deliver(ctx, a.k, a.h, a.c.Entity, a.c.Req, a.h.OneWay(), false, a.cs != nil)
 		if a.cs != nil {
@@ -172,20 +177,25 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 		// No live owner known (the lock deleted or its owner gone): the
 		// runner the assignment names parks the request while it acquires
 		// the shard, or answers NotOwner at once if it cannot serve it.
-		if m, seen, found := r.dir.Assignee(a.id); found && m.ID != a.refused && !nearDeadline(ctx) {
+		if m, seen, found := r.dir.Assignee(a.id); found && m.ID != a.refused && (r.dir.ByAssignment() || !nearDeadline(ctx)) {
 			owner, ok, a.assignee, a.seen = m, true, m.ID, seen
 		}
 	}
 	if a.cs != nil {
 		a.cs.tried(owner.ID, owner.Address, false)
 	}
+	a.dest = owner.ID
 	switch {
 	case !ok:
 		return nil, r.dir.NoRoute(a.id, time.Since(a.start)), false
 	case owner.Address == "":
 		// The owner serves no transport: final, not retried.
-		return nil, fmt.Errorf("%w: shard %d is owned by runner %q, which serves no transport (its Config has neither ListenAddr nor Address), "+
-			"so no other runner can reach its entities", ErrNoTransport, a.id, owner.ID), true
+		how := "owned by"
+		if a.assignee != "" {
+			how = "assigned to"
+		}
+		return nil, fmt.Errorf("%w: shard %d is %s runner %q, which serves no transport (its Config has neither ListenAddr nor Address), "+
+			"so no other runner can reach its entities", ErrNoTransport, a.id, how, owner.ID), true
 	}
 	if a.payload == nil {
 		if a.payload, err = a.k.Opts.Codec.Marshal(a.c.Req); err != nil {

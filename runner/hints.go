@@ -1,0 +1,105 @@
+package runner
+
+import (
+	"slices"
+
+	"github.com/shardhost/shardhost/sharding"
+)
+
+// Without a full lock view (Config.FullLockView), a runner routes a send
+// to the shard's assignee unless it knows better: a lock in its view (a
+// shard that concerns it), the runner it just handed the shard to, or a
+// hint — the owner named by a runner that answered "not the owner" for
+// the shard, or to which this runner handed it off. Hints are bounded
+// (maxOwnerHints: a full table forgets its oldest) and only ever
+// route: a wrong one costs an answer "not the owner", with a better hint,
+// or a send to the assignee.
+
+// maxOwnerHints bounds the owner hints a runner keeps.
+const maxOwnerHints = 4096
+
+// ownerHints is the owner hints, by shard (guarded by Runner.mu); a full
+// table forgets its oldest hint first.
+type ownerHints struct {
+	m     map[sharding.ShardID]string
+	order []sharding.ShardID // shards hinted, oldest first (some forgotten since)
+}
+
+// get returns the runner hinted as shard id's owner.
+func (h *ownerHints) get(id sharding.ShardID) (string, bool) {
+	owner, ok := h.m[id]
+	return owner, ok
+}
+
+// set hints owner as shard id's owner.
+func (h *ownerHints) set(id sharding.ShardID, owner string) {
+	if h.m == nil {
+		h.m = make(map[sharding.ShardID]string)
+	}
+	if _, ok := h.m[id]; !ok {
+		for len(h.m) >= maxOwnerHints && len(h.order) > 0 {
+			delete(h.m, h.order[0])
+			h.order = h.order[1:]
+		}
+		if len(h.order) >= 2*maxOwnerHints { // forgotten ones pile up: compact
+			h.order = slices.DeleteFunc(h.order, func(s sharding.ShardID) bool { _, ok := h.m[s]; return !ok })
+		}
+		h.order = append(h.order, id)
+	}
+	h.m[id] = owner
+}
+
+// forget drops the hint of shard id if it names owner ("": whatever it
+// names).
+func (h *ownerHints) forget(id sharding.ShardID, owner string) {
+	if cur, ok := h.m[id]; ok && (owner == "" || cur == owner) {
+		delete(h.m, id)
+	}
+}
+
+// learnedLocked records what a send learned of shard id's owner (routing
+// calls it through routingDir.Learned): a runner answered "not the owner"
+// naming owner, or refused without a hint (owner "": the hint naming that
+// runner, refused, is forgotten). Only without a full lock view: with one,
+// the lock watch says.
+func (r *Runner) learnedLocked(id sharding.ShardID, owner, refusedBy string) {
+	if r.fullView || int(id) >= r.cfg.NumShards {
+		return
+	}
+	if owner == "" || owner == refusedBy {
+		r.hints.forget(id, refusedBy)
+		return
+	}
+	if owner == r.cfg.ID {
+		return
+	}
+	if _, member := r.view.members[owner]; member {
+		r.hints.set(id, owner)
+	}
+}
+
+// ownerHintLocked names the runner this runner believes owns shard id, for
+// a sender it answers "not the owner": the lock's holder in its view, the
+// runner it handed the shard to, a hint, else the shard's assignee when
+// that is another member ("": none known).
+func (r *Runner) ownerHintLocked(id sharding.ShardID) string {
+	if l, held := r.view.locks.Get(id); held {
+		if m, ok := r.view.byLease[l.Lease]; ok {
+			return m.ID
+		}
+	}
+	if to := r.shards.at(id).movedTo; to != "" {
+		return to
+	}
+	if to, ok := r.hints.get(id); ok {
+		if _, member := r.view.members[to]; member {
+			return to
+		}
+	}
+	if !r.fullView {
+		if to := r.assigneeToTellLocked(id); to != "" {
+			return to
+		}
+	}
+	return ""
+}

@@ -1,0 +1,121 @@
+package runner
+
+import (
+	"context"
+	"sync"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Stuck shards: without a full lock view no watch shows a lock deleted —
+// except the lock of a shard whose acquisition's retry window ran out
+// (its holder is no live member that would hand it off or tell of its
+// release: a lease of no registered runner, a squatter). Each such lock is
+// watched on its own until the shard is acquired or no longer wanted, so
+// its deletion wakes the acquirer at once, as the lock watch did. At most
+// maxStuckWatches at once; beyond, the resync retries them.
+
+// maxStuckWatches bounds the locks of stuck shards watched at once.
+const maxStuckWatches = 256
+
+// stuckWatch is a request to watch shard id's lock from revision from
+// (start), or to stop watching it (stop).
+type stuckWatch struct {
+	id   sharding.ShardID
+	from storage.Revision
+	stop bool
+}
+
+// stuckWatches are the watched locks of stuck shards (guarded by
+// Runner.mu); the goroutines run in followStuck.
+type stuckWatches struct {
+	watched map[sharding.ShardID]bool
+	req     chan stuckWatch // to followStuck; buffered, never blocks a sender holding r.mu
+}
+
+func newStuckWatches() stuckWatches {
+	return stuckWatches{watched: make(map[sharding.ShardID]bool), req: make(chan stuckWatch, maxStuckWatches)}
+}
+
+// watchStuckLocked watches shard id's lock from revision from (the
+// holder's write, plus one), unless it is watched already, the runner has
+// a full lock view, or maxStuckWatches are watched.
+func (r *Runner) watchStuckLocked(id sharding.ShardID, from storage.Revision) {
+	if r.fullView || r.stuck.watched[id] || len(r.stuck.watched) >= maxStuckWatches {
+		return
+	}
+	select {
+	case r.stuck.req <- stuckWatch{id: id, from: from}:
+		r.stuck.watched[id] = true
+	default:
+	}
+}
+
+// unwatchStuckLocked stops watching shard id's lock (it was acquired, or is
+// no longer wanted here).
+func (r *Runner) unwatchStuckLocked(id sharding.ShardID) {
+	if !r.stuck.watched[id] {
+		return
+	}
+	select {
+	case r.stuck.req <- stuckWatch{id: id, stop: true}:
+		delete(r.stuck.watched, id)
+	default: // the watch ends at its next event, or with the run
+	}
+}
+
+// followStuck runs the watches of stuck shards' locks until ctx ends.
+func (r *Runner) followStuck(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cancels := make(map[sharding.ShardID]context.CancelFunc)
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-r.stuck.req:
+			if cancel := cancels[w.id]; cancel != nil {
+				cancel()
+				delete(cancels, w.id)
+			}
+			if w.stop {
+				continue
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			cancels[w.id] = cancel
+			wg.Go(func() { r.watchStuck(wctx, w.id, w.from) })
+		}
+	}
+}
+
+// watchStuck applies the events of shard id's lock from revision from
+// until ctx ends, the watch fails (the resync retries the shard) or the
+// shard is no longer stuck.
+func (r *Runner) watchStuck(ctx context.Context, id sharding.ShardID, from storage.Revision) {
+	defer func() {
+		r.mu.Lock()
+		delete(r.stuck.watched, id)
+		r.mu.Unlock()
+	}()
+	for resp := range r.store.WatchKey(ctx, storage.LockKey(id), from) {
+		if resp.Err != nil {
+			return
+		}
+		r.mu.Lock()
+		for _, ev := range resp.Events {
+			r.applyLockLocked(ev)
+		}
+		p := r.shards.at(id).pending
+		stuck := p != nil && r.assignedHereLocked(id)
+		r.mu.Unlock()
+		if !stuck {
+			return
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package runner
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/shardhost/shardhost/runner/internal/control"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// Without a full lock view, a new owner taking a shard over does not see
+// its old owner's lock change — a rewrite after the old owner re-attached
+// under the same lease (a new epoch: the takeover, at the old one, can
+// never be cut over), or a transfer whose notice this runner missed. So a
+// takeover that has not completed re-reads the lock every takeoverRecheck:
+// an acquisition attempt, which writes nothing while
+// the lock is held (it returns the holder, and the round restarts a
+// takeover whose lock changed), takes the lock if it was freed, and finds
+// it under this runner's lease if it was transferred.
+
+// takeoverRecheck is how long a takeover waits for its cutover before it
+// reads its lock again (and again after as long): the retry window,
+// between 1 s and 2 s (a takeover usually completes well within 1 s).
+func (r *Runner) takeoverRecheck() time.Duration {
+	return max(time.Second, min(r.cfg.AcquireRetryWindow, 2*time.Second))
+}
+
+// recheckTakeoverLocked adds shard id to the round's re-reads when its
+// takeover has waited takeoverRecheck since it started or was last
+// re-read, and asks for the shard to be decided again then.
+func (r *Runner) recheckTakeoverLocked(id sharding.ShardID, d *control.Decision, now time.Time, p *plan) {
+	x := r.shards.at(id)
+	if r.fullView || x.inbound == nil || x.pending == nil || d.TakeOver || d.Abort != "" {
+		return
+	}
+	every := r.takeoverRecheck()
+	since := x.inbound.Started()
+	if x.pending.checked.After(since) {
+		since = x.pending.checked
+	}
+	if now.Sub(since) >= every {
+		x.pending.checked = now
+		p.recheck = append(p.recheck, id)
+		since = now
+	}
+	r.retryLocked(id, since.Add(every))
+}
+
+// recheckTakeovers reads the locks of takeovers again (see above).
+func (r *Runner) recheckTakeovers(actx context.Context, gen uint64, leaseID storage.LeaseID, ids []sharding.ShardID) {
+	slices.Sort(ids)
+	cctx, cancel := r.opCtx(actx)
+	res, err := r.store.Acquire(cctx, leaseID, r.owner(), ids)
+	cancel()
+	if actx.Err() != nil || err != nil {
+		return // read again after takeoverRecheck
+	}
+	var rewrite []sharding.ShardID
+	r.mu.Lock()
+	if r.gen != gen || !r.mayOwnLocked() {
+		r.mu.Unlock()
+		return
+	}
+	for _, a := range res {
+		switch a.Status {
+		case storage.HeldElsewhere:
+			if a.Holder.Epoch > 0 {
+				r.applyLockPutLocked(a.Holder) // a changed lock restarts the takeover
+			}
+		case storage.Acquired:
+			r.installLocked(a.Shard, a.Epoch) // freed meanwhile
+		case storage.AlreadyOwned:
+			rewrite = append(rewrite, a.Shard) // transferred: never reuse an epoch we did not install
+		}
+	}
+	r.mu.Unlock()
+	if len(rewrite) > 0 {
+		r.rewrite(actx, gen, leaseID, rewrite)
+	}
+}
