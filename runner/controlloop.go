@@ -56,7 +56,6 @@ func (r *Runner) controlLoop(ctx context.Context) {
 	resync := time.NewTicker(r.cfg.ResyncInterval)
 	defer func() { timer.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
 	var storm control.StormGate
-	var settled settledCount
 	stopReq := r.stopReq
 	var handoffDeadline time.Time // while Shutdown hands shards off
 	for {
@@ -80,9 +79,6 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			continue
 		case <-r.rebalance:
 			departure, owns := r.viewChange()
-			if !owns && !r.fullView {
-				owns = settled.check(ctx, r)
-			}
 			if now, quiet := storm.Change(time.Now(), r.cfg.RebalanceDebounce, departure, owns); now {
 				debounce.Stop()
 				r.recompute()
@@ -118,34 +114,28 @@ func (r *Runner) viewChange() (departure, owns bool) {
 	return departure, r.shards.owned > 0 || r.clusterSettledLocked()
 }
 
-// clusterSettledLocked reports whether every shard is locked by a live
-// runner other than this one. O(shards), asked only by a runner that owns
-// nothing, once per membership change.
+// clusterSettledLocked reports whether this runner, owning nothing, joins
+// a settled cluster. With a full lock view: every shard is locked by a
+// live runner other than this one (O(shards), asked once per membership
+// change). Without one: every other member started settledAge or more
+// before this runner (their records' start times) — a cold start brings
+// runners that start together; a runner that joins later finds the others
+// long started. (Only the pace of the storm gate depends on it.)
 func (r *Runner) clusterSettledLocked() bool {
-	return r.view.locks.SettledElsewhere(r.lease, r.view.byLease)
-}
-
-// settledCount answers, without a view of every lock, whether the cluster
-// is settled for a runner that owns nothing (clusterSettledLocked): every
-// shard is locked — counted by the store, at most once per
-// settledCountEvery, since a cold start brings a membership change after
-// another to every runner.
-type settledCount struct {
-	at      time.Time
-	settled bool
-}
-
-// settledCountEvery is how long a count of the locks stands.
-const settledCountEvery = time.Second
-
-func (c *settledCount) check(ctx context.Context, r *Runner) bool {
-	if now := time.Now(); now.Sub(c.at) >= settledCountEvery {
-		cctx, cancel := context.WithTimeout(ctx, settledCountEvery)
-		n, err := r.store.Count(cctx, storage.KeyspaceShards)
-		cancel()
-		c.at, c.settled = now, err == nil && n >= r.cfg.NumShards
+	if r.fullView {
+		return r.view.locks.SettledElsewhere(r.lease, r.view.byLease)
 	}
-	return c.settled
+	self, ok := r.view.members[r.cfg.ID]
+	if !ok || len(r.view.members) < 2 {
+		return false
+	}
+	age := max(time.Second, 10*r.cfg.RebalanceDebounce)
+	for _, m := range r.view.members {
+		if m.ID != r.cfg.ID && m.Started.After(self.Started.Add(-age)) {
+			return false
+		}
+	}
+	return true
 }
 
 // resync is the safety net: every pending acquisition gets a fresh retry

@@ -466,8 +466,6 @@ type Lister interface {
 	// until ctx is done (then the channel is closed) or the watch fails
 	// (then one response with Err is sent and the channel is closed).
 	Watch(ctx context.Context, ks Keyspace, from Revision) <-chan WatchResponse
-	// Count returns how many keys ks holds, without reading them.
-	Count(ctx context.Context, ks Keyspace) (int, error)
 	// WatchKey is Watch for one key (relative to the namespace, e.g.
 	// LockKey(3)); the events' KV.Key is its name within its keyspace
 	// ("3").

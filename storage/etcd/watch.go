@@ -29,17 +29,6 @@ func (s *Store) List(ctx context.Context, ks storage.Keyspace) (storage.Snapshot
 	return snap, nil
 }
 
-// Count implements storage.Lister: a range that counts without reading.
-func (s *Store) Count(ctx context.Context, ks storage.Keyspace) (int, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(ctx, s.key(ks, ""), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return 0, fmt.Errorf("count %s: %w", ks, translate(err))
-	}
-	return int(resp.Count), nil
-}
-
 // Watch implements storage.Lister. The watch requires a leader: if the
 // member it is connected to loses its leader, the watch fails with
 // storage.ErrUnavailable instead of stalling.

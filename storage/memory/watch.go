@@ -31,22 +31,6 @@ func (s *Store) List(ctx context.Context, ks storage.Keyspace) (storage.Snapshot
 	return snap, nil
 }
 
-// Count implements storage.Lister (fault hooks: OpList).
-func (s *Store) Count(ctx context.Context, ks storage.Keyspace) (int, error) {
-	c, err := s.enter(ctx, OpList)
-	if err != nil {
-		return 0, fmt.Errorf("count %s: %w", ks, err)
-	}
-	defer c.mu.Unlock()
-	prefix, n := string(ks)+"/", 0
-	for k := range c.kvs {
-		if strings.HasPrefix(k, prefix) {
-			n++
-		}
-	}
-	return n, nil
-}
-
 // Watch implements storage.Lister.
 func (s *Store) Watch(ctx context.Context, ks storage.Keyspace, from storage.Revision) <-chan storage.WatchResponse {
 	ch := make(chan storage.WatchResponse)

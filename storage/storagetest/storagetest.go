@@ -57,7 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"TransferBatch", testTransferBatch},
 		{"Handoffs", testHandoffs},
 		{"HandoffsBatch", testHandoffsBatch},
-		{"NoticesAndCount", testNotices},
+		{"NoticesAreDeletedOnlyAsApplied", testNotices},
 		{"LeaseExpiryDeletesKeys", testLeaseExpiry},
 		{"WatchAfterListNoGaps", testWatchNoGaps},
 		{"WatchKeySeesThatKeyOnly", testWatchKey},
