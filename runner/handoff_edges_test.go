@@ -425,3 +425,55 @@ func TestCutoverCutShortByTheDetachInstantIsRetriedSoon(t *testing.T) {
 		}
 	})
 }
+
+// TestCutoverOfAShardDoesNotWaitForAnotherShardsDrain: shards handed off
+// together (a Shutdown hands both of a's over in one cutover) each go on
+// once their own drain ends: a shard whose entities are idle is owned by
+// its new owner while a handler of the other shard still runs on a (it
+// waited for the batch's slowest drain: a singleton's handover waited
+// for the 1 s handlers of other shards).
+func TestCutoverOfAShardDoesNotWaitForAnotherShardsDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		_, k, do := newWho()
+		recB := &recorder{}
+		a := start(t, c, nil, runner.Config{ID: "a", NumShards: 4, DrainTimeout: 10 * time.Second})
+		b := start(t, c, recB, runner.Config{ID: "b", NumShards: 4})
+		for _, r := range []*started{a, b} {
+			if err := r.Register(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 10*time.Second, "a and b own two shards each", func() bool { return len(a.Owned()) == 2 && len(b.Owned()) == 2 })
+		var slow, fast sharding.ShardID
+		first := true
+		for s := range a.Owned() {
+			if first {
+				slow, first = s, false
+			} else {
+				fast = s
+			}
+		}
+		busy := make(chan error, 1)
+		go func() {
+			_, err := do.Ask(t.Context(), a, idFor(slow, 4, "slow"), whoReq{Sleep: 2 * time.Second})
+			busy <- err
+		}()
+		synctest.Wait() // the slow handler runs on a
+		began := time.Now()
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.Shutdown(context.Background()) }()
+		waitFor(t, 10*time.Second, "b owns a's idle shard", func() bool { _, ok := b.Owned()[fast]; return ok })
+		if took := time.Since(began); took >= 2*time.Second {
+			t.Errorf("the idle shard was owned by b %v after the Shutdown began, not before the other shard's handler returned (2 s)", took)
+		}
+		if err := <-busy; err != nil {
+			t.Errorf("the slow handler's ask = %v, want served (its shard drains before it moves)", err)
+		}
+		if err := <-stopped; err != nil {
+			t.Errorf("Shutdown = %v", err)
+		}
+		waitFor(t, 10*time.Second, "b owns all", func() bool { return len(b.Owned()) == 4 })
+	})
+}

@@ -60,11 +60,13 @@ type cutoverItem struct {
 }
 
 // cutover is the old owner's side of the handoffs decided in one round:
-// stop admitting (senders wait), drain the shards concurrently, release
-// their entities and run ReleaseShard, then move the locks to their new
-// owners, one transaction per MaxShardsPerTxn shards, each shard's move
-// also deleting its handoff record. A shard whose move fails reopens here
-// (or is dropped when the outcome stays unknown).
+// stop admitting (senders wait) and drain the shards concurrently; each
+// shard goes on as soon as its own drain ends — release its entities, run
+// ReleaseShard, move its lock to its new owner — with the others whose
+// drains ended meanwhile (one transaction per MaxShardsPerTxn shards, each
+// shard's move also deleting its handoff record): a shard never waits for
+// the slow handlers of another. A shard whose move fails reopens here (or
+// is dropped when the outcome stays unknown).
 func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	r.mu.Lock()
 	actx, leaseID := r.attachCtx, r.lease
@@ -75,16 +77,43 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	}
 	start := time.Now()
 	r.startOutbound(items)
-	shards := make([]*shard, len(items))
-	for i, it := range items {
+	for _, it := range items {
 		r.log.Debug("handoff: cutting over", "shard", it.s.id, "to", it.h.To)
 		it.s.host.BeginCutover(it.h.To)
 		r.reminders.Pause(it.s.id, it.s.epoch)
-		shards[i] = it.s
 	}
 	drainStart := time.Now()
-	r.drain(actx, shards, ErrShardMoved)
-	items = r.abortBusy(gen, items, time.Since(drainStart))
+	drained := make(chan cutoverItem, len(items))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	dctx, cancel := r.drainContext(actx)
+	defer cancel()
+	for _, it := range items {
+		wg.Go(func() {
+			it.s.host.Drain(dctx, ErrShardMoved)
+			drained <- it
+		})
+	}
+	for left := len(items); left > 0; {
+		batch := []cutoverItem{<-drained} // the next shard drained, and every other drained meanwhile
+		for more := true; more; {
+			select {
+			case it := <-drained:
+				batch = append(batch, it)
+			default:
+				more = false
+			}
+		}
+		left -= len(batch)
+		r.finishCutover(gen, actx, leaseID, batch, start, time.Since(drainStart))
+	}
+}
+
+// finishCutover is the rest of a cutover for shards whose drains ended,
+// drained after drainedIn: reopen those with handlers still running, run
+// ReleaseShard, record their reminder progress, and move their locks.
+func (r *Runner) finishCutover(gen uint64, actx context.Context, leaseID storage.LeaseID, items []cutoverItem, start time.Time, drainedIn time.Duration) {
+	items = r.abortBusy(gen, items, drainedIn)
 	outboundEvent(items, tracing.EventDrained)
 	if r.cfg.ReleaseShard != nil {
 		var wg sync.WaitGroup

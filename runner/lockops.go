@@ -421,17 +421,24 @@ func (r *Runner) drain(ctx context.Context, shards []*shard, cause error) {
 	if len(shards) == 0 {
 		return
 	}
-	dctx, cancel := r.boundedCtx(ctx, r.cfg.DrainTimeout)
+	dctx, cancel := r.drainContext(ctx)
 	defer cancel()
-	if sctx := r.shutdownContext(); sctx != nil {
-		stop := context.AfterFunc(sctx, cancel)
-		defer stop()
-	}
 	var wg sync.WaitGroup
 	for _, s := range shards {
 		wg.Go(func() { s.host.Drain(dctx, cause) })
 	}
 	wg.Wait()
+}
+
+// drainContext bounds a drain: by DrainTimeout, the detach instant and,
+// during Shutdown, its context.
+func (r *Runner) drainContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := r.boundedCtx(ctx, r.cfg.DrainTimeout)
+	if sctx := r.shutdownContext(); sctx != nil {
+		stop := context.AfterFunc(sctx, cancel)
+		return dctx, func() { stop(); cancel() }
+	}
+	return dctx, cancel
 }
 
 // writeProgress writes, fenced by their epochs, the final reminder
