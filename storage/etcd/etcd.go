@@ -9,7 +9,7 @@
 //
 // # Calls that keep a runner attached
 //
-// KeepAliveOnce, Verify, LeaseKeys and Ping do not go through the client's balancer,
+// KeepAliveOnce, Verify, LeaseKeys, ReadShardStates and Ping do not go through the client's balancer,
 // which keeps sending some of the requests to a black-holed
 // member until gRPC keepalive drops its connection, about 12 s later (see
 // [ClientConfig]). The store dials one connection per endpoint of the

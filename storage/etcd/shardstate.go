@@ -13,7 +13,7 @@ import (
 
 // Per-shard state (storage.ShardStates): a read is one read-only
 // transaction of two range reads per shard (its reminders and remembered
-// entities); a write is, per shard, a nested transaction that applies the
+// entities), hedged across the members (see Store); a write is, per shard, a nested transaction that applies the
 // shard's operations and puts its order key if its lock is at the write's
 // epoch and the order key at the revision expected (storage.StateOrder),
 // else reads both.
@@ -35,7 +35,12 @@ func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID) 
 		}
 		cctx, cancel := s.ctx(ctx)
 		defer cancel()
-		resp, err := s.cli.Txn(cctx).Then(ops...).Commit()
+		// Read-only: hedged across members like a renewal (one slow
+		// member must not hold back a shard's reminders and remembered
+		// entities after its install).
+		resp, err := hedged(cctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*clientv3.TxnResponse, error) {
+			return m.kv.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+		})
 		if err != nil {
 			return fmt.Errorf("read the state of %d shards: %w", hi-lo, translate(err))
 		}
