@@ -352,3 +352,51 @@ func TestRoutingByAssignment(t *testing.T) {
 		t.Errorf("Learned calls %v, want the refusal of c naming elsewhere first", a.dir.learned)
 	}
 }
+
+// notOwnerForever answers every request "not the owner", naming itself.
+type notOwnerForever struct {
+	id    string
+	calls atomic.Int64
+}
+
+func (h *notOwnerForever) Deliver(_ context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, func()) {
+	h.calls.Add(1)
+	return &transport.DeliverResponse{Code: transport.CodeNotOwner, OwnerHint: h.id, Shard: req.Shard}, func() {}
+}
+
+func (h *notOwnerForever) Hot(uint32, int) []transport.EntityRef { return nil }
+
+// TestPeerAnsweringNotOwnerForeverCostsBoundedRetries: a runner the
+// assignment names that answers "not the owner" forever, naming itself,
+// gets attempts paced by the back-off (never a loop) until the caller's
+// context ends, and the sender forgets it as a hint.
+func TestPeerAnsweringNotOwnerForeverCostsBoundedRetries(t *testing.T) {
+	network := transport.NewInmemNetwork()
+	a := newNode(t, network, "a:1", 0, false, 10)
+	hostile := &notOwnerForever{id: "h"}
+	ht := network.Transport("h:1")
+	if _, err := ht.Listen(hostile); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ht.Close(0) })
+	a.dir.byAssign = true
+	a.dir.assignee = &storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "h", Address: "h:1"}, Lease: 9}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := incr.Ask(ctx, a.router, "w", 1)
+	var no *hosting.NotOwnerError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &no) {
+		t.Fatalf("ask of a shard whose assignee refuses forever = %v, want the deadline with the last NotOwner", err)
+	}
+	// The back-off grows to 250 ms: about a dozen attempts in a second.
+	if n := hostile.calls.Load(); n < 2 || n > 25 {
+		t.Errorf("%d attempts at the refusing runner in 1 s, want a paced few", n)
+	}
+	a.dir.mu.Lock()
+	defer a.dir.mu.Unlock()
+	for _, l := range a.dir.learned {
+		if l != "h<-h" {
+			t.Errorf("Learned %q, want only h naming itself (a hint to forget)", l)
+		}
+	}
+}

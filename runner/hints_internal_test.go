@@ -1,0 +1,66 @@
+package runner
+
+import (
+	"testing"
+
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
+)
+
+// TestOwnerHintsFollowAnswersAndStayBounded: without a full lock view, a
+// "not the owner" answer naming a member routes the shard's later sends
+// there; one naming an unknown runner, this runner or the refusing runner
+// itself is no hint (the latter forgets the hint naming it); the table
+// keeps at most maxOwnerHints, forgetting its oldest first.
+func TestOwnerHintsFollowAnswersAndStayBounded(t *testing.T) {
+	r := attachedRunner(t, 100,
+		storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Address: "x:1", Incarnation: "x1"}, Lease: 101},
+		storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "y", Address: "y:1", Incarnation: "y1"}, Lease: 102})
+	d := routingDir{r}
+	route := func(id sharding.ShardID) string {
+		m, ok := d.Route(id)
+		if !ok {
+			return ""
+		}
+		return m.ID
+	}
+	d.Learned(1, "x", "y")
+	if got := route(1); got != "x" {
+		t.Fatalf("after y named x: route = %q, want x", got)
+	}
+	d.Learned(1, "ghost", "x") // an unknown runner: no hint, x's stays
+	d.Learned(1, "me", "x")    // this runner: no hint
+	if got := route(1); got != "x" {
+		t.Fatalf("after hints naming no member: route = %q, want x still", got)
+	}
+	d.Learned(1, "x", "x") // x refuses, naming itself: forgotten
+	if got := route(1); got != "" {
+		t.Fatalf("after x refused naming itself: route = %q, want none (the assignment decides)", got)
+	}
+	d.Learned(2, "y", "x")
+	d.Learned(2, "", "y") // y refuses without a hint: forgotten
+	if got := route(2); got != "" {
+		t.Fatalf("after y refused without a hint: route = %q, want none", got)
+	}
+
+	for i := range maxOwnerHints + 10 {
+		d.Learned(sharding.ShardID(i%4)+4, "x", "y") // a few shards, hinted over and over
+		r.mu.Lock()
+		r.hints.set(sharding.ShardID(1000+i), "y")
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.hints.m); n > maxOwnerHints {
+		t.Errorf("%d hints kept, want at most %d", n, maxOwnerHints)
+	}
+	if _, ok := r.hints.get(1000); ok {
+		t.Error("the oldest hint is kept in a full table")
+	}
+	if _, ok := r.hints.get(sharding.ShardID(1000 + maxOwnerHints + 9)); !ok {
+		t.Error("the newest hint is not kept")
+	}
+	if len(r.hints.order) > 2*maxOwnerHints+1 {
+		t.Errorf("the hints' order holds %d entries, want it compacted", len(r.hints.order))
+	}
+}
