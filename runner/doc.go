@@ -113,10 +113,12 @@
 // not to the size of the cluster:
 //
 //   - Events become dirty shards in one place: a lock or handoff record
-//     that concerns this runner changed (watch), an operation on a shard
-//     finished, a per-shard timer fired (acquire retry, HandoffWait, a
-//     takeover's back-off). Other runners' locks update the routing view
-//     only; their values are not even decoded.
+//     that concerns this runner changed (its notices, the handoff records
+//     addressed to it, a member's lease that ended, its own calls'
+//     results), an operation on a shard finished, a per-shard timer fired
+//     (acquire retry, HandoffWait, a takeover's back-off). Changes of
+//     other shards do not reach it (with Config.FullLockView, every lock
+//     reaches it, and other runners' locks update its routing view only).
 //   - A round decides each dirty shard once, with one small function per
 //     concern: acquire it (free, or held by a dead incarnation), take it
 //     over by handoff (held by a live runner), abandon a takeover, hand it
@@ -142,9 +144,11 @@
 // for a runner that owns nothing), so it never hands
 // shards towards a runner while its own view is still changing; runners
 // starting together therefore take their final shards directly. A runner
-// that owns nothing but joins a cluster whose every shard is already
-// locked by a live runner follows the owners' rule (one debounce): no cold
-// start is under way, and it can only take shards by handoff. An
+// that owns nothing but joins a settled cluster — every other member
+// started at least max(1 s, 10 x RebalanceDebounce) before it (with
+// Config.FullLockView: every shard is locked by a live runner) — follows
+// the owners' rule (one debounce): no cold start is under way, and it can
+// only take shards by handoff. An
 // isolated departure (a runner's lease ended after a quiet period) is acted
 // on at once: its shards are free.
 //
@@ -275,10 +279,24 @@
 //
 // # Routing and delivery
 //
-// Send's contract — admission, routing by the actual lock owner, which
-// failures it retries, at most once per call, and the idempotent methods
-// that are sent again — is stated once, on Runner.Send. A ClientOnly
-// runner routes without hosting anything.
+// Send's contract — admission, routing, which failures it retries, at most
+// once per call, and the idempotent methods that are sent again — is
+// stated once, on Runner.Send. A ClientOnly runner routes without hosting
+// anything.
+//
+// A runner watches the membership and its own keys, not every shard's
+// lock (Config.FullLockView keeps the lock watch, for a gateway that
+// wants it). It sends a shard's messages to, in order: itself when it
+// owns the shard; the runner it just handed the shard to; the holder of
+// the lock when it knows it (a shard it owns, acquires or takes over); the
+// owner another runner named in its last "not the owner" answer for the
+// shard (a bounded table of hints); else the runner the assignment names
+// — every runner, ClientOnly ones too, computes it from the membership,
+// with the strategy the cluster record names. In a settled cluster the
+// assignee is the owner: one hop. While a shard moves, the assignee that
+// does not own it yet answers "not the owner" naming the old owner (one
+// more hop, remembered as a hint), and the old owner, once it has handed
+// the shard off, names the new one.
 //
 // A Ref (Runner.Ref) is a sender's handle on one entity: a call through it
 // keeps Send's contract whole and, while the entity is resident here,
@@ -292,36 +310,29 @@
 // before sending (a refused port at once; a connection that does not come,
 // as to a black-holed host, within ConnectTimeout) and are retried with
 // back-off, at most 250 ms (±50 %) apart, and at every routing change;
-// (2) for another runner to acquire the shard (a watch event and an acquire
-// transaction: tens of milliseconds). A wait for a connection to the gone
-// owner is abandoned as soon as the shard's route changes (its lock moved
-// or deleted, its record gone) — never sent — and the back-off restarts
-// from 5 ms. As soon as this runner's views show the shard with no live
-// owner (lock deleted, or its holder's record gone) and the assignment
-// names another runner — a ClientOnly runner computes the assignment too,
-// with the strategy the cluster record names when it is a built-in one
-// (else its own Config.Strategy) — the ask is sent to that assignee, which
-// holds it (parks it) while it acquires the shard and delivers it the
-// moment the shard is installed there: the ask does not wait for this
-// runner's lock watch to show the new lock, nor retry a NotOwner from an
-// owner not installed yet. The assignee answers NotOwner instead (nothing
-// ran; retried at the next back-off step, following its hint) when it
-// cannot serve the shard: not acquiring it (the shard went elsewhere, or
-// its own views lag this runner's by more than a second — the ask names
-// the revisions of this runner's views, and an assignee that has not seen
-// as much yet waits up to a second for its watches to catch up before it
-// decides), its lock held by another live runner, its
-// acquisition's retry window ended, a detach or a stop, 256 asks already
-// parked on the shard or MaxWaitingSends on the runner; and after
-// AcquireRetryWindow, or 50 ms before the ask's deadline. An ask with less
-// than 100 ms left is not sent to an assignee. (3) Otherwise, or when the
-// assignee refused, the ask waits for this runner's lock watch to show the
-// new owner, to which it is sent at once. An ask parked at an assignee
-// that crashes meanwhile fails like any ask in flight. An ask already sent to the crashed
-// owner is not withdrawn (it may have run): it fails with ErrMaybeDelivered
-// when its connection breaks (at once for a closed port, after gRPC's
-// keepalive — up to about 12 s — for a black-holed host) or when its context
-// ends. Figures: BENCHMARKS.md, "first ask after a crash".
+// (2) for another runner to acquire the shard: the membership watch shows
+// the record gone, which every runner takes as the crashed runner's locks
+// gone too (one revision deletes both), and its assignee acquires at once.
+// A wait for a connection to the gone owner is abandoned as soon as the
+// shard's route changes — never sent — and the back-off restarts from
+// 5 ms. The ask then goes to the shard's new assignee, which holds it
+// (parks it) while it acquires the shard and delivers it the moment the
+// shard is installed there. The assignee answers "not the owner" instead
+// (nothing ran; retried at the next back-off step, following its hint)
+// when it cannot serve the shard: not acquiring it (the shard went
+// elsewhere, or its own membership view lags the sender's by more than a
+// second — the ask names the revision of the sender's view, and an
+// assignee that has not seen as much yet waits up to a second for its
+// watch to catch up before it decides), its lock held by another live
+// runner, its acquisition's retry window ended, a detach or a stop, 256
+// asks already parked on the shard or MaxWaitingSends on the runner; and
+// after AcquireRetryWindow, or 50 ms before the ask's deadline. An ask
+// parked at an assignee that crashes meanwhile fails like any ask in
+// flight. An ask already sent to the crashed owner is not withdrawn (it
+// may have run): it fails with ErrMaybeDelivered when its connection
+// breaks (at once for a closed port, after gRPC's keepalive — up to about
+// 12 s — for a black-holed host) or when its context ends. Figures:
+// BENCHMARKS.md, "first ask after a crash".
 //
 // # Sending from a handler
 //

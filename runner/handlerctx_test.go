@@ -111,9 +111,10 @@ func TestRemoteHandlerContextCarriesCallerDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "the gateway routes to the owner", func() bool {
+	waitFor(t, 10*time.Second, "the gateway routes to the owner, which owns the shard", func() bool {
 		o, _ := gw.OwnerOf(sharding.ShardOf("e", 4))
-		return o == "owner"
+		_, owned := owner.Owned()[sharding.ShardOf("e", 4)]
+		return o == "owner" && owned
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

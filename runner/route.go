@@ -27,11 +27,12 @@ import (
 // with the error Run failed with, if any). A queued ask whose ctx ends
 // before its handler starts is not run either.
 //
-// Routing follows the actual lock owner in this runner's watch of the shard
-// locks: local delivery when this runner owns the shard at its current
-// epoch, otherwise one hop to the owner (which never forwards); with no
-// live owner known, one hop to the runner the assignment names, which
-// holds the call until it owns the shard or answers NotOwner (the package
+// Routing follows what this runner knows of the shard's owner (the package
+// doc, "Routing and delivery", says in which order): local delivery when
+// this runner owns the shard at its current epoch, otherwise one hop to
+// the owner it knows of (which never forwards), else to the runner the
+// assignment names, which holds the call while it acquires the shard or
+// answers NotOwner naming the owner it knows of (the package
 // doc, "Routing and delivery", says for how long). Send
 // retries, with jittered exponential backoff and a wake-up on every routing
 // change, exactly the failures that guarantee the message reached no
