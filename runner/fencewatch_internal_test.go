@@ -57,3 +57,41 @@ func TestFencedWriteDropsTheShard(t *testing.T) {
 		t.Error("shard 2 dropped by a refusal that says nothing about its lock")
 	}
 }
+
+// TestRewriteOfAnInstalledShardReinstallsIt: an acquisition attempt that
+// finds a lock already under this runner's lease rewrites it (a new epoch)
+// before installing it; when the shard was installed meanwhile (a
+// transfer's notice raced with the call), the rewrite killed the epoch it
+// is hosted at, so it is dropped and installed again at the new epoch —
+// never left serving at a dead epoch, where every fenced write fails (the
+// simulation's reminders of such a shard never fired again).
+func TestRewriteOfAnInstalledShardReinstallsIt(t *testing.T) {
+	r := attachedRunner(t, 0)
+	ctx := t.Context()
+	l, err := r.store.Grant(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.store.Acquire(ctx, l.ID, r.owner(), []sharding.ShardID{3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.lease = l.ID
+	r.installWithLocked(3, res[0].Epoch, entity.ActivateNew, nil)
+	r.mu.Unlock()
+	rw, err := r.store.Rewrite(ctx, l.ID, r.owner(), []sharding.ShardID{3}) // the rewrite that raced with the install
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.installRewrittenLocked(rw)
+	s := r.shards.owner(3)
+	r.mu.Unlock()
+	if s == nil || s.epoch <= res[0].Epoch {
+		t.Fatalf("after the rewrite the shard is hosted at %v, want a new epoch above %d", s, res[0].Epoch)
+	}
+	if _, err := (fenceWatch{r.store, r}).WriteCheckpoint(ctx, 3, "x", s.epoch, storage.AnyRevision, []byte("v")); err != nil {
+		t.Fatalf("a write at the hosted epoch = %v, want it accepted", err)
+	}
+}

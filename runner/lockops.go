@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"slices"
 	"strings"
@@ -118,10 +119,23 @@ func (r *Runner) rewrite(actx context.Context, gen uint64, leaseID storage.Lease
 	if r.gen != gen || !r.mayOwnLocked() {
 		return
 	}
+	r.installRewrittenLocked(res)
+}
+
+// installRewrittenLocked installs the locks a Rewrite gave new epochs.
+func (r *Runner) installRewrittenLocked(res []storage.AcquireResult) {
 	for _, a := range res {
-		if a.Status == storage.Acquired {
-			r.installLocked(a.Shard, a.Epoch)
+		if a.Status != storage.Acquired {
+			continue
 		}
+		if s := r.shards.owner(a.Shard); s != nil && s.epoch < a.Epoch {
+			// Installed meanwhile (a transfer's notice raced with this
+			// call) at the epoch the rewrite just killed: it must not
+			// serve on at a dead epoch (every fenced write would fail).
+			r.lockLostLocked(a.Shard, fmt.Sprintf("rewritten at epoch %d by this runner, which had installed it at epoch %d meanwhile", a.Epoch, s.epoch))
+			r.flushLostLocked()
+		}
+		r.installLocked(a.Shard, a.Epoch)
 	}
 }
 

@@ -50,6 +50,15 @@ func (r *Runner) recheckTakeoverLocked(id sharding.ShardID, d *control.Decision,
 
 // recheckTakeovers reads the locks of takeovers again (see above).
 func (r *Runner) recheckTakeovers(actx context.Context, gen uint64, leaseID storage.LeaseID, ids []sharding.ShardID) {
+	r.mu.Lock()
+	ids = slices.DeleteFunc(ids, func(id sharding.ShardID) bool { // completed meanwhile
+		x := r.shards.at(id)
+		return x.own != nil || x.inbound == nil
+	})
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
 	slices.Sort(ids)
 	cctx, cancel := r.opCtx(actx)
 	res, err := r.store.Acquire(cctx, leaseID, r.owner(), ids)
@@ -70,7 +79,7 @@ func (r *Runner) recheckTakeovers(actx context.Context, gen uint64, leaseID stor
 				r.applyLockPutLocked(a.Holder) // a changed lock restarts the takeover
 			}
 		case storage.Acquired:
-			r.installLocked(a.Shard, a.Epoch) // freed meanwhile
+			r.installLocked(a.Shard, a.Epoch) // freed meanwhile (a lock we just created: not installed here)
 		case storage.AlreadyOwned:
 			rewrite = append(rewrite, a.Shard) // transferred: never reuse an epoch we did not install
 		}
