@@ -2,8 +2,8 @@ package runner
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
