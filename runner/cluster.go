@@ -65,21 +65,25 @@ func (r *Runner) followRunners(ctx context.Context) {
 		}
 		r.mu.Lock()
 		before := len(r.view.members)
-		leasesBefore := r.liveLeasesLocked()
+		var d memberDelta
 		if u.Reset {
+			for _, m := range r.view.members {
+				d.left(m)
+			}
 			clear(r.view.members)
+			clear(r.view.byLease)
 			r.forgetBadKeysLocked(storage.KeyspaceRunners)
 			own := false
 			for _, kv := range u.KVs {
 				own = own || kv.Key == r.cfg.ID
-				r.applyRunnerLocked(storage.EventPut, kv)
+				r.applyRunnerLocked(storage.EventPut, kv, &d)
 			}
 			if !own {
 				r.reg.Observe(registration.Observation{Rev: u.Revision})
 			}
 		}
 		for _, ev := range u.Events {
-			r.applyRunnerLocked(ev.Type, ev.KV)
+			r.applyRunnerLocked(ev.Type, ev.KV, &d)
 		}
 		r.view.membersSeen = true
 		r.view.seen.Runners = max(r.view.seen.Runners, u.Revision)
@@ -88,13 +92,18 @@ func (r *Runner) followRunners(ctx context.Context) {
 		if len(r.view.members) < before {
 			r.view.departed = true // a runner left: its shards are free at once
 		}
-		live := r.rebuildByLeaseLocked()
 		if !r.fullView {
-			r.leasesEndedLocked(leasesBefore, storage.Epoch(u.Revision))
+			r.leasesEndedLocked(d.gone, storage.Epoch(u.Revision))
+		}
+		var live map[string]bool
+		if d.addrGone { // O(members), only when an address left
+			live = r.liveAddressesLocked()
 		}
 		r.wakeAllParkedLocked() // a lock's holder may have come or gone
 		r.mu.Unlock()
-		r.net.Forget(live)
+		if live != nil {
+			r.net.Forget(live)
+		}
 		if u.Reset { // a good listing ends the streak of failed watches and listings
 			r.storageResult("watch runners", nil)
 		}
@@ -103,37 +112,38 @@ func (r *Runner) followRunners(ctx context.Context) {
 	})
 }
 
-// liveLeasesLocked returns the leases of the members in the view (nil
-// with a full lock view: the lock watch shows the locks they held go).
-func (r *Runner) liveLeasesLocked() []storage.LeaseID {
-	if r.fullView {
-		return nil
+// memberDelta is what one update of the membership view took away: the
+// leases of members that left or changed lease, and whether an address
+// left. Its work is proportional to the members that changed, not to the
+// membership (a cold start of R runners brings R updates to every runner).
+type memberDelta struct {
+	gone     map[storage.LeaseID]bool
+	addrGone bool
+}
+
+// left records that member m (as it was) left the view or changed.
+func (d *memberDelta) left(m storage.Runner) {
+	if d.gone == nil {
+		d.gone = make(map[storage.LeaseID]bool)
 	}
-	out := make([]storage.LeaseID, 0, len(r.view.byLease))
-	for l := range r.view.byLease {
-		out = append(out, l)
-	}
-	return out
+	d.gone[m.Lease] = true
+	d.addrGone = d.addrGone || m.Address != ""
 }
 
 // leasesEndedLocked applies, without a lock watch, what a member's lease
-// that left the view (before: the leases before the update) means for the
+// that left the view (gone: the leases of members that left or changed) means for the
 // locks this runner knows under it: a runner record and the locks of its
 // lease are deleted together when the lease ends (expiry or revocation),
 // so each is taken as deleted at rev (the acquirer wakes at once). A lease
 // that left the view without ending (its runner re-registered under a new
 // one) leaves locks behind: the acquisition finds them held and retries.
-func (r *Runner) leasesEndedLocked(before []storage.LeaseID, rev storage.Epoch) {
-	var gone map[storage.LeaseID]bool
-	for _, l := range before {
-		if _, live := r.view.byLease[l]; !live && l != r.lease {
-			if gone == nil {
-				gone = make(map[storage.LeaseID]bool)
-			}
-			gone[l] = true
+func (r *Runner) leasesEndedLocked(gone map[storage.LeaseID]bool, rev storage.Epoch) {
+	for l := range gone {
+		if _, live := r.view.byLease[l]; live || l == r.lease {
+			delete(gone, l) // a member still holds it (re-registered under it)
 		}
 	}
-	if gone == nil {
+	if len(gone) == 0 {
 		return
 	}
 	var ids []sharding.ShardID
@@ -148,12 +158,23 @@ func (r *Runner) leasesEndedLocked(before []storage.LeaseID, rev storage.Epoch) 
 	}
 }
 
-func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
+func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue, d *memberDelta) {
 	if kv.Key == r.cfg.ID { // our own record: guarded (internal/registration)
 		r.reg.Observe(registration.Observation{Exists: t == storage.EventPut, KV: kv, Rev: kv.ModRevision})
 	}
-	if t == storage.EventDelete {
+	old, was := r.view.members[kv.Key]
+	drop := func() {
+		if !was {
+			return
+		}
 		delete(r.view.members, kv.Key)
+		if m, ok := r.view.byLease[old.Lease]; ok && m.ID == old.ID {
+			delete(r.view.byLease, old.Lease)
+		}
+		d.left(old)
+	}
+	if t == storage.EventDelete {
+		drop()
 		r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
 		return
 	}
@@ -163,14 +184,18 @@ func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue) {
 	}
 	if err != nil {
 		// Not a member: it gets no shards.
-		delete(r.view.members, kv.Key)
+		drop()
 		if kv.Key != r.cfg.ID {
 			r.badKeyLocked(storage.KeyspaceRunners, kv.Key, "ignoring a runner record that is no live registration", err)
 		}
 		return
 	}
 	r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
+	if was && (old.Lease != rec.Lease || old.Address != rec.Address) {
+		drop()
+	}
 	r.view.members[kv.Key] = rec
+	r.view.byLease[rec.Lease] = rec
 	if rec.Stopped {
 		r.view.stopped.add(kv.Lease)
 	}

@@ -210,13 +210,20 @@ func (rc receiver) Hot(shard uint32, limit int) []transport.EntityRef {
 	return rc.r.router.Receiver().Hot(shard, limit)
 }
 
-// rebuildByLeaseLocked indexes the members by lease and drops connections
-// to addresses that left.
+// rebuildByLeaseLocked indexes the members by lease (tests set members
+// directly) and returns the live addresses.
 func (r *Runner) rebuildByLeaseLocked() map[string]bool {
 	clear(r.view.byLease)
-	live := make(map[string]bool, len(r.view.members))
 	for _, m := range r.view.members {
 		r.view.byLease[m.Lease] = m
+	}
+	return r.liveAddressesLocked()
+}
+
+// liveAddressesLocked returns the members' transport addresses.
+func (r *Runner) liveAddressesLocked() map[string]bool {
+	live := make(map[string]bool, len(r.view.members))
+	for _, m := range r.view.members {
 		if m.Address != "" {
 			live[m.Address] = true
 		}
