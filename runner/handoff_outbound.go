@@ -95,19 +95,29 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 		})
 	}
 	for left := len(items); left > 0; {
-		batch := []cutoverItem{<-drained} // the next shard drained, and every other drained meanwhile
-		for more := true; more; {
+		// The next shard drained, and every other that drains within
+		// cutoverGather of it (drains of idle shards end together: one
+		// transfer for them all).
+		batch := []cutoverItem{<-drained}
+		gather := time.NewTimer(cutoverGather)
+		for more := len(batch) < left; more; {
 			select {
 			case it := <-drained:
 				batch = append(batch, it)
-			default:
+				more = len(batch) < left
+			case <-gather.C:
 				more = false
 			}
 		}
+		gather.Stop()
 		left -= len(batch)
 		r.finishCutover(gen, actx, leaseID, batch, start, time.Since(drainStart))
 	}
 }
+
+// cutoverGather is how long a cutover waits, after a shard's drain ended,
+// for other shards' drains before it moves their locks together.
+const cutoverGather = 2 * time.Millisecond
 
 // finishCutover is the rest of a cutover for shards whose drains ended,
 // drained after drainedIn: reopen those with handlers still running, run

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -18,21 +19,30 @@ import (
 // maxOwnerHints bounds the owner hints a runner keeps.
 const maxOwnerHints = 4096
 
-// ownerHints is the owner hints, by shard (guarded by Runner.mu); a full
-// table forgets its oldest hint first.
+// ownerHints is the owner hints, by shard, with a lock of their own (a
+// remote send reads them and records its reply's owner, without the
+// runner's lock); a full table forgets its oldest hint first.
 type ownerHints struct {
+	mu    sync.Mutex
 	m     map[sharding.ShardID]string
 	order []sharding.ShardID // shards hinted, oldest first (some forgotten since)
 }
 
 // get returns the runner hinted as shard id's owner.
 func (h *ownerHints) get(id sharding.ShardID) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	owner, ok := h.m[id]
 	return owner, ok
 }
 
 // set hints owner as shard id's owner.
 func (h *ownerHints) set(id sharding.ShardID, owner string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur, ok := h.m[id]; ok && cur == owner {
+		return // most replies confirm what is known: no write
+	}
 	if h.m == nil {
 		h.m = make(map[sharding.ShardID]string)
 	}
@@ -52,28 +62,39 @@ func (h *ownerHints) set(id sharding.ShardID, owner string) {
 // forget drops the hint of shard id if it names owner ("": whatever it
 // names).
 func (h *ownerHints) forget(id sharding.ShardID, owner string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if cur, ok := h.m[id]; ok && (owner == "" || cur == owner) {
 		delete(h.m, id)
 	}
 }
 
-// learnedLocked records what a send learned of shard id's owner (routing
-// calls it through routingDir.Learned): a runner answered "not the owner"
-// naming owner, or refused without a hint (owner "": the hint naming that
-// runner, refused, is forgotten). Only without a full lock view: with one,
-// the lock watch says.
-func (r *Runner) learnedLocked(id sharding.ShardID, owner, refusedBy string) {
-	if r.fullView || int(id) >= r.cfg.NumShards {
+// learned records what a send learned of shard id's owner (routing calls
+// it through routingDir.Learned): a runner answered "not the owner" naming
+// owner, or refused without a hint (owner "": the hint naming that runner,
+// refused, is forgotten), or owner answered the send (refusedBy ""). A
+// runner whose replies came last is kept as the shard's owner when the
+// assignment changes, until it hands the shard off (it then names the new
+// owner): sends keep going to the owner, not to an assignee that does not
+// own the shard yet. Only without a full lock view: with one, the lock
+// watch says. A hint names a member; routing checks again that it still
+// is one.
+func (r *Runner) learned(id sharding.ShardID, owner, refusedBy string) {
+	if r.fullView || int(id) >= r.cfg.NumShards || owner == r.cfg.ID {
 		return
 	}
 	if owner == "" || owner == refusedBy {
 		r.hints.forget(id, refusedBy)
 		return
 	}
-	if owner == r.cfg.ID {
+	if refusedBy == "" { // a reply: the sender routed there, a member
+		r.hints.set(id, owner)
 		return
 	}
-	if _, member := r.view.members[owner]; member {
+	r.mu.Lock()
+	_, member := r.view.members[owner]
+	r.mu.Unlock()
+	if member {
 		r.hints.set(id, owner)
 	}
 }

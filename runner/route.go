@@ -99,13 +99,10 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 func (d routingDir) ByAssignment() bool { return !d.r.fullView }
 
 // Learned records what a send learned of shard id's owner: refusedBy
-// answered "not the owner" naming owner ("" when it named none). It
-// routes later sends (hints.go).
+// answered "not the owner" naming owner ("" when it named none), or owner
+// answered it (refusedBy ""). It routes later sends (hints.go).
 func (d routingDir) Learned(id sharding.ShardID, owner, refusedBy string) {
-	r := d.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.learnedLocked(id, owner, refusedBy)
+	d.r.learned(id, owner, refusedBy)
 }
 
 // Assignee returns the member shard id is assigned to in this runner's

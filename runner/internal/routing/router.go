@@ -49,7 +49,9 @@ type Directory interface {
 	// known owner usually goes, whatever time its caller has left.
 	ByAssignment() bool
 	// Learned records what a send learned of shard id's owner: refusedBy
-	// answered "not the owner" naming owner ("" when it named none).
+	// answered "not the owner" naming owner ("" when it named none), or
+	// owner answered the send (refusedBy ""). Called only when
+	// ByAssignment.
 	Learned(id sharding.ShardID, owner, refusedBy string)
 	// Park waits, for a request received for shard id, while this runner
 	// acquires the shard (bounded by ctx and by the directory's own

@@ -326,7 +326,8 @@ func TestWireMappingKeepsTypedErrors(t *testing.T) {
 // TestRoutingByAssignment: a runner that routes by the assignment (no view
 // of every lock) sends to the assignee whatever time its caller has left —
 // the assignee is the shard's usual owner, not a last resort — and tells
-// its directory the owner a refusing runner named.
+// its directory who answered as the owner, and the owner a refusing runner
+// named.
 func TestRoutingByAssignment(t *testing.T) {
 	network := transport.NewInmemNetwork()
 	a := newNode(t, network, "a:1", 0, false, 10)
@@ -348,8 +349,8 @@ func TestRoutingByAssignment(t *testing.T) {
 	_, _ = incr.Ask(ctx2, a.router, "z", 1)
 	a.dir.mu.Lock()
 	defer a.dir.mu.Unlock()
-	if len(a.dir.learned) == 0 || a.dir.learned[0] != "elsewhere<-c" {
-		t.Errorf("Learned calls %v, want the refusal of c naming elsewhere first", a.dir.learned)
+	if len(a.dir.learned) < 2 || a.dir.learned[0] != "b<-" || a.dir.learned[1] != "elsewhere<-c" {
+		t.Errorf("Learned calls %v, want b's reply (it owns the shard), then the refusal of c naming elsewhere", a.dir.learned)
 	}
 }
 

@@ -105,7 +105,9 @@ func (r *Router) sendSlow(ctx context.Context, k *hosting.Kind, h *entity.Handle
 			if no.OwnerHint != "" && no.OwnerHint != r.cfg.RunnerID {
 				a.hint = no.OwnerHint
 			}
-			r.dir.Learned(id, no.OwnerHint, a.dest)
+			if r.dir.ByAssignment() {
+				r.dir.Learned(id, no.OwnerHint, a.dest)
+			}
 		}
 		if a.assignee != "" {
 			a.refused = a.assignee
@@ -266,6 +268,9 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 	}
 	if err, retry := ResponseError(owner.ID, req, resp); err != nil {
 		return nil, err, !retry
+	}
+	if resp.Epoch != 0 && r.dir.ByAssignment() {
+		r.dir.Learned(a.id, owner.ID, "") // it owns the shard: route there until it names another
 	}
 	if h.OneWay() {
 		return nil, nil, true
