@@ -113,6 +113,9 @@ func (sh *Shard) runWorkerLocked(s *workerSlot) {
 func (sh *Shard) worker(ctx context.Context, s *workerSlot) {
 	finished := false
 	defer func() { sh.workerDone(s, finished) }()
+	if !sh.waitPrevWorkers(ctx, s) {
+		return
+	}
 	backoff := minWorkerBackoff
 	for ctx.Err() == nil && !sh.h.env.PastDetach() {
 		if s.w.Started != nil {
@@ -139,6 +142,34 @@ func (sh *Shard) worker(ctx context.Context, s *workerSlot) {
 		t.Stop()
 		backoff = min(2*backoff, maxWorkerBackoff)
 	}
+}
+
+// waitPrevWorkers waits until the workers of the shard's previous host on
+// this runner (an ownership that ended, its workers cancelled) have
+// returned: a shard's worker never runs twice at once, also when the shard
+// comes back to this runner at once (a lock rewritten behind its back and
+// acquired again). It reports false when ctx ended first. A previous
+// worker that ignores its context holds this one back (logged once per
+// DrainTimeout).
+func (sh *Shard) waitPrevWorkers(ctx context.Context, s *workerSlot) bool {
+	p := sh.prev
+	if p == nil {
+		return true
+	}
+	warned := time.Now()
+	for p.workers.Load() > 0 {
+		if time.Since(warned) >= sh.h.cfg.DrainTimeout {
+			warned = time.Now()
+			sh.h.log.Warn("a worker of the shard's previous epoch on this runner still runs (it ignores its cancelled context); this epoch's worker waits for it",
+				"worker", s.w.Name, "shard", sh.id)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return true
 }
 
 // runWorker calls w.Run, turning a panic into an error.
