@@ -319,7 +319,7 @@ func TestNewInstanceWaitsForThePreviousReleaseHook(t *testing.T) {
 	w.relGate, w.released = make(chan struct{}), make(chan error, 1)
 	// The answer reaches the asker before the entity's goroutine marks
 	// it idle: retire refuses a busy entity.
-	waitIdle(t, e)
+	waitIdleEntity(t, e)
 	retired := make(chan bool, 1)
 	go func() { retired <- f.shard.retire(e, ErrPassivated) }()
 	next := make(chan Result, 1)
@@ -342,19 +342,6 @@ func TestNewInstanceWaitsForThePreviousReleaseHook(t *testing.T) {
 	if res := wait(t, next, "the next ask"); res.Err != nil || res.V != 1 {
 		t.Fatalf("ask after the passivation = %+v, want a new instance", res)
 	}
-}
-
-// waitIdle waits until e runs no handler and has nothing queued.
-func waitIdle(t *testing.T, e *resident) {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		e.mu.Lock()
-		idle := !e.running && e.n == 0
-		e.mu.Unlock()
-		if idle {
-			return
-		}
-	}
-	t.Fatalf("%s never became idle", e.key.ID)
 }
 
 func waitRetiring(t *testing.T, f *fixture, id string) {
