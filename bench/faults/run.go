@@ -159,7 +159,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	}
 	took, why := e.waitConverged(ctx, d, max(30*time.Second, 6*p.TTL))
 	converged := runnerproc.Mono()
-	sleepCtx(ctx, reminderPeriod+time.Second) // the reminders fire again (check 8)
+	sleepCtx(ctx, reminderPeriod+reminderResume) // the reminders fire again (check 8)
 	if why != "" {
 		violate("no convergence %v after the last fault: %s", max(30*time.Second, 6*p.TTL), why)
 	} else {

@@ -105,6 +105,13 @@ func (s *Service) setRound(ctx context.Context, now time.Time, reads, writes *re
 		}
 		set.mu.Lock()
 		w := set.st.work()
+		if w == workNone {
+			// Its state asks for nothing (any more): toLocked queues it
+			// again when it does (set.mu held: no transition in between).
+			s.mu.Lock()
+			set.queued = false
+			s.mu.Unlock()
+		}
 		set.mu.Unlock()
 		switch {
 		case w == workRead && readOK && len(toRead) < loadBatch:
@@ -113,10 +120,6 @@ func (s *Service) setRound(ctx context.Context, now time.Time, reads, writes *re
 			toWrite = append(toWrite, set)
 		case w != workNone:
 			keep = append(keep, set)
-		default: // its state asks for nothing (any more): toLocked queues it again when it does
-			s.mu.Lock()
-			set.queued = false
-			s.mu.Unlock()
 		}
 	}
 	// The sets taken stay marked queued while their call runs; they go

@@ -125,8 +125,12 @@ func (set *shardSet) toLocked(ev setEvent) bool {
 	if !ok {
 		return false
 	}
-	if checkInvariants {
-		if err := to.check(); err != nil {
+	if CheckInvariants {
+		err := to.check()
+		if err == nil && to.final != finalNone && set.finalP == nil {
+			err = fmt.Errorf("a final progress to rewrite, of unknown content")
+		}
+		if err != nil {
 			panic(fmt.Sprintf("reminders: shard %d: %+v on %s: %v", set.id, from, ev, err))
 		}
 	}
@@ -440,8 +444,8 @@ func (set *shardSet) progress() (storage.ReminderProgress, bool, error) {
 	slices.SortFunc(p.Fired, func(a, b storage.FiredTick) int {
 		return strings.Compare(a.Entity.String()+"/"+a.Name, b.Entity.String()+"/"+b.Name)
 	})
-	set.toLocked(onProgress)
 	set.finalP = &p
+	set.toLocked(onProgress)
 	return p, true, nil
 }
 

@@ -238,6 +238,7 @@ func (s setState) check() error {
 	return nil
 }
 
-// checkInvariants makes toLocked check every state it enters (the
-// package's tests turn it on).
-var checkInvariants = false
+// CheckInvariants makes toLocked check every state it enters and panic on
+// a broken invariant (tests turn it on: this package's, and the runner's,
+// whose simulation then checks every transition of every set).
+var CheckInvariants = false

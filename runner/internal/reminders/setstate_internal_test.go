@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-func init() { checkInvariants = true }
+func init() { CheckInvariants = true }
 
 // name is a state in the notation of setTable: N not loaded (its read
 // pending), F loaded with no final progress to rewrite, T with the
