@@ -61,7 +61,7 @@ type stats struct {
 	ReminderFires       int
 	ReminderRedelivered int
 	ReminderRecovery    []time.Duration
-	ReminderResume      []time.Duration // per reminder: the cluster's convergence -> its first fire after it
+	ReminderResume      []time.Duration  // per reminder: the cluster's convergence -> its first fire after it
 	Lin                 linearize.Report // rule 9: the registers' histories
 	Always              alwaysStats      // rule 10: singletons, shard workers, remembered entities
 }
