@@ -71,16 +71,14 @@ type shardSet struct {
 	writeSeq uint64
 	byKey    map[storage.ReminderRef]*reminder
 
-	// The set's pending store call (st.work), for the service's set loop:
-	// queued in Service.work, not before retryAt (after failures in a
-	// row, the last one lastErr); since is when the set last became
-	// unable to fire while owned and not in a cutover (zero while it
-	// fires, is paused or is stopped: the watchdog's clock).
-	queued   bool // under s.mu
-	retryAt  time.Time
-	failures int
-	lastErr  error
-	since    time.Time
+	// queued: the set is in Service.work (or its call runs); lastErr: the
+	// outcome of its last store call (both under s.mu). since: when the
+	// set last became unable to fire while owned and not in a cutover
+	// (zero while it fires, is paused or is stopped: the watchdog's
+	// clock).
+	queued  bool
+	lastErr error
+	since   time.Time
 
 	// remembered are the shard's remembered entities (remembered.go);
 	// early, those activated before the load (added at the load).
