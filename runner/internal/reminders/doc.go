@@ -47,16 +47,17 @@
 //     its key and skipped; it never stops the shard's other reminders.
 //   - Liveness. Once the store answers the runner again, and while a
 //     shard stays owned here with no cutover under way, the shard's set
-//     fires within L = maxRetry (1 s) + OpTimeout (a call left hanging
-//     by the failure ends) + the round trips of two store calls (a read,
-//     then a rewrite), and from then on each reminder fires its next tick
-//     when due (ticks already due at once, overdue ones after a load
-//     through the scheduler's catch-up queue): every registered reminder
-//     fires within one period plus L. A tick also waits for its entity:
-//     the handler running there, and the back-off of its activation when
-//     it failed (100 ms doubling to a minute); a reminder whose kind or
-//     method this runner does not know waits for it (retried every
-//     minute).
+//     fires again within L = maxRetry (1 s) + OpTimeout (for a call the
+//     fault left hanging to end) + the round trips of two store calls (a
+//     read, then a rewrite) — plus, when many shards load at once (a
+//     cold start), its turn among them, loadBatch shards per read — and
+//     from then on each reminder fires its next tick when due (ticks
+//     already due at once; overdue at a load, through the scheduler's
+//     catch-up queue): every registered reminder fires within one period
+//     plus L. A tick also waits for its entity: the handler running
+//     there, and the back-off of its activation when it failed (100 ms
+//     doubling to a minute); a reminder whose kind or method this runner
+//     does not know waits for it (retried every minute).
 //
 // Liveness holds by construction (setstate.go). A set's state, after
 // any write that fails, lands late or is refused, is one of the table

@@ -1,12 +1,10 @@
 package reminders
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shardhost/shardhost/internal/machinetest"
 )
 
 func init() { CheckInvariants = true }
@@ -71,22 +69,10 @@ X.l    progress X.l
 X.l.w  rewritten X.l; rewrite-failed X.l; rewrite-fenced X.l
 `
 
-// walkSetStates calls visit for every state reachable from a new set (by
-// any event), once each.
-func walkSetStates(visit func(setState)) {
-	reached := map[setState]bool{{}: true}
-	queue := []setState{{}}
-	for len(queue) > 0 {
-		s := queue[0]
-		queue = queue[1:]
-		visit(s)
-		for ev := range numSetEvents {
-			if to, ok := s.next(ev); ok && !reached[to] {
-				reached[to] = true
-				queue = append(queue, to)
-			}
-		}
-	}
+// setMachine is the set's state machine, for machinetest.
+var setMachine = machinetest.Machine[setState, setEvent]{
+	Events: numSetEvents, Next: setState.next, Check: setState.check,
+	Name: setState.name, Event: setEvent.String,
 }
 
 // TestReminderSetAcceptsOnlyItsTransitions: every state a set can reach
@@ -95,42 +81,7 @@ func walkSetStates(visit func(setState)) {
 // refused by the lock, reloads and stops — keeps the invariants, and
 // accepts exactly the transitions of setTable.
 func TestReminderSetAcceptsOnlyItsTransitions(t *testing.T) {
-	legal := map[string]string{} // "from event" -> to
-	states := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(setTable), "\n") {
-		from, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-		states[from] = true
-		for _, tr := range strings.Split(rest, ";") {
-			f := strings.Fields(tr)
-			if len(f) == 2 {
-				legal[from+" "+f[0]] = f[1]
-			}
-		}
-	}
-	walkSetStates(func(s setState) {
-		if err := s.check(); err != nil {
-			t.Errorf("reachable state %s breaks an invariant: %v", s.name(), err)
-		}
-		if !states[s.name()] {
-			t.Errorf("state %s is reachable but not in the table", s.name())
-		}
-		delete(states, s.name())
-		for ev := range numSetEvents {
-			to, ok := s.next(ev)
-			want, wantOK := legal[s.name()+" "+ev.String()]
-			switch {
-			case ok != wantOK:
-				t.Errorf("%s on %s: accepted %v, want %v", s.name(), ev, ok, wantOK)
-			case !ok && to != s:
-				t.Errorf("%s on %s: refused but changed the state to %s", s.name(), ev, to.name())
-			case ok && to.name() != want:
-				t.Errorf("%s on %s -> %s, want %s", s.name(), ev, to.name(), want)
-			}
-		}
-	})
-	for s := range states {
-		t.Errorf("state %s is in the table but not reachable", s)
-	}
+	machinetest.Table(t, setMachine, setTable)
 }
 
 // resolving returns the events that end a state that cannot fire, once
@@ -213,7 +164,7 @@ func TestEveryReminderSetStateLeadsBackToFiring(t *testing.T) {
 		}
 		return most
 	}
-	walkSetStates(func(s setState) {
+	setMachine.Walk(func(s setState) {
 		if calls := depth(s, nil); calls > 2 {
 			t.Errorf("%s fires again only after %d store calls, want at most 2", s.name(), calls)
 		}
@@ -249,65 +200,5 @@ func TestReminderSetCheckNamesEachBrokenInvariant(t *testing.T) {
 // writer for the state machine (and with it the scheduling, the watchdog's
 // clock and the work queue, which toLocked keeps in line).
 func TestOnlyToLockedWritesTheSetState(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	writes := 0
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range f.Decls {
-			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
-				continue
-			}
-			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				var lhs []ast.Expr
-				switch n := n.(type) {
-				case *ast.AssignStmt:
-					lhs = n.Lhs
-				case *ast.IncDecStmt:
-					lhs = []ast.Expr{n.X}
-				case *ast.UnaryExpr:
-					if n.Op == token.AND {
-						lhs = []ast.Expr{n.X}
-					}
-				}
-				for _, e := range lhs {
-					if writesSetState(e) {
-						if fn.Name.Name == "toLocked" {
-							writes++
-							continue
-						}
-						t.Errorf("%s: %s writes a set's state; only toLocked may", fset.Position(e.Pos()), fn.Name.Name)
-					}
-				}
-				return true
-			})
-		}
-	}
-	if writes != 1 {
-		t.Errorf("toLocked writes the state %d times, want 1 (is the check still looking at the right field?)", writes)
-	}
-}
-
-// writesSetState reports whether e is set.st or a field of it.
-func writesSetState(e ast.Expr) bool {
-	for {
-		sel, ok := e.(*ast.SelectorExpr)
-		if !ok {
-			return false
-		}
-		if sel.Sel.Name == "st" {
-			return true
-		}
-		e = sel.X
-	}
+	machinetest.OneWriter(t, ".", "st", "toLocked")
 }
