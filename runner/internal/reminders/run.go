@@ -83,50 +83,18 @@ func (c *retryClock) failed(now time.Time) {
 
 func (c *retryClock) ok() { *c = retryClock{} }
 
-// setRound makes one read and one write for the queued sets whose kind of
-// call is not backing off, and returns when the next round is due (zero:
-// when new work wakes the loop) and the first store error.
+// setRound makes one read and one write, each for the sets at the front
+// of its queue, unless that kind of call is backing off, and returns when
+// the next round is due (zero: when new work wakes the loop) and the
+// first store error. Its work is proportional to the sets it calls for.
 func (s *Service) setRound(ctx context.Context, now time.Time, reads, writes *retryClock) (next time.Time, failed error) {
-	readOK, writeOK := !now.Before(reads.at), !now.Before(writes.at)
-	var toRead, toWrite, keep []*shardSet
-	s.mu.Lock()
-	queue := s.work
-	s.work = nil
-	s.mu.Unlock()
-	for _, set := range queue {
-		s.mu.Lock()
-		current := s.sets[set.id] == set && set.ctx.Err() == nil
-		if !current {
-			set.queued = false // replaced, forgotten or ending: the runner stops it
-		}
-		s.mu.Unlock()
-		if !current {
-			continue
-		}
-		set.mu.Lock()
-		w := set.st.work()
-		if w == workNone {
-			// Its state asks for nothing (any more): toLocked queues it
-			// again when it does (set.mu held: no transition in between).
-			s.mu.Lock()
-			set.queued = false
-			s.mu.Unlock()
-		}
-		set.mu.Unlock()
-		switch {
-		case w == workRead && readOK && len(toRead) < loadBatch:
-			toRead = append(toRead, set)
-		case w == workRewrite && writeOK && len(toWrite) < rewriteBatch:
-			toWrite = append(toWrite, set)
-		case w != workNone:
-			keep = append(keep, set)
-		}
+	var toRead, toWrite []*shardSet
+	if !now.Before(reads.at) {
+		toRead = s.take(&s.readQ, workRead, loadBatch)
 	}
-	// The sets taken stay marked queued while their call runs; they go
-	// back to the queue after it, behind those kept.
-	s.mu.Lock()
-	s.work = append(keep, s.work...)
-	s.mu.Unlock()
+	if !now.Before(writes.at) {
+		toWrite = s.take(&s.rewriteQ, workRewrite, rewriteBatch)
+	}
 	var errs []error
 	if len(toRead) > 0 {
 		if err := s.read(ctx, toRead); err != nil {
@@ -144,47 +112,93 @@ func (s *Service) setRound(ctx context.Context, now time.Time, reads, writes *re
 			writes.ok()
 		}
 	}
-	s.requeue(toRead)
-	s.requeue(toWrite)
-	// The next round: as soon as a kind of call that queued work waits
-	// for may be made again (now, for sets to drop).
+	s.settle(toRead)
+	s.settle(toWrite)
+	// The next round: as soon as a kind of call that queued sets wait
+	// for may be made again.
 	after := time.Now()
 	s.mu.Lock()
-	queue = slices.Clone(s.work)
+	readsWait, writesWait := len(s.readQ) > 0, len(s.rewriteQ) > 0
 	s.mu.Unlock()
-	for _, set := range queue {
-		set.mu.Lock()
-		w := set.st.work()
-		set.mu.Unlock()
-		at := after
-		switch {
-		case w == workRead && reads.at.After(after):
-			at = reads.at
-		case w == workRewrite && writes.at.After(after):
-			at = writes.at
-		}
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
+	if readsWait {
+		next = laterOf(reads.at, after)
+	}
+	if at := laterOf(writes.at, after); writesWait && (next.IsZero() || at.Before(next)) {
+		next = at
 	}
 	return next, errors.Join(errs...)
 }
 
-// requeue puts sets back at the end of the queue; the next round drops
-// those whose state asks for nothing any more.
-func (s *Service) requeue(sets []*shardSet) {
-	if len(sets) == 0 {
-		return
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
 	}
-	s.mu.Lock()
-	s.work = append(s.work, sets...)
-	s.mu.Unlock()
+	return b
 }
 
-// live filters sets that are still current and not stopped, each once: a
-// queue may hold a set twice, and a store call listing a shard twice is
-// refused whole — which once kept a shard's reminders from firing for
-// good.
+// take pops from the front of queue q up to n sets whose state asks for
+// call w: they stay marked queued while their call runs (settle puts them
+// back). A set it pops whose state asks for the other call moves to that
+// queue; one that asks for none, or is no longer current (replaced,
+// forgotten, its ownership ending: the runner stops it), leaves the
+// queues (toLocked queues it again when it asks for a call).
+func (s *Service) take(q *[]*shardSet, w work, n int) []*shardSet {
+	var out []*shardSet
+	for len(out) < n {
+		s.mu.Lock()
+		if len(*q) == 0 {
+			s.mu.Unlock()
+			break
+		}
+		set := (*q)[0]
+		(*q)[0] = nil
+		*q = (*q)[1:]
+		s.mu.Unlock()
+		set.mu.Lock() // lock order: the set's mutex, then the service's
+		now := set.st.work()
+		s.mu.Lock()
+		switch {
+		case now == w && s.sets[set.id] == set && set.ctx.Err() == nil:
+			out = append(out, set)
+		default:
+			s.requeueLocked(set, now)
+		}
+		s.mu.Unlock()
+		set.mu.Unlock()
+	}
+	return out
+}
+
+// settle puts each set whose call ended back at the end of the queue of
+// the call its state asks for now, or out of the queues.
+func (s *Service) settle(sets []*shardSet) {
+	for _, set := range sets {
+		set.mu.Lock()
+		w := set.st.work()
+		s.mu.Lock()
+		s.requeueLocked(set, w)
+		s.mu.Unlock()
+		set.mu.Unlock()
+	}
+}
+
+// requeueLocked puts set, marked queued and in no queue, at the end of
+// the queue of call w, or out of the queues (w none, or the set is no
+// longer current). Under set.mu and s.mu.
+func (s *Service) requeueLocked(set *shardSet, w work) {
+	switch {
+	case w == workNone || s.sets[set.id] != set || set.ctx.Err() != nil:
+		set.queued = false
+	case w == workRead:
+		s.readQ = append(s.readQ, set)
+	default:
+		s.rewriteQ = append(s.rewriteQ, set)
+	}
+}
+
+// live filters sets that are still current and not stopped, each once (a
+// store call listing a shard twice is refused whole — which once kept a
+// shard's reminders from firing for good).
 func (s *Service) live(sets []*shardSet) []*shardSet {
 	out := sets[:0:0]
 	seen := make(map[*shardSet]bool, len(sets))
@@ -311,8 +325,7 @@ func (s *Service) watch(now time.Time) {
 		if cause != "" && !set.since.IsZero() && now.Sub(set.since) >= s.cfg.StuckAfter && set.ctx.Err() == nil {
 			stuck = append(stuck, stuckSet{set, cause, now.Sub(set.since)})
 			set.since = now
-			set.toLocked(onReload)
-			s.needLocked(set)
+			set.toLocked(onReload) // a loaded set reads again (queued by toLocked); one loading is queued already
 		}
 		set.mu.Unlock()
 	}

@@ -102,10 +102,11 @@ type Service struct {
 
 	mu   sync.Mutex
 	sets map[sharding.ShardID]*shardSet // the current set of each shard
-	// work: the sets whose state asks for a store call (setState.work),
-	// each once (shardSet.queued), and those whose call runs.
-	work    []*shardSet
-	deleteQ []*reminder
+	// readQ and rewriteQ: the sets whose state asks for a read or a
+	// rewrite (setState.work), each in one at most (shardSet.queued,
+	// which stays set while its call runs).
+	readQ, rewriteQ []*shardSet
+	deleteQ         []*reminder
 	// rememberQ: remembered entities whose marker is to be written.
 	rememberQ []*rememberedEntity
 	logged    map[string]struct{} // bad records already logged (firstLog)
@@ -152,13 +153,14 @@ func (s *Service) wake() {
 	}
 }
 
-// needLocked queues set for the store call its state asks for (called by
-// toLocked, under set.mu; lock order: a set's mutex, then the service's).
+// needLocked queues set for the store call its state asks for, unless it
+// is queued already (called by toLocked, under set.mu; lock order: a
+// set's mutex, then the service's).
 func (s *Service) needLocked(set *shardSet) {
 	s.mu.Lock()
 	if !set.queued {
 		set.queued = true
-		s.work = append(s.work, set)
+		s.requeueLocked(set, set.st.work())
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -174,7 +176,7 @@ func (s *Service) Acquired(id sharding.ShardID, epoch storage.Epoch, ctx context
 	old := s.sets[id]
 	s.sets[id] = set
 	set.queued = true // its load: the initial state asks for a read
-	s.work = append(s.work, set)
+	s.readQ = append(s.readQ, set)
 	s.mu.Unlock()
 	if old != nil {
 		old.stop(true)
@@ -259,10 +261,10 @@ func (s *Service) StopAll() {
 	s.mu.Lock()
 	sets := s.sets
 	s.sets = make(map[sharding.ShardID]*shardSet)
-	for _, set := range s.work {
+	for _, set := range append(s.readQ, s.rewriteQ...) {
 		set.queued = false
 	}
-	s.work, s.deleteQ, s.rememberQ = nil, nil, nil
+	s.readQ, s.rewriteQ, s.deleteQ, s.rememberQ = nil, nil, nil, nil
 	s.mu.Unlock()
 	for _, set := range sets {
 		set.stop(true)

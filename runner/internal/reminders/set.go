@@ -502,10 +502,7 @@ func (set *shardSet) merge(st storage.ShardState, seq uint64) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if set.writeSeq != seq {
-		if set.st.work() == workRead {
-			s.needLocked(set)
-		}
-		return
+		return // still asking for a read: settle queues it again
 	}
 	p := st.Progress
 	ev := onReread

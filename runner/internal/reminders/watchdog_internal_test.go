@@ -104,7 +104,7 @@ func TestWatchdogReloadsASetLeftWithoutItsStoreCall(t *testing.T) {
 		}
 		// The bug: the set's rewrite leaves the queue.
 		s.mu.Lock()
-		s.work, set.queued = nil, false
+		s.readQ, s.rewriteQ, set.queued = nil, nil, false
 		s.mu.Unlock()
 		loaded := time.Now()
 		var wg sync.WaitGroup
