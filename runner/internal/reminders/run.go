@@ -144,6 +144,7 @@ func laterOf(a, b time.Time) time.Time {
 // queues (toLocked queues it again when it asks for a call).
 func (s *Service) take(q *[]*shardSet, w work, n int) []*shardSet {
 	var out []*shardSet
+	taken := make(map[*shardSet]bool)
 	for len(out) < n {
 		s.mu.Lock()
 		if len(*q) == 0 {
@@ -154,12 +155,16 @@ func (s *Service) take(q *[]*shardSet, w work, n int) []*shardSet {
 		(*q)[0] = nil
 		*q = (*q)[1:]
 		s.mu.Unlock()
+		if taken[set] {
+			continue // a duplicate (watch): one entry is enough
+		}
 		set.mu.Lock() // lock order: the set's mutex, then the service's
 		now := set.st.work()
 		s.mu.Lock()
 		switch {
 		case now == w && s.sets[set.id] == set && set.ctx.Err() == nil:
 			out = append(out, set)
+			taken[set] = true
 		default:
 			s.requeueLocked(set, now)
 		}
@@ -325,7 +330,14 @@ func (s *Service) watch(now time.Time) {
 		if cause != "" && !set.since.IsZero() && now.Sub(set.since) >= s.cfg.StuckAfter && set.ctx.Err() == nil {
 			stuck = append(stuck, stuckSet{set, cause, now.Sub(set.since)})
 			set.since = now
-			set.toLocked(onReload) // a loaded set reads again (queued by toLocked); one loading is queued already
+			set.toLocked(onReload) // a loaded set reads again
+			// Queued again even if it is marked queued: a set the queues
+			// lost is the kind of bug this net is for (take drops the
+			// duplicate this may make).
+			s.mu.Lock()
+			set.queued = false
+			s.mu.Unlock()
+			s.needLocked(set)
 		}
 		set.mu.Unlock()
 	}

@@ -3,6 +3,7 @@ package reminders
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -68,7 +69,17 @@ func acquire(t *testing.T, c *memory.Cluster, name string, id sharding.ShardID) 
 // watchdog reloads it: not before StuckAfter, then logged at WARN with its
 // shard and cause and counted by cause.
 func TestWatchdogReloadsASetLeftWithoutItsStoreCall(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	for _, markedQueued := range []bool{false, true} {
+		t.Run(fmt.Sprintf("marked queued %v", markedQueued), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { checkWatchdogReloads(t, markedQueued) })
+		})
+	}
+}
+
+// checkWatchdogReloads is TestWatchdogReloadsASetLeftWithoutItsStoreCall,
+// the set left marked queued or not.
+func checkWatchdogReloads(t *testing.T, markedQueued bool) {
+	{
 		c := memory.NewCluster()
 		defer c.Close()
 		const id = sharding.ShardID(3)
@@ -104,7 +115,7 @@ func TestWatchdogReloadsASetLeftWithoutItsStoreCall(t *testing.T) {
 		}
 		// The bug: the set's rewrite leaves the queue.
 		s.mu.Lock()
-		s.readQ, s.rewriteQ, set.queued = nil, nil, false
+		s.readQ, s.rewriteQ, set.queued = nil, nil, markedQueued
 		s.mu.Unlock()
 		loaded := time.Now()
 		var wg sync.WaitGroup
@@ -137,7 +148,7 @@ func TestWatchdogReloadsASetLeftWithoutItsStoreCall(t *testing.T) {
 		if err != nil || p[0].Progress == nil || p[0].Progress.Final {
 			t.Errorf("the store's progress after the set fired again: %+v, %v; want rewritten as not final", p, err)
 		}
-	})
+	}
 }
 
 // reloadsByCause reads sharding.reminder_reloads by its cause attribute.
