@@ -224,6 +224,16 @@
 //     progress record of a planned move write. Reminders already due when
 //     a shard is loaded fire through a queue drained at
 //     ReminderCatchUpRate per runner; reminders due later fire on time.
+//   - Fired again once the store answers: after a store outage (or writes
+//     failing, late or refused), while the shard stays owned with no
+//     cutover under way, every reminder fires within one period plus
+//     1 s + OpTimeout (its set's pending store call is retried at most a
+//     second apart, and at most a read and a rewrite stand between it
+//     and firing; runner/internal/reminders states the rule and why it
+//     holds). A tick also waits for its entity's running handler and,
+//     after a failed activation, the activation's back-off. A shard
+//     whose reminders could not fire for 30 s anyway is reloaded from
+//     the store, logged (WARN) and counted (sharding.reminder_reloads).
 //   - Bad records stay contained: a stored reminder that does not decode,
 //     or names a kind or reminder this runner does not have, is logged
 //     once with its key (WARN), counted (sharding.reminders_corrupt) and
@@ -469,6 +479,7 @@
 //	sharding.reminder_fire_lag               histogram         s          -             how late reminder ticks fired after their due time (ticks on schedule; catch-up fires after a load are not counted)
 //	sharding.reminder_writes                 counter           {write}    op            store writes of reminders; op: register, cancel, delete (a one-shot that fired), progress (which ticks fired, at a planned move, and its rewrite by the next owner), remember and forget (remembered entities' markers)
 //	sharding.reminders_corrupt               counter           {record}   -             stored reminder and remembered-entity records skipped: undecodable, or naming a kind or method not registered on the runner (logged at WARN with the key)
+//	sharding.reminder_reloads                counter           {shard}    cause         shards whose reminders could not fire for 30 s although owned here and not in a cutover, reloaded from the store (logged at WARN with the shard and cause); cause: load, reload, rewrite (a final progress record not rewritten yet), fenced; 0 while the liveness rule holds: alert on any increase
 //	sharding.remembered                      gauge (observed)  {entity}   -             remembered entities of the shards the runner owns
 //	sharding.remembered_restarts             counter           {restart}  -             remembered entities activated again after their activation failed or their instance panicked
 //	sharding.worker_restarts                 counter           {restart}  -             shard workers and singletons restarted after an error or a panic

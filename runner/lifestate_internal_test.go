@@ -1,12 +1,9 @@
 package runner
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/shardhost/shardhost/internal/machinetest"
 )
 
 // name is a state in the notation of lifeTable: the phase's initial (N
@@ -45,49 +42,10 @@ X.d+ release X.d+; X.d+ stop X.d+
 `
 
 func TestLifecycleAcceptsOnlyItsTransitions(t *testing.T) {
-	legal := map[string]string{} // "from event" -> to
-	states := map[string]bool{}
-	for _, tr := range strings.FieldsFunc(lifeTable, func(r rune) bool { return r == ';' || r == '\n' }) {
-		f := strings.Fields(tr)
-		if len(f) != 3 {
-			continue
-		}
-		legal[f[0]+" "+f[1]] = f[2]
-		states[f[0]] = true
-	}
-	// Walk every state reachable from a new runner.
-	reached := map[lifeState]bool{{}: true}
-	queue := []lifeState{{}}
-	for len(queue) > 0 {
-		s := queue[0]
-		queue = queue[1:]
-		if err := s.check(); err != nil {
-			t.Errorf("reachable state %s breaks an invariant: %v", s.name(), err)
-		}
-		if !states[s.name()] {
-			t.Errorf("state %s is reachable but not in the table", s.name())
-		}
-		delete(states, s.name())
-		for ev := range numPhaseEvents {
-			to, ok := s.next(ev)
-			want, wantOK := legal[s.name()+" "+ev.String()]
-			switch {
-			case ok != wantOK:
-				t.Errorf("%s on %s: accepted %v, want %v", s.name(), ev, ok, wantOK)
-			case !ok && to != s:
-				t.Errorf("%s on %s: refused but changed the state to %s", s.name(), ev, to.name())
-			case ok && to.name() != want:
-				t.Errorf("%s on %s -> %s, want %s", s.name(), ev, to.name(), want)
-			}
-			if ok && !reached[to] {
-				reached[to] = true
-				queue = append(queue, to)
-			}
-		}
-	}
-	for s := range states {
-		t.Errorf("state %s is in the table but not reachable", s)
-	}
+	machinetest.Table(t, machinetest.Machine[lifeState, phaseEvent]{
+		Events: numPhaseEvents, Next: lifeState.next, Check: lifeState.check,
+		Name: lifeState.name, Event: phaseEvent.String,
+	}, lifeTable)
 }
 
 func TestLifecycleCheckNamesEachBrokenInvariant(t *testing.T) {
@@ -107,65 +65,5 @@ func TestLifecycleCheckNamesEachBrokenInvariant(t *testing.T) {
 // The lifecycle is assigned in toLocked only, outside the tests: one
 // writer for the state machine.
 func TestOnlyToLockedWritesTheLifecycle(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	writes := 0
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range f.Decls {
-			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
-				continue
-			}
-			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				var lhs []ast.Expr
-				switch n := n.(type) {
-				case *ast.AssignStmt:
-					lhs = n.Lhs
-				case *ast.IncDecStmt:
-					lhs = []ast.Expr{n.X}
-				case *ast.UnaryExpr: // &r.lifecycle... escapes the rule too
-					if n.Op == token.AND {
-						lhs = []ast.Expr{n.X}
-					}
-				}
-				for _, e := range lhs {
-					if writesLifecycle(e) {
-						if fn.Name.Name == "toLocked" {
-							writes++
-							continue
-						}
-						t.Errorf("%s: %s writes the lifecycle; only toLocked may", fset.Position(e.Pos()), fn.Name.Name)
-					}
-				}
-				return true
-			})
-		}
-	}
-	if writes != 1 {
-		t.Errorf("toLocked writes the lifecycle %d times, want 1 (is the check still looking at the right field?)", writes)
-	}
-}
-
-// writesLifecycle reports whether e is x.lifecycle or a field of it.
-func writesLifecycle(e ast.Expr) bool {
-	for {
-		sel, ok := e.(*ast.SelectorExpr)
-		if !ok {
-			return false
-		}
-		if sel.Sel.Name == "lifecycle" {
-			return true
-		}
-		e = sel.X
-	}
+	machinetest.OneWriter(t, ".", "lifecycle", "toLocked")
 }

@@ -6,12 +6,17 @@ import (
 
 	"github.com/shardhost/shardhost/runner/internal/handoff"
 	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/reminders"
 	"github.com/shardhost/shardhost/sharding"
 )
 
 // Every transition of the package's tests (the simulation included)
-// checks the invariants of the record it changed (shardState.check).
-func init() { checkInvariants = true }
+// checks the invariants of the record it changed (shardState.check), and
+// of every reminder set (reminders.CheckInvariants).
+func init() {
+	checkInvariants = true
+	reminders.CheckInvariants = true
+}
 
 func TestShardTransitionsKeepTheInvariants(t *testing.T) {
 	tab := newShardTable(8)

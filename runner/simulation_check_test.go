@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/runner"
@@ -247,8 +248,8 @@ func (s *simRun) check(l *simLoad) {
 func (s *simRun) reportViolations() {
 	s.stats.violations = len(s.w.violations)
 	if len(s.w.violations) > 0 && !s.opts.unfenced {
-		s.t.Errorf("seed %d (replay: go test -run 'TestSimulation' -sim.seed=%d -sim.log ./runner/): %d violations:\n  %s\nschedule:\n  %s",
-			s.seed, s.seed, len(s.w.violations), strings.Join(s.w.violations[:min(len(s.w.violations), 10)], "\n  "), strings.Join(s.sched, "\n  "))
+		s.t.Errorf("seed %d (replay: %s): %d violations:\n  %s\nschedule:\n  %s",
+			s.seed, simReplay(s.seed), len(s.w.violations), strings.Join(s.w.violations[:min(len(s.w.violations), 10)], "\n  "), strings.Join(s.sched, "\n  "))
 	}
 }
 
@@ -266,5 +267,28 @@ func stateEpoch(ks, key string, kv storage.KeyValue) (storage.Epoch, error) {
 	default:
 		r, err := storage.DecodeReminder(kv)
 		return r.Epoch, err
+	}
+}
+
+// TestSimulationReplayLineRunsAsPrinted: the replay command printed with a
+// failure runs as printed — the test binary's flags come after the
+// package (before it, go test takes them for its own and finds no Go
+// files), the test pattern selects TestSimulation alone, and no cached
+// result stands in for the run.
+func TestSimulationReplayLineRunsAsPrinted(t *testing.T) {
+	f := strings.Fields(simReplay(42))
+	pkg := slices.Index(f, "./runner/")
+	if len(f) < 3 || f[0] != "go" || f[1] != "test" || pkg < 0 {
+		t.Fatalf("replay %q: not go test of ./runner/", f)
+	}
+	for i, a := range f[2:] {
+		if strings.HasPrefix(a, "-sim.") && 2+i < pkg {
+			t.Errorf("replay %q: %s before the package", f, a)
+		}
+	}
+	for _, want := range []string{"-count=1", "'^TestSimulation$'", "-sim.seed=42", "-sim.log"} {
+		if !slices.Contains(f, want) {
+			t.Errorf("replay %q lacks %s", f, want)
+		}
 	}
 }

@@ -247,8 +247,8 @@ func checkSimLinearizable(t *testing.T, seed uint64, ops []linearize.Op) lineari
 		if rep.HTMLErr != nil {
 			where = rep.HTMLErr.Error()
 		}
-		t.Errorf("seed %d (replay: go test -run 'TestSimulation' -sim.seed=%d -sim.log ./runner/): register histories %s (not linearizable: %v, undecided: %v); visualization: %s",
-			seed, seed, rep, rep.Illegal, rep.Undecided, where)
+		t.Errorf("seed %d (replay: %s): register histories %s (not linearizable: %v, undecided: %v); visualization: %s",
+			seed, simReplay(seed), rep, rep.Illegal, rep.Undecided, where)
 	}
 	return rep
 }

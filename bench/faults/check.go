@@ -61,6 +61,7 @@ type stats struct {
 	ReminderFires       int
 	ReminderRedelivered int
 	ReminderRecovery    []time.Duration
+	ReminderResume      []time.Duration  // per reminder: the cluster's convergence -> its first fire after it
 	Lin                 linearize.Report // rule 9: the registers' histories
 	Always              alwaysStats      // rule 10: singletons, shard workers, remembered entities
 }
@@ -115,9 +116,10 @@ const never = int64(1<<63 - 1)
 //     tick not marked redelivered follows the previous one exactly (its
 //     missed count explains any gap), a redelivered one covers every tick
 //     after the previous fire and follows an unplanned loss of the shard;
-//     every reminder fires again after the cluster converged, and within
-//     2 x TTL of a SIGKILL of the runner it fired on (which restarts with
-//     the same ID at once).
+//     every reminder fires again within one period plus 1 s + OpTimeout
+//     after the cluster converged (the library's liveness rule), and
+//     within 2 x TTL of a SIGKILL of the runner it fired on (which
+//     restarts with the same ID at once).
 //  10. always-on work (check_always.go): no two runs of a singleton or of
 //     a shard's worker, no two lives of a remembered entity, at once —
 //     but an older one on a process frozen past its detach instant

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
+	"github.com/shardhost/shardhost/runner"
 )
 
 // fire is one recorded reminder tick, timed by its handler's start.
@@ -28,6 +29,14 @@ type fire struct {
 type ownership struct {
 	from, until int64
 }
+
+// reminderResume is the bound of the reminders' liveness rule
+// (runner/internal/reminders): once the store answers and a shard stays
+// owned with no cutover under way, its reminders fire within one period
+// plus a second (the longest retry of the call they wait for) plus
+// OpTimeout (a call the fault left hanging). The cluster's convergence
+// comes after both.
+const reminderResume = time.Second + runner.DefaultOpTimeout
 
 // reminders is check 8.
 func (c *checker) reminders() {
@@ -152,13 +161,24 @@ func (c *checker) reminders() {
 			}
 		}
 	}
-	// Liveness: every reminder fires after the cluster converged, and
-	// within 2 x TTL of a SIGKILL of the runner it last fired on.
+	// Liveness: every reminder fires within one period plus the library's
+	// bound (reminderResume) after the cluster converged, and within
+	// 2 x TTL of a SIGKILL of the runner it last fired on.
 	for i := range min(c.in.p.Reminders, c.in.p.Entities) {
+		if c.in.converged == 0 {
+			break
+		}
 		key := entityID(i) + "/tick"
 		fs := byEntity[key]
-		if c.in.converged != 0 && !slices.ContainsFunc(fs, func(f fire) bool { return f.start > c.in.converged }) {
+		j := slices.IndexFunc(fs, func(f fire) bool { return f.start > c.in.converged })
+		if j < 0 {
 			c.violate("reminder %s did not fire after the cluster converged at %s", key, at(c.in.converged))
+			continue
+		}
+		d := time.Duration(fs[j].start - c.in.converged)
+		c.st.ReminderResume = append(c.st.ReminderResume, d)
+		if d > reminderPeriod+reminderResume {
+			c.violate("reminder %s fired again %v after the cluster converged at %s, more than one period plus %v", key, d.Round(time.Millisecond), at(c.in.converged), reminderResume)
 		}
 	}
 	for pid, inc := range c.in.incarnations {

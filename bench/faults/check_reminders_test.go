@@ -165,3 +165,35 @@ func TestCheckerAcceptsARedeliveryAfterATickRecordedAsTheStopLanded(t *testing.T
 	h.in.incarnations[1].pauses = nil // no stop at all: no unplanned loss
 	wantViolation(t, h, "with no unplanned loss")
 }
+
+// After the cluster converged every reminder fires within one period plus
+// the library's bound (reminderResume): one that fires later, or never,
+// breaks the liveness rule.
+func TestCheckerFlagsAReminderSlowToFireAfterTheConvergence(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after float64 // seconds after the convergence at 10 s; < 0: none
+		want  string
+	}{
+		{"within", 1.5, ""},
+		{"at the limit", (reminderPeriod + reminderResume).Seconds() - 0.01, ""},
+		{"late", (reminderPeriod + reminderResume).Seconds() + 1, "more than one period plus"},
+		{"never", -1, "did not fire after the cluster converged"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := reminderHist()
+			h.in.converged = 10 * sec
+			h.tick(2, 7, 20, 9, 9, 0, false)
+			if tc.after >= 0 {
+				h.tick(2, 7, 20, 10+tc.after, 10+uint64(tc.after), uint64(tc.after), false)
+			}
+			if tc.want != "" {
+				wantViolation(t, h, tc.want)
+				return
+			}
+			if st := wantClean(t, h); len(st.ReminderResume) != 1 {
+				t.Fatalf("ReminderResume = %v, want one measurement", st.ReminderResume)
+			}
+		})
+	}
+}

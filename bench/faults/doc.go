@@ -89,7 +89,8 @@
 //     tick after the previous fire (at least once) and follows an
 //     unplanned loss of the shard (a SIGKILL or SIGSTOP of its owner, a
 //     detach, a lost lock, a release that could not record its progress);
-//     every reminder fires again after the cluster re-converged, and
+//     every reminder fires again within one period plus 1 s + OpTimeout
+//     after the cluster re-converged (the reminders' liveness rule), and
 //     within 2 x TTL of a SIGKILL of the runner it fired on (which the
 //     schedule restarts with the same ID at once: its shards wait for the
 //     old lease to expire, then for the new process);

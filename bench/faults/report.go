@@ -94,6 +94,7 @@ func (s *summary) add(r *result) {
 	s.st.ReminderFires += st.ReminderFires
 	s.st.ReminderRedelivered += st.ReminderRedelivered
 	s.st.ReminderRecovery = append(s.st.ReminderRecovery, st.ReminderRecovery...)
+	s.st.ReminderResume = append(s.st.ReminderResume, st.ReminderResume...)
 	s.st.Lin.Add(st.Lin)
 	s.st.Always.add(st.Always)
 	if r.Converge >= 0 {
@@ -165,8 +166,8 @@ func (s *summary) print(w io.Writer) {
 	if st.Ambiguous > 0 {
 		fmt.Fprintf(w, "handler starts a SIGSTOP may have separated from their admission (not judged): %d\n", st.Ambiguous)
 	}
-	fmt.Fprintf(w, "reminders (%d counters, every %v): %d ticks fired, %d redelivered after an unplanned loss; fired again after a SIGKILL of their runner (worst per kill): %s (limit 2 x TTL)\n",
-		min(p.Reminders, p.Entities), reminderPeriod, st.ReminderFires, st.ReminderRedelivered, dist(st.ReminderRecovery))
+	fmt.Fprintf(w, "reminders (%d counters, every %v): %d ticks fired, %d redelivered after an unplanned loss; fired again after a SIGKILL of their runner (worst per kill): %s (limit 2 x TTL); first fire after the convergence: %s (limit %v)\n",
+		min(p.Reminders, p.Entities), reminderPeriod, st.ReminderFires, st.ReminderRedelivered, dist(st.ReminderRecovery), quantiles(st.ReminderResume), reminderPeriod+reminderResume)
 	fmt.Fprintf(w, "converged after the last fault: %s (limit 2 x TTL = %v)\n", dist(s.converge), 2*p.TTL)
 	fmt.Fprintf(w, "registers (%d, %d operations/s): %s\n", p.Registers, p.RegisterRate, st.Lin)
 	a := st.Always

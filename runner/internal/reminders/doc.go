@@ -45,11 +45,59 @@
 //   - Bad records stay contained. A stored reminder that does not decode,
 //     or names a kind or method this runner does not know, is logged with
 //     its key and skipped; it never stops the shard's other reminders.
+//   - Liveness. Once the store answers the runner again, and while a
+//     shard stays owned here with no cutover under way, the shard's set
+//     fires again within L = maxRetry (1 s) + OpTimeout (for a call the
+//     fault left hanging to end) + the round trips of two store calls (a
+//     read, then a rewrite) — plus, when many shards load at once (a
+//     cold start), its turn among them, loadBatch shards per read — and
+//     from then on each reminder fires its next tick when due (ticks
+//     already due at once; overdue at a load, through the scheduler's
+//     catch-up queue): every registered reminder fires within one period
+//     plus L. A tick also waits for its entity: the handler running
+//     there, and the back-off of its activation when it failed (100 ms
+//     doubling to a minute); a reminder whose kind or method this runner
+//     does not know waits for it (retried every minute).
+//
+// Liveness holds by construction (setstate.go). A set's state, after
+// any write that fails, lands late or is refused, is one of the table
+// below; each leads back to firing through the calls it asks for, and
+// toLocked queues the set for them on every transition, so none waits for
+// a call nobody makes. The set loop retries a failed call at most maxRetry
+// later; a read and a rewrite are made by one goroutine that makes no
+// other kind of call (one-shot deletions and remembered markers have a
+// loop of their own).
+//
+//	state                                  how it arises                                 way back to firing (calls)
+//	loading (N)                            acquired; its read failed                     read (1), then as below
+//	final theirs (T)                       loaded the predecessor's final progress       rewrite as not final (1)
+//	final ours (O)                         a cutover given up after Progress: its        rewrite as not final (1): a final
+//	                                       write failed, may land late, or landed and    record that lands later is refused
+//	                                       the transfer failed                           by the state order key
+//	rewrite in flight (.w)                 the rewrite began                             its answer: taken (fires), failed or
+//	                                                                                     unknown (asked again), fenced (.f)
+//	fenced (.f)                            the lock refused the rewrite: the shard       the runner stops the set when it
+//	                                       moved on                                      sees the lock move
+//	paused (.p)                            a cutover began                               the cutover ends: Resume (then as
+//	                                                                                     above), or Stop
+//	reload pending (.r)                    the watchdog                                  read and merge (1), then as above
+//	stopped (X)                            the ownership ended                           none: the next owner's set fires
+//
+// A failed read changes no state (the read is asked again). As a safety
+// net under this rule, the watchdog reloads a set that could not fire for
+// StuckAfter (30 s) while its shard is owned here and not in a cutover:
+// its state is read again and merged (a registration or cancellation whose
+// outcome the runner did not learn and that landed is taken in; what the
+// set knows of its ticks is kept), it is logged at WARN with its shard and
+// cause (load, reload, rewrite, fenced) and counted in
+// sharding.reminder_reloads, which stays at 0 while the rule holds.
 //
 // Concurrency: the runner calls Acquired, Pause, Resume, Progress, Stop
 // and StopAll (cheap, non-blocking; several under its own mutex); entity
 // handlers call Register, Cancel and List through the entity's runtime
 // (they wait for their shard's reminders to be loaded and for the store).
-// Run owns the service's one goroutine (loads, progress rewrites, one-shot
-// deletions). Lock order: a shard set's mutex, then the scheduler's.
+// Run owns the service's goroutines: the set loop (loads, reloads,
+// progress rewrites, the watchdog) and the side loop (one-shot deletions,
+// remembered markers). Lock order: a shard set's write lock, its mutex,
+// the service's mutex, then the scheduler's.
 package reminders

@@ -47,11 +47,12 @@ type rememberedEntity struct {
 // activating reports whether the set's remembered entities may be
 // activated: loaded, not paused (a cutover) nor stopped.
 func (set *shardSet) activating() bool {
-	return set.loaded && !set.paused && !set.stopped
+	return set.st.activating()
 }
 
 // installRemembered adds the loaded markers and the entities remembered
-// before the load, and schedules their activation. Under set.mu.
+// before the load (the load's state event then activates them). Under
+// set.mu.
 func (set *shardSet) installRemembered(loaded []storage.RememberedEntity) {
 	s := set.s
 	for _, rec := range loaded {
@@ -63,7 +64,6 @@ func (set *shardSet) installRemembered(loaded []storage.RememberedEntity) {
 		}
 	}
 	set.early = nil
-	set.activateAllLocked()
 	s.wake()
 }
 
@@ -190,9 +190,9 @@ func (s *Service) Remember(id sharding.ShardID, epoch storage.Epoch, e hosting.E
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	switch {
-	case set.stopped || set.remembered[ref] != nil:
+	case set.st.stopped || set.remembered[ref] != nil:
 		return
-	case !set.loaded:
+	case !set.st.loaded:
 		if set.early == nil {
 			set.early = map[storage.EntityRef]struct{}{}
 		}
@@ -230,7 +230,7 @@ func (s *Service) ForgetEntity(ctx context.Context, id sharding.ShardID, epoch s
 	set.writeMu.Lock()
 	defer set.writeMu.Unlock()
 	set.mu.Lock()
-	moving := set.stopped || set.paused
+	moving := set.st.stopped || set.st.paused
 	set.mu.Unlock()
 	if moving {
 		return errMoving
@@ -262,7 +262,7 @@ func (s *Service) RememberedByShard() map[sharding.ShardID]int {
 	out := map[sharding.ShardID]int{}
 	for _, set := range sets {
 		set.mu.Lock()
-		if n := len(set.remembered); n > 0 && !set.stopped {
+		if n := len(set.remembered); n > 0 && !set.st.stopped {
 			out[set.id] = n
 		}
 		set.mu.Unlock()
@@ -304,7 +304,7 @@ func (s *Service) writeRemembered(ctx context.Context, ms []*rememberedEntity) e
 		var live []*rememberedEntity
 		for _, m := range bySet[set] {
 			switch {
-			case !m.queued || m.removed || set.stopped:
+			case !m.queued || m.removed || set.st.stopped:
 			case len(refs) == storage.MaxShardWriteOps:
 				later = append(later, m)
 			default:

@@ -23,6 +23,7 @@ import (
 const (
 	DefaultMaxPerShard = 10000
 	DefaultStartRate   = 20000
+	DefaultStuckAfter  = 30 * time.Second
 )
 
 // Config is what the service needs of the runner's configuration.
@@ -35,6 +36,11 @@ type Config struct {
 	// StartRate bounds the remembered entities activated without a
 	// message, per second (default DefaultStartRate).
 	StartRate float64
+	// StuckAfter is how long a set may be unable to fire, while its shard
+	// is owned here and not in a cutover, before the watchdog reloads it
+	// (default DefaultStuckAfter); WatchEvery is how often the watchdog
+	// looks (default StuckAfter/6).
+	StuckAfter, WatchEvery time.Duration
 }
 
 // Metrics are the service's instruments (created by NewMetrics).
@@ -47,6 +53,8 @@ type Metrics struct {
 	// RememberedRestarts counts remembered entities activated again after
 	// their activation failed or their instance panicked.
 	RememberedRestarts metric.Int64Counter
+	// Reloads counts the sets the watchdog reloaded, by cause.
+	Reloads metric.Int64Counter
 }
 
 // NewMetrics creates the service's instruments on m (documented with the
@@ -68,6 +76,9 @@ func NewMetrics(m metric.Meter, attrs metric.MeasurementOption) (*Metrics, error
 	out.RememberedRestarts, err = m.Int64Counter("sharding.remembered_restarts", metric.WithUnit("{restart}"),
 		metric.WithDescription("remembered entities activated again after their activation failed or their instance panicked"))
 	errs = append(errs, err)
+	out.Reloads, err = m.Int64Counter("sharding.reminder_reloads", metric.WithUnit("{shard}"),
+		metric.WithDescription("shards whose reminders could not fire for 30 s although owned and not moving, reloaded from the store (logged at WARN), by cause: load, reload, rewrite, fenced"))
+	errs = append(errs, err)
 	return out, errors.Join(errs...)
 }
 
@@ -84,15 +95,18 @@ type Service struct {
 	met    *Metrics
 	log    *slog.Logger
 
-	loaded     atomic.Int64 // reminders loaded, over every set
-	remembered atomic.Int64 // remembered entities, over every set
-	kick       chan struct{}
+	loaded     atomic.Int64  // reminders loaded, over every set
+	remembered atomic.Int64  // remembered entities, over every set
+	kick       chan struct{} // the set loop's (run.go)
+	sideKick   chan struct{} // the side loop's
 
-	mu       sync.Mutex
-	sets     map[sharding.ShardID]*shardSet // the current set of each shard
-	loadQ    []*shardSet
-	unfinalQ []*shardSet
-	deleteQ  []*reminder
+	mu   sync.Mutex
+	sets map[sharding.ShardID]*shardSet // the current set of each shard
+	// readQ and rewriteQ: the sets whose state asks for a read or a
+	// rewrite (setState.work), each in one at most (shardSet.queued,
+	// which stays set while its call runs).
+	readQ, rewriteQ []*shardSet
+	deleteQ         []*reminder
 	// rememberQ: remembered entities whose marker is to be written.
 	rememberQ []*rememberedEntity
 	logged    map[string]struct{} // bad records already logged (firstLog)
@@ -110,10 +124,17 @@ func New(cfg Config, store storage.ShardStates, host *hosting.Host, sched *sched
 	if cfg.StartRate <= 0 {
 		cfg.StartRate = DefaultStartRate
 	}
+	if cfg.StuckAfter <= 0 {
+		cfg.StuckAfter = DefaultStuckAfter
+	}
+	if cfg.WatchEvery <= 0 {
+		cfg.WatchEvery = cfg.StuckAfter / 6
+	}
 	return &Service{
 		cfg: cfg, store: store, host: host, sched: sched, met: met, log: log,
 		starts: schedule.New(schedule.Config{CatchUpRate: cfg.StartRate}),
-		kick:   make(chan struct{}, 1), sets: make(map[sharding.ShardID]*shardSet), logged: make(map[string]struct{}),
+		kick:   make(chan struct{}, 1), sideKick: make(chan struct{}, 1),
+		sets: make(map[sharding.ShardID]*shardSet), logged: make(map[string]struct{}),
 	}
 }
 
@@ -122,11 +143,27 @@ var _ hosting.Reminders = (*Service)(nil)
 // Loaded returns the number of reminders loaded on this runner.
 func (s *Service) Loaded() int64 { return s.loaded.Load() }
 
+// wake wakes both background loops (run.go).
 func (s *Service) wake() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
+	for _, k := range []chan struct{}{s.kick, s.sideKick} {
+		select {
+		case k <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// needLocked queues set for the store call its state asks for, unless it
+// is queued already (called by toLocked, under set.mu; lock order: a
+// set's mutex, then the service's).
+func (s *Service) needLocked(set *shardSet) {
+	s.mu.Lock()
+	if !set.queued {
+		set.queued = true
+		s.requeueLocked(set, set.st.work())
+	}
+	s.mu.Unlock()
+	s.wake()
 }
 
 // Acquired starts the reminders of shard id, owned at epoch under the
@@ -134,11 +171,12 @@ func (s *Service) wake() {
 // set of an earlier epoch of the shard is stopped and forgotten.
 func (s *Service) Acquired(id sharding.ShardID, epoch storage.Epoch, ctx context.Context) {
 	set := &shardSet{s: s, id: id, epoch: epoch, ctx: ctx, loadedCh: make(chan struct{}), byKey: make(map[storage.ReminderRef]*reminder),
-		remembered: make(map[storage.EntityRef]*rememberedEntity)}
+		remembered: make(map[storage.EntityRef]*rememberedEntity), since: time.Now()}
 	s.mu.Lock()
 	old := s.sets[id]
 	s.sets[id] = set
-	s.loadQ = append(s.loadQ, set)
+	set.queued = true // its load: the initial state asks for a read
+	s.readQ = append(s.readQ, set)
 	s.mu.Unlock()
 	if old != nil {
 		old.stop(true)
@@ -168,15 +206,8 @@ func (s *Service) Pause(id sharding.ShardID, epoch storage.Epoch) {
 // cutover that failed). If a final progress may have been written for it,
 // it is rewritten as not final first.
 func (s *Service) Resume(id sharding.ShardID, epoch storage.Epoch) {
-	set := s.current(id, epoch)
-	if set == nil {
-		return
-	}
-	if set.resume() {
-		s.mu.Lock()
-		s.unfinalQ = append(s.unfinalQ, set)
-		s.mu.Unlock()
-		s.wake()
+	if set := s.current(id, epoch); set != nil {
+		set.resume()
 	}
 }
 
@@ -230,7 +261,10 @@ func (s *Service) StopAll() {
 	s.mu.Lock()
 	sets := s.sets
 	s.sets = make(map[sharding.ShardID]*shardSet)
-	s.loadQ, s.unfinalQ, s.deleteQ, s.rememberQ = nil, nil, nil, nil
+	for _, set := range append(s.readQ, s.rewriteQ...) {
+		set.queued = false
+	}
+	s.readQ, s.rewriteQ, s.deleteQ, s.rememberQ = nil, nil, nil, nil
 	s.mu.Unlock()
 	for _, set := range sets {
 		set.stop(true)
@@ -248,9 +282,9 @@ func (s *Service) Sets() (loaded, loading int) {
 	s.mu.Unlock()
 	for _, set := range sets {
 		set.mu.Lock()
-		if set.loaded {
+		if set.st.loaded {
 			loaded++
-		} else if !set.stopped {
+		} else if !set.st.stopped {
 			loading++
 		}
 		set.mu.Unlock()

@@ -2,6 +2,7 @@ package reminders
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,8 +22,16 @@ const (
 	activateRetry = 100 * time.Millisecond
 	maxRetryDelay = time.Minute
 	unknownRetry  = time.Minute // the reminder's kind or method is not registered here
-	loadRetry     = 500 * time.Millisecond
-	maxLoadRetry  = 5 * time.Second
+	// Store calls that failed are made again after retryFirst, doubling:
+	// to maxRetry for the calls a set waits for before it can fire (its
+	// load, the rewrite of a final progress: this bounds how long it
+	// waits once the store answers again), to maxSideRetry for the others
+	// (one-shot deletions, remembered markers).
+	retryFirst   = 250 * time.Millisecond
+	maxRetry     = time.Second
+	maxSideRetry = 5 * time.Second
+	// rewriteBatch bounds the rewrites of one store call.
+	rewriteBatch = 1024
 	// loadBatch is how many shards one store read loads: small reads, one
 	// after the other, so a runner loading many reminders (a cold start)
 	// leaves the store room for the lock transactions of the runners
@@ -36,14 +45,9 @@ const (
 // at most: reminders' due times are wall times.
 const MaxClockSkew = time.Second
 
-// shardSet holds the reminders of one shard owned at one epoch.
-//
-// Its states: loading (created by Acquired until its load is installed),
-// blocked (loaded; a final progress must be rewritten as not final before
-// anything fires: the predecessor's, or ours after a failed cutover),
-// firing, paused (a cutover: nothing fires, Resume undoes it) and stopped
-// (the ownership ended: nothing fires ever again). Only a firing set has
-// entries in the scheduler.
+// shardSet holds the reminders of one shard owned at one epoch. Its
+// control state is st (setstate.go), changed by toLocked only; only a set
+// that fires has entries in the scheduler.
 type shardSet struct {
 	s        *Service
 	id       sharding.ShardID
@@ -55,22 +59,26 @@ type shardSet struct {
 	// application (taken before mu, never while holding it).
 	writeMu sync.Mutex
 
-	mu      sync.Mutex
-	loaded  bool
-	blocked bool // a final progress must be rewritten before firing
-	paused  bool
-	stopped bool
-	final   bool // a final progress may have been written by us (Progress)
+	mu sync.Mutex
+	st setState
 	// finalP is the content of the final progress the store may hold for
-	// the shard (the predecessor's, loaded, or ours): rewritten as not
-	// final before the set fires.
+	// the shard (st.final: the predecessor's, loaded, or ours): rewritten
+	// as not final before the set fires.
 	finalP  *storage.ReminderProgress
 	writers int // registrations and cancellations in flight
-	// unfinaling: a rewrite of finalP as not final is in flight; a new
-	// final progress must wait for it (the two writes would race).
-	unfinaling bool
-	byKey      map[storage.ReminderRef]*reminder
-	failed     int // load attempts failed in a row
+	// writeSeq counts the set's reminder writes that ended (a reload's
+	// read older than one of them is not merged).
+	writeSeq uint64
+	byKey    map[storage.ReminderRef]*reminder
+
+	// queued: the set is in Service.work (or its call runs); lastErr: the
+	// outcome of its last store call (both under s.mu). since: when the
+	// set last became unable to fire while owned and not in a cutover
+	// (zero while it fires, is paused or is stopped: the watchdog's
+	// clock).
+	queued  bool
+	lastErr error
+	since   time.Time
 
 	// remembered are the shard's remembered entities (remembered.go);
 	// early, those activated before the load (added at the load).
@@ -99,8 +107,56 @@ type reminder struct {
 	failures  int
 }
 
-func (set *shardSet) active() bool {
-	return set.loaded && !set.blocked && !set.paused && !set.stopped
+func (set *shardSet) active() bool { return set.st.fires() }
+
+// toLocked moves the set's state by ev (setState.next) and reports
+// whether it applied; a refused event changes nothing. It then brings
+// the rest in line with the new state: the reminders are in the
+// scheduler exactly while the set fires, the remembered entities are
+// activated while it activates, the watchdog's clock runs while the set
+// cannot fire although owned and not in a cutover, and the set is queued
+// whenever its state asks for a store call — so that no transition can
+// leave a set waiting for a call nobody will make.
+func (set *shardSet) toLocked(ev setEvent) bool {
+	from := set.st
+	to, ok := from.next(ev)
+	if !ok {
+		return false
+	}
+	if CheckInvariants {
+		err := to.check()
+		if err == nil && to.final != finalNone && set.finalP == nil {
+			err = fmt.Errorf("a final progress to rewrite, of unknown content")
+		}
+		if err != nil {
+			panic(fmt.Sprintf("reminders: shard %d: %+v on %s: %v", set.id, from, ev, err))
+		}
+	}
+	set.st = to
+	if to.fires() != from.fires() {
+		if to.fires() {
+			set.scheduleAllLocked()
+		} else {
+			set.unscheduleAllLocked()
+		}
+	}
+	if to.activating() != from.activating() {
+		if to.activating() {
+			set.activateAllLocked()
+		} else {
+			set.unscheduleRememberedLocked(false)
+		}
+	}
+	switch {
+	case to.cause() == "":
+		set.since = time.Time{}
+	case set.since.IsZero():
+		set.since = time.Now()
+	}
+	if to.work() != workNone {
+		set.s.needLocked(set)
+	}
+	return true
 }
 
 // beginWrite admits a registration (put) or cancellation of ref, holding
@@ -113,7 +169,7 @@ func (set *shardSet) beginWrite(ref storage.ReminderRef, put bool) error {
 	defer set.mu.Unlock()
 	var err error
 	switch {
-	case set.stopped || set.paused:
+	case set.st.stopped || set.st.paused:
 		err = errMoving
 	case put && set.byKey[ref] == nil && len(set.byKey) >= set.s.cfg.MaxPerShard:
 		err = fmt.Errorf("%w: shard %d holds %d reminders, at most %d", entity.ErrTooManyReminders, set.id, len(set.byKey), set.s.cfg.MaxPerShard)
@@ -131,6 +187,7 @@ func (set *shardSet) beginWrite(ref storage.ReminderRef, put bool) error {
 func (set *shardSet) endWrite() {
 	set.mu.Lock()
 	set.writers--
+	set.writeSeq++
 	set.mu.Unlock()
 	set.writeMu.Unlock()
 }
@@ -141,7 +198,7 @@ func (set *shardSet) put(rec storage.Reminder) {
 	ref := storage.ReminderRef{Entity: rec.Entity, Name: rec.Name}
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	if set.stopped {
+	if set.st.stopped {
 		return
 	}
 	if old := set.byKey[ref]; old != nil {
@@ -326,30 +383,17 @@ func (r *reminder) done(started bool) {
 func (set *shardSet) pause() {
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	set.paused = true
-	set.unscheduleAllLocked()
-	set.unscheduleRememberedLocked(false)
+	set.toLocked(onPause)
 }
 
-// resume undoes pause; it reports whether a final progress must first be
-// rewritten (the set stays blocked until then).
-func (set *shardSet) resume() bool {
+// resume undoes pause: the set fires again, once the final progress the
+// store may hold (ours, written by the cutover, or the predecessor's,
+// loaded and not rewritten yet: a set paused at its load skips the
+// rewrite) is rewritten as not final.
+func (set *shardSet) resume() {
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	if set.stopped || !set.paused {
-		return false
-	}
-	set.paused = false
-	set.activateAllLocked()
-	// A final progress the store may hold — ours, written by the cutover,
-	// or the predecessor's, loaded and not rewritten yet (the rewrite
-	// queued at the load skips a paused set) — is rewritten first.
-	if set.final || set.finalP != nil {
-		set.blocked = true
-		return true
-	}
-	set.scheduleAllLocked()
-	return false
+	set.toLocked(onResume)
 }
 
 // stop ends the set: nothing fires any more. Its reminders are kept (for
@@ -357,8 +401,7 @@ func (set *shardSet) resume() bool {
 func (set *shardSet) stop(clear bool) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	if !set.stopped {
-		set.stopped = true
+	if set.toLocked(onStop) {
 		set.unscheduleAllLocked()
 		set.early = nil
 	}
@@ -380,10 +423,12 @@ func (set *shardSet) progress() (storage.ReminderProgress, bool, error) {
 	switch {
 	case set.writers > 0:
 		return p, false, fmt.Errorf("shard %d: %d reminder registrations or cancellations still being written", set.id, set.writers)
-	case set.unfinaling:
+	case set.st.rewriting:
 		return p, false, fmt.Errorf("shard %d: the previous reminder progress is still being rewritten", set.id)
-	case !set.loaded || len(set.byKey) == 0:
+	case !set.st.loaded || len(set.byKey) == 0:
 		return p, false, nil
+	case !set.st.paused && !set.st.stopped:
+		return p, false, fmt.Errorf("shard %d: its reminders still fire (no cutover or release began)", set.id)
 	}
 	set.unscheduleAllLocked()
 	for _, r := range set.byKey {
@@ -397,89 +442,183 @@ func (set *shardSet) progress() (storage.ReminderProgress, bool, error) {
 	slices.SortFunc(p.Fired, func(a, b storage.FiredTick) int {
 		return strings.Compare(a.Entity.String()+"/"+a.Name, b.Entity.String()+"/"+b.Name)
 	})
-	set.final, set.finalP = true, &p
+	set.finalP = &p
+	set.toLocked(onProgress)
 	return p, true, nil
 }
 
 // install applies the loaded state st: each reminder starts after the last
 // tick the store knows fired — exactly when the progress is final (the
-// predecessor stopped firing at its cut), at least once otherwise.
-func (set *shardSet) install(st storage.ShardState) (unfinal bool) {
+// predecessor stopped firing at its cut), at least once otherwise. A
+// final progress must be rewritten as not final before the set fires.
+// It reports false when the set was loaded already (a reload: merge).
+func (set *shardSet) install(st storage.ShardState) bool {
 	s := set.s
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	switch {
+	case set.st.stopped:
+		return true
+	case set.st.loaded:
+		return false
+	}
 	for _, err := range st.Corrupt {
 		s.corruptRecord(set.id, err)
 	}
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	if set.stopped || set.loaded {
-		return false
-	}
 	p := st.Progress
-	certain := p != nil && p.Final
-	fired := map[storage.ReminderRef]storage.FiredTick{}
-	if p != nil {
-		for _, f := range p.Fired {
-			fired[storage.ReminderRef{Entity: f.Entity, Name: f.Name}] = f
-		}
-	}
+	fired := firedByRef(p)
 	now := time.Now()
 	for _, rec := range st.Reminders {
-		ref := storage.ReminderRef{Entity: rec.Entity, Name: rec.Name}
-		r := &reminder{set: set, ref: ref, rec: rec}
-		r.F = r
-		known, exact := uint64(0), false
-		if p != nil && rec.Revision < p.Revision {
-			exact = certain
-			if f, ok := fired[ref]; ok && f.Revision == rec.Revision {
-				known, exact = f.Tick, certain && !f.Uncertain
-			} else {
-				known = rec.LastDue(p.Cut)
-			}
-		}
-		r.lastFired, r.next = known, known+1
-		r.catchUp = !rec.DueOf(r.next).After(now)
-		// Without an exact progress, a tick due before the load (or
-		// within the clock skew allowed after it) may have fired on the
-		// previous owner, which stopped before this one acquired.
-		r.redeliver = !exact && !rec.DueOf(r.next).After(now.Add(MaxClockSkew))
-		set.resolveLocked(r)
-		set.byKey[ref] = r
+		r := set.newReminderLocked(rec, p, fired, now)
+		set.byKey[r.ref] = r
 		s.loaded.Add(1)
-		if rec.Period <= 0 && known >= 1 {
+		if rec.Period <= 0 && r.lastFired >= 1 {
 			r.deleting = true // fired before the move: delete it, fire nothing
 			s.queueDelete(r)
 		}
 	}
-	set.loaded = true
-	close(set.loadedCh)
 	set.installRemembered(st.Remembered)
-	if certain {
-		set.blocked, set.finalP = true, p
-		return true
+	close(set.loadedCh)
+	if p != nil && p.Final {
+		set.finalP = p
+		set.toLocked(onLoadFinal)
+	} else {
+		set.toLocked(onLoad)
 	}
-	set.scheduleAllLocked()
-	return false
+	return true
 }
 
-// unblock makes the set fire after its final progress written was
-// rewritten as not final — unless a newer final progress was computed
-// meanwhile (a cutover), which needs its own rewrite (Resume).
-func (set *shardSet) unblock(written *storage.ReminderProgress) {
+// merge applies a reload's read st, made when the set's writeSeq was seq,
+// to the loaded set: a reminder the store holds and the set does not (a
+// registration whose outcome the runner did not learn landed) is added,
+// one the set holds and the store does not (a cancellation or deletion
+// landed) dropped, one both hold at the same revision keeps what the set
+// knows of its ticks (at least what the store's progress shows); a final
+// progress the set did not know of is rewritten before it fires again.
+// A write of the set that completed after the read makes it read again;
+// a cutover that began after it makes the merge wait for its end.
+func (set *shardSet) merge(st storage.ShardState, seq uint64) {
+	s := set.s
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	set.unfinaling = false
-	if set.finalP != written {
-		return
+	if set.writeSeq != seq {
+		return // still asking for a read: settle queues it again
 	}
-	set.blocked, set.final, set.finalP = false, false, nil
-	set.scheduleAllLocked()
+	p := st.Progress
+	ev := onReread
+	if p != nil && p.Final && set.st.final == finalNone {
+		ev = onRereadFinal
+	}
+	if _, ok := set.st.next(ev); !ok {
+		return // paused (merged after the cutover) or stopped
+	}
+	if ev == onRereadFinal {
+		set.finalP = p
+	}
+	set.toLocked(ev)
+	fired := firedByRef(p)
+	now := time.Now()
+	stored := make(map[storage.ReminderRef]bool, len(st.Reminders))
+	for _, rec := range st.Reminders {
+		ref := storage.ReminderRef{Entity: rec.Entity, Name: rec.Name}
+		stored[ref] = true
+		old := set.byKey[ref]
+		if old != nil && old.rec.Revision == rec.Revision {
+			continue
+		}
+		if old != nil {
+			set.dropLocked(old)
+		}
+		r := set.newReminderLocked(rec, p, fired, now)
+		if rec.Epoch == set.epoch {
+			// Written at this epoch, so by this set, and not known to it
+			// at this revision: it never fired. It starts from tick 1,
+			// as a registration does.
+			r.lastFired, r.next, r.catchUp, r.redeliver = 0, 1, false, false
+		}
+		set.byKey[ref] = r
+		s.loaded.Add(1)
+		if rec.Period <= 0 && r.lastFired >= 1 {
+			r.deleting = true
+			s.queueDelete(r)
+		}
+		set.scheduleLocked(r, now)
+	}
+	for ref, r := range set.byKey {
+		if !stored[ref] {
+			set.dropLocked(r)
+		}
+	}
 }
 
-// endUnfinal ends a failed rewrite of the final progress (it is retried).
-func (set *shardSet) endUnfinal() {
+// firedByRef indexes the reminders progress p lists.
+func firedByRef(p *storage.ReminderProgress) map[storage.ReminderRef]storage.FiredTick {
+	if p == nil {
+		return nil
+	}
+	fired := make(map[storage.ReminderRef]storage.FiredTick, len(p.Fired))
+	for _, f := range p.Fired {
+		fired[storage.ReminderRef{Entity: f.Entity, Name: f.Name}] = f
+	}
+	return fired
+}
+
+// newReminderLocked makes the loaded reminder of rec, starting after the
+// last tick progress p shows fired (at least once when p is not exact);
+// fired indexes p (firedByRef).
+func (set *shardSet) newReminderLocked(rec storage.Reminder, p *storage.ReminderProgress, fired map[storage.ReminderRef]storage.FiredTick, now time.Time) *reminder {
+	ref := storage.ReminderRef{Entity: rec.Entity, Name: rec.Name}
+	r := &reminder{set: set, ref: ref, rec: rec}
+	r.F = r
+	known, exact := uint64(0), false
+	if p != nil && rec.Revision < p.Revision {
+		exact = p.Final
+		if f, ok := fired[ref]; ok && f.Revision == rec.Revision {
+			known, exact = f.Tick, p.Final && !f.Uncertain
+		} else {
+			known = rec.LastDue(p.Cut)
+		}
+	}
+	r.lastFired, r.next = known, known+1
+	r.catchUp = !rec.DueOf(r.next).After(now)
+	// Without an exact progress, a tick due before the load (or within
+	// the clock skew allowed after it) may have fired on the previous
+	// owner, which stopped before this one acquired.
+	r.redeliver = !exact && !rec.DueOf(r.next).After(now.Add(MaxClockSkew))
+	set.resolveLocked(r)
+	return r
+}
+
+// rewriteStart begins the rewrite of the set's final progress as not
+// final, if its state asks for it: the write to make, or nil.
+func (set *shardSet) rewriteStart() *storage.ShardWrite {
 	set.mu.Lock()
-	set.unfinaling = false
-	set.mu.Unlock()
+	defer set.mu.Unlock()
+	if set.finalP == nil || !set.toLocked(onRewrite) {
+		return nil
+	}
+	p := *set.finalP
+	p.Final = false
+	return &storage.ShardWrite{Shard: set.id, Epoch: set.epoch, Progress: &p}
+}
+
+// rewriteDone ends the rewrite with the store's answer err: taken, the
+// set fires (unless a cutover began meanwhile); refused by the lock, it
+// waits for the runner to stop it; else it is tried again.
+func (set *shardSet) rewriteDone(err error) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	switch {
+	case err == nil:
+		set.toLocked(onRewritten)
+		if set.st.final == finalNone {
+			set.finalP = nil
+		}
+	case errors.Is(err, storage.ErrFenced):
+		set.toLocked(onRewriteFenced)
+	default:
+		set.toLocked(onRewriteFailed)
+	}
 }
 
 // list returns the infos of e's reminders.
