@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +63,7 @@ type result struct {
 	Stats      stats
 	Converge   time.Duration // last heal -> converged (-1: never)
 	Dir        string        // kept files ("" when removed)
+	Tail       string        // a failed run's last events of each runner process
 	Err        error         // the run could not be carried out (infrastructure)
 	Took       time.Duration
 }
@@ -97,6 +101,8 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 		return err
 	}
 	defer e.close()
+	driverStalls := probeStalls(ctx)
+	defer driverStalls() // on an early return too
 	var mu sync.Mutex
 	violate := func(format string, args ...any) {
 		mu.Lock()
@@ -157,17 +163,13 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	for _, a := range res.Applied {
 		lastHeal = max(lastHeal, a.Healed)
 	}
-	took, why := e.waitConverged(ctx, d, max(30*time.Second, 6*p.TTL))
+	_, why := e.waitConverged(ctx, d, max(30*time.Second, 6*p.TTL))
 	converged := runnerproc.Mono()
 	sleepCtx(ctx, reminderPeriod+time.Second) // the reminders fire again (check 8)
 	if why != "" {
 		violate("no convergence %v after the last fault: %s", max(30*time.Second, 6*p.TTL), why)
 	} else {
-		res.Converge = time.Duration(runnerproc.Mono() - lastHeal)
-		res.Converge = min(res.Converge, took+time.Duration(runnerproc.Mono()-lastHeal))
-		if res.Converge > 2*p.TTL {
-			violate("converged %v after the last fault was healed, more than 2 x TTL (%v)", res.Converge.Round(time.Millisecond), 2*p.TTL)
-		}
+		res.Converge = time.Duration(converged - lastHeal) // its bound (2 x TTL) is the checker's
 	}
 	stopLoad()
 	<-loadDone
@@ -190,7 +192,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	}
 	in := &checkInput{
 		p: p, asks: d.all(), etcd: events, deleteSeen: e.obs.seen, incarnations: e.incarnations(),
-		converged: converged, stopped: stopped, faults: res.Applied,
+		converged: converged, lastHeal: lastHeal, stopped: stopped, faults: res.Applied,
 	}
 	if why != "" {
 		in.converged = 0 // never converged: check 8's liveness part does not apply
@@ -202,6 +204,8 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 		}
 		in.history = append(in.history, recs...)
 	}
+	in.stalls = runnerproc.StallsOf(in.history)
+	in.stalls[os.Getpid()] = driverStalls()
 	vs, st := check(in)
 	for _, v := range vs {
 		violate("%s", v)
@@ -220,8 +224,27 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	res.Stats = st
 	if len(res.Violations) > 0 {
 		writeDump(dir, e)
+		res.Tail = lastEvents(in.history, lastEventsShown)
 	}
 	return nil
+}
+
+// probeStalls measures this process's stalls (the driver's: it measures
+// convergence) from now until the returned function is first called; it
+// returns them (each call).
+func probeStalls(ctx context.Context) func() runnerproc.Stalls {
+	ctx, cancel := context.WithCancel(ctx)
+	var s runnerproc.Stalls
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runnerproc.ProbeStalls(ctx, func(end, late int64) { s = append(s, [2]int64{end - late, end}) })
+	}()
+	return func() runnerproc.Stalls {
+		cancel()
+		<-done
+		return s
+	}
 }
 
 // waitConverged waits until every shard is owned by a live runner, no
@@ -324,6 +347,49 @@ func (e *env) convergedState(ctx context.Context) string {
 		return fmt.Sprintf("%d handoffs pending", len(hs.Kvs))
 	}
 	return ""
+}
+
+// lastEventsShown is how many of each runner process's last events a
+// failed run prints.
+const lastEventsShown = 12
+
+// lastEvents lists the last n events of each runner process of a history:
+// its registrations, detaches, ownership changes and always-on runs (not
+// its handlers, checkpoints, reminder fires or stalls, which the
+// violations name).
+func lastEvents(history []runnerproc.Record, n int) string {
+	byPID := map[int][]runnerproc.Record{}
+	for _, r := range history {
+		switch r.Kind {
+		case runnerproc.HistStart, runnerproc.HistEnd, runnerproc.HistCheckpoint, runnerproc.HistFire, runnerproc.HistStall:
+			continue
+		}
+		byPID[r.PID] = append(byPID[r.PID], r)
+	}
+	pids := slices.Sorted(maps.Keys(byPID))
+	var b strings.Builder
+	for _, pid := range pids {
+		recs := byPID[pid]
+		sort.SliceStable(recs, func(i, j int) bool { return recs[i].Mono < recs[j].Mono })
+		fmt.Fprintf(&b, "  last %d of %d events of %s (pid %d):\n", min(n, len(recs)), len(recs), recs[0].Runner, pid)
+		for _, r := range recs[max(0, len(recs)-n):] {
+			fmt.Fprintf(&b, "    %s %s shard %d epoch %d", at(r.Mono), r.Kind, r.Shard, r.Epoch)
+			if r.Lease != 0 {
+				fmt.Fprintf(&b, " lease %x", r.Lease)
+			}
+			if r.Entity != "" {
+				fmt.Fprintf(&b, " %s", r.Entity)
+			}
+			if r.Detail != "" {
+				fmt.Fprintf(&b, " (%s)", r.Detail)
+			}
+			if r.Err != "" {
+				fmt.Fprintf(&b, " err %s", r.Err)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 // writeDump keeps the runners' log tails next to a failed run's histories.

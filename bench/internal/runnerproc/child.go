@@ -132,6 +132,11 @@ func runChild(spec Spec) error {
 		poll = deadlinePoll
 	}
 	wg.Go(func() { reportStatus(ctx, r, out, poll) })
+	if hist != nil {
+		wg.Go(func() {
+			ProbeStalls(ctx, func(end, late int64) { hist.append(Record{Kind: HistStall, Mono: end, Value: late}) })
+		})
+	}
 	if spec.WatchDeletes {
 		wg.Go(func() { watchDeletes(ctx, cli, "/"+spec.Namespace+"/", out) })
 	}
