@@ -45,7 +45,7 @@ func debugCluster(t *testing.T, numShards int, ids ...string) ([]*debugNode, *en
 	var nodes []*debugNode
 	var rs []*started
 	for _, id := range ids {
-		rec := &recorder{}
+		rec := newRecorder(t)
 		var h atomic.Pointer[http.Handler] // set once the runner exists
 		srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { (*h.Load()).ServeHTTP(w, req) }))
 		r := start(t, c, rec, runner.Config{ID: id, NumShards: numShards, ListenAddr: "127.0.0.1:0", DebugURL: srv.URL + "/"})

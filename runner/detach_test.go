@@ -27,7 +27,7 @@ func startOwningAll(t *testing.T, cfg runner.Config, kinds ...entity.Descriptor)
 	t.Helper()
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
-	rec := &recorder{}
+	rec := newRecorder(t)
 	r := start(t, c, rec, cfg)
 	if len(kinds) > 0 {
 		if err := r.Register(kinds...); err != nil {
@@ -156,7 +156,7 @@ func TestDetachOnAcquireErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
-		rec := &recorder{}
+		rec := newRecorder(t)
 		cfg := detachCfg("a")
 		s := c.NewStore("a")
 		s.Fail(memory.OpAcquire, storage.ErrUnavailable)

@@ -35,7 +35,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, srvEndpoints []string, direct *clientv3.Client) *cluster {
 	return &cluster{
-		t: t, endpoints: srvEndpoints, direct: direct, rec: &recorder{},
+		t: t, endpoints: srvEndpoints, direct: direct, rec: newRecorder(t),
 		ns: fmt.Sprintf("rt%d", etcdNamespaces.Add(1)),
 	}
 }

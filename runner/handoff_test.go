@@ -269,7 +269,7 @@ func TestHandoffFollowsOwnerReattachedUnderSameLease(t *testing.T) {
 
 		cfgB := detachCfg("b")
 		cfgB.HandoffWait = time.Minute
-		recB := &recorder{}
+		recB := newRecorder(t)
 		b := start(t, c, recB, cfgB)
 		waitFor(t, 20*time.Second, "b's takeovers ready while a is detached", func() bool {
 			ready := 0
