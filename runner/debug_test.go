@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -242,9 +243,9 @@ func TestDebugStateJSON(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(5 * time.Second); !matches(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("events: %s", mismatch)
+	for p := testenv.NewPatience(5 * time.Second); !matches(); p.Sleep(10 * time.Millisecond) {
+		if p.Over() {
+			t.Fatalf("events after %v: %s", p, mismatch)
 		}
 	}
 	// Without ?epochs=1 the map stays compact.

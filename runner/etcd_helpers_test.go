@@ -201,18 +201,16 @@ func (c *cluster) exactPartition(rs []*etcdRunner, n int) (bool, string) {
 
 func (c *cluster) waitPartition(rs []*etcdRunner, n int, d time.Duration) {
 	c.t.Helper()
-	var why string
-	deadline := time.Now().Add(d)
+	p := testenv.NewPatience(d)
 	for {
-		ok, w := c.exactPartition(rs, n)
+		ok, why := c.exactPartition(rs, n)
 		if ok {
 			return
 		}
-		why = w
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no exact partition after %v: %s", d, why)
+		if p.Over() {
+			c.t.Fatalf("no exact partition after %v: %s", p, why)
 		}
-		time.Sleep(20 * time.Millisecond)
+		p.Sleep(20 * time.Millisecond)
 	}
 }
 

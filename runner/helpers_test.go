@@ -155,13 +155,7 @@ func waitRunning(t testing.TB, r *runner.Runner) {
 // until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, d, what, cond)
 }
 
 // partitionOK reports whether the runners own an exact partition of n

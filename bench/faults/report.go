@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardhost/shardhost/bench/internal/runnerproc"
+	"github.com/shardhost/shardhost/internal/testenv"
 )
 
 // line is a run's one-line outcome.
@@ -191,7 +191,7 @@ func (s *summary) print(w io.Writer) {
 		fmt.Fprintf(w, "  after %s: %s\n", cause, strings.Join(parts, "; "))
 	}
 	fmt.Fprintf(w, "processes unscheduled for %v or more (stall probes, SIGSTOPs left out): %d times, %v in all, the longest %v\n",
-		runnerproc.StallMin, st.Stalls, st.StallTotal.Round(time.Millisecond), st.StallMax.Round(time.Millisecond))
+		testenv.StallMin, st.Stalls, st.StallTotal.Round(time.Millisecond), st.StallMax.Round(time.Millisecond))
 	fmt.Fprintf(w, "timing bounds missed by a process measurably starved meanwhile (reported, not violations): %d\n", len(s.starved))
 	for _, m := range s.starved {
 		fmt.Fprintln(w, "  STARVED: "+m)

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
+	"github.com/shardhost/shardhost/internal/testenv"
 )
 
 // params are one session's knobs (the command's flags).
@@ -238,7 +239,10 @@ func probeStalls(ctx context.Context) func() runnerproc.Stalls {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runnerproc.ProbeStalls(ctx, func(end, late int64) { s = append(s, [2]int64{end - late, end}) })
+		testenv.ProbeStalls(ctx, func(end time.Time, late time.Duration) {
+			e := runnerproc.MonoOf(end)
+			s = append(s, [2]int64{e - int64(late), e})
+		})
 	}()
 	return func() runnerproc.Stalls {
 		cancel()

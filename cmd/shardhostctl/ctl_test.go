@@ -108,15 +108,19 @@ func (n *node) events() []runner.Event {
 	}
 }
 
+// outliveTest is the TTL of a lease a test grants and never renews: longer
+// than the test can run (its -timeout), so that the records the test wrote
+// under it stay, however slowly the machine runs the test.
+func outliveTest(t *testing.T) time.Duration {
+	if d, ok := t.Deadline(); ok {
+		return time.Until(d) + time.Minute
+	}
+	return time.Hour
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, d, what, cond)
 }
 
 // settled reports whether the nodes own every shard once, as the
@@ -290,7 +294,7 @@ func TestDrainUnregistered(t *testing.T) {
 	srv := testenv.StartEtcd(t)
 	cli := srv.Client(t)
 	s, _ := etcd.New(cli, "ahead", etcd.Config{})
-	l, err := s.Grant(t.Context(), 30*time.Second)
+	l, err := s.Grant(t.Context(), outliveTest(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +358,7 @@ func TestErrors(t *testing.T) {
 	cli := srv.Client(t)
 	for _, ns := range []string{"one", "two"} {
 		s, _ := etcd.New(cli, ns, etcd.Config{})
-		l, err := s.Grant(t.Context(), 30*time.Second)
+		l, err := s.Grant(t.Context(), outliveTest(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -111,16 +111,14 @@ func state(url string) (runner.DebugState, error) {
 // waitState polls url's debug state until cond holds (at most d).
 func waitState(t *testing.T, url string, d time.Duration, what string, cond func(runner.DebugState) bool) runner.DebugState {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	for p := testenv.NewPatience(d); ; p.Sleep(100 * time.Millisecond) {
 		st, err := state(url)
 		if err == nil && cond(st) {
 			return st
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s (last state: %v, %+v)", d, what, err, summary(st))
+		if p.Over() {
+			t.Fatalf("timed out after %v waiting for %s (last state: %v, %+v)", p, what, err, summary(st))
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

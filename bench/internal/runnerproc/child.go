@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/storage/etcd"
 )
@@ -134,7 +135,9 @@ func runChild(spec Spec) error {
 	wg.Go(func() { reportStatus(ctx, r, out, poll) })
 	if hist != nil {
 		wg.Go(func() {
-			ProbeStalls(ctx, func(end, late int64) { hist.append(Record{Kind: HistStall, Mono: end, Value: late}) })
+			testenv.ProbeStalls(ctx, func(end time.Time, late time.Duration) {
+				hist.append(Record{Kind: HistStall, Mono: MonoOf(end), Value: int64(late)})
+			})
 		})
 	}
 	if spec.WatchDeletes {

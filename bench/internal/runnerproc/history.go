@@ -50,8 +50,8 @@ const (
 	// whichever came first): Entity, Shard, Epoch, Inst, Detail (EndClass
 	// of the cause), Err (the cause).
 	HistLifeEnd = "life-end"
-	// The process was not scheduled ([ProbeStalls]): the stall ended at
-	// Mono and lasted Value nanoseconds.
+	// The process was not scheduled (testenv.ProbeStalls): the stall
+	// ended at Mono and lasted Value nanoseconds.
 	HistStall = "stall"
 )
 
