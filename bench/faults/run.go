@@ -359,30 +359,45 @@ const lastEventsShown = 12
 
 // lastEvents lists the last n events of each runner process of a history:
 // its registrations, detaches, ownership changes and always-on runs (not
-// its handlers, checkpoints, reminder fires or stalls, which the
-// violations name).
+// its handlers, entity activations and releases, checkpoints, reminder
+// fires or stalls, which the violations name). Records of one kind and
+// detail within 10 ms of each other make one line, with their shards.
 func lastEvents(history []runnerproc.Record, n int) string {
-	byPID := map[int][]runnerproc.Record{}
-	for _, r := range history {
+	type group struct {
+		first  runnerproc.Record
+		shards []int
+	}
+	byPID := map[int][]*group{}
+	recs := slices.Clone(history)
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Mono < recs[j].Mono })
+	for _, r := range recs {
 		switch r.Kind {
-		case runnerproc.HistStart, runnerproc.HistEnd, runnerproc.HistCheckpoint, runnerproc.HistFire, runnerproc.HistStall:
+		case runnerproc.HistStart, runnerproc.HistEnd, runnerproc.HistCheckpoint, runnerproc.HistFire, runnerproc.HistStall,
+			runnerproc.HistActivate, runnerproc.HistRelease:
 			continue
 		}
-		byPID[r.PID] = append(byPID[r.PID], r)
+		gs := byPID[r.PID]
+		if k := len(gs) - 1; k >= 0 && gs[k].first.Kind == r.Kind && gs[k].first.Detail == r.Detail && r.Mono-gs[k].first.Mono <= int64(10*time.Millisecond) {
+			gs[k].shards = append(gs[k].shards, r.Shard)
+			continue
+		}
+		byPID[r.PID] = append(gs, &group{first: r, shards: []int{r.Shard}})
 	}
-	pids := slices.Sorted(maps.Keys(byPID))
 	var b strings.Builder
-	for _, pid := range pids {
-		recs := byPID[pid]
-		sort.SliceStable(recs, func(i, j int) bool { return recs[i].Mono < recs[j].Mono })
-		fmt.Fprintf(&b, "  last %d of %d events of %s (pid %d):\n", min(n, len(recs)), len(recs), recs[0].Runner, pid)
-		for _, r := range recs[max(0, len(recs)-n):] {
-			fmt.Fprintf(&b, "    %s %s shard %d epoch %d", at(r.Mono), r.Kind, r.Shard, r.Epoch)
+	for _, pid := range slices.Sorted(maps.Keys(byPID)) {
+		gs := byPID[pid]
+		fmt.Fprintf(&b, "  last %d of %d events of %s (pid %d), same kind within 10 ms on one line:\n", min(n, len(gs)), len(gs), gs[0].first.Runner, pid)
+		for _, g := range gs[max(0, len(gs)-n):] {
+			r := g.first
+			fmt.Fprintf(&b, "    %s %s", at(r.Mono), r.Kind)
+			if len(g.shards) == 1 {
+				fmt.Fprintf(&b, " shard %d epoch %d", r.Shard, r.Epoch)
+			} else {
+				shards := slices.Compact(slices.Sorted(slices.Values(g.shards)))
+				fmt.Fprintf(&b, " %d records, shards %v", len(g.shards), shards)
+			}
 			if r.Lease != 0 {
 				fmt.Fprintf(&b, " lease %x", r.Lease)
-			}
-			if r.Entity != "" {
-				fmt.Fprintf(&b, " %s", r.Entity)
 			}
 			if r.Detail != "" {
 				fmt.Fprintf(&b, " (%s)", r.Detail)

@@ -9,18 +9,20 @@ import (
 )
 
 // Stalls: how long a process went without being scheduled. A goroutine
-// sleeps StallTick again and again; a wake-up later than StallTick +
-// StallMin means the process (or that goroutine) did not run for that
-// long: the machine's other work, the Go scheduler or a GC pause held it.
+// sleeps StallTick again and again; a wake-up StallMin or more late means
+// the process (or that goroutine) did not run for that long: the machine's
+// other work, the Go scheduler or a GC pause held it. (An idle machine
+// wakes a sleeper within a fraction of a millisecond; a CPU shared by two
+// runnable processes hands it over every few milliseconds.)
 // Real-time tests derive their bounds from the configured times plus the
 // stall they measured, so that a bound missed by a starved process is told
 // apart from a bound the code missed.
 const (
-	StallTick = 10 * time.Millisecond
+	StallTick = 5 * time.Millisecond
 	// StallMin is the smallest lateness counted: below it, a wake-up's
 	// delay is timer and scheduler jitter. Smaller stalls are not counted,
 	// so the measure errs on the side of too little starvation.
-	StallMin = 20 * time.Millisecond
+	StallMin = 5 * time.Millisecond
 )
 
 // ProbeStalls calls record for each stall of this process until ctx ends:
