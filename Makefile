@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup browser test simulate faults vet fmt-check bench peers demo demo-partitions demo-carts demo-cluster demo-cluster-secure screenshots clean-bin
+.PHONY: setup browser test test-short simulate faults vet fmt-check bench peers demo demo-partitions demo-carts demo-cluster demo-cluster-secure screenshots clean-bin
 
 ## setup: download Go modules, build the pinned etcd + toxiproxy binaries into ./bin, and install
 ## Debian's chromium for the browser checks when apt-get can (best effort, ~30 s once; never fails)
@@ -41,6 +41,14 @@ $(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
 # - The fault suite: real processes whose timing -race would distort: without it only, alone, last.
 test:
 	GO=$(GO) scripts/test.sh
+
+## test-short: the quick loop for daily work (about a minute warm): go vet, then go test -short -shuffle=on in both
+## modules: unit tests, the storage conformance suite on the memory store, 100 simulation seeds; no etcd,
+## toxiproxy, runner processes or real-time waits (they skip under -short). `make test` is the whole proof.
+test-short:
+	$(GO) vet ./...
+	$(GO) test -short -shuffle=on ./...
+	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) test -short -shuffle=on ./...; fi
 
 ## simulate: the deterministic cluster simulation for SEEDS seeds (default 100000, about an hour on 2 cores)
 SEEDS ?= 100000

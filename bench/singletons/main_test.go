@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 // benchmark reports: no overlap, singletons and remembered entities moved
 // and recovered, no write per message nor marker write on a move.
 func TestEveryScenarioMeasuresAtTinySizes(t *testing.T) {
+	testenv.SkipIfShort(t, "runs the benchmark on a real etcd")
 	if _, err := testenv.BinaryPath("etcd"); err != nil {
 		t.Fatalf("the benchmark needs ./bin/etcd (make setup): %v", err)
 	}

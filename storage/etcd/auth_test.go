@@ -32,6 +32,7 @@ var (
 // stopped by TestMain (stopSecureEtcd).
 func secureEtcd(t *testing.T) *testenv.Etcd {
 	t.Helper()
+	testenv.SkipIfShort(t, "starts etcd")
 	secureOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "shardhost-etcd-secure-")
 		if err != nil {
