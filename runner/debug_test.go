@@ -331,6 +331,7 @@ func TestDebugDetached(t *testing.T) {
 // one cell per shard, and stays small: compact cells (~20 bytes of HTML
 // each), compressed on the wire; the JSON carries ~2 bytes per shard.
 func TestDebugLargeShardMap(t *testing.T) {
+	testenv.SkipIfShort(t, "owns 65 536 shards in real time")
 	t.Parallel()
 	n := sharding.MaxShards
 	_, r, _ := startOwningAll(t, runner.Config{ID: "a", NumShards: n})

@@ -186,6 +186,7 @@ func (f *failedTB) Logf(format string, args ...any) {
 }
 
 func TestEtcdLogTailOnFailure(t *testing.T) {
+	SkipIfShort(t, "starts etcd")
 	f := &failedTB{}
 	t.Run("inner", func(t *testing.T) {
 		f.TB = t
