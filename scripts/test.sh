@@ -3,7 +3,9 @@
 # must pass; the script exits non-zero when one does not.
 #
 # The steps and why they run where they do:
-#   1. go vet, root module.
+#   1. go vet, root module. Its checks include those go test runs before a
+#      package's tests, so the go test steps below pass -vet=off (they would
+#      vet every package again, and examples/ once more).
 #   2. Under -race, every root package (runner first: its real-etcd tests
 #      wait in real time and are the longest package, so it starts as soon as
 #      it is compiled).
@@ -23,25 +25,32 @@ GO=${GO:-go}
 log=$(mktemp -d "${TMPDIR:-/tmp}/shardhost-test.XXXXXX")
 trap 'rm -rf "$log"' EXIT
 
-step() { echo "== $*"; "$@"; }
+step() {
+	echo "== $*"
+	local t0=$SECONDS rc
+	"$@"
+	rc=$?
+	echo "   ($((SECONDS - t0)) s)"
+	return "$rc"
+}
 
 step "$GO" vet ./... || exit 1
 
 # The background steps stop at the first failure; their log is printed whole.
 (
 	set -e
-	step "$GO" test -count=1 -timeout 10m -run '^TestSimulation$' ./runner/ -sim.seeds=1150 -sim.first=51
-	step "$GO" test -count=1 -timeout 5m -run '^TestMovement$' ./sharding/
+	step "$GO" test -vet=off -count=1 -timeout 10m -run '^TestSimulation$' ./runner/ -sim.seeds=1150 -sim.first=51
+	step "$GO" test -vet=off -count=1 -timeout 5m -run '^TestMovement$' ./sharding/
 	if [ -f examples/go.mod ]; then
 		cd examples
 		step "$GO" vet ./...
-		step "$GO" test -timeout 5m ./...
-		step "$GO" test -race -timeout 5m ./metrics/
+		step "$GO" test -vet=off -timeout 5m ./...
+		step "$GO" test -vet=off -race -timeout 5m ./metrics/
 	fi
 ) >"$log/background" 2>&1 &
 bg=$!
 
-step "$GO" test -race -shuffle=on -parallel 6 -timeout 20m ./runner/ ./...
+step "$GO" test -vet=off -race -shuffle=on -parallel 6 -timeout 20m ./runner/ ./...
 race=$?
 
 wait "$bg"
@@ -53,5 +62,5 @@ if [ "$race" -ne 0 ] || [ "$background" -ne 0 ]; then
 	exit 1
 fi
 
-step "$GO" test -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$' ./bench/faults/ || exit 1
+step "$GO" test -vet=off -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$' ./bench/faults/ || exit 1
 echo "== make test: every step passed"
