@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
@@ -48,55 +47,13 @@ func (rec *recorder) all() []runner.Event {
 // last events of every runner it followed (and the replay command).
 func newRecorder(t testing.TB) *recorder {
 	rec := &recorder{}
-	testenv.OnFailure(t, func() string { return rec.lastEvents(lastEventsShown) })
+	testenv.OnFailure(t, func() string { return ownership.LastEvents(rec.all(), lastEventsShown) })
 	return rec
 }
 
 // lastEventsShown is how many of each runner's last events a failed test
 // prints.
 const lastEventsShown = 15
-
-// lastEvents lists the last n events of every runner, by runner, for a
-// failed test's report.
-func (rec *recorder) lastEvents(n int) string {
-	byRunner := map[string][]runner.Event{}
-	var ids []string
-	for _, ev := range rec.all() {
-		id := ev.Base().Runner
-		if _, ok := byRunner[id]; !ok {
-			ids = append(ids, id)
-		}
-		byRunner[id] = append(byRunner[id], ev)
-	}
-	if len(ids) == 0 {
-		return "no runner events recorded"
-	}
-	slices.Sort(ids)
-	var b strings.Builder
-	for _, id := range ids {
-		evs := byRunner[id]
-		fmt.Fprintf(&b, "last %d of %d events of runner %s:\n", min(n, len(evs)), len(evs), id)
-		for _, ev := range evs[max(0, len(evs)-n):] {
-			fmt.Fprintf(&b, "  %s\n", eventLine(ev))
-		}
-	}
-	return b.String()
-}
-
-// eventLine formats an event: its time, its type and its fields but the
-// base's.
-func eventLine(ev runner.Event) string {
-	v := reflect.ValueOf(ev)
-	var fields []string
-	if v.Kind() == reflect.Struct {
-		for i := range v.NumField() {
-			if f := v.Type().Field(i); !f.Anonymous {
-				fields = append(fields, fmt.Sprintf("%s=%v", f.Name, v.Field(i)))
-			}
-		}
-	}
-	return fmt.Sprintf("%s %T{%s}", ev.Base().Time.Format("15:04:05.000000"), ev, strings.Join(fields, " "))
-}
 
 // started is a running runner in a test.
 type started struct {

@@ -40,6 +40,7 @@ var shared struct {
 func churnRun(t *testing.T) *Report {
 	t.Helper()
 	testenv.SkipIfShort(t, "runs the churn harness on a real etcd")
+	testenv.OnFailure(t, nil) // the replay command
 	if _, err := etcdBinary(); err != nil {
 		t.Fatalf("churn harness needs ./bin/etcd: %v", err)
 	}

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 // and recovered, no write per message nor marker write on a move.
 func TestEveryScenarioMeasuresAtTinySizes(t *testing.T) {
 	testenv.SkipIfShort(t, "runs the benchmark on a real etcd")
+	testenv.OnFailure(t, nil) // the replay command
 	if _, err := testenv.BinaryPath("etcd"); err != nil {
 		t.Fatalf("the benchmark needs ./bin/etcd (make setup): %v", err)
 	}

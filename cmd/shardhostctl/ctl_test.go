@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
@@ -48,7 +50,13 @@ type node struct {
 	sub  *runner.Subscription
 	evs  chan runner.Event
 	done chan error
+	mu   sync.Mutex
+	all  []runner.Event // every event, for a failed test's report
 }
+
+// lastEventsShown is how many of each runner's last events a failed test
+// prints.
+const lastEventsShown = 15
 
 // startRunner runs a hosting runner on namespace ns of the etcd at endpoint.
 func startRunner(t *testing.T, endpoint, ns, id string, shards int) *node {
@@ -78,8 +86,16 @@ func startRunnerWith(t *testing.T, endpoint, ns string, cfg runner.Config, setup
 		t.Fatal(err)
 	}
 	n := &node{Runner: r, sub: r.Subscribe(), evs: make(chan runner.Event, 100000), done: make(chan error, 1)}
+	testenv.OnFailure(t, func() string {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return ownership.LastEvents(n.all, lastEventsShown)
+	})
 	go func() {
 		for ev := range n.sub.Events() {
+			n.mu.Lock()
+			n.all = append(n.all, ev)
+			n.mu.Unlock()
 			n.evs <- ev
 		}
 		close(n.evs)
