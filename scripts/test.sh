@@ -12,13 +12,14 @@
 #      Beside it, in the background (their output is printed after step 2):
 #      the deterministic proofs that -race would slow fivefold — the
 #      simulation's other 1 150 seeds (virtual time inside testing/synctest:
-#      the load of step 2 cannot change their outcome) and TestMovement
-#      (arithmetic) — then examples/: vet, its tests (the demos' processes)
-#      and metrics under -race. The steps that only compute (the
-#      simulation, TestMovement, examples/' vet, which compiles the embedded
-#      etcd server) run at the lowest CPU priority (nice 19): they take the
-#      CPU step 2's waiting tests leave idle and never hold back a test whose
-#      runners must renew a lease or answer in time.
+#      the load of step 2 cannot change their outcome), TestMovement and
+#      TestPlannerAtScale (arithmetic) and TestCommandsAtMaxShards
+#      (shardhostctl's sequential commands at 65 536 shards) — then
+#      examples/: vet, its tests (the demos' processes) and metrics under
+#      -race. The steps that only compute (all but examples/' tests, which
+#      run processes with lease TTLs) run at the lowest CPU priority (nice
+#      19): they take the CPU step 2's waiting tests leave idle and never
+#      hold back a test whose runners must renew a lease or answer in time.
 #   3. The fault suite (one seed, nine faults, one of each kind), real
 #      processes, without -race, alone: its timing is part of what it
 #      checks.
@@ -44,7 +45,8 @@ step "$GO" vet ./... || exit 1
 (
 	set -e
 	step nice -n 19 "$GO" test -vet=off -count=1 -timeout 10m -run '^TestSimulation$' ./runner/ -sim.seeds=1150 -sim.first=51
-	step nice -n 19 "$GO" test -vet=off -count=1 -timeout 5m -run '^TestMovement$' ./sharding/
+	step nice -n 19 "$GO" test -vet=off -count=1 -timeout 5m -run '^(TestMovement|TestPlannerAtScale)$' ./sharding/
+	step nice -n 19 "$GO" test -vet=off -count=1 -timeout 5m -run '^TestCommandsAtMaxShards$' ./cmd/shardhostctl/
 	if [ -f examples/go.mod ]; then
 		cd examples
 		step nice -n 19 "$GO" vet ./...
