@@ -46,7 +46,7 @@ var clusterSeq atomic.Int64
 func StartEtcdCluster(t testing.TB, n int, opts ...EtcdOption) *EtcdCluster {
 	t.Helper()
 	SkipIfShort(t, "starts etcd")
-	OnFailure(t, nil)
+	onFailureRealTime(t)
 	start := time.Now()
 	c, err := launchCluster(context.Background(), n, t.TempDir(), opts, t.Logf)
 	if err != nil {

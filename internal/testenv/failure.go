@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // ReplayCommand returns the shell command that runs t alone again, from
@@ -57,35 +58,75 @@ func packageDirs() (cd, pkg string) {
 }
 
 // OnFailure makes a failed t print what a developer needs to look into it:
-// the command that replays it ([ReplayCommand]) and what each report
-// returns (the last events of every runner involved, a seed). The helpers
-// that start etcd or toxiproxy call it with no report, so every test that
-// uses them prints its replay command; tests add their reports. The
-// command and the reports are printed once, in the order the reports were
-// added, from a t.Cleanup registered by t's first call: registered before
-// the runners start, it runs after they have stopped, so a report sees
-// everything they recorded.
+// the command that replays it ([ReplayCommand]), for a test that started
+// real processes how long this process went unscheduled while it ran (a
+// [StallProbe]: a timing bound missed on a starved machine is told apart
+// from one missed on an idle machine), and what each report returns (the
+// last events of every runner involved, a seed). The helpers that start
+// etcd or toxiproxy call it with no report, so every test that uses them
+// prints its replay command; tests add their reports. The command and the
+// reports are printed once, in the order the reports were added, from a
+// t.Cleanup registered by t's first call: registered before the runners
+// start, it runs after they have stopped, so a report sees everything
+// they recorded.
 func OnFailure(t testing.TB, report func() string) {
 	t.Helper()
+	onFailure(t, report)
+}
+
+// onFailureRealTime is OnFailure(t, nil) for a test that starts real
+// processes: its report says how long this process went unscheduled from
+// now on. (Not for every test: in a testing/synctest bubble a probe's
+// sleeps would step the fake clock every few milliseconds.)
+func onFailureRealTime(t testing.TB) {
+	f := onFailure(t, nil)
+	failures.Lock()
+	defer failures.Unlock()
+	if f.probe == nil {
+		f.probe, f.release = useSharedProbe()
+		f.since = time.Now()
+	}
+}
+
+// failure is what a test's failure report holds.
+type failure struct {
+	reports []func() string
+	probe   *StallProbe // nil unless the test started real processes
+	release func()
+	since   time.Time
+}
+
+func onFailure(t testing.TB, report func() string) *failure {
 	failures.Lock()
 	defer failures.Unlock()
 	if failures.m == nil {
-		failures.m = map[testing.TB]*[]func() string{}
+		failures.m = map[testing.TB]*failure{}
 	}
-	reports := failures.m[t]
-	if reports == nil {
-		reports = new([]func() string)
-		failures.m[t] = reports
+	f := failures.m[t]
+	if f == nil {
+		f = &failure{}
+		failures.m[t] = f
 		t.Cleanup(func() {
 			failures.Lock()
 			delete(failures.m, t)
-			rs := *reports
 			failures.Unlock()
+			if f.release != nil {
+				defer f.release()
+			}
 			if !t.Failed() {
 				return
 			}
 			msg := "replay: " + ReplayCommand(t)
-			for _, r := range rs {
+			if f.probe != nil {
+				end := time.Now()
+				longest, at := f.probe.Longest(f.since, end)
+				msg += fmt.Sprintf("\nthis process went unscheduled %v of the %v since the test started its processes (stall probe); the longest stall %v",
+					f.probe.Within(f.since, end).Round(time.Millisecond), end.Sub(f.since).Round(time.Millisecond), longest.Round(time.Millisecond))
+				if longest > 0 {
+					msg += ", ending " + at.Format("15:04:05.000")
+				}
+			}
+			for _, r := range f.reports {
 				if s := r(); s != "" {
 					msg += "\n" + s
 				}
@@ -94,13 +135,14 @@ func OnFailure(t testing.TB, report func() string) {
 		})
 	}
 	if report != nil {
-		*reports = append(*reports, report)
+		f.reports = append(f.reports, report)
 	}
+	return f
 }
 
 var failures struct {
 	sync.Mutex
-	m map[testing.TB]*[]func() string
+	m map[testing.TB]*failure
 }
 
 // SkipIfShort skips t under `go test -short` (the quick loop: no real

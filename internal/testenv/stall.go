@@ -55,7 +55,14 @@ type StallProbe struct {
 
 // StartStallProbe runs a stall probe until t ends.
 func StartStallProbe(t testing.TB) *StallProbe {
-	p := &StallProbe{}
+	p, stop := startStallProbe()
+	t.Cleanup(stop)
+	return p
+}
+
+// startStallProbe runs a stall probe until stop is called.
+func startStallProbe() (p *StallProbe, stop func()) {
+	p = &StallProbe{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -66,8 +73,50 @@ func StartStallProbe(t testing.TB) *StallProbe {
 			p.mu.Unlock()
 		})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return p
+	return p, func() { cancel(); <-done }
+}
+
+// sharedProbe is one stall probe for every test that reports its failures
+// (OnFailure), running while one of them runs.
+var sharedProbe struct {
+	sync.Mutex
+	users int
+	probe *StallProbe
+	stop  func()
+}
+
+// useSharedProbe returns the shared probe, started if no test uses it;
+// release ends this test's use (the last one stops it).
+func useSharedProbe() (p *StallProbe, release func()) {
+	sharedProbe.Lock()
+	defer sharedProbe.Unlock()
+	if sharedProbe.users == 0 {
+		sharedProbe.probe, sharedProbe.stop = startStallProbe()
+	}
+	sharedProbe.users++
+	p = sharedProbe.probe
+	return p, func() {
+		sharedProbe.Lock()
+		defer sharedProbe.Unlock()
+		if sharedProbe.users--; sharedProbe.users == 0 {
+			sharedProbe.stop()
+			sharedProbe.probe, sharedProbe.stop = nil, nil
+		}
+	}
+}
+
+// Longest returns the longest stall within [from, to] and when it ended.
+func (p *StallProbe) Longest(from, to time.Time) (time.Duration, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var d time.Duration
+	var at time.Time
+	for _, s := range p.stalls {
+		if lo, hi := later(s[0], from), earlier(s[1], to); hi.Sub(lo) > d {
+			d, at = hi.Sub(lo), s[1]
+		}
+	}
+	return d, at
 }
 
 // Within returns how long the process was measured unscheduled within

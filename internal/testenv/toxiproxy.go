@@ -32,7 +32,7 @@ const toxiproxyStartTimeout = 10 * time.Second
 func StartToxiproxy(t testing.TB) *Toxiproxy {
 	t.Helper()
 	SkipIfShort(t, "starts toxiproxy")
-	OnFailure(t, nil)
+	onFailureRealTime(t)
 	start := time.Now()
 	x, err := launchToxiproxy(t.TempDir(), t.Logf)
 	if x != nil {
