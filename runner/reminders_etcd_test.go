@@ -17,7 +17,8 @@ import (
 // TestEtcdRemindersMoveExactlyOnceAndSurviveACrash: on a real etcd with
 // the gRPC transport, periodic and one-shot reminders fire on their
 // shard's owner only; across two joins and a graceful shutdown (handoffs)
-// every tick fires once, never redelivered; after a runner is killed its
+// every tick fires once, never redelivered (a tick due during a cutover
+// longer than the period fires collapsed into the next, with its count); after a runner is killed its
 // reminders fire again within LeaseTTL + 1 s (plus the time this process
 // was measured unscheduled meanwhile), at least once; in steady state etcd
 // sees no write.
@@ -98,6 +99,7 @@ func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	moved := 0
+	var collapsed uint64 // ticks due during a cutover, fired as one with their count
 	for i := range n {
 		id := fmt.Sprint("e", i)
 		every := env.firesOf(id, "every")
@@ -115,8 +117,11 @@ func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 				last = f.Tick
 			}
 		}
-		if msg := checkExact(exact); msg != "" {
+		if msg := checkOnceInOrder(exact); msg != "" {
 			t.Errorf("%s across planned moves: %s", id, msg)
+		}
+		for _, f := range exact {
+			collapsed += f.Missed
 		}
 		if len(runnersOf(exact)) > 1 {
 			moved++
@@ -141,6 +146,7 @@ func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 	if moved == 0 {
 		t.Error("no reminder moved between runners")
 	}
+	t.Logf("%d reminders moved between runners; %d ticks came due during a cutover and fired collapsed into the next", moved, collapsed)
 	checkFiresByOwners(t, c.rec.all(), env.allFires())
 	// Nothing but the periodic reminders is left in etcd.
 	resp, err := c.direct.Get(bounded(10*time.Second), "/"+c.ns+"/reminders/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
