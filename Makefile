@@ -33,12 +33,14 @@ $(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
 ## long proofs it would slow fivefold without it (kept there in a short version), then the examples
 # scripts/test.sh says which step runs where and why:
 # - The simulation: 50 seeds under -race (its default there), 1150 more (51..1200) without.
-# - TestMovement: one goroutine of arithmetic, nothing for -race to find: without it only.
-#   Both run in virtual time or none, beside the race step, on the CPU its waiting tests leave idle.
+# - TestMovement, TestPlannerAtScale (arithmetic) and TestCommandsAtMaxShards (shardhostctl's
+#   sequential commands at 65 536 shards): nothing for -race to find, without it only.
+#   They and the simulation run beside the race step at nice 19, on the CPU its waiting tests leave idle.
 # - examples/, beside the race step too: the demos embedding etcd run without -race (race-compiling
 #   the etcd server costs ~70 CPU-s cold; the library they drive is race-tested); metrics, which
 #   drives a runner in-process, runs with it too. Their tests build every main package.
-# - The fault suite: real processes whose timing -race would distort: without it only, alone, last.
+# - The fault suite (one seed, nine faults, one of each kind): real processes whose timing -race
+#   would distort: without it only, alone, last.
 test:
 	GO=$(GO) scripts/test.sh
 
