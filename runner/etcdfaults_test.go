@@ -95,7 +95,6 @@ type faultEnv struct {
 	stop       chan struct{}
 	wg         sync.WaitGroup
 	maxStall   atomic.Int64 // longest scheduling delay of a 10 ms ticker, ns
-	stalls     *testenv.StallProbe
 }
 
 // startWithClientConfig runs a runner like cluster.start, but with the
@@ -153,7 +152,7 @@ func newFaultEnv(t *testing.T) *faultEnv {
 		opts = append(opts, testenv.WithLogLevel(s))
 	}
 	pc := testenv.StartProxiedEtcdCluster(t, 3, opts...)
-	e := &faultEnv{pc: pc, c: newCluster(t, pc.Endpoints(), pc.Client(t)), stop: make(chan struct{}), stalls: testenv.StartStallProbe(t)}
+	e := &faultEnv{pc: pc, c: newCluster(t, pc.Endpoints(), pc.Client(t)), stop: make(chan struct{})}
 	env, k, method := newWho()
 	e.who = env
 	for _, id := range []string{"a", "b", "c"} {
@@ -247,21 +246,6 @@ type runResult struct {
 	failedAsks    int64
 }
 
-// starved reports whether detach d came at the lease deadline after this
-// process was measured unscheduled, since the last acknowledged renewal
-// was sent (d.Deadline - LeaseTTL), at least a renewal's window (LeaseTTL -
-// DetachMargin - LeaseRenewInterval): the limit runner.Config's LeaseTTL
-// states. It returns the stall and the window.
-func (e *faultEnv) starved(d runner.Detached) (bool, time.Duration, time.Duration) {
-	cfg := e.rs[0].Config()
-	if d.Reason != detachment.ReasonLeaseDeadline || d.Deadline.IsZero() {
-		return false, 0, 0
-	}
-	window := cfg.LeaseTTL - cfg.DetachMargin - cfg.LeaseRenewInterval
-	stalled := e.stalls.Within(d.Deadline.Add(-cfg.LeaseTTL), d.Time)
-	return stalled >= window, stalled, window
-}
-
 // leaseAt returns the lease runner id registered last before t.
 func (e *faultEnv) leaseAt(id string, t time.Time) storage.LeaseID {
 	var l storage.LeaseID
@@ -315,7 +299,7 @@ func (e *faultEnv) check(t *testing.T, fault string, run int, since time.Time, s
 		if d.Time.Before(since) {
 			continue
 		}
-		if starved, stalled, window := e.starved(d); starved {
+		if starved, stalled, window := e.c.starved(d, e.rs[0].Config()); starved {
 			res.starved++
 			t.Logf("STARVED: %s detached at %s (%s: %s): this process was measured unscheduled %v since its last acknowledged renewal was sent, more than a renewal's window (%v)",
 				d.Runner, d.Time.Format(time.StampMilli), d.Reason, d.Detail, stalled.Round(time.Millisecond), window)
