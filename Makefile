@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS_DEPS := tools/go.mod tools/go.sum
 BUILD := cd tools && $(GO) build -trimpath -ldflags='-s -w'
 
-.PHONY: setup browser test simulate faults vet fmt-check bench peers demo demo-partitions demo-carts demo-cluster demo-cluster-secure screenshots clean-bin
+.PHONY: setup browser test test-short simulate faults vet fmt-check bench peers demo demo-partitions demo-carts demo-cluster demo-cluster-secure screenshots clean-bin
 
 ## setup: download Go modules, build the pinned etcd + toxiproxy binaries into ./bin, and install
 ## Debian's chromium for the browser checks when apt-get can (best effort, ~30 s once; never fails)
@@ -33,14 +33,24 @@ $(BIN)/toxiproxy-cli: $(TOOLS_DEPS)
 ## long proofs it would slow fivefold without it (kept there in a short version), then the examples
 # scripts/test.sh says which step runs where and why:
 # - The simulation: 50 seeds under -race (its default there), 1150 more (51..1200) without.
-# - TestMovement: one goroutine of arithmetic, nothing for -race to find: without it only.
-#   Both run in virtual time or none, beside the race step, on the CPU its waiting tests leave idle.
+# - TestMovement, TestPlannerAtScale (arithmetic) and TestCommandsAtMaxShards (shardhostctl's
+#   sequential commands at 65 536 shards): nothing for -race to find, without it only.
+#   They and the simulation run beside the race step at nice 19, on the CPU its waiting tests leave idle.
 # - examples/, beside the race step too: the demos embedding etcd run without -race (race-compiling
 #   the etcd server costs ~70 CPU-s cold; the library they drive is race-tested); metrics, which
 #   drives a runner in-process, runs with it too. Their tests build every main package.
-# - The fault suite: real processes whose timing -race would distort: without it only, alone, last.
+# - The fault suite (one seed, nine faults, one of each kind): real processes whose timing -race
+#   would distort: without it only, alone, last.
 test:
 	GO=$(GO) scripts/test.sh
+
+## test-short: the quick loop for daily work (about a minute warm): go vet, then go test -short -shuffle=on in both
+## modules: unit tests, the storage conformance suite on the memory store, 100 simulation seeds; no etcd,
+## toxiproxy, runner processes or real-time waits (they skip under -short). `make test` is the whole proof.
+test-short:
+	$(GO) vet ./...
+	$(GO) test -short -shuffle=on ./...
+	@if [ -f examples/go.mod ]; then cd examples && $(GO) vet ./... && $(GO) test -short -shuffle=on ./...; fi
 
 ## simulate: the deterministic cluster simulation for SEEDS seeds (default 100000, about an hour on 2 cores)
 SEEDS ?= 100000

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -42,13 +43,7 @@ func startTweaked(t *testing.T, c *memory.Cluster, cfg Config, tweak func(*Runne
 
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, d, what, cond)
 }
 
 // The receiving side checks the context first too: a delivery whose

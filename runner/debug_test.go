@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -45,7 +46,7 @@ func debugCluster(t *testing.T, numShards int, ids ...string) ([]*debugNode, *en
 	var nodes []*debugNode
 	var rs []*started
 	for _, id := range ids {
-		rec := &recorder{}
+		rec := newRecorder(t)
 		var h atomic.Pointer[http.Handler] // set once the runner exists
 		srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { (*h.Load()).ServeHTTP(w, req) }))
 		// A full lock view: the pages draw every shard's lock.
@@ -243,9 +244,9 @@ func TestDebugStateJSON(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(5 * time.Second); !matches(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("events: %s", mismatch)
+	for p := testenv.NewPatience(5 * time.Second); !matches(); p.Sleep(10 * time.Millisecond) {
+		if p.Over() {
+			t.Fatalf("events after %v: %s", p, mismatch)
 		}
 	}
 	// Without ?epochs=1 the map stays compact.
@@ -331,6 +332,7 @@ func TestDebugDetached(t *testing.T) {
 // one cell per shard, and stays small: compact cells (~20 bytes of HTML
 // each), compressed on the wire; the JSON carries ~2 bytes per shard.
 func TestDebugLargeShardMap(t *testing.T) {
+	testenv.SkipIfShort(t, "owns 65 536 shards in real time")
 	t.Parallel()
 	n := sharding.MaxShards
 	_, r, _ := startOwningAll(t, runner.Config{ID: "a", NumShards: n})

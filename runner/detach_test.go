@@ -28,7 +28,7 @@ func startOwningAll(t *testing.T, cfg runner.Config, kinds ...entity.Descriptor)
 	t.Helper()
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
-	rec := &recorder{}
+	rec := newRecorder(t)
 	r := start(t, c, rec, cfg)
 	if len(kinds) > 0 {
 		if err := r.Register(kinds...); err != nil {
@@ -157,7 +157,7 @@ func TestDetachOnAcquireErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
-		rec := &recorder{}
+		rec := newRecorder(t)
 		cfg := detachCfg("a")
 		s := c.NewStore("a")
 		s.Fail(memory.OpAcquire, storage.ErrUnavailable)
@@ -362,6 +362,51 @@ func TestDisabledDetachmentOnlyLogs(t *testing.T) {
 		}
 		if n := len(r.Owned()); n != 8 {
 			t.Fatalf("owns %d shards, want all 8 (disabled detachment only logs)", n)
+		}
+	})
+}
+
+// restorer is an entity whose activation restores a checkpoint.
+type restorer struct{ n int }
+
+func (e *restorer) Activate(ctx context.Context, info entity.ActivateInfo) error {
+	_, _, err := info.Restore(ctx)
+	return err
+}
+
+func (e *restorer) Get(ctx context.Context, _ struct{}) (int, error) { e.n++; return e.n, nil }
+
+// TestAskWhoseActivationTheDetachCutShortIsNotDelivered: an ask whose
+// entity was still activating (its Activate reading a checkpoint) when the
+// runner detached ran no handler: it fails as not delivered (retryable),
+// so its sender asks again once the runner owns the shard again and the
+// ask succeeds within its deadline — not with the activation's error
+// ("read checkpoint: context canceled").
+func TestAskWhoseActivationTheDetachCutShortIsNotDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kind := entity.NewKind("restorer", func(string) *restorer { return &restorer{} })
+		get := entity.Method(kind, "get", (*restorer).Get)
+		t0 := time.Now()
+		_, r, rec := startOwningAll(t, detachCfg("a"), kind)
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond))) // renewal at 5s succeeded
+		r.store.FailKeepAlive(true)                             // detach at t0+15s
+		// Checkpoint reads answer after 30 s: the activation, begun 2 s
+		// before the detach, is still reading (within its OpTimeout, 3 s)
+		// when the runner detaches.
+		time.Sleep(time.Until(t0.Add(13 * time.Second)))
+		r.store.Delay(memory.OpCheckpoint, 30*time.Second)
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, err := get.Ask(ctx, r, "x", struct{}{})
+			res <- err
+		}()
+		waitDetached(t, rec, 20*time.Second)
+		r.store.Delay(memory.OpCheckpoint, 0)
+		r.store.FailKeepAlive(false)
+		if err := <-res; err != nil {
+			t.Fatalf("Ask = %v, want the ask delivered once the runner owns the shard again", err)
 		}
 	})
 }

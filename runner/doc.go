@@ -267,7 +267,9 @@
 //     back-off (100 ms doubling to 30 s); returning nil ends it for this
 //     ownership of the shard. WorkerStarted and WorkerStopped events, and
 //     a singleton's record singletons/{shard}/{name} (runner, since when),
-//     written fenced when it starts, say where each runs.
+//     written fenced when it starts (and again, with a back-off, after a
+//     write that failed, while the runner owns the shard), say where each
+//     runs.
 //
 // A remembered entity (a kind with entity.Remembered) is kept running by
 // its shard's owner:

@@ -36,7 +36,7 @@ func TestOperatorDrain(t *testing.T) {
 		const n = 16
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
-		rec := &recorder{}
+		rec := newRecorder(t)
 		a := start(t, c, rec, runner.Config{ID: "a", NumShards: n})
 		b := start(t, c, rec, runner.Config{ID: "b", NumShards: n})
 		rs := []*started{a, b}

@@ -99,7 +99,7 @@ func TestRunnersWorkWithANamespaceRole(t *testing.T) {
 	reader, readerPw := "gateway", "pw-gateway"
 	srv.Cluster().AddGatewayUser(t, reader, readerPw, ns)
 	k := newTestKind(false)
-	rec := &recorder{}
+	rec := newRecorder(t)
 	// The gateway first: it may not write the cluster record, and waits
 	// for a hosting runner to publish it.
 	gw := runOn(t, secureStore(t, srv, ns, reader, readerPw), nil, runner.Config{ID: "gw", NumShards: shards, ClientOnly: true})
@@ -354,7 +354,7 @@ func TestEtcdCertRotationKeepsRunnersAttached(t *testing.T) {
 	const ns, shards = "rotate", 16
 	ec.AddPrefixUser(t, "rotate", "pw-rotate", "/"+ns+"/", "readwrite")
 	k := newTestKind(false)
-	rec := &recorder{}
+	rec := newRecorder(t)
 	var hosts []*started
 	for _, id := range []string{"r1", "r2"} {
 		cfg := ec.ClientConfig()

@@ -217,12 +217,11 @@ func TestEtcdWatchDrivenReacquire(t *testing.T) {
 			t.Fatal(err)
 		}
 		var as []runner.ShardAcquired
-		for len(as) == 0 {
-			if time.Since(deleted) > 10*time.Second {
-				t.Fatalf("shard %d not re-acquired 10s after its lock was deleted", id)
+		for p := testenv.NewPatience(10 * time.Second); len(as) == 0; as = acquiredOf(c.rec.all(), "a")[sharding.ShardID(id)] {
+			if p.Over() {
+				t.Fatalf("shard %d not re-acquired %v after its lock was deleted", id, p)
 			}
-			time.Sleep(time.Millisecond)
-			as = acquiredOf(c.rec.all(), "a")[sharding.ShardID(id)]
+			p.Sleep(time.Millisecond)
 		}
 		lat = append(lat, as[0].Time.Sub(deleted))
 	}

@@ -34,6 +34,10 @@ func TestEtcdHandoffScaleUpAndDown(t *testing.T) {
 	l.finish(t)
 
 	evs := e.c.rec.all()
+	if !e.c.premiseOfNoDetach(rs[0].Config()) {
+		checkSingleOwner(t, evs)
+		return
+	}
 	upMoves, downMoves := movesOf(evs, upAt), movesOf(evs, downAt)
 	if l.failed.Load() != 0 {
 		for i, err := range l.errs {
@@ -84,6 +88,10 @@ func TestEtcdHandoffRapidJoins(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	l.finish(t)
 	evs := e.c.rec.all()
+	if !e.c.premiseOfNoDetach(rs[0].Config()) {
+		checkSingleOwner(t, evs)
+		return
+	}
 	if l.failed.Load() != 0 {
 		for i, err := range l.errs {
 			if i < 5 {
@@ -239,6 +247,10 @@ func TestEtcdHandoffStateContinuity(t *testing.T) {
 		e.c.waitPartition(rs, 32, 60*time.Second)
 	}
 	l.finish(t)
+	if !e.c.premiseOfNoDetach(rs[0].Config()) {
+		checkSingleOwner(t, e.c.rec.all())
+		return
+	}
 	if l.failed.Load() != 0 {
 		t.Fatalf("%d asks failed, want 0: %v", l.failed.Load(), l.errs[0])
 	}
@@ -269,7 +281,7 @@ func TestHandoffFollowsOwnerReattachedUnderSameLease(t *testing.T) {
 
 		cfgB := detachCfg("b")
 		cfgB.HandoffWait = time.Minute
-		recB := &recorder{}
+		recB := newRecorder(t)
 		b := start(t, c, recB, cfgB)
 		waitFor(t, 20*time.Second, "b's takeovers ready while a is detached", func() bool {
 			ready := 0

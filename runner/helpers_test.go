@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/ownership"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -40,6 +42,18 @@ func (rec *recorder) all() []runner.Event {
 	slices.SortStableFunc(out, func(a, b runner.Event) int { return a.Base().Time.Compare(b.Base().Time) })
 	return out
 }
+
+// newRecorder returns a recorder whose test, when it fails, prints the
+// last events of every runner it followed (and the replay command).
+func newRecorder(t testing.TB) *recorder {
+	rec := &recorder{}
+	testenv.OnFailure(t, func() string { return ownership.LastEvents(rec.all(), lastEventsShown) })
+	return rec
+}
+
+// lastEventsShown is how many of each runner's last events a failed test
+// prints.
+const lastEventsShown = 15
 
 // started is a running runner in a test.
 type started struct {
@@ -98,13 +112,7 @@ func waitRunning(t testing.TB, r *runner.Runner) {
 // until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, d, what, cond)
 }
 
 // partitionOK reports whether the runners own an exact partition of n

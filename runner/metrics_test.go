@@ -110,7 +110,7 @@ func TestDetachmentMetrics(t *testing.T) {
 		t.Cleanup(c.Close)
 		rd := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd))
-		rec := &recorder{}
+		rec := newRecorder(t)
 		r := start(t, c, rec, runner.Config{ID: "a", NumShards: 8, MeterProvider: mp})
 		waitFor(t, time.Second, "owning all", func() bool { return len(r.Owned()) == 8 })
 		m := readMetrics(t, rd)

@@ -64,7 +64,7 @@ func TestOwnRecordDamagedIsRewritten(t *testing.T) {
 				lc := &logCapture{}
 				c := memory.NewCluster()
 				t.Cleanup(c.Close)
-				rec := &recorder{}
+				rec := newRecorder(t)
 				a := start(t, c, rec, runner.Config{ID: "a", NumShards: 8, Logger: lc.logger(t)})
 				b := start(t, c, rec, runner.Config{ID: "b", NumShards: 8})
 				waitFor(t, 10*time.Second, "partition", func() bool { ok, _ := partitionOK([]*started{a, b}, 8); return ok })
@@ -210,7 +210,7 @@ func TestDuplicateLiveIDFailsTheNewer(t *testing.T) {
 		lc := &logCapture{}
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
-		rec := &recorder{}
+		rec := newRecorder(t)
 		a := start(t, c, rec, runner.Config{ID: "a", NumShards: 8})
 		waitFor(t, 10*time.Second, "a owns all", func() bool { return len(a.Owned()) == 8 })
 		owned := a.Owned()
@@ -254,7 +254,7 @@ func TestDuplicateIDWrittenByBothFirstStartedKeepsIt(t *testing.T) {
 		lcA, lcB := &logCapture{}, &logCapture{}
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
-		rec := &recorder{}
+		rec := newRecorder(t)
 		a := start(t, c, rec, runner.Config{ID: "a", NumShards: 8, Logger: lcA.logger(t)})
 		waitFor(t, 10*time.Second, "a owns all", func() bool { return len(a.Owned()) == 8 })
 		owned := a.Owned()

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -16,11 +17,14 @@ import (
 // TestEtcdRemindersMoveExactlyOnceAndSurviveACrash: on a real etcd with
 // the gRPC transport, periodic and one-shot reminders fire on their
 // shard's owner only; across two joins and a graceful shutdown (handoffs)
-// every tick fires once, never redelivered; after a runner is killed its
-// reminders fire again within LeaseTTL + 1 s, at least once; in steady
-// state etcd sees no write.
+// every tick fires once, never redelivered (a tick due during a cutover
+// longer than the period fires collapsed into the next, with its count); after a runner is killed its
+// reminders fire again within LeaseTTL + 1 s (plus the time this process
+// was measured unscheduled meanwhile), at least once; in steady state etcd
+// sees no write.
 func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 	t.Parallel()
+	stalls := testenv.StartStallProbe(t)
 	c := startEtcdCluster(t)
 	env := newAlarmEnv()
 	const shards, ttl = 32, 3 * time.Second
@@ -95,6 +99,7 @@ func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	moved := 0
+	var collapsed uint64 // ticks due during a cutover, fired as one with their count
 	for i := range n {
 		id := fmt.Sprint("e", i)
 		every := env.firesOf(id, "every")
@@ -112,8 +117,11 @@ func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 				last = f.Tick
 			}
 		}
-		if msg := checkExact(exact); msg != "" {
+		if msg := checkOnceInOrder(exact); msg != "" {
 			t.Errorf("%s across planned moves: %s", id, msg)
+		}
+		for _, f := range exact {
+			collapsed += f.Missed
 		}
 		if len(runnersOf(exact)) > 1 {
 			moved++
@@ -124,8 +132,8 @@ func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 		}
 		if onB[id] {
 			first := after[0]
-			if d := first.At.Sub(crashed); d > ttl+time.Second {
-				t.Errorf("%s (on the killed runner) fired again %v after the kill, want within TTL + 1 s", id, d)
+			if d, stalled := first.At.Sub(crashed), stalls.Within(crashed, first.At); d > ttl+time.Second+stalled {
+				t.Errorf("%s (on the killed runner) fired again %v after the kill, want within TTL + 1 s + %v measured unscheduled", id, d, stalled)
 			}
 			if !first.Redelivered || first.Tick <= last || first.Tick-first.Missed > last+1 {
 				t.Errorf("%s after the kill: tick %d missed %d redelivered %v after tick %d", id, first.Tick, first.Missed, first.Redelivered, last)
@@ -138,6 +146,7 @@ func TestEtcdRemindersMoveExactlyOnceAndSurviveACrash(t *testing.T) {
 	if moved == 0 {
 		t.Error("no reminder moved between runners")
 	}
+	t.Logf("%d reminders moved between runners; %d ticks came due during a cutover and fired collapsed into the next", moved, collapsed)
 	checkFiresByOwners(t, c.rec.all(), env.allFires())
 	// Nothing but the periodic reminders is left in etcd.
 	resp, err := c.direct.Get(bounded(10*time.Second), "/"+c.ns+"/reminders/", clientv3.WithPrefix(), clientv3.WithKeysOnly())

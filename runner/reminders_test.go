@@ -68,7 +68,7 @@ type reminderCluster struct {
 func newReminderCluster(t *testing.T, env *alarmEnv, shards int) *reminderCluster {
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
-	return &reminderCluster{t: t, c: c, net: transport.NewInmemNetwork(), env: env, rec: &recorder{},
+	return &reminderCluster{t: t, c: c, net: transport.NewInmemNetwork(), env: env, rec: newRecorder(t),
 		cfg: runner.Config{NumShards: shards, WarmTimeout: time.Second, HandoffWait: 3 * time.Second}}
 }
 

@@ -50,7 +50,7 @@ import (
 // is not controlled, so a replay reruns the same schedule, not necessarily
 // the same interleaving.
 var (
-	simSeeds = flag.Int("sim.seeds", 0, "simulation seeds to run (default 200, or 50 under -race; make test runs 50 with -race, then 1150 more without)")
+	simSeeds = flag.Int("sim.seeds", 0, "simulation seeds to run (default 200, 100 with -short, 50 under -race; make test runs 50 with -race, then 1150 more without)")
 	simSeed  = flag.Uint64("sim.seed", 0, "run only this seed")
 	simFirst = flag.Uint64("sim.first", 1, "first seed")
 	simLog   = flag.Bool("sim.log", false, "print each run's schedule and the runners' logs")
@@ -81,6 +81,9 @@ func TestSimulation(t *testing.T) {
 		n := *simSeeds
 		if n == 0 {
 			n = 200
+			if testing.Short() { // the quick loop (make test-short)
+				n = 100
+			}
 			if raceEnabled { // the race detector makes a seed ~5x slower: a short version (make test runs the rest without it)
 				n = 50
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"
@@ -143,12 +144,10 @@ func TestShutdownMarksStoppedOnlyWithoutDetach(t *testing.T) {
 	}
 	aLease, bLease := leaseOf(a), leaseOf(b)
 	a.Detach()
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Status().Phase != "attached" || len(a.Owned()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a did not re-attach and own shards again: %s", a.Status().Phase)
+	for p := testenv.NewPatience(10 * time.Second); a.Status().Phase != "attached" || len(a.Owned()) == 0; p.Sleep(5 * time.Millisecond) {
+		if p.Over() {
+			t.Fatalf("a did not re-attach and own shards again after %v: %s", p, a.Status().Phase)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	if leaseOf(a) != aLease {
 		t.Fatal("a re-attached under a new lease; this test needs the same one")

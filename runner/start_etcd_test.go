@@ -70,9 +70,8 @@ func TestEtcdDownAtStart(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 	want := "not started: etcd at " + srv.Endpoint() + " unreachable since "
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.HasPrefix(r.Status().NotStarted, want) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	for p := testenv.NewPatience(10 * time.Second); !strings.HasPrefix(r.Status().NotStarted, want) && !p.Over(); {
+		p.Sleep(50 * time.Millisecond)
 	}
 	if st := r.Status(); !strings.HasPrefix(st.NotStarted, want) || !strings.Contains(st.NotStarted, "connection refused") ||
 		!errors.Is(st.StartError, storage.ErrUnavailable) {

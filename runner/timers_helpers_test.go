@@ -196,6 +196,23 @@ func ticks(fs []alarmFire) []uint64 {
 	return out
 }
 
+// checkOnceInOrder reports a problem with a fire sequence that must be
+// exactly once in real time: ticks in order, none twice, none redelivered,
+// every gap explained by the fire's missed count. Ticks due while nobody
+// could fire them (a cutover longer than the period, on a slow machine)
+// are collapsed into the next fire with their count
+// (runner/internal/reminders); in virtual time, checkExact applies.
+func checkOnceInOrder(fs []alarmFire) string {
+	var prev uint64
+	for i, f := range fs {
+		if f.Redelivered || f.Tick != prev+f.Missed+1 {
+			return fmt.Sprintf("fire %d is tick %d (missed %d, redelivered %v) on %s after tick %d; ticks %v", i, f.Tick, f.Missed, f.Redelivered, f.Runner, prev, ticks(fs))
+		}
+		prev = f.Tick
+	}
+	return ""
+}
+
 // checkExact reports a problem with a fire sequence that must be exact:
 // ticks 1, 2, ... with no duplicate, gap, missed count or redelivery.
 func checkExact(fs []alarmFire) string {

@@ -118,7 +118,7 @@ func TestTimersEndWhenTheirShardMoves(t *testing.T) {
 		t.Cleanup(c.Close)
 		net := transport.NewInmemNetwork()
 		env := newAlarmEnv()
-		rec := &recorder{}
+		rec := newRecorder(t)
 		cfg := func(id string) runner.Config {
 			return runner.Config{ID: id, NumShards: 2, Transport: net.Transport(id + ":7100"), WarmTimeout: time.Second}
 		}

@@ -202,7 +202,7 @@ func TestDetachAndReattachTraced(t *testing.T) {
 		t.Cleanup(c.Close)
 		s := newSpans(t)
 		_, k, do := newWho()
-		rec := &recorder{}
+		rec := newRecorder(t)
 		r := start(t, c, rec, s.traced(t, detachCfg("a")))
 		if err := r.Register(k); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -93,8 +94,7 @@ func (tc *testCluster) start(cfg Config) *Runner {
 
 func (tc *testCluster) waitOwned(total int) {
 	tc.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	for p := testenv.NewPatience(10 * time.Second); ; p.Sleep(5 * time.Millisecond) {
 		n := 0
 		for _, r := range tc.rs {
 			n += len(r.Owned())
@@ -102,10 +102,9 @@ func (tc *testCluster) waitOwned(total int) {
 		if n == total {
 			return
 		}
-		if time.Now().After(deadline) {
-			tc.t.Fatalf("runners own %d of %d shards", n, total)
+		if p.Over() {
+			tc.t.Fatalf("runners own %d of %d shards after %v", n, total, p)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -114,16 +113,14 @@ func (tc *testCluster) waitOwned(total int) {
 // and seen so by every runner's lock view.
 func (tc *testCluster) waitSettled() {
 	tc.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	for p := testenv.NewPatience(10 * time.Second); ; p.Sleep(5 * time.Millisecond) {
 		why := tc.settled()
 		if why == "" {
 			return
 		}
-		if time.Now().After(deadline) {
-			tc.t.Fatalf("not settled after 10s: %s", why)
+		if p.Over() {
+			tc.t.Fatalf("not settled after %v: %s", p, why)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

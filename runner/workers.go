@@ -134,35 +134,68 @@ func (r *Runner) installWorkers() {
 	r.hosting.SetWorkers(ws)
 }
 
-// singletonRecordTimeout bounds the write of a singleton's record (it is
-// for operators: a failed write is logged); singletonRecQueue bounds the
-// records waiting to be written.
+// singletonRecordTimeout bounds each write of a singleton's record (it is
+// for operators: a failed write is logged and tried again);
+// singletonRecQueue bounds the records waiting to be written; a record
+// whose write failed is tried again after singletonRecordRetry, doubling up
+// to singletonRecordRetryMax.
 const (
-	singletonRecordTimeout = 500 * time.Millisecond
-	singletonRecQueue      = 256
+	singletonRecordTimeout  = 500 * time.Millisecond
+	singletonRecQueue       = 256
+	singletonRecordRetry    = 500 * time.Millisecond
+	singletonRecordRetryMax = 5 * time.Second
 )
 
 // recordSingletons writes the singletons' records (singletons/{shard}/{name},
 // fenced by their epochs) queued when they start, in the background: a
-// singleton starts without waiting for its record.
+// singleton starts without waiting for its record. A write that failed
+// for another reason than fencing (etcd slow or unreachable) is tried
+// again, with a growing back-off, while the runner stays attached: a
+// record lost to one slow write would leave its singleton unlisted until
+// it moves. A fenced write means the shard moved on: its new owner records
+// its own.
 func (r *Runner) recordSingletons(ctx context.Context) {
+	var pending []storage.SingletonRecord
+	backoff := singletonRecordRetry
+	retry := time.NewTimer(backoff)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case rec := <-r.singletonRecs:
-			r.recordSingleton(rec)
+			pending = append(pending, rec)
+		case <-retry.C:
+		}
+		failed := pending[:0]
+		for _, rec := range pending {
+			if r.recordSingleton(rec, len(failed) == 0 && backoff == singletonRecordRetry) {
+				failed = append(failed, rec)
+			}
+		}
+		clear(pending[len(failed):])
+		pending = failed
+		switch {
+		case len(pending) == 0:
+			backoff = singletonRecordRetry
+			retry.Stop()
+		default:
+			retry.Reset(backoff)
+			backoff = min(2*backoff, singletonRecordRetryMax)
 		}
 	}
 }
 
-// recordSingleton writes rec, fenced by rec.Epoch.
-func (r *Runner) recordSingleton(rec storage.SingletonRecord) {
+// recordSingleton writes rec, fenced by rec.Epoch, and reports whether to
+// try again (the write failed, not fenced, and the runner is attached). It
+// logs a failure when warn is set (the first of a series).
+func (r *Runner) recordSingleton(rec storage.SingletonRecord, warn bool) (again bool) {
 	r.mu.Lock()
 	actx := r.attachCtx
 	r.mu.Unlock()
 	if actx == nil {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(actx, singletonRecordTimeout)
 	defer cancel()
@@ -170,7 +203,11 @@ func (r *Runner) recordSingleton(rec storage.SingletonRecord) {
 	if len(res) == 1 {
 		err = res[0].Err
 	}
-	if err != nil && actx.Err() == nil && !errors.Is(err, storage.ErrFenced) {
-		r.log.Warn("cannot record where a singleton runs", "singleton", rec.Name, "shard", rec.Shard, "err", err)
+	if err == nil || actx.Err() != nil || errors.Is(err, storage.ErrFenced) {
+		return false
 	}
+	if warn {
+		r.log.Warn("cannot record where a singleton runs; trying again", "singleton", rec.Name, "shard", rec.Shard, "err", err)
+	}
+	return true
 }

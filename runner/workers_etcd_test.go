@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -111,9 +112,9 @@ func TestEtcdSingletonsWorkersAndRememberedEntitiesFollowTheirShards(t *testing.
 			}
 			return true
 		}
-		for deadline := time.Now().Add(10 * time.Second); !records(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 10 s: %s", why)
+		for p := testenv.NewPatience(10 * time.Second); !records(); p.Sleep(10 * time.Millisecond) {
+			if p.Over() {
+				t.Fatalf("after %v: %s", p, why)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/memory"
 )
 
 // workerLog records every run of a worker: its own start and stop.
@@ -416,5 +417,53 @@ func TestHandlersFinishBeforeTheirShardWorkersStop(t *testing.T) {
 		if stopped.IsZero() || stopped.Before(answered) {
 			t.Fatalf("the worker stopped at %v, before the read it fed answered at %v", stopped, answered)
 		}
+	})
+}
+
+// TestSingletonRecordWrittenOnceTheStoreAnswers: a singleton's record
+// (singletons/{shard}/{name}, where operators see it run) whose write
+// failed because the store was too slow is written once the store
+// answers again, while the singleton runs there.
+func TestSingletonRecordWrittenOnceTheStoreAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		s := c.NewStore("a")
+		// Shard state calls (the record's write among them) answer after
+		// 1 s, past the record write's bound; the runner's own reads of
+		// shard states still fit their OpTimeout.
+		s.Delay(memory.OpShardState, time.Second)
+		rec := newRecorder(t)
+		r, err := runner.New(s, runner.Config{ID: "a", NumShards: 4, Logger: logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RunSingleton("leader", func(ctx context.Context, w runner.Work) error { <-ctx.Done(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		sub := r.Subscribe()
+		rec.follow(sub)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(context.Background()) }()
+		t.Cleanup(func() { r.Close(); <-done; sub.Close() })
+		records := func() int {
+			snap, err := c.NewStore("observer").List(t.Context(), storage.KeyspaceSingletons)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(snap.KVs)
+		}
+		waitFor(t, time.Minute, "the singleton started", func() bool {
+			return slices.ContainsFunc(rec.all(), func(ev runner.Event) bool {
+				w, ok := ev.(runner.WorkerStarted)
+				return ok && w.Name == "leader"
+			})
+		})
+		time.Sleep(10 * time.Second)
+		if n := records(); n != 0 {
+			t.Fatalf("%d singleton records written through a store slower than the write's bound", n)
+		}
+		s.Delay(memory.OpShardState, 0)
+		waitFor(t, 10*time.Second, "the singleton's record once the store answers", func() bool { return records() == 1 })
 	})
 }

@@ -3,19 +3,26 @@
 # must pass; the script exits non-zero when one does not.
 #
 # The steps and why they run where they do:
-#   1. go vet, root module.
+#   1. go vet, root module. Its checks include those go test runs before a
+#      package's tests, so the go test steps below pass -vet=off (they would
+#      vet every package again, and examples/ once more).
 #   2. Under -race, every root package (runner first: its real-etcd tests
 #      wait in real time and are the longest package, so it starts as soon as
 #      it is compiled).
 #      Beside it, in the background (their output is printed after step 2):
 #      the deterministic proofs that -race would slow fivefold — the
 #      simulation's other 1 150 seeds (virtual time inside testing/synctest:
-#      the load of step 2 cannot change their outcome) and TestMovement
-#      (arithmetic) — then examples/: vet, its tests (the demos' processes;
-#      their checks compare events, not durations) and metrics under -race.
-#      They use the CPU that step 2's waiting tests leave idle.
-#   3. The fault suite's three seeds, real processes, without -race, alone:
-#      its timing is part of what it checks.
+#      the load of step 2 cannot change their outcome), TestMovement and
+#      TestPlannerAtScale (arithmetic) and TestCommandsAtMaxShards
+#      (shardhostctl's sequential commands at 65 536 shards) — then
+#      examples/: vet, its tests (the demos' processes) and metrics under
+#      -race. The steps that only compute (all but examples/' tests, which
+#      run processes with lease TTLs) run at the lowest CPU priority (nice
+#      19): they take the CPU step 2's waiting tests leave idle and never
+#      hold back a test whose runners must renew a lease or answer in time.
+#   3. The fault suite (one seed, nine faults, one of each kind), real
+#      processes, without -race, alone: its timing is part of what it
+#      checks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -23,25 +30,33 @@ GO=${GO:-go}
 log=$(mktemp -d "${TMPDIR:-/tmp}/shardhost-test.XXXXXX")
 trap 'rm -rf "$log"' EXIT
 
-step() { echo "== $*"; "$@"; }
+step() {
+	echo "== $*"
+	local t0=$SECONDS rc
+	"$@"
+	rc=$?
+	echo "   ($((SECONDS - t0)) s)"
+	return "$rc"
+}
 
 step "$GO" vet ./... || exit 1
 
 # The background steps stop at the first failure; their log is printed whole.
 (
 	set -e
-	step "$GO" test -count=1 -timeout 10m -run '^TestSimulation$' ./runner/ -sim.seeds=1150 -sim.first=51
-	step "$GO" test -count=1 -timeout 5m -run '^TestMovement$' ./sharding/
+	step nice -n 19 "$GO" test -vet=off -count=1 -timeout 10m -run '^TestSimulation$' ./runner/ -sim.seeds=1150 -sim.first=51
+	step nice -n 19 "$GO" test -vet=off -count=1 -timeout 5m -run '^(TestMovement|TestPlannerAtScale)$' ./sharding/
+	step nice -n 19 "$GO" test -vet=off -count=1 -timeout 5m -run '^TestCommandsAtMaxShards$' ./cmd/shardhostctl/
 	if [ -f examples/go.mod ]; then
 		cd examples
-		step "$GO" vet ./...
-		step "$GO" test -timeout 5m ./...
-		step "$GO" test -race -timeout 5m ./metrics/
+		step nice -n 19 "$GO" vet ./...
+		step "$GO" test -vet=off -timeout 5m ./...
+		step "$GO" test -vet=off -race -timeout 5m ./metrics/
 	fi
 ) >"$log/background" 2>&1 &
 bg=$!
 
-step "$GO" test -race -shuffle=on -parallel 6 -timeout 20m ./runner/ ./...
+step "$GO" test -vet=off -race -shuffle=on -parallel 6 -timeout 20m ./runner/ ./...
 race=$?
 
 wait "$bg"
@@ -53,5 +68,5 @@ if [ "$race" -ne 0 ] || [ "$background" -ne 0 ]; then
 	exit 1
 fi
 
-step "$GO" test -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$' ./bench/faults/ || exit 1
+step "$GO" test -vet=off -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$' ./bench/faults/ || exit 1
 echo "== make test: every step passed"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testenv"
 )
 
 // TestRestartedPeerIsReachableAgainPromptly: a peer that was down long
@@ -13,6 +15,7 @@ import (
 // address live), a call reaches it within 2 s, not at the next back-off
 // attempt.
 func TestRestartedPeerIsReachableAgainPromptly(t *testing.T) {
+	testenv.SkipIfShort(t, "waits 12 s in real time for the peer's reconnect back-off")
 	srv, addr := startServer(t, GRPCConfig{}, nil)
 	cli := startClient(t)
 	echo(t, t.Context(), cli, addr, "before")

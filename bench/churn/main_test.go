@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 )
 
@@ -38,6 +39,8 @@ var shared struct {
 // Duration only bounds a very slow machine.
 func churnRun(t *testing.T) *Report {
 	t.Helper()
+	testenv.SkipIfShort(t, "runs the churn harness on a real etcd")
+	testenv.OnFailure(t, nil) // the replay command
 	if _, err := etcdBinary(); err != nil {
 		t.Fatalf("churn harness needs ./bin/etcd: %v", err)
 	}

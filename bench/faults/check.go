@@ -21,10 +21,12 @@ type checkInput struct {
 	asks         []ask               // the driver's calls
 	etcd         []kvEvent           // the namespace's history read back from etcd
 	deleteSeen   func(rev int64) int64
-	incarnations map[int]*incarnation // by PID
-	converged    int64                // when the cluster converged after the last fault (Mono; 0: never)
-	stopped      int64                // when the final stop of the runners began (Mono; 0: not recorded)
-	faults       []applied            // the faults injected, with their instants
+	incarnations map[int]*incarnation      // by PID
+	converged    int64                     // when the cluster converged after the last fault (Mono; 0: never)
+	lastHeal     int64                     // when the last fault was healed (Mono)
+	stalls       map[int]runnerproc.Stalls // each process's stalls (runner processes' histories and the driver's probe), by PID
+	stopped      int64                     // when the final stop of the runners began (Mono; 0: not recorded)
+	faults       []applied                 // the faults injected, with their instants
 }
 
 // stats are one run's figures.
@@ -61,9 +63,16 @@ type stats struct {
 	ReminderFires       int
 	ReminderRedelivered int
 	ReminderRecovery    []time.Duration
-	ReminderResume      []time.Duration  // per reminder: the cluster's convergence -> its first fire after it
-	Lin                 linearize.Report // rule 9: the registers' histories
-	Always              alwaysStats      // rule 10: singletons, shard workers, remembered entities
+	ReminderResume      []time.Duration // per reminder: the cluster's convergence -> its first fire after it
+	// Timing rules missed by a process measurably starved meanwhile
+	// (not violations: see checker.timing), each with its excuse.
+	Starved []string
+	// The processes' stalls (runnerproc.ProbeStalls; SIGSTOPs left out):
+	// how many, their sum and the longest.
+	Stalls               int
+	StallTotal, StallMax time.Duration
+	Lin                  linearize.Report // rule 9: the registers' histories
+	Always               alwaysStats      // rule 10: singletons, shard workers, remembered entities
 }
 
 func (s *stats) failedTotal() int {
@@ -131,6 +140,8 @@ func check(in *checkInput) ([]string, stats) {
 	c := &checker{in: in, margin: in.p.TTL / 3}
 	c.st.AsksFailed, c.st.Examples = map[string]int{}, map[string]string{}
 	c.index()
+	c.countStalls()
+	c.convergence()
 	c.singleWriter()
 	c.epochsIncrease()
 	c.fencedWrites()
@@ -165,6 +176,77 @@ func (c *checker) violate(format string, args ...any) {
 		c.violations = append(c.violations, fmt.Sprintf(format, args...))
 	} else if len(c.violations) == 50 {
 		c.violations = append(c.violations, "(more violations not listed)")
+	}
+}
+
+// timing judges a timing rule missed by over: a bound that holds only if
+// the processes doing the work get the CPU. When one of pids (every
+// process when nil) went unscheduled for at least over within [from, to]
+// (its stall probe, SIGSTOPs left out: they are faults with bounds of
+// their own), the miss is what the starvation explains: it is reported in
+// stats.Starved, not as a violation, and timing returns true. Otherwise it
+// is a violation.
+// Guarantees that do not depend on scheduling (single writer, fencing,
+// no acknowledged late result, linearizability) never come here.
+func (c *checker) timing(over time.Duration, pids []int, from, to int64, format string, args ...any) (starved bool) {
+	pid, stalled := c.stalled(pids, from, to)
+	if over > 0 && stalled >= over {
+		c.st.Starved = append(c.st.Starved, fmt.Sprintf(format, args...)+
+			fmt.Sprintf(" [starved: pid %d went unscheduled %v of that window, more than the %v over the bound]",
+				pid, stalled.Round(time.Millisecond), over.Round(time.Millisecond)))
+		return true
+	}
+	c.violate(format, args...)
+	return false
+}
+
+// stalled returns the process of pids (every process when nil) that went
+// unscheduled longest within [from, to], and how long, SIGSTOPs left out.
+func (c *checker) stalled(pids []int, from, to int64) (int, time.Duration) {
+	if pids == nil {
+		for pid := range c.in.stalls {
+			pids = append(pids, pid)
+		}
+	}
+	worst, most := 0, time.Duration(0)
+	for _, pid := range pids {
+		var d time.Duration
+		for _, s := range c.in.stalls[pid] {
+			if !c.pausedWithin(pid, s[0], s[1]) {
+				d += runnerproc.Stalls{s}.Within(from, to)
+			}
+		}
+		if d > most {
+			worst, most = pid, d
+		}
+	}
+	return worst, most
+}
+
+func (c *checker) countStalls() {
+	for pid, ss := range c.in.stalls {
+		for _, s := range ss {
+			if !c.pausedWithin(pid, s[0], s[1]) {
+				d := time.Duration(s[1] - s[0])
+				c.st.Stalls++
+				c.st.StallTotal += d
+				c.st.StallMax = max(c.st.StallMax, d)
+			}
+		}
+	}
+}
+
+// convergence is check 7's bound: the cluster converged within 2 x TTL
+// after the last fault was healed (its measure is the driver's, which
+// polls every 100 ms and probes one counter of every shard).
+func (c *checker) convergence() {
+	if c.in.converged == 0 || c.in.lastHeal == 0 {
+		return // never converged: the run reported it
+	}
+	took, limit := time.Duration(c.in.converged-c.in.lastHeal), 2*c.in.p.TTL
+	if took > limit {
+		c.timing(took-limit, nil, c.in.lastHeal, c.in.converged,
+			"converged %v after the last fault was healed, more than 2 x TTL (%v)", took.Round(time.Millisecond), limit)
 	}
 }
 

@@ -421,7 +421,7 @@ func (c *checker) runningAgain(ss []*span, tenures map[tenureKey][]*tenure) {
 			}
 		}
 		if late := time.Duration(ss[i].start - from); late > limit {
-			c.violate("%s ran again %v after %s at %s%s (%s; next %s), more than 2 x TTL (%v)",
+			c.timing(late-limit, []int{ss[i].pid}, from, ss[i].start, "%s ran again %v after %s at %s%s (%s; next %s), more than 2 x TTL (%v)",
 				x.what(), late.Round(time.Millisecond), cause, at(t0), healed, x, ss[i], limit)
 		}
 	}

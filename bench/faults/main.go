@@ -89,6 +89,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, format+"\n", args...)
 		}
 	}
+	// The flags that replay one run: those given, but -runs and -seed.
+	var replay []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "runs" && f.Name != "seed" && f.Name != "v" && f.Name != "dir" {
+			replay = append(replay, fmt.Sprintf("-%s=%s", f.Name, f.Value))
+		}
+	})
 	sum := newSummary(p)
 	for i := range *runs {
 		s := *seed + uint64(i)
@@ -98,6 +105,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "  "+res.line())
 		for _, v := range res.Violations {
 			fmt.Fprintln(stderr, "  VIOLATION: "+v)
+		}
+		if res.failed() {
+			fmt.Fprintf(stderr, "  replay: go run ./bench/faults -seed %d %s -v\n", s, strings.Join(replay, " "))
+			if res.Tail != "" {
+				fmt.Fprint(stderr, res.Tail)
+			}
 		}
 		if ctx.Err() != nil {
 			break

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/shardhost/shardhost/internal/testenv"
 )
 
 // line is a run's one-line outcome.
@@ -26,6 +28,7 @@ func (r *result) line() string {
 			st.LostPlanned, st.LostCrash, st.FencedWrites, st.Detaches, st.ReminderFires, st.ReminderRedelivered, r.Converge.Round(time.Millisecond))
 		fmt.Fprintf(&b, ", register operations checked %d (%d pending) in %v", st.Lin.Ops, st.Lin.Pending, st.Lin.Took.Round(time.Millisecond))
 		fmt.Fprintf(&b, ", always-on runs %d / lives %d (two at once %d, fenced-only %d)", st.Always.Runs, st.Always.Lives, st.Always.Overlaps, st.Always.FencedOnly)
+		fmt.Fprintf(&b, ", stalls %d (longest %v), bounds missed starved %d", st.Stalls, st.StallMax.Round(time.Millisecond), len(st.Starved))
 	}
 	if r.Dir != "" {
 		fmt.Fprintf(&b, "; files in %s", r.Dir)
@@ -39,6 +42,7 @@ type summary struct {
 	runs       int
 	errs       []string
 	violations []string
+	starved    []string // timing bounds missed by starved processes (not violations)
 	faults     map[string]int
 	st         stats
 	converge   []time.Duration
@@ -97,6 +101,12 @@ func (s *summary) add(r *result) {
 	s.st.ReminderResume = append(s.st.ReminderResume, st.ReminderResume...)
 	s.st.Lin.Add(st.Lin)
 	s.st.Always.add(st.Always)
+	for _, m := range st.Starved {
+		s.starved = append(s.starved, fmt.Sprintf("seed %d: %s", r.Seed, m))
+	}
+	s.st.Stalls += st.Stalls
+	s.st.StallTotal += st.StallTotal
+	s.st.StallMax = max(s.st.StallMax, st.StallMax)
 	if r.Converge >= 0 {
 		s.converge = append(s.converge, r.Converge)
 	}
@@ -180,6 +190,12 @@ func (s *summary) print(w io.Writer) {
 			parts = append(parts, kind+" "+quantiles(a.Again[again{cause, kind}]))
 		}
 		fmt.Fprintf(w, "  after %s: %s\n", cause, strings.Join(parts, "; "))
+	}
+	fmt.Fprintf(w, "processes unscheduled for %v or more (stall probes, SIGSTOPs left out): %d times, %v in all, the longest %v\n",
+		testenv.StallMin, st.Stalls, st.StallTotal.Round(time.Millisecond), st.StallMax.Round(time.Millisecond))
+	fmt.Fprintf(w, "timing bounds missed by a process measurably starved meanwhile (reported, not violations): %d\n", len(s.starved))
+	for _, m := range s.starved {
+		fmt.Fprintln(w, "  STARVED: "+m)
 	}
 	fmt.Fprintf(w, "violations: %d\n", len(s.violations))
 	for _, v := range s.violations {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
+	"github.com/shardhost/shardhost/internal/testenv"
 )
 
 // params are one session's knobs (the command's flags).
@@ -60,6 +64,7 @@ type result struct {
 	Stats      stats
 	Converge   time.Duration // last heal -> converged (-1: never)
 	Dir        string        // kept files ("" when removed)
+	Tail       string        // a failed run's last events of each runner process
 	Err        error         // the run could not be carried out (infrastructure)
 	Took       time.Duration
 }
@@ -97,6 +102,8 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 		return err
 	}
 	defer e.close()
+	driverStalls := probeStalls(ctx)
+	defer driverStalls() // on an early return too
 	var mu sync.Mutex
 	violate := func(format string, args ...any) {
 		mu.Lock()
@@ -161,14 +168,11 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	converged := runnerproc.Mono()
 	sleepCtx(ctx, reminderPeriod+reminderResume) // the reminders fire again (check 8)
 	if why != "" {
-		violate("no convergence %v after the last fault: %s", max(30*time.Second, 6*p.TTL), why)
+		violate("no convergence %v (of time the driver was scheduled) after the last fault: %s", max(30*time.Second, 6*p.TTL), why)
 	} else {
 		// From the last heal to the convergence, not to now: the wait for
 		// the reminders above is not part of it.
-		res.Converge = time.Duration(converged - lastHeal)
-		if res.Converge > 2*p.TTL {
-			violate("converged %v after the last fault was healed, more than 2 x TTL (%v)", res.Converge.Round(time.Millisecond), 2*p.TTL)
-		}
+		res.Converge = time.Duration(converged - lastHeal) // its bound (2 x TTL) is the checker's
 	}
 	stopLoad()
 	<-loadDone
@@ -191,7 +195,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	}
 	in := &checkInput{
 		p: p, asks: d.all(), etcd: events, deleteSeen: e.obs.seen, incarnations: e.incarnations(),
-		converged: converged, stopped: stopped, faults: res.Applied,
+		converged: converged, lastHeal: lastHeal, stopped: stopped, faults: res.Applied,
 	}
 	if why != "" {
 		in.converged = 0 // never converged: check 8's liveness part does not apply
@@ -203,6 +207,8 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 		}
 		in.history = append(in.history, recs...)
 	}
+	in.stalls = runnerproc.StallsOf(in.history)
+	in.stalls[os.Getpid()] = driverStalls()
 	vs, st := check(in)
 	for _, v := range vs {
 		violate("%s", v)
@@ -221,18 +227,44 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	res.Stats = st
 	if len(res.Violations) > 0 {
 		writeDump(dir, e)
+		res.Tail = lastEvents(in.history, lastEventsShown)
 	}
 	return nil
+}
+
+// probeStalls measures this process's stalls (the driver's: it measures
+// convergence) from now until the returned function is first called; it
+// returns them (each call).
+func probeStalls(ctx context.Context) func() runnerproc.Stalls {
+	ctx, cancel := context.WithCancel(ctx)
+	var s runnerproc.Stalls
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		testenv.ProbeStalls(ctx, func(end time.Time, late time.Duration) {
+			e := runnerproc.MonoOf(end)
+			s = append(s, [2]int64{e - int64(late), e})
+		})
+	}()
+	return func() runnerproc.Stalls {
+		cancel()
+		<-done
+		return s
+	}
 }
 
 // waitConverged waits until every shard is owned by a live runner, no
 // handoff is pending, every live runner is attached with the same
 // assignment covering all shards, and one entity of every shard answers.
-// It returns how long that took, or why it did not happen within limit.
+// It returns how long that took, or why it did not happen within limit of
+// the time this process was scheduled (testenv.Patience: a driver the
+// machine does not run cannot see the cluster converge; the checker judges
+// the convergence time against its bound, stalls counted).
 func (e *env) waitConverged(ctx context.Context, d *driver, limit time.Duration) (time.Duration, string) {
 	start := time.Now()
+	p := testenv.NewPatience(limit)
 	why := ""
-	for time.Since(start) < limit && ctx.Err() == nil {
+	for !p.Over() && ctx.Err() == nil {
 		if why = e.convergedState(ctx); why == "" {
 			if failed := d.probe(ctx, time.Second); len(failed) > 0 {
 				why = fmt.Sprintf("%d shards did not answer a probe (e.g. shard %d)", len(failed), failed[0])
@@ -240,7 +272,7 @@ func (e *env) waitConverged(ctx context.Context, d *driver, limit time.Duration)
 				return time.Since(start), ""
 			}
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		p.Sleep(100 * time.Millisecond)
 	}
 	if why == "" {
 		why = "cancelled"
@@ -325,6 +357,64 @@ func (e *env) convergedState(ctx context.Context) string {
 		return fmt.Sprintf("%d handoffs pending", len(hs.Kvs))
 	}
 	return ""
+}
+
+// lastEventsShown is how many of each runner process's last events a
+// failed run prints.
+const lastEventsShown = 12
+
+// lastEvents lists the last n events of each runner process of a history:
+// its registrations, detaches, ownership changes and always-on runs (not
+// its handlers, entity activations and releases, checkpoints, reminder
+// fires or stalls, which the violations name). Records of one kind and
+// detail within 10 ms of each other make one line, with their shards.
+func lastEvents(history []runnerproc.Record, n int) string {
+	type group struct {
+		first  runnerproc.Record
+		shards []int
+	}
+	byPID := map[int][]*group{}
+	recs := slices.Clone(history)
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Mono < recs[j].Mono })
+	for _, r := range recs {
+		switch r.Kind {
+		case runnerproc.HistStart, runnerproc.HistEnd, runnerproc.HistCheckpoint, runnerproc.HistFire, runnerproc.HistStall,
+			runnerproc.HistActivate, runnerproc.HistRelease:
+			continue
+		}
+		gs := byPID[r.PID]
+		if k := len(gs) - 1; k >= 0 && gs[k].first.Kind == r.Kind && gs[k].first.Detail == r.Detail && r.Mono-gs[k].first.Mono <= int64(10*time.Millisecond) {
+			gs[k].shards = append(gs[k].shards, r.Shard)
+			continue
+		}
+		byPID[r.PID] = append(gs, &group{first: r, shards: []int{r.Shard}})
+	}
+	var b strings.Builder
+	for _, pid := range slices.Sorted(maps.Keys(byPID)) {
+		gs := byPID[pid]
+		fmt.Fprintf(&b, "  last %d of %d events of %s (pid %d), same kind within 10 ms on one line:\n", min(n, len(gs)), len(gs), gs[0].first.Runner, pid)
+		for _, g := range gs[max(0, len(gs)-n):] {
+			r := g.first
+			fmt.Fprintf(&b, "    %s %s", at(r.Mono), r.Kind)
+			if len(g.shards) == 1 {
+				fmt.Fprintf(&b, " shard %d epoch %d", r.Shard, r.Epoch)
+			} else {
+				shards := slices.Compact(slices.Sorted(slices.Values(g.shards)))
+				fmt.Fprintf(&b, " %d records, shards %v", len(g.shards), shards)
+			}
+			if r.Lease != 0 {
+				fmt.Fprintf(&b, " lease %x", r.Lease)
+			}
+			if r.Detail != "" {
+				fmt.Fprintf(&b, " (%s)", r.Detail)
+			}
+			if r.Err != "" {
+				fmt.Fprintf(&b, " err %s", r.Err)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 // writeDump keeps the runners' log tails next to a failed run's histories.

@@ -20,6 +20,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // minute even tiny: the fault checkers and the runner's tests prove what
 // they measure.)
 func TestScenariosMeasureAtTinySizes(t *testing.T) {
+	testenv.SkipIfShort(t, "runs the benchmark on a real etcd")
+	testenv.OnFailure(t, nil) // the replay command
 	if _, err := testenv.BinaryPath("etcd"); err != nil {
 		t.Fatalf("the benchmark needs ./bin/etcd (make setup): %v", err)
 	}

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
@@ -48,7 +50,13 @@ type node struct {
 	sub  *runner.Subscription
 	evs  chan runner.Event
 	done chan error
+	mu   sync.Mutex
+	all  []runner.Event // every event, for a failed test's report
 }
+
+// lastEventsShown is how many of each runner's last events a failed test
+// prints.
+const lastEventsShown = 15
 
 // startRunner runs a hosting runner on namespace ns of the etcd at endpoint.
 func startRunner(t *testing.T, endpoint, ns, id string, shards int) *node {
@@ -78,8 +86,16 @@ func startRunnerWith(t *testing.T, endpoint, ns string, cfg runner.Config, setup
 		t.Fatal(err)
 	}
 	n := &node{Runner: r, sub: r.Subscribe(), evs: make(chan runner.Event, 100000), done: make(chan error, 1)}
+	testenv.OnFailure(t, func() string {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return ownership.LastEvents(n.all, lastEventsShown)
+	})
 	go func() {
 		for ev := range n.sub.Events() {
+			n.mu.Lock()
+			n.all = append(n.all, ev)
+			n.mu.Unlock()
 			n.evs <- ev
 		}
 		close(n.evs)
@@ -108,15 +124,19 @@ func (n *node) events() []runner.Event {
 	}
 }
 
+// outliveTest is the TTL of a lease a test grants and never renews: longer
+// than the test can run (its -timeout), so that the records the test wrote
+// under it stay, however slowly the machine runs the test.
+func outliveTest(t *testing.T) time.Duration {
+	if d, ok := t.Deadline(); ok {
+		return time.Until(d) + time.Minute
+	}
+	return time.Hour
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitFor(t, d, what, cond)
 }
 
 // settled reports whether the nodes own every shard once, as the
@@ -290,7 +310,7 @@ func TestDrainUnregistered(t *testing.T) {
 	srv := testenv.StartEtcd(t)
 	cli := srv.Client(t)
 	s, _ := etcd.New(cli, "ahead", etcd.Config{})
-	l, err := s.Grant(t.Context(), 30*time.Second)
+	l, err := s.Grant(t.Context(), outliveTest(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +374,7 @@ func TestErrors(t *testing.T) {
 	cli := srv.Client(t)
 	for _, ns := range []string{"one", "two"} {
 		s, _ := etcd.New(cli, ns, etcd.Config{})
-		l, err := s.Grant(t.Context(), 30*time.Second)
+		l, err := s.Grant(t.Context(), outliveTest(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -81,15 +82,46 @@ func tail(s string, n int) string {
 	return s
 }
 
-// goBuild builds pkg into dir/name (without -race: the processes are the
-// example, not the code under the race detector).
-func goBuild(t *testing.T, dir, name, pkg string) string {
+// built holds the programs the tests run, each built once per test binary
+// (go build links anew every time it is asked) in a directory TestMain
+// removes.
+var built struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string // pkg -> executable
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// goBuild returns pkg built as an executable named name, building it on
+// first use (without -race: the processes are the example, not the code
+// under the race detector).
+func goBuild(t *testing.T, name, pkg string) string {
 	t.Helper()
-	out := filepath.Join(dir, name)
+	built.Lock()
+	defer built.Unlock()
+	if bin, ok := built.bins[pkg]; ok {
+		return bin
+	}
+	if built.dir == "" {
+		dir, err := os.MkdirTemp("", "shardhost-examples-cluster-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		built.dir, built.bins = dir, map[string]string{}
+	}
+	out := filepath.Join(built.dir, name)
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
+	built.bins[pkg] = out
 	return out
 }
 
@@ -111,16 +143,14 @@ func state(url string) (runner.DebugState, error) {
 // waitState polls url's debug state until cond holds (at most d).
 func waitState(t *testing.T, url string, d time.Duration, what string, cond func(runner.DebugState) bool) runner.DebugState {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	for p := testenv.NewPatience(d); ; p.Sleep(100 * time.Millisecond) {
 		st, err := state(url)
 		if err == nil && cond(st) {
 			return st
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s (last state: %v, %+v)", d, what, err, summary(st))
+		if p.Over() {
+			t.Fatalf("timed out after %v waiting for %s (last state: %v, %+v)", p, what, err, summary(st))
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -290,8 +320,8 @@ func TestClusterProcesses(t *testing.T) {
 	const shards = 1024
 	etcd := testenv.StartEtcd(t)
 	dir := t.TempDir()
-	bin := goBuild(t, dir, "cluster", ".")
-	ctlBin := goBuild(t, dir, "shardhostctl", "github.com/shardhost/shardhost/cmd/shardhostctl")
+	bin := goBuild(t, "cluster", ".")
+	ctlBin := goBuild(t, "shardhostctl", "github.com/shardhost/shardhost/cmd/shardhostctl")
 	browser := testenv.TryChromium(t)
 
 	ids := []string{"runner-1", "runner-2", "runner-3"}

@@ -29,8 +29,8 @@ func TestSecureClusterProcesses(t *testing.T) {
 	etcd.Cluster().AddPrefixUser(t, "demo", "demo-password", "/demo/", "readwrite")
 	etcd.Cluster().AddGatewayUser(t, "demo-gateway", "gateway-password", "demo")
 	dir := t.TempDir()
-	bin := goBuild(t, dir, "cluster", ".")
-	ctlBin := goBuild(t, dir, "shardhostctl", "github.com/shardhost/shardhost/cmd/shardhostctl")
+	bin := goBuild(t, "cluster", ".")
+	ctlBin := goBuild(t, "shardhostctl", "github.com/shardhost/shardhost/cmd/shardhostctl")
 
 	ids := []string{"runner-1", "runner-2"}
 	debug := map[string]string{}

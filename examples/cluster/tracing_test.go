@@ -96,7 +96,7 @@ func readSpans(t *testing.T, file, proc string) []exportedSpan {
 func TestClusterTracesCrossProcesses(t *testing.T) {
 	etcd := testenv.StartEtcd(t)
 	dir := t.TempDir()
-	bin := goBuild(t, dir, "cluster", ".")
+	bin := goBuild(t, "cluster", ".")
 	ids := []string{"runner-1", "runner-2"}
 	common := []string{"-etcd", etcd.Endpoint(), "-namespace", "traced", "-shards", "64", "-trace-ratio", "1"}
 	debug := map[string]string{}
@@ -229,7 +229,7 @@ func TestClusterTracesCrossProcesses(t *testing.T) {
 	// The waterfall of these files draws a relay across the three
 	// processes by default, every span of its trace a row.
 	page := filepath.Join(dir, "trace.html")
-	wf := goBuild(t, dir, "waterfall", "./waterfall")
+	wf := goBuild(t, "waterfall", "./waterfall")
 	if out, err := exec.Command(wf, "-o", page, files["gateway"], files["runner-1"], files["runner-2"]).CombinedOutput(); err != nil {
 		t.Fatalf("waterfall: %v\n%s", err, out)
 	} else {

@@ -62,6 +62,7 @@ type Browser struct {
 // sees, and CI runs them wherever `make setup` could install it.
 func Chromium(t testing.TB) *Browser {
 	t.Helper()
+	SkipIfShort(t, "starts Chromium")
 	path, err := ChromiumPath()
 	if err != nil {
 		t.Skipf("skipping the browser check: %v", err)

@@ -26,6 +26,15 @@
 // a test binary that dies without running its cleanups (a panic, a
 // `go test -timeout` abort) does not leave servers behind.
 //
+// # Short mode and failures
+//
+// Under `go test -short` (the quick loop, `make test-short`) the helpers
+// that start a process ([StartEtcd], [StartEtcdCluster],
+// [StartProxiedEtcdCluster], [StartToxiproxy], [Chromium]) skip the test
+// instead; [SkipIfShort] does the same for other real-time tests.
+// [OnFailure] makes a failed test print the command that replays it alone
+// ([ReplayCommand]) and a report of the test's choosing.
+//
 // # Concurrency
 //
 // The methods of [Etcd], [EtcdCluster], [Toxiproxy] and [Proxy] are safe to

@@ -45,6 +45,8 @@ var clusterSeq atomic.Int64
 // default). All members are stopped when t ends.
 func StartEtcdCluster(t testing.TB, n int, opts ...EtcdOption) *EtcdCluster {
 	t.Helper()
+	SkipIfShort(t, "starts etcd")
+	onFailureRealTime(t)
 	start := time.Now()
 	c, err := launchCluster(context.Background(), n, t.TempDir(), opts, t.Logf)
 	if err != nil {

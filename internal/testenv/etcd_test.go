@@ -24,6 +24,7 @@ func TestStartEtcdPutGet(t *testing.T) {
 // TestLaunchEtcd: the TB-free entry point starts a member in the given
 // directory, and Close stops and reaps it.
 func TestLaunchEtcd(t *testing.T) {
+	SkipIfShort(t, "starts etcd")
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -185,6 +186,7 @@ func (f *failedTB) Logf(format string, args ...any) {
 }
 
 func TestEtcdLogTailOnFailure(t *testing.T) {
+	SkipIfShort(t, "starts etcd")
 	f := &failedTB{}
 	t.Run("inner", func(t *testing.T) {
 		f.TB = t

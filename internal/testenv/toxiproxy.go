@@ -31,6 +31,8 @@ const toxiproxyStartTimeout = 10 * time.Second
 // retried with a fresh port if another process took it.
 func StartToxiproxy(t testing.TB) *Toxiproxy {
 	t.Helper()
+	SkipIfShort(t, "starts toxiproxy")
+	onFailureRealTime(t)
 	start := time.Now()
 	x, err := launchToxiproxy(t.TempDir(), t.Logf)
 	if x != nil {

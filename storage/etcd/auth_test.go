@@ -32,6 +32,7 @@ var (
 // stopped by TestMain (stopSecureEtcd).
 func secureEtcd(t *testing.T) *testenv.Etcd {
 	t.Helper()
+	testenv.SkipIfShort(t, "starts etcd")
 	secureOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "shardhost-etcd-secure-")
 		if err != nil {
@@ -482,12 +483,15 @@ func TestLoginsBoundedWhileAMemberIsSlow(t *testing.T) {
 func TestCertificateCommonNameAsUser(t *testing.T) {
 	srv := secureEtcd(t)
 	root := srv.Client(t)
-	const user = "cn-runner"
+	// The etcd is the package's (shared with -count runs): a user and a
+	// namespace of this run's own.
+	user := fmt.Sprintf("cn-runner-%d", nextUser())
+	ns := fmt.Sprintf("cn-%d", namespaces.Add(1))
 	ctx := ctx5(t)
 	if _, err := root.RoleAdd(ctx, user); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := root.RoleGrantPermission(ctx, user, "/cn/", clientv3.GetPrefixRangeEnd("/cn/"), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+	if _, err := root.RoleGrantPermission(ctx, user, "/"+ns+"/", clientv3.GetPrefixRangeEnd("/"+ns+"/"), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := root.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
@@ -499,7 +503,7 @@ func TestCertificateCommonNameAsUser(t *testing.T) {
 	pki := srv.Cluster().PKI()
 	cfg := testenv.EtcdClientConfig(srv.Endpoint())
 	cfg.TLS = pki.ClientTLS(pki.MustIssue(t, user))
-	s, err := etcd.New(testenv.NewEtcdClientWith(t, cfg), "cn", etcd.Config{})
+	s, err := etcd.New(testenv.NewEtcdClientWith(t, cfg), ns, etcd.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

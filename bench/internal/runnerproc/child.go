@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/storage/etcd"
 )
@@ -132,6 +133,13 @@ func runChild(spec Spec) error {
 		poll = deadlinePoll
 	}
 	wg.Go(func() { reportStatus(ctx, r, out, poll) })
+	if hist != nil {
+		wg.Go(func() {
+			testenv.ProbeStalls(ctx, func(end time.Time, late time.Duration) {
+				hist.append(Record{Kind: HistStall, Mono: MonoOf(end), Value: int64(late)})
+			})
+		})
+	}
 	if spec.WatchDeletes {
 		wg.Go(func() { watchDeletes(ctx, cli, "/"+spec.Namespace+"/", out) })
 	}

@@ -50,6 +50,9 @@ const (
 	// whichever came first): Entity, Shard, Epoch, Inst, Detail (EndClass
 	// of the cause), Err (the cause).
 	HistLifeEnd = "life-end"
+	// The process was not scheduled (testenv.ProbeStalls): the stall
+	// ended at Mono and lasted Value nanoseconds.
+	HistStall = "stall"
 )
 
 // Record is one line of a history file. Times are CLOCK_MONOTONIC

@@ -21,7 +21,9 @@
 //     after a slow activation) the shard's context and the detach instant
 //     (Env.PastDetach, on the monotonic clock) are checked: a message that
 //     fails the check is answered undelivered (UndeliveredError, safe to
-//     retry), never run. Every handler's start check reads the clock.
+//     retry), never run — also when its entity's activation failed because
+//     the shard left meanwhile. Every handler's start check reads the
+//     clock.
 //   - No acknowledged result after the shard left. When a handler returns,
 //     the same checks are made again: if the shard left (or the detach
 //     instant passed) while it ran, its result is withheld

@@ -265,6 +265,13 @@ func (e *resident) processOne(m *message) error {
 			tracing.End(span, err, ErrorType)
 		}
 		if err != nil {
+			if why := e.startGate(); why != nil {
+				// The shard left this runner while it activated (the
+				// detach, the move or the shutdown ended the activation's
+				// context): no handler ran, the sender asks again where
+				// the shard is now.
+				return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
+			}
 			return e.fail(m, err, false)
 		}
 		// Activation may take a while (Restore reads the store; the
