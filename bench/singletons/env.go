@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -214,10 +215,13 @@ func (e *env) members() []string {
 // settled reports whether the live in-process runners see every live
 // runner (children too) as a member, agree on the assignment, and every
 // shard's lock is held by its assignee.
-func (e *env) settled() bool {
+func (e *env) settled() bool { return e.unsettled() == "" }
+
+// unsettled says why the cluster is not settled ("": it is).
+func (e *env) unsettled() string {
 	live := e.live()
 	if len(live) == 0 {
-		return false
+		return "no live runner"
 	}
 	want := e.members()
 	var a sharding.Assignment
@@ -228,54 +232,85 @@ func (e *env) settled() bool {
 		}
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
-			return false
+			return fmt.Sprintf("%s sees members %v, want %v", n.r.ID(), got, want)
 		}
 		ai := n.r.Assignment()
 		if i > 0 && !slices.Equal(ai, a) {
-			return false
+			return fmt.Sprintf("%s's assignment %v differs from %s's %v", n.r.ID(), ai, live[0].r.ID(), a)
 		}
 		a = ai
 	}
 	if len(a) != e.p.shards {
-		return false
+		return fmt.Sprintf("assignment of %d shards, want %d", len(a), e.p.shards)
 	}
 	// The members are seen before the assignment is computed again (a
 	// debounce later): an assignment without a live runner is an old one.
 	if e.p.shards >= len(want) {
 		for _, m := range want {
 			if !slices.Contains(a, m) {
-				return false
+				return fmt.Sprintf("assignment %v without member %s", a, m)
 			}
 		}
+	}
+	// Every shard is locked by its assignee, which knows it owns it (the
+	// other runners route by assignment and hints: no view of its lock).
+	locks := e.locks()
+	byID := map[string]*node{}
+	for _, n := range live {
+		byID[n.r.ID()] = n
 	}
 	for id := range e.p.shards {
-		for _, n := range live {
-			if owner, _ := n.r.OwnerOf(sharding.ShardID(id)); owner != a[id] {
-				return false
+		l, ok := locks[sharding.ShardID(id)]
+		if !ok || l.Owner.RunnerID != a[id] {
+			return fmt.Sprintf("shard %d locked by %q, assigned to %s", id, l.Owner.RunnerID, a[id])
+		}
+		if n := byID[a[id]]; n != nil {
+			if owner, epoch := n.r.OwnerOf(sharding.ShardID(id)); owner != a[id] || epoch != l.Epoch {
+				return fmt.Sprintf("shard %d: its owner %s sees owner %q at epoch %d, etcd %d", id, a[id], owner, epoch, l.Epoch)
 			}
 		}
 	}
-	return true
+	return ""
 }
 
-// owner returns the lock owner of shard and its epoch, as the first live
-// in-process runner sees it.
-func (e *env) owner(shard sharding.ShardID) (string, storage.Epoch) {
-	live := e.live()
-	if len(live) == 0 {
-		return "", 0
+// locks returns the shards' locks as etcd has them: a runner's own view
+// holds the locks of its shards only (elsewhere it routes by assignment
+// and hints), so the harness reads the owners where they are written.
+// An unreadable or corrupt lock reads as none (not settled yet).
+func (e *env) locks() map[sharding.ShardID]storage.Lock {
+	ctx, cancel := context.WithTimeout(e.bg, 5*time.Second)
+	defer cancel()
+	prefix := "/" + e.ns + "/" + storage.Key(storage.KeyspaceShards, "")
+	resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil
 	}
-	return live[0].r.OwnerOf(shard)
+	out := make(map[sharding.ShardID]storage.Lock, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		l, err := storage.DecodeLock(storage.KeyValue{
+			Key: strings.TrimPrefix(string(kv.Key), prefix), Value: kv.Value,
+			Lease: storage.LeaseID(kv.Lease), ModRevision: storage.Revision(kv.ModRevision),
+		})
+		if err == nil {
+			out[l.Shard] = l
+		}
+	}
+	return out
 }
 
 // runningWhereOwned reports whether every singleton runs exactly once, on
 // its shard's owner at the current epoch, and every entity in ids was last
 // activated by its shard's owner at the current epoch.
 func (e *env) runningWhereOwned(ids []string) bool {
+	locks := e.locks()
+	owner := func(shard sharding.ShardID) (string, storage.Epoch) {
+		l := locks[shard]
+		return l.Owner.RunnerID, l.Epoch
+	}
 	runs, _ := e.life.snapshot()
 	for i := range e.p.singletons {
 		name := singleName(i)
-		owner, epoch := e.owner(runner.SingletonShard(name, e.p.shards))
+		owner, epoch := owner(runner.SingletonShard(name, e.p.shards))
 		open := 0
 		for _, r := range runs {
 			if r.name == name && r.end.IsZero() {
@@ -292,7 +327,7 @@ func (e *env) runningWhereOwned(ids []string) bool {
 	e.life.mu.Lock()
 	defer e.life.mu.Unlock()
 	for _, id := range ids {
-		owner, epoch := e.owner(sharding.ShardOf(id, e.p.shards))
+		owner, epoch := owner(sharding.ShardOf(id, e.p.shards))
 		a, ok := e.life.last[id]
 		if !ok || a.Runner != owner || storage.Epoch(a.Epoch) != epoch {
 			return false
@@ -307,7 +342,7 @@ func (e *env) waitSettled(ctx context.Context, ids []string, limit time.Duration
 	start := time.Now()
 	for !e.settled() || !e.runningWhereOwned(ids) {
 		if time.Since(start) > limit {
-			return time.Since(start), fmt.Errorf("not settled after %v (cluster settled: %v)", limit, e.settled())
+			return time.Since(start), fmt.Errorf("not settled after %v (%s)", limit, cmp.Or(e.unsettled(), "cluster settled; an entity or singleton not running where owned"))
 		}
 		select {
 		case <-ctx.Done():

@@ -326,21 +326,23 @@ func crashMode(ctx context.Context, p params, mode string, w io.Writer) error {
 	var singles, entities, expiries, singlesAfter, entitiesAfter []time.Duration
 	for rep := range p.repeat {
 		victim := fmt.Sprint("v", rep+1)
+		locks := e.locks()
+		owner := func(shard sharding.ShardID) string { return locks[shard].Owner.RunnerID }
 		var mine []string
 		for i := range p.singletons {
-			if o, _ := e.owner(runner.SingletonShard(singleName(i), p.shards)); o == victim {
+			if owner(runner.SingletonShard(singleName(i), p.shards)) == victim {
 				mine = append(mine, singleName(i))
 			}
 		}
 		var myIDs []string
 		for _, id := range ids {
-			if o, _ := e.owner(sharding.ShardOf(id, p.shards)); o == victim {
+			if owner(sharding.ShardOf(id, p.shards)) == victim {
 				myIDs = append(myIDs, id)
 			}
 		}
 		victimShards := map[sharding.ShardID]bool{}
 		for id := range p.shards {
-			if o, _ := e.owner(sharding.ShardID(id)); o == victim {
+			if owner(sharding.ShardID(id)) == victim {
 				victimShards[sharding.ShardID(id)] = true
 			}
 		}
@@ -661,8 +663,9 @@ func askAll(ctx context.Context, e *env, ids []string, n int) error {
 		byID[nd.r.ID()] = nd.r
 	}
 	owners := make([]*runner.Runner, len(ids))
+	locks := e.locks()
 	for i, id := range ids {
-		o, _ := e.owner(sharding.ShardOf(id, e.p.shards))
+		o := locks[sharding.ShardOf(id, e.p.shards)].Owner.RunnerID
 		if owners[i] = byID[o]; owners[i] == nil {
 			return fmt.Errorf("%s: owner %q not a live runner of this process", id, o)
 		}

@@ -303,7 +303,8 @@ func (s *Store) Revoke(ctx context.Context, id storage.LeaseID) error {
 }
 
 // LeaseKeys implements storage.Leases: one hedged LeaseTimeToLive with
-// the attached keys (etcd answers TTL -1 for a lease it does not know).
+// the attached keys (etcd answers TTL -1 for a lease it does not know,
+// 0 for one with less than a second left).
 // Keys outside the namespace are left out.
 func (s *Store) LeaseKeys(ctx context.Context, id storage.LeaseID) ([]string, error) {
 	tctx, cancel := s.ctx(ctx)
@@ -314,7 +315,10 @@ func (s *Store) LeaseKeys(ctx context.Context, id storage.LeaseID) ([]string, er
 	if err != nil {
 		return nil, fmt.Errorf("keys of lease %x: %w", id, translate(err))
 	}
-	if resp.TTL <= 0 {
+	// The remaining TTL is in whole seconds, rounded down: 0 is a live
+	// lease with less than a second left (a LeaseTTL of 1-2 s, or a
+	// renewal late), -1 one that ended.
+	if resp.TTL < 0 {
 		return nil, fmt.Errorf("keys of lease %x: %w", id, storage.ErrLeaseNotFound)
 	}
 	keys := make([]string, 0, len(resp.Keys))

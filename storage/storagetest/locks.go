@@ -250,6 +250,14 @@ func testLeaseKeys(t *testing.T, in Instance) {
 		t.Fatalf("LeaseKeys = %d keys (shards/9 %v, shards/7 %v), %v; want the 297 locks still attached",
 			len(keys), slices.Contains(keys, "shards/9"), slices.Contains(keys, "shards/7"), err)
 	}
+	// A lease with less than a second left (etcd says TTL 0: seconds
+	// rounded down) still has its keys: none is lost.
+	short := grant(t, s, 2*time.Second)
+	acquire(t, s, short, owner("b", "1"), 400)
+	time.Sleep(1100 * time.Millisecond)
+	if keys, err := s.LeaseKeys(ctx, short); err != nil || !slices.Equal(keys, []string{"shards/400"}) {
+		t.Fatalf("LeaseKeys of a lease with under a second left = %v, %v; want shards/400", keys, err)
+	}
 	// A lease that ended: every held lock is reported.
 	if err := s.Revoke(ctx, l); err != nil {
 		t.Fatal(err)
