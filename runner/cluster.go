@@ -578,6 +578,7 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 		r.markReassignedLocked(old, a)
 	}
 	if !slices.Equal(a, old) {
+		r.seedPreviousAssigneesLocked(old, a)
 		r.view.assignment, r.view.assignDigest = a, a.Digest()
 		r.router.RoutesChanged() // sends without an owner try the new assignees
 	}

@@ -69,13 +69,19 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	}
 	if !r.fullView {
 		// It knows the locks of its own shards only: the others are shown
-		// where it routes them (a hint, or the assignee), at epoch 0.
+		// with their assignee (or the runner it handed one to), at epoch
+		// 0 — not with its owner hints, which only route and may be old
+		// (a shard it has not sent to since it moved).
 		for id := range r.cfg.NumShards {
 			sid := sharding.ShardID(id)
 			if _, known := r.view.locks.Get(sid); known {
 				continue
 			}
-			if to := r.ownerHintLocked(sid); to != "" {
+			to := r.shards.at(sid).movedTo
+			if to == "" && id < len(r.view.assignment) {
+				to = r.view.assignment[id]
+			}
+			if to != "" {
 				if m, ok := r.view.members[to]; ok {
 					snap.Locks = append(snap.Locks, storage.Lock{Shard: sid, Owner: storage.Owner{RunnerID: to, Incarnation: m.Incarnation}, Lease: m.Lease})
 				}

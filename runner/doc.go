@@ -634,7 +634,10 @@
 // why, lease deadline lag, entities, message rates — when DebugConfig.PeerURL
 // names their pages), the shard map by owner with handoffs in flight,
 // moving and unowned shards, entities and message counters per kind, and
-// the latest events. The same data is served as JSON (DebugState). It
+// the latest events. Without Config.FullLockView a runner knows the locks
+// of its own shards only: the map shows the others with their assignee (at
+// epoch 0), and the moves and handoffs it shows are its own — a move
+// between two other runners shows on their pages. The same data is served as JSON (DebugState). It
 // reads the runner through short copies under its mutex and never changes
 // anything (GET and HEAD only; 405 otherwise).
 //

@@ -59,6 +59,40 @@ func (h *ownerHints) set(id sharding.ShardID, owner string) {
 	h.m[id] = owner
 }
 
+// seed hints owner as shard id's owner unless a hint is known (an
+// answer is newer news than an assignment).
+func (h *ownerHints) seed(id sharding.ShardID, owner string) {
+	h.mu.Lock()
+	_, ok := h.m[id]
+	h.mu.Unlock()
+	if !ok {
+		h.set(id, owner)
+	}
+}
+
+// seedPreviousAssigneesLocked keeps, for each shard a new assignment gives
+// to another runner, its previous assignee as the owner hint when no
+// answer named one and that runner is still a member: it owns the shard
+// until it hands it off (a planned move's new owner warms first), so sends
+// keep going to the owner instead of to a new assignee that does not own
+// the shard yet — one that, should it die while warming, leaves a send it
+// was given undecided (ErrMaybeDelivered). Once the shard moved, the old
+// owner names the new one. Only without a full lock view; a cold start
+// (no previous assignment) seeds nothing.
+func (r *Runner) seedPreviousAssigneesLocked(old, a sharding.Assignment) {
+	if r.fullView || len(old) != len(a) {
+		return
+	}
+	for id, was := range old {
+		if was == a[id] || was == "" || was == r.cfg.ID {
+			continue
+		}
+		if _, member := r.view.members[was]; member {
+			r.hints.seed(sharding.ShardID(id), was)
+		}
+	}
+}
+
 // forget drops the hint of shard id if it names owner ("": whatever it
 // names).
 func (h *ownerHints) forget(id sharding.ShardID, owner string) {

@@ -109,13 +109,20 @@ func (d routingDir) Learned(id sharding.ShardID, owner, refusedBy string) {
 // view, when the shard has no live owner in it — its lock free, or under a
 // lease no live member holds (a crashed owner's, until it expires) — and
 // the assignee is another member with a transport address. ok is false
-// otherwise: no assignment known (before the first one), the assignee is
+// otherwise: the cluster record not checked yet, no assignment known
+// (before the first one), the assignee is
 // this runner (it acquires the shard itself) or unknown, or a live runner
 // holds the lock (Route names it, or it is this runner's, in transition).
 // seen is the revisions of the views that say so (the request carries
 // them: an assignee that has not seen as much yet waits for it, park.go).
 func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routing.ViewSeen, ok bool) {
 	r := d.r
+	if !r.clusterChecked() {
+		// An assignment computed before the cluster record was checked may
+		// be of another NumShards: the send waits (and fails with the
+		// mismatch, should there be one).
+		return m, seen, false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if int(id) >= len(r.view.assignment) {

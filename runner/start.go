@@ -391,12 +391,17 @@ func (r *Runner) startClient(ctx context.Context) {
 	}
 }
 
+// clusterChecked reports whether the cluster record was found to agree
+// with this runner's configuration.
+func (r *Runner) clusterChecked() bool {
+	r.st.mu.Lock()
+	defer r.st.mu.Unlock()
+	return r.st.clusterOK
+}
+
 // verifyCluster checks the cluster record once per Run (see checkCluster).
 func (r *Runner) verifyCluster(ctx context.Context) error {
-	r.st.mu.Lock()
-	ok := r.st.clusterOK
-	r.st.mu.Unlock()
-	if ok {
+	if r.clusterChecked() {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
