@@ -464,6 +464,7 @@ func (r *Runner) recomputeForRouting() {
 		r.mu.Unlock()
 		return // the strategy changed meanwhile (useClusterStrategy recomputes)
 	}
+	r.seedPreviousAssigneesLocked(r.view.assignment, a)
 	r.view.assignment, r.view.assignedFrom = a, runners
 	r.mu.Unlock()
 	r.router.RoutesChanged() // sends without an owner try the new assignees

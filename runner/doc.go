@@ -301,14 +301,18 @@
 // wants it). It sends a shard's messages to, in order: itself when it
 // owns the shard; the runner it just handed the shard to; the holder of
 // the lock when it knows it (a shard it owns, acquires or takes over); the
-// owner another runner named in its last "not the owner" answer for the
-// shard (a bounded table of hints); else the runner the assignment names
-// — every runner, ClientOnly ones too, computes it from the membership,
-// with the strategy the cluster record names. In a settled cluster the
-// assignee is the owner: one hop. While a shard moves, the assignee that
-// does not own it yet answers "not the owner" naming the old owner (one
-// more hop, remembered as a hint), and the old owner, once it has handed
-// the shard off, names the new one.
+// runner that last answered a send of the shard, or that another runner
+// named in a "not the owner" answer (a bounded table of hints); for a
+// shard the last assignment change moved, its previous assignee while it
+// is still a member, for as long as a planned move may take
+// (WarmTimeout + DrainTimeout) — it owns the shard until its handoff, and
+// a send never waits on a new owner still warming; else the runner the
+// assignment names — every runner, ClientOnly ones too, computes it from
+// the membership, with the strategy the cluster record names. In a
+// settled cluster the assignee is the owner: one hop. While a shard
+// moves, a runner that does not own it answers "not the owner" naming
+// the owner it knows of (one more hop, remembered as a hint), and the old
+// owner, once it has handed the shard off, names the new one.
 //
 // A Ref (Runner.Ref) is a sender's handle on one entity: a call through it
 // keeps Send's contract whole and, while the entity is resident here,

@@ -13,6 +13,7 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 )
 
 // The planned-move tests' fixtures: an account entity with hook traces,
@@ -238,6 +239,34 @@ func (e *handoffEnv) checkCounters(l *load) {
 
 // movesOf returns, per shard, the ownership changes between live runners
 // after since, as "from->to".
+// waitAcquiredRecorded waits until the recorder holds, for every shard
+// each of rs owns, its ShardAcquired at the epoch owned: events reach the
+// recorder through a subscription, after the ownership they announce.
+func (c *cluster) waitAcquiredRecorded(rs ...*etcdRunner) {
+	c.t.Helper()
+	type key struct {
+		runner string
+		shard  sharding.ShardID
+		epoch  storage.Epoch
+	}
+	waitFor(c.t, 10*time.Second, "every ownership's ShardAcquired recorded", func() bool {
+		seen := map[key]bool{}
+		for _, ev := range c.rec.all() {
+			if x, ok := ev.(runner.ShardAcquired); ok {
+				seen[key{x.Runner, x.Shard, x.Epoch}] = true
+			}
+		}
+		for _, r := range rs {
+			for id, epoch := range r.Owned() {
+				if !seen[key{r.ID(), id, epoch}] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 func movesOf(evs []runner.Event, since time.Time) map[sharding.ShardID][]string {
 	owner := map[sharding.ShardID]string{}
 	released := map[sharding.ShardID]string{}

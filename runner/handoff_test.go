@@ -120,6 +120,7 @@ func TestEtcdHandoffShardHookOrder(t *testing.T) {
 	joinAt := time.Now()
 	b := e.start("b")
 	e.c.waitPartition([]*etcdRunner{a, b}, 16, 30*time.Second)
+	e.c.waitAcquiredRecorded(a, b)
 	evs := e.c.rec.all()
 	moves := movesOf(evs, joinAt)
 	hooks := e.hooks.list()

@@ -3,6 +3,7 @@ package runner
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/shardhost/shardhost/sharding"
 )
@@ -24,27 +25,53 @@ const maxOwnerHints = 4096
 // runner's lock); a full table forgets its oldest hint first.
 type ownerHints struct {
 	mu    sync.Mutex
-	m     map[sharding.ShardID]string
+	m     map[sharding.ShardID]ownerHint
 	order []sharding.ShardID // shards hinted, oldest first (some forgotten since)
 }
 
-// get returns the runner hinted as shard id's owner.
+// ownerHint is one shard's hint: confirmed (an answer named the owner, or
+// this runner handed the shard to it) or tentative until a time (a moved
+// shard's previous assignee: seed).
+type ownerHint struct {
+	owner string
+	until time.Time // zero: confirmed
+}
+
+// get returns the runner a confirmed hint names as shard id's owner.
 func (h *ownerHints) get(id sharding.ShardID) (string, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	owner, ok := h.m[id]
-	return owner, ok
+	x, ok := h.m[id]
+	return x.owner, ok && x.until.IsZero()
 }
 
-// set hints owner as shard id's owner.
-func (h *ownerHints) set(id sharding.ShardID, owner string) {
+// route returns the runner sends of shard id go to by its hint: a
+// confirmed one, or a tentative one not past its time.
+func (h *ownerHints) route(id sharding.ShardID, now time.Time) (string, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if cur, ok := h.m[id]; ok && cur == owner {
+	x, ok := h.m[id]
+	if ok && !x.until.IsZero() && !now.Before(x.until) {
+		delete(h.m, id)
+		return "", false
+	}
+	return x.owner, ok
+}
+
+// set hints owner as shard id's owner (confirmed).
+func (h *ownerHints) set(id sharding.ShardID, owner string) {
+	h.put(id, ownerHint{owner: owner})
+}
+
+// put records shard id's hint.
+func (h *ownerHints) put(id sharding.ShardID, x ownerHint) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur, ok := h.m[id]; ok && cur == x {
 		return // most replies confirm what is known: no write
 	}
 	if h.m == nil {
-		h.m = make(map[sharding.ShardID]string)
+		h.m = make(map[sharding.ShardID]ownerHint)
 	}
 	if _, ok := h.m[id]; !ok {
 		for len(h.m) >= maxOwnerHints && len(h.order) > 0 {
@@ -56,39 +83,43 @@ func (h *ownerHints) set(id sharding.ShardID, owner string) {
 		}
 		h.order = append(h.order, id)
 	}
-	h.m[id] = owner
+	h.m[id] = x
 }
 
-// seed hints owner as shard id's owner unless a hint is known (an
-// answer is newer news than an assignment).
-func (h *ownerHints) seed(id sharding.ShardID, owner string) {
+// seed hints owner, tentatively until until, as shard id's owner unless
+// a hint is known (an answer is newer news than an assignment).
+func (h *ownerHints) seed(id sharding.ShardID, owner string, until time.Time) {
 	h.mu.Lock()
 	_, ok := h.m[id]
 	h.mu.Unlock()
 	if !ok {
-		h.set(id, owner)
+		h.put(id, ownerHint{owner: owner, until: until})
 	}
 }
 
 // seedPreviousAssigneesLocked keeps, for each shard a new assignment gives
-// to another runner, its previous assignee as the owner hint when no
-// answer named one and that runner is still a member: it owns the shard
-// until it hands it off (a planned move's new owner warms first), so sends
-// keep going to the owner instead of to a new assignee that does not own
-// the shard yet — one that, should it die while warming, leaves a send it
-// was given undecided (ErrMaybeDelivered). Once the shard moved, the old
-// owner names the new one. Only without a full lock view; a cold start
-// (no previous assignment) seeds nothing.
+// to another runner, its previous assignee as a tentative route when no
+// answer named an owner and that runner is still a member: it owns the
+// shard until it hands it off (a planned move's new owner warms first),
+// so sends keep going to the owner instead of to a new assignee that does
+// not own the shard yet — one that, should it die while warming, leaves
+// a send it was given undecided (ErrMaybeDelivered). Once the shard
+// moved, the old owner names the new one. A tentative route lasts as long
+// as a planned move may (WarmTimeout + DrainTimeout) and is not an owner
+// this runner names to others (OwnerOf, NotOwner answers): it only
+// routes. Only without a full lock view; a cold start (no previous
+// assignment) seeds nothing.
 func (r *Runner) seedPreviousAssigneesLocked(old, a sharding.Assignment) {
 	if r.fullView || len(old) != len(a) {
 		return
 	}
+	until := time.Now().Add(r.cfg.WarmTimeout + r.cfg.DrainTimeout)
 	for id, was := range old {
 		if was == a[id] || was == "" || was == r.cfg.ID {
 			continue
 		}
 		if _, member := r.view.members[was]; member {
-			r.hints.seed(sharding.ShardID(id), was)
+			r.hints.seed(sharding.ShardID(id), was, until)
 		}
 	}
 }
@@ -98,7 +129,7 @@ func (r *Runner) seedPreviousAssigneesLocked(old, a sharding.Assignment) {
 func (h *ownerHints) forget(id sharding.ShardID, owner string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if cur, ok := h.m[id]; ok && (owner == "" || cur == owner) {
+	if cur, ok := h.m[id]; ok && (owner == "" || cur.owner == owner) {
 		delete(h.m, id)
 	}
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"testing"
+	"time"
 
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -62,5 +63,44 @@ func TestOwnerHintsFollowAnswersAndStayBounded(t *testing.T) {
 	}
 	if len(r.hints.order) > 2*maxOwnerHints+1 {
 		t.Errorf("the hints' order holds %d entries, want it compacted", len(r.hints.order))
+	}
+}
+
+// TestMovedShardRoutesToItsPreviousAssigneeForAWhile: a new assignment
+// routes each moved shard to its previous assignee (still a member: it
+// owns the shard until its handoff), tentatively — not an owner OwnerOf
+// names, not over an answer that named one, and only for as long as a
+// planned move may take; a previous assignee that left routes nothing.
+func TestMovedShardRoutesToItsPreviousAssigneeForAWhile(t *testing.T) {
+	r := attachedRunner(t, 100,
+		storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "x", Address: "x:1", Incarnation: "x1"}, Lease: 101},
+		storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "y", Address: "y:1", Incarnation: "y1"}, Lease: 102})
+	d := routingDir{r}
+	d.Learned(2, "y", "x") // an answer named y for shard 2
+	r.mu.Lock()
+	r.seedPreviousAssigneesLocked(sharding.Assignment{"x", "x", "x", "gone"}, sharding.Assignment{"y", "x", "y", "y"})
+	r.mu.Unlock()
+	route := func(id sharding.ShardID, at time.Time) string {
+		to, _ := r.hints.route(id, at)
+		return to
+	}
+	now := time.Now()
+	if got := route(0, now); got != "x" {
+		t.Errorf("moved shard 0 routes to %q, want its previous assignee x", got)
+	}
+	if owner, _ := r.OwnerOf(0); owner == "x" {
+		t.Error("OwnerOf names the previous assignee: a tentative route is no owner")
+	}
+	if got := route(1, now); got != "" {
+		t.Errorf("unmoved shard 1 routes to %q by hint, want none", got)
+	}
+	if got := route(2, now); got != "y" {
+		t.Errorf("shard 2 routes to %q, want y (the answer wins over the assignment)", got)
+	}
+	if got := route(3, now); got != "" {
+		t.Errorf("shard 3, whose previous assignee left, routes to %q, want none", got)
+	}
+	if got := route(0, now.Add(r.cfg.WarmTimeout+r.cfg.DrainTimeout+time.Second)); got != "" {
+		t.Errorf("shard 0 still routes to %q after a planned move's bound, want the assignee", got)
 	}
 }

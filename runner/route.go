@@ -85,7 +85,7 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 		}
 		return m, true
 	}
-	if to, ok := r.hints.get(id); ok && to != r.cfg.ID { // no full view: hints.go
+	if to, ok := r.hints.route(id, time.Now()); ok && to != r.cfg.ID { // no full view: hints.go
 		if m, member := r.view.members[to]; member {
 			return m, true
 		}
