@@ -48,6 +48,18 @@
 //     It also detaches after StorageErrorThreshold consecutive failures of
 //     one kind of store call, on a lost lease, and (optionally) on a
 //     keep-alive failure streak.
+//   - Health checks follow the detach rule. CheckLiveness
+//     (LivenessHandler) never consults the store: a runner cut off from
+//     etcd detaches and stays live — detaching, not a restart, answers a
+//     slow or absent store, and a restarted process would only wait for
+//     its old lease. It fails once Run has ended other than by Shutdown,
+//     or when the runner's state stays locked for 2 s (stuck).
+//     CheckReadiness (ReadinessHandler) holds while a hosting runner is
+//     attached and owns every shard the assignment gives it (a
+//     ClientOnly runner: once it listed the runners, while one is
+//     registered); never before Run, while starting, detached, draining
+//     (Shutdown's handoffs, an operator's drain) or stopping. Both answer
+//     200 or 503 with a JSON HealthCheck saying why.
 //   - One lock, one shard. An owned lock changed behind the runner's back
 //     (deleted, rewritten under its lease, taken by another lease, replaced
 //     by a key without a lease) costs that shard only: its context is
@@ -482,6 +494,7 @@
 //	sharding.reminder_writes                 counter           {write}    op            store writes of reminders; op: register, cancel, delete (a one-shot that fired), progress (which ticks fired, at a planned move, and its rewrite by the next owner), remember and forget (remembered entities' markers)
 //	sharding.reminders_corrupt               counter           {record}   -             stored reminder and remembered-entity records skipped: undecodable, or naming a kind or method not registered on the runner (logged at WARN with the key)
 //	sharding.reminder_reloads                counter           {shard}    cause         shards whose reminders could not fire for 30 s although owned here and not in a cutover, reloaded from the store (logged at WARN with the shard and cause); cause: load, reload, rewrite (a final progress record not rewritten yet), fenced; 0 while the liveness rule holds: alert on any increase
+//	sharding.reminders_unrecorded            counter           {shard}    -             shards released plainly without their reminders' progress recorded (a RemindersUnrecorded event each): the next owner fires their ticks at least once, not exactly once
 //	sharding.remembered                      gauge (observed)  {entity}   -             remembered entities of the shards the runner owns
 //	sharding.remembered_restarts             counter           {restart}  -             remembered entities activated again after their activation failed or their instance panicked
 //	sharding.worker_restarts                 counter           {restart}  -             shard workers and singletons restarted after an error or a panic
