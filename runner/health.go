@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -50,6 +51,14 @@ type healthState struct {
 	// runner as it is now (registered, with its weight: not draining).
 	withSelf bool
 	members  int // hosting runners in the view
+	// membersErr: the membership view is not current (its watch or
+	// listing failed, no listing succeeded since membersErrSince).
+	membersErr      error
+	membersErrSince time.Time
+	// probeErr: a ClientOnly runner's last probe of the store failed
+	// (storeProbe), in a streak since probeErrSince.
+	probeErr      error
+	probeErrSince time.Time
 }
 
 // healthReads lets concurrent checks share one read of the runner's state
@@ -101,8 +110,11 @@ func (r *Runner) healthStateLocked() healthState {
 	defer r.mu.Unlock()
 	st := healthState{
 		life: r.lifecycle, fatal: r.fatal, owned: r.shards.owned,
-		members: len(r.view.members),
+		members: len(r.view.members), membersErr: r.view.membersErr, membersErrSince: r.view.membersErrSince,
 	}
+	r.storeProbe.mu.Lock()
+	st.probeErr, st.probeErrSince = r.storeProbe.err, r.storeProbe.since
+	r.storeProbe.mu.Unlock()
 	if r.view.assignedWithSelf && !r.opDrain.requested.Load() {
 		for _, m := range r.view.assignedFrom {
 			st.withSelf = st.withSelf || (m.ID == r.cfg.ID && m.Weight == r.cfg.Weight)
@@ -119,6 +131,48 @@ func (r *Runner) healthStateLocked() healthState {
 		}
 	}
 	return st
+}
+
+// storeProbe is what a ClientOnly runner's probes of the store found
+// (probeStore): a gateway holds no lease, so nothing else tells it that
+// its watches stalled on an unreachable store (they do so without an
+// error).
+type storeProbe struct {
+	mu     sync.Mutex
+	probed bool      // a probe has completed
+	err    error     // the last probe's failure; nil: it succeeded
+	since  time.Time // when the streak of failures began
+}
+
+// probeStore pings the store every ProbeInterval (each bounded by
+// OpTimeout) until ctx ends or Shutdown is called, and keeps the outcome
+// for CheckReadiness.
+func (r *Runner) probeStore(ctx context.Context) {
+	p := &r.storeProbe
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.stopReq:
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		err := r.store.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		p.mu.Lock()
+		if err != nil && p.err == nil {
+			p.since = time.Now()
+		}
+		p.probed, p.err = true, err
+		p.mu.Unlock()
+		t.Reset(r.cfg.ProbeInterval)
+	}
 }
 
 // closed reports whether ch is closed.
@@ -164,7 +218,11 @@ func (r *Runner) CheckLiveness() HealthCheck {
 // cluster. A hosting runner is ready while it is attached and owns every
 // shard the assignment (computed with it as a member) gives it; a
 // ClientOnly runner once it has checked the cluster record and listed the
-// runners, while at least one hosting runner is registered. Neither is
+// runners, while its membership view is current and at least one
+// hosting runner is registered. Current: its last probe of the store (a
+// linearizable read every ProbeInterval, bounded by OpTimeout; a watch
+// cut off from the store stalls without an error) succeeded, and the
+// runners' watch has not failed since the last good listing. Neither is
 // ready before Run, while starting, detached, draining (Shutdown's
 // handoff step, or an operator's drain request) or stopping: a Shutdown
 // makes it not ready at once. It reads memory only.
@@ -184,6 +242,12 @@ func (r *Runner) CheckReadiness() HealthCheck {
 	case r.cfg.ClientOnly:
 		switch {
 		case !closed(r.st.ready):
+		case st.probeErr != nil:
+			c.Reason = fmt.Sprintf("store unreachable for %v (%v): the membership view may be stale",
+				time.Since(st.probeErrSince).Round(time.Millisecond), st.probeErr)
+		case st.membersErr != nil:
+			c.Reason = fmt.Sprintf("membership view not current: the runners' watch failed %v ago (%v); listing again",
+				time.Since(st.membersErrSince).Round(time.Millisecond), st.membersErr)
 		case st.members == 0:
 			c.Reason = "no hosting runner registered: asks would wait for one"
 		default:

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,12 +130,26 @@ func TestHealthChecksFollowTheDetachRule(t *testing.T) {
 	cfg := func(id string) runner.Config {
 		return runner.Config{ID: id, NumShards: 16, LeaseTTL: 3 * time.Second}
 	}
+	// During Shutdown, a's hook probes a's handlers as it releases each
+	// shard: the answers of a runner midway through its Shutdown.
+	var (
+		a            *etcdRunner
+		shuttingDown atomic.Bool
+		duringMu     sync.Mutex
+		during       [][2]runner.HealthCheck // liveness, readiness
+	)
 	ca := cfg("a")
 	ca.ReleaseShard = func(context.Context, sharding.ShardID, string) error {
-		time.Sleep(50 * time.Millisecond) // a Shutdown long enough for a few probes
+		if shuttingDown.Load() {
+			_, l := probe(t, a.LivenessHandler())
+			_, rd := probe(t, a.ReadinessHandler())
+			duringMu.Lock()
+			during = append(during, [2]runner.HealthCheck{l, rd})
+			duringMu.Unlock()
+		}
 		return nil
 	}
-	a := c.start(ca, pc.ProxiedEndpoints()...)
+	a = c.start(ca, pc.ProxiedEndpoints()...)
 	b := c.start(cfg("b"))
 	w := watchHealth(t, a.Runner)
 	ready := func(h runner.HealthCheck) bool { return h.OK }
@@ -153,7 +168,12 @@ func TestHealthChecksFollowTheDetachRule(t *testing.T) {
 		t.Errorf("detached a answers %+v, want the detach's reason and no shard owned", h)
 	}
 	waitFor(t, 30*time.Second, "b owning every shard", func() bool { return len(b.Owned()) == 16 })
-	time.Sleep(time.Second) // a keeps probing the unreachable store
+	// a keeps probing the unreachable store: 20 more answers of a detached a.
+	detachedAt := w.mark()
+	waitFor(t, 30*time.Second, "20 more probes", func() bool { return w.mark() >= detachedAt+20 })
+	if _, ready := w.since(detachedAt); ready[0].Phase != "detached" || ready[len(ready)-1].Phase != "detached" {
+		t.Errorf("a re-attached while cut off: %+v then %+v", ready[0], ready[len(ready)-1])
+	}
 	live, _ := w.since(m)
 	allLive(t, "cut off from etcd", live)
 
@@ -197,26 +217,74 @@ func TestHealthChecksFollowTheDetachRule(t *testing.T) {
 	if h := a.CheckReadiness(); !h.OK {
 		t.Fatalf("a not ready before Shutdown: %+v", h)
 	}
+	shuttingDown.Store(true)
 	a.shutdown(t)
 	w.close()
 	live, readies := w.since(m)
 	allLive(t, "shutting down", live)
-	stopping := 0
 	for i, h := range readies {
 		if h.OK && i > 0 && !readies[i-1].OK {
 			t.Errorf("ready again during Shutdown: %+v after %+v", h, readies[i-1])
 		}
-		if !h.OK && strings.HasPrefix(h.Reason, "stopping: ") {
-			stopping++
-		}
 	}
-	if stopping == 0 {
-		t.Errorf("no answer said stopping during Shutdown: %+v", readies)
+	duringMu.Lock()
+	defer duringMu.Unlock()
+	if len(during) == 0 {
+		t.Fatal("a released no shard during its Shutdown")
+	}
+	for _, h := range during {
+		if !h[0].OK {
+			t.Errorf("liveness during Shutdown = %+v, want live", h[0])
+		}
+		if h[1].OK || !strings.HasPrefix(h[1].Reason, "stopping: ") {
+			t.Errorf("readiness during Shutdown = %+v, want not ready, stopping", h[1])
+		}
 	}
 	if _, h := probe(t, a.ReadinessHandler()); h.OK || h.Phase != "stopped" || h.Reason != "stopped by Shutdown" {
 		t.Errorf("readiness after Shutdown = %+v", h)
 	}
 	if _, h := probe(t, a.LivenessHandler()); !h.OK {
 		t.Errorf("liveness after Shutdown = %+v, want live: the process is on its way out, not stuck", h)
+	}
+}
+
+// TestGatewayReadinessFollowsTheStore: a ClientOnly runner (a gateway),
+// on a real etcd behind toxiproxy, is ready once it routes to a hosting
+// runner; cut off from etcd (a blackhole: its watch stalls without an
+// error), not ready — its view may be stale — but live throughout; ready
+// again once the store answers; not ready from the moment Shutdown is
+// called.
+func TestGatewayReadinessFollowsTheStore(t *testing.T) {
+	t.Parallel()
+	pc := testenv.StartProxiedEtcdCluster(t, 1)
+	c := newCluster(t, pc.Endpoints(), pc.Client(t))
+	c.start(runner.Config{ID: "a", NumShards: 8})
+	gw := c.start(runner.Config{ID: "gw", NumShards: 8, ClientOnly: true}, pc.ProxiedEndpoints()...)
+	w := watchHealth(t, gw.Runner)
+
+	h := w.waitReady(t, 0, 30*time.Second, "the gateway ready", func(h runner.HealthCheck) bool { return h.OK })
+	if h.Reason != "routing to 1 runners" {
+		t.Errorf("ready gateway answers %+v", h)
+	}
+
+	m := w.mark()
+	pc.Proxies()[0].Blackhole(t)
+	h = w.waitReady(t, m, 30*time.Second, "the cut-off gateway not ready", func(h runner.HealthCheck) bool { return !h.OK })
+	if !strings.HasPrefix(h.Reason, "store unreachable for ") {
+		t.Errorf("cut-off gateway answers %+v", h)
+	}
+	m2 := w.mark()
+	waitFor(t, 30*time.Second, "20 more probes", func() bool { return w.mark() >= m2+20 })
+	pc.Proxies()[0].Clear(t)
+	w.waitReady(t, w.mark(), 60*time.Second, "the gateway ready again", func(h runner.HealthCheck) bool { return h.OK })
+	live, _ := w.since(m)
+	allLive(t, "gateway cut off from etcd", live)
+
+	gw.shutdown(t)
+	if _, h := probe(t, gw.ReadinessHandler()); h.OK || h.Reason != "stopped by Shutdown" {
+		t.Errorf("gateway readiness after Shutdown = %+v", h)
+	}
+	if _, h := probe(t, gw.LivenessHandler()); !h.OK {
+		t.Errorf("gateway liveness after Shutdown = %+v, want live", h)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
@@ -53,6 +54,49 @@ func TestReadinessOfAClientOnlyRunner(t *testing.T) {
 		if h := gw.CheckLiveness(); !h.OK {
 			t.Errorf("liveness after Shutdown = %+v, want live", h)
 		}
+	})
+}
+
+// TestGatewayNotReadyWhileItsMembershipViewIsStale: a ready ClientOnly
+// runner is not ready while it cannot tell whether its membership view is
+// current — its probes of the store fail (cut off: its watch would stall
+// without an error), or its runners' watch failed and no listing
+// succeeded since — and ready again once both work; live throughout.
+func TestGatewayNotReadyWhileItsMembershipViewIsStale(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := memory.NewCluster()
+		t.Cleanup(c.Close)
+		start(t, c, nil, runner.Config{ID: "a", NumShards: 8})
+		s := c.NewStore("gw")
+		gw, err := runner.New(s, runner.Config{ID: "gw", NumShards: 8, ClientOnly: true, Logger: logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runAsync(t, gw)
+		waitFor(t, 10*time.Second, "the gateway ready", func() bool { return gw.CheckReadiness().OK })
+
+		s.Partition(true)
+		waitFor(t, 10*time.Second, "the cut-off gateway not ready", func() bool { return !gw.CheckReadiness().OK })
+		if h := gw.CheckReadiness(); !strings.HasPrefix(h.Reason, "store unreachable for ") {
+			t.Errorf("cut-off gateway answers %+v", h)
+		}
+		if h := gw.CheckLiveness(); !h.OK {
+			t.Errorf("liveness of the cut-off gateway = %+v, want live", h)
+		}
+		s.Partition(false)
+		waitFor(t, 10*time.Second, "the gateway ready again", func() bool { return gw.CheckReadiness().OK })
+
+		s.Fail(memory.OpList, storage.ErrUnavailable)
+		s.BreakWatches()
+		waitFor(t, 10*time.Second, "the gateway not ready, its watch broken", func() bool { return !gw.CheckReadiness().OK })
+		if h := gw.CheckReadiness(); !strings.HasPrefix(h.Reason, "membership view not current: ") {
+			t.Errorf("gateway with a broken watch answers %+v", h)
+		}
+		if h := gw.CheckLiveness(); !h.OK {
+			t.Errorf("liveness of the gateway with a broken watch = %+v, want live", h)
+		}
+		s.Fail(memory.OpList, nil)
+		waitFor(t, 10*time.Second, "the gateway ready after a listing", func() bool { return gw.CheckReadiness().OK })
 	})
 }
 
