@@ -144,9 +144,12 @@ type storeProbe struct {
 	since  time.Time // when the streak of failures began
 }
 
-// probeStore pings the store every ProbeInterval (each bounded by
-// OpTimeout) until ctx ends or Shutdown is called, and keeps the outcome
-// for CheckReadiness.
+// probeStore reads the cluster record every ProbeInterval (each read
+// bounded by OpTimeout) until ctx ends or Shutdown is called, and keeps
+// the outcome for CheckReadiness. The cluster record, not Ping's key: a
+// gateway's role grants read on the record and the keyspaces it watches
+// only (SECURITY.md); etcd serves the read linearizably, so it fails
+// without a leader too.
 func (r *Runner) probeStore(ctx context.Context) {
 	p := &r.storeProbe
 	t := time.NewTimer(0)
@@ -160,7 +163,7 @@ func (r *Runner) probeStore(ctx context.Context) {
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
-		err := r.store.Ping(pctx)
+		_, _, err := r.store.ReadCluster(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -220,8 +223,9 @@ func (r *Runner) CheckLiveness() HealthCheck {
 // ClientOnly runner once it has checked the cluster record and listed the
 // runners, while its membership view is current and at least one
 // hosting runner is registered. Current: its last probe of the store (a
-// linearizable read every ProbeInterval, bounded by OpTimeout; a watch
-// cut off from the store stalls without an error) succeeded, and the
+// linearizable read of the cluster record every ProbeInterval, bounded by
+// OpTimeout; a watch cut off from the store stalls without an error)
+// succeeded, and the
 // runners' watch has not failed since the last good listing. Neither is
 // ready before Run, while starting, detached, draining (Shutdown's
 // handoff step, or an operator's drain request) or stopping: a Shutdown
