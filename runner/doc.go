@@ -49,17 +49,30 @@
 //     one kind of store call, on a lost lease, and (optionally) on a
 //     keep-alive failure streak.
 //   - Health checks follow the detach rule. CheckLiveness
-//     (LivenessHandler) never consults the store: a runner cut off from
-//     etcd detaches and stays live — detaching, not a restart, answers a
-//     slow or absent store, and a restarted process would only wait for
-//     its old lease. It fails once Run has ended other than by Shutdown,
-//     or when the runner's state stays locked for 2 s (stuck).
-//     CheckReadiness (ReadinessHandler) holds while a hosting runner is
-//     attached and owns every shard the assignment gives it (a
-//     ClientOnly runner: once it listed the runners, while one is
-//     registered); never before Run, while starting, detached, draining
-//     (Shutdown's handoffs, an operator's drain) or stopping. Both answer
-//     200 or 503 with a JSON HealthCheck saying why.
+//     (LivenessHandler) reads memory only, never the store: a runner cut
+//     off from etcd, or facing a slow one, detaches and stays live —
+//     detaching, not a restart, answers a slow or absent store (a
+//     restarted process would only wait for its old lease, and every
+//     runner restarting through an etcd leader election would be a
+//     restart storm). It fails once Run has ended other than by Shutdown
+//     (a fatal error such as ErrDuplicateRunnerID or ErrStartTimeout,
+//     Close, Run's context ended), or when the runner's state stays
+//     locked for 2 s (stuck). CheckReadiness (ReadinessHandler) holds
+//     while a hosting runner is attached, not draining, and owns every
+//     shard an assignment computed with it as a member gives it; never
+//     before Run, while starting, detached, draining (Shutdown's
+//     handoffs, an operator's drain request) or stopping — from the
+//     moment Shutdown is called. A ClientOnly runner (a gateway) holds no
+//     lease and never attaches: it is ready once it has checked the
+//     cluster record and listed the runners, while its membership view is
+//     current and a hosting runner is registered. Its view is current
+//     while its last probe of the store (a linearizable read of the
+//     cluster record every ProbeInterval, bounded by OpTimeout) succeeded
+//     — a watch cut off from etcd stalls without an error — and its
+//     runners' watch has not failed since the last good listing. Both
+//     handlers answer GET and HEAD with 200 or 503 and a JSON HealthCheck
+//     (ok, runner, phase, reason, owned, assigned, assigned_owned) saying
+//     why.
 //   - One lock, one shard. An owned lock changed behind the runner's back
 //     (deleted, rewritten under its lease, taken by another lease, replaced
 //     by a key without a lease) costs that shard only: its context is
