@@ -197,16 +197,11 @@ func closed(ch <-chan struct{}) bool {
 // is live before Run, while starting (waiting for the store, or for a
 // crashed predecessor's lease to expire: Config.ID) and while detached.
 func (r *Runner) CheckLiveness() HealthCheck {
-	c := HealthCheck{Runner: r.cfg.ID}
-	st, ok := r.readHealth()
+	c, st, shutdown, ok := r.beginCheck()
 	if !ok {
-		c.Phase = "unknown"
-		c.Reason = fmt.Sprintf("stuck: the runner's state has been locked for over %v", healthLockWait)
 		return c
 	}
-	c.Phase, c.Owned = st.life.phase.String(), st.owned
-	shutdown := closed(r.stopReq)
-	c.Reason = r.phaseReason(st, shutdown)
+	c.Assigned, c.AssignedOwned = 0, 0
 	switch {
 	case st.fatal != nil:
 	case (closed(r.done) || st.life.phase == phaseClosed) && !shutdown:
@@ -225,22 +220,16 @@ func (r *Runner) CheckLiveness() HealthCheck {
 // hosting runner is registered. Current: its last probe of the store (a
 // linearizable read of the cluster record every ProbeInterval, bounded by
 // OpTimeout; a watch cut off from the store stalls without an error)
-// succeeded, and the
-// runners' watch has not failed since the last good listing. Neither is
+// succeeded, and the runners' watch has not failed since the last good
+// listing. Neither is
 // ready before Run, while starting, detached, draining (Shutdown's
 // handoff step, or an operator's drain request) or stopping: a Shutdown
 // makes it not ready at once. It reads memory only.
 func (r *Runner) CheckReadiness() HealthCheck {
-	c := HealthCheck{Runner: r.cfg.ID}
-	st, ok := r.readHealth()
+	c, st, shutdown, ok := r.beginCheck()
 	if !ok {
-		c.Phase = "unknown"
-		c.Reason = fmt.Sprintf("stuck: the runner's state has been locked for over %v", healthLockWait)
 		return c
 	}
-	c.Phase, c.Owned, c.Assigned, c.AssignedOwned = st.life.phase.String(), st.owned, st.assigned, st.assignedOwned
-	shutdown := closed(r.stopReq)
-	c.Reason = r.phaseReason(st, shutdown)
 	switch {
 	case st.fatal != nil, shutdown, closed(r.done), !st.life.ran():
 	case r.cfg.ClientOnly:
@@ -273,6 +262,22 @@ func (r *Runner) CheckReadiness() HealthCheck {
 		}
 	}
 	return c
+}
+
+// beginCheck reads the runner's state for either check and fills in what
+// both answer: the phase, the counts and what the runner is doing; ok is
+// false (and c says stuck) when its state stayed locked.
+func (r *Runner) beginCheck() (c HealthCheck, st healthState, shutdown, ok bool) {
+	c = HealthCheck{Runner: r.cfg.ID}
+	if st, ok = r.readHealth(); !ok {
+		c.Phase = "unknown"
+		c.Reason = fmt.Sprintf("stuck: the runner's state has been locked for over %v", healthLockWait)
+		return c, st, false, false
+	}
+	c.Phase, c.Owned, c.Assigned, c.AssignedOwned = st.life.phase.String(), st.owned, st.assigned, st.assignedOwned
+	shutdown = closed(r.stopReq)
+	c.Reason = r.phaseReason(st, shutdown)
+	return c, st, shutdown, true
 }
 
 // phaseReason says what the runner is doing, for either check.
