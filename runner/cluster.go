@@ -23,6 +23,12 @@ type clusterView struct {
 	locks       control.LockView                     // the locks this runner knows (every one with a full view)
 	handoffs    map[sharding.ShardID]storage.Handoff // the records of handoffs/{self}/
 	membersSeen bool                                 // the membership view has been listed at least once
+	// membersErr is the last failure of the membership watch or listing
+	// since the last good listing (nil: the view is current), and
+	// membersErrSince when the streak began; a ClientOnly runner is not
+	// ready meanwhile (CheckReadiness).
+	membersErr      error
+	membersErrSince time.Time
 	// seen is the revisions the lock and membership views are at (the
 	// watches' last updates): a request a sender aimed here as the
 	// shard's assignee names the sender's, and parking waits while this
@@ -60,10 +66,19 @@ func (r *Runner) followRunners(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceRunners, func(u storage.Update) {
 		r.waitViewHold()
 		if u.Err != nil {
+			r.mu.Lock()
+			if r.view.membersErr == nil {
+				r.view.membersErrSince = time.Now()
+			}
+			r.view.membersErr = u.Err
+			r.mu.Unlock()
 			r.storageResult("watch runners", u.Err)
 			return
 		}
 		r.mu.Lock()
+		if u.Reset {
+			r.view.membersErr = nil
+		}
 		before := len(r.view.members)
 		var d memberDelta
 		if u.Reset {

@@ -48,6 +48,31 @@
 //     It also detaches after StorageErrorThreshold consecutive failures of
 //     one kind of store call, on a lost lease, and (optionally) on a
 //     keep-alive failure streak.
+//   - Health checks follow the detach rule. CheckLiveness
+//     (LivenessHandler) reads memory only, never the store: a runner cut
+//     off from etcd, or facing a slow one, detaches and stays live —
+//     detaching, not a restart, answers a slow or absent store (a
+//     restarted process would only wait for its old lease, and every
+//     runner restarting through an etcd leader election would be a
+//     restart storm). It fails once Run has ended other than by Shutdown
+//     (a fatal error such as ErrDuplicateRunnerID or ErrStartTimeout,
+//     Close, Run's context ended), or when the runner's state stays
+//     locked for 2 s (stuck). CheckReadiness (ReadinessHandler) holds
+//     while a hosting runner is attached, not draining, and owns every
+//     shard an assignment computed with it as a member gives it; never
+//     before Run, while starting, detached, draining (Shutdown's
+//     handoffs, an operator's drain request) or stopping — from the
+//     moment Shutdown is called. A ClientOnly runner (a gateway) holds no
+//     lease and never attaches: it is ready once it has checked the
+//     cluster record and listed the runners, while its membership view is
+//     current and a hosting runner is registered. Its view is current
+//     while its last probe of the store (a linearizable read of the
+//     cluster record every ProbeInterval, bounded by OpTimeout) succeeded
+//     — a watch cut off from etcd stalls without an error — and its
+//     runners' watch has not failed since the last good listing. Both
+//     handlers answer GET and HEAD with 200 or 503 and a JSON HealthCheck
+//     (ok, runner, phase, reason, owned, assigned, assigned_owned) saying
+//     why.
 //   - One lock, one shard. An owned lock changed behind the runner's back
 //     (deleted, rewritten under its lease, taken by another lease, replaced
 //     by a key without a lease) costs that shard only: its context is
@@ -486,6 +511,7 @@
 //	sharding.reminder_writes                 counter           {write}    op            store writes of reminders; op: register, cancel, delete (a one-shot that fired), progress (which ticks fired, at a planned move, and its rewrite by the next owner), remember and forget (remembered entities' markers)
 //	sharding.reminders_corrupt               counter           {record}   -             stored reminder and remembered-entity records skipped: undecodable, or naming a kind or method not registered on the runner (logged at WARN with the key)
 //	sharding.reminder_reloads                counter           {shard}    cause         shards whose reminders could not fire for 30 s although owned here and not in a cutover, reloaded from the store (logged at WARN with the shard and cause); cause: load, reload, rewrite (a final progress record not rewritten yet), fenced; 0 while the liveness rule holds: alert on any increase
+//	sharding.reminders_unrecorded            counter           {shard}    -             shards released plainly without their reminders' progress recorded (a RemindersUnrecorded event each): the next owner fires their ticks at least once, not exactly once
 //	sharding.remembered                      gauge (observed)  {entity}   -             remembered entities of the shards the runner owns
 //	sharding.remembered_restarts             counter           {restart}  -             remembered entities activated again after their activation failed or their instance panicked
 //	sharding.worker_restarts                 counter           {restart}  -             shard workers and singletons restarted after an error or a panic

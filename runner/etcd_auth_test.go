@@ -124,6 +124,8 @@ func TestRunnersWorkWithANamespaceRole(t *testing.T) {
 	waitFor(t, 20*time.Second, "both runners owning shards", func() bool {
 		return len(hosts[0].Owned())+len(hosts[1].Owned()) == shards && len(hosts[0].Owned()) > 0 && len(hosts[1].Owned()) > 0
 	})
+	// Its role is enough for its readiness probes of the store too.
+	waitFor(t, 20*time.Second, "the read-only gateway ready", func() bool { return gw.CheckReadiness().OK })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range 20 {

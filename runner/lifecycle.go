@@ -104,6 +104,7 @@ func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone c
 	if r.cfg.ClientOnly {
 		// Routes only: no lease, no registration, no shards; the
 		// assignment only names where a shard with no live owner goes.
+		wg.Go(func() { r.probeStore(ctx) })
 		wg.Go(func() {
 			defer close(loopDone)
 			for {

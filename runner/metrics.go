@@ -41,6 +41,8 @@ type metrics struct {
 
 	handoffPhase metric.Float64Histogram
 	handoffs     metric.Int64Counter
+
+	remindersUnrecorded metric.Int64Counter // counted from the events (ownershiplog.go)
 }
 
 // gaugeReadings are what the observed gauges report.
@@ -79,6 +81,9 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 		metric.WithDescription("handoff duration by phase: warm (new owner), drain and cutover (old owner), total (new owner)"))
 	add(err)
 	out.handoffs, err = m.Int64Counter("sharding.handoffs", metric.WithUnit("{handoff}"), metric.WithDescription("handoffs by outcome: completed, aborted"))
+	add(err)
+	out.remindersUnrecorded, err = m.Int64Counter("sharding.reminders_unrecorded", metric.WithUnit("{shard}"),
+		metric.WithDescription("shards released plainly without their reminders' progress recorded: the next owner fires them at least once"))
 	add(err)
 	host, err := hosting.NewMetrics(m, out.attrs)
 	add(err)

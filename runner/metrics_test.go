@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
@@ -139,6 +142,42 @@ func TestDetachmentMetrics(t *testing.T) {
 		m = readMetrics(t, rd)
 		if m["sharding.detached"] != 0 || m["sharding.lease_keepalive_failure_streak"] != 0 {
 			t.Errorf("after re-attach: detached %v, streak %v", m["sharding.detached"], m["sharding.lease_keepalive_failure_streak"])
+		}
+	})
+}
+
+// TestRemindersUnrecordedCounted: a plain release whose reminders'
+// progress cannot be written publishes RemindersUnrecorded and counts it in
+// sharding.reminders_unrecorded, one per shard.
+func TestRemindersUnrecordedCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		env := newAlarmEnv()
+		rd := sdkmetric.NewManualReader()
+		_, r, rec := startOwningAll(t, runner.Config{ID: "a", NumShards: 4,
+			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd))}, env.kind)
+		for _, id := range []string{"x", "y"} {
+			if _, err := env.arm.Ask(t.Context(), r, id, armReq{Name: "every", Period: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.store.Fail(memory.OpShardState, storage.ErrUnavailable)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if err := r.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		shards := map[sharding.ShardID]bool{}
+		for _, ev := range rec.all() {
+			if e, ok := ev.(runner.RemindersUnrecorded); ok {
+				shards[e.Shard] = true
+			}
+		}
+		want := map[sharding.ShardID]bool{sharding.ShardOf("x", 4): true, sharding.ShardOf("y", 4): true}
+		if !maps.Equal(shards, want) {
+			t.Errorf("RemindersUnrecorded for shards %v, want %v (those of x and y)", shards, want)
+		}
+		if got := readMetrics(t, rd)["sharding.reminders_unrecorded"]; got != float64(len(want)) {
+			t.Errorf("sharding.reminders_unrecorded = %v, want %d", got, len(want))
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"sync"
 )
@@ -23,8 +24,12 @@ type ownershipCounts struct {
 }
 
 // noteEvent counts ev (the hub calls it for every event, under the hub's
-// lock; it must not block or take r.mu).
+// lock; it must not block or take r.mu). It also counts the events that
+// are metrics of their own (sharding.reminders_unrecorded).
 func (r *Runner) noteEvent(ev Event) {
+	if _, ok := ev.(RemindersUnrecorded); ok {
+		r.met.remindersUnrecorded.Add(context.Background(), 1, r.met.attrs)
+	}
 	l := &r.ownLog
 	l.mu.Lock()
 	defer l.mu.Unlock()

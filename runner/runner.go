@@ -70,6 +70,8 @@ type Runner struct {
 	st            startState                                                                  // starting up (start.go)
 	ownLog        ownershipLog                                                                // ownership changes of a round (ownershiplog.go)
 	async         asyncSends                                                                  // SendAsync's sends in flight (async.go)
+	healthReads   healthReads                                                                 // the health checks' read in flight (health.go)
+	storeProbe    storeProbe                                                                  // a ClientOnly runner's probes of the store (health.go)
 
 	// Everything below is guarded by mu.
 	mu sync.Mutex
