@@ -46,16 +46,16 @@ func (h *ownerHints) get(id sharding.ShardID) (string, bool) {
 }
 
 // route returns the runner sends of shard id go to by its hint: a
-// confirmed one, or a tentative one not past its time.
-func (h *ownerHints) route(id sharding.ShardID, now time.Time) (string, bool) {
+// confirmed one, or a tentative one not past its time (tentative true).
+func (h *ownerHints) route(id sharding.ShardID, now time.Time) (owner string, tentative, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	x, ok := h.m[id]
 	if ok && !x.until.IsZero() && !now.Before(x.until) {
 		delete(h.m, id)
-		return "", false
+		return "", false, false
 	}
-	return x.owner, ok
+	return x.owner, !x.until.IsZero(), ok
 }
 
 // set hints owner as shard id's owner (confirmed).
@@ -136,8 +136,9 @@ func (h *ownerHints) forget(id sharding.ShardID, owner string) {
 
 // learned records what a send learned of shard id's owner (routing calls
 // it through routingDir.Learned): a runner answered "not the owner" naming
-// owner, or refused without a hint (owner "": the hint naming that runner,
-// refused, is forgotten), or owner answered the send (refusedBy ""). A
+// owner (the hint naming the refusing runner is forgotten; owner, if a
+// member, is hinted), or refused without a hint (owner ""), or owner
+// answered the send (refusedBy ""). A
 // runner whose replies came last is kept as the shard's owner when the
 // assignment changes, until it hands the shard off (it then names the new
 // owner): sends keep going to the owner, not to an assignee that does not
@@ -145,15 +146,22 @@ func (h *ownerHints) forget(id sharding.ShardID, owner string) {
 // watch says. A hint names a member; routing checks again that it still
 // is one.
 func (r *Runner) learned(id sharding.ShardID, owner, refusedBy string) {
-	if r.fullView || int(id) >= r.cfg.NumShards || owner == r.cfg.ID {
+	if r.fullView || int(id) >= r.cfg.NumShards {
 		return
 	}
-	if owner == "" || owner == refusedBy {
-		r.hints.forget(id, refusedBy)
-		return
+	if owner == r.cfg.ID {
+		owner = "" // this runner: no hint
 	}
 	if refusedBy == "" { // a reply: the sender routed there, a member
-		r.hints.set(id, owner)
+		if owner != "" {
+			r.hints.set(id, owner)
+		}
+		return
+	}
+	// refusedBy is not the owner: a hint naming it is wrong, whatever it
+	// names instead.
+	r.hints.forget(id, refusedBy)
+	if owner == "" || owner == refusedBy {
 		return
 	}
 	r.mu.Lock()

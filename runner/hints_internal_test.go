@@ -11,7 +11,7 @@ import (
 // TestOwnerHintsFollowAnswersAndStayBounded: without a full lock view, a
 // "not the owner" answer naming a member routes the shard's later sends
 // there; one naming an unknown runner, this runner or the refusing runner
-// itself is no hint (the latter forgets the hint naming it); the table
+// itself is no hint; any refusal forgets the hint naming the refuser; the table
 // keeps at most maxOwnerHints, forgetting its oldest first.
 func TestOwnerHintsFollowAnswersAndStayBounded(t *testing.T) {
 	r := attachedRunner(t, 100,
@@ -29,11 +29,20 @@ func TestOwnerHintsFollowAnswersAndStayBounded(t *testing.T) {
 	if got := route(1); got != "x" {
 		t.Fatalf("after y named x: route = %q, want x", got)
 	}
-	d.Learned(1, "ghost", "x") // an unknown runner: no hint, x's stays
-	d.Learned(1, "me", "x")    // this runner: no hint
+	d.Learned(1, "ghost", "y") // y refuses naming an unknown runner: no hint, x's stays
 	if got := route(1); got != "x" {
-		t.Fatalf("after hints naming no member: route = %q, want x still", got)
+		t.Fatalf("after a hint naming no member: route = %q, want x still", got)
 	}
+	d.Learned(1, "ghost", "x") // x refuses: its hint goes; the unknown runner is none
+	if got := route(1); got != "" {
+		t.Fatalf("after x refused naming an unknown runner: route = %q, want none (the assignment decides)", got)
+	}
+	d.Learned(1, "x", "y")
+	d.Learned(1, "me", "x") // x refuses naming this runner: forgotten, no hint
+	if got := route(1); got != "" {
+		t.Fatalf("after x refused naming this runner: route = %q, want none", got)
+	}
+	d.Learned(1, "x", "y")
 	d.Learned(1, "x", "x") // x refuses, naming itself: forgotten
 	if got := route(1); got != "" {
 		t.Fatalf("after x refused naming itself: route = %q, want none (the assignment decides)", got)
@@ -81,7 +90,7 @@ func TestMovedShardRoutesToItsPreviousAssigneeForAWhile(t *testing.T) {
 	r.seedPreviousAssigneesLocked(sharding.Assignment{"x", "x", "x", "gone"}, sharding.Assignment{"y", "x", "y", "y"})
 	r.mu.Unlock()
 	route := func(id sharding.ShardID, at time.Time) string {
-		to, _ := r.hints.route(id, at)
+		to, _, _ := r.hints.route(id, at)
 		return to
 	}
 	now := time.Now()
@@ -90,6 +99,13 @@ func TestMovedShardRoutesToItsPreviousAssigneeForAWhile(t *testing.T) {
 	}
 	if owner, _ := r.OwnerOf(0); owner == "x" {
 		t.Error("OwnerOf names the previous assignee: a tentative route is no owner")
+	}
+	r.mu.Lock()
+	r.seedPreviousAssigneesLocked(sharding.Assignment{"x", "x", "x", "x"}, sharding.Assignment{"x", "x", "x", "y"})
+	r.mu.Unlock()
+	d.Learned(3, "ghost", "x") // x refuses, naming a runner this one does not know
+	if got := route(3, now); got != "" {
+		t.Errorf("after its previous assignee refused it, shard 3 routes to %q, want none (the assignee)", got)
 	}
 	if got := route(1, now); got != "" {
 		t.Errorf("unmoved shard 1 routes to %q by hint, want none", got)

@@ -166,6 +166,7 @@ func TestRemindersUnrecordedCounted(t *testing.T) {
 		if err := r.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
+		synctest.Wait() // the events reach the recorder through a subscription
 		shards := map[sharding.ShardID]bool{}
 		for _, ev := range rec.all() {
 			if e, ok := ev.(runner.RemindersUnrecorded); ok {

@@ -85,8 +85,12 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 		}
 		return m, true
 	}
-	if to, ok := r.hints.route(id, time.Now()); ok && to != r.cfg.ID { // no full view: hints.go
-		if m, member := r.view.members[to]; member {
+	if to, tentative, ok := r.hints.route(id, time.Now()); ok && to != r.cfg.ID { // no full view: hints.go
+		// A tentative route to the assignee itself is no route: the send
+		// goes to the assignee as such (Assignee), naming the views it
+		// saw, which the assignee may wait for (park.go).
+		m, member := r.view.members[to]
+		if member && !(tentative && int(id) < len(r.view.assignment) && r.view.assignment[id] == to) {
 			return m, true
 		}
 	}
