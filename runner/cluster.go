@@ -340,6 +340,9 @@ func (r *Runner) applyLockDeleteLocked(id sharding.ShardID, rev storage.Epoch) {
 	prev, _ := r.view.locks.Get(id)
 	s, leaving := r.shards.owner(id), r.shards.leaving(id)
 	r.view.locks.Del(id)
+	if p := r.shards.at(id).pending; p != nil && rev > p.goneAt {
+		p.goneAt = rev
+	}
 	r.wakeParkedLocked(id)
 	if s != nil && rev > s.epoch && !leaving {
 		r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
@@ -361,6 +364,9 @@ func (r *Runner) applyLockPutLocked(l storage.Lock) {
 	prev, _ := r.view.locks.Get(id)
 	if prev.Epoch > rev {
 		return // older than what the view holds (a notice behind the watch)
+	}
+	if p := r.shards.at(id).pending; p != nil && rev < p.goneAt {
+		return // deleted since (a released notice came before this read's reply)
 	}
 	r.view.locks.Set(l)
 	r.wakeParkedLocked(id)
