@@ -20,10 +20,11 @@
 //     handler's effects stay in its memory. But it cannot start a handler
 //     after the detach instant (checked before each message on the
 //     monotonic clock); it cannot have a result acknowledged after its
-//     shard moved — when a handler returns, the owner checks the detach
-//     instant again and that the shard is still hosted at the handler's
-//     epoch (or being released with its lock kept until the handler
-//     returns), and withholds the result otherwise: the caller gets a
+//     shard moved — when an ask's handler returns, the owner checks the
+//     detach instant again and that the shard is still hosted at the
+//     handler's epoch (or being released with its lock kept until the
+//     handler returns; a signal's handler, whose result goes to no one, is
+//     checked for the latter only), and withholds the result otherwise: the caller gets a
 //     *StaleResultError (errors.Is ErrMaybeDelivered), the message is
 //     counted as dropped (reason stale_result) and the instance is
 //     discarded; and every reply carries the epoch its handler ran under,

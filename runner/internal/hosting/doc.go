@@ -24,12 +24,14 @@
 //     retry), never run — also when its entity's activation failed because
 //     the shard left meanwhile. Every handler's start check reads the
 //     clock.
-//   - No acknowledged result after the shard left. When a handler returns,
-//     the same checks are made again: if the shard left (or the detach
-//     instant passed) while it ran, its result is withheld
+//   - No acknowledged result after the shard left. When an ask's handler
+//     returns, the same checks are made again: if the shard left (or the
+//     detach instant passed) while it ran, its result is withheld
 //     (StaleResultError, errors.Is ErrMaybeDelivered) and the instance is
 //     discarded — unless the shard is being released plainly with its lock
-//     kept until its handlers return (KeepLock).
+//     kept until its handlers return (KeepLock). A signal's handler has no
+//     result to withhold: its end check is the shard's only (no clock
+//     read; the next handler's start check reads it).
 //   - Drains lose nothing. Drain stops admission atomically with enqueue,
 //     waits for running handlers and for every remote answer to be written
 //     (Deliver with remote, ReplyWritten), then runs Release hooks of idle

@@ -301,7 +301,8 @@ func (e *resident) processOne(m *message) error {
 }
 
 // handle runs m's handler and withholds its result if the shard left this
-// runner while it ran.
+// runner while it ran (for an ask, also if the detach instant passed: a
+// signal's end check reads no clock, see lostWhileRunning).
 func (e *resident) handle(m *message) (v any, err error) {
 	sh, met := e.host, e.host.h.met
 	e.processed++
@@ -315,7 +316,7 @@ func (e *resident) handle(m *message) (v any, err error) {
 	if sample {
 		met.HandlerDuration.Record(context.Background(), time.Since(start).Seconds(), met.Attrs)
 	}
-	why, cause := sh.lostWhileRunning()
+	why, cause := sh.lostWhileRunning(m.reply != nil)
 	if why == "" {
 		return v, err
 	}

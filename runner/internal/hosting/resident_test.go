@@ -112,12 +112,13 @@ func TestMailboxZeroesWhatRanAndGivesItsChunksBack(t *testing.T) {
 	}
 }
 
-// TestEveryHandlerStartReadsTheClock: handlers run back to back from one
-// mailbox batch each read the clock at their start (the detach-instant
-// check) and at their end; none starts on an earlier reading, which would
+// TestEveryHandlerStartAndAskEndReadsTheClock: handlers run back to back
+// from one mailbox batch each read the clock at their start (the
+// detach-instant check) — none starts on an earlier reading, which would
 // widen the window in which a paused process starts a handler after the
-// detach instant.
-func TestEveryHandlerStartReadsTheClock(t *testing.T) {
+// detach instant — and an ask's handler again at its end (its result is
+// withheld after the detach instant); a signal's end check reads none.
+func TestEveryHandlerStartAndAskEndReadsTheClock(t *testing.T) {
 	f, k, add, get := newSeqFixture(t)
 	tell := func(r seqReq) {
 		t.Helper()
@@ -162,10 +163,10 @@ func TestEveryHandlerStartReadsTheClock(t *testing.T) {
 			t.Fatal("the entity's goroutine never exited")
 		}
 	}
-	// The blocking signal's end check, then a start and an end check for
-	// each of the batch's three messages.
-	if got := f.env.reads.Load() - before; got != 7 {
-		t.Errorf("clock readings = %d, want 7", got)
+	// The blocking signal's end check reads none; then a start check for
+	// each of the batch's three messages, and the ask's end check.
+	if got := f.env.reads.Load() - before; got != 4 {
+		t.Errorf("clock readings = %d, want 4", got)
 	}
 }
 

@@ -350,11 +350,13 @@ func (sh *Shard) admit(e *resident, msg *message, counted bool) (here *resident,
 // lostWhileRunning says why a handler that just returned must not have its
 // result acknowledged, with the cause, or "" while no other runner can own
 // the shard yet: the detach instant has not passed (the check that gates
-// the start of a handler, made again at its end) and the shard is still
-// hosted here at the handler's epoch — or it is being released plainly
-// and its lock, still ours, waits for this handler (KeepLock).
-func (sh *Shard) lostWhileRunning() (string, error) {
-	if sh.h.env.PastDetach() {
+// the start of a handler, made again at the end of an ask's: clock says
+// so) and the shard is still hosted here at the handler's epoch — or it is
+// being released plainly and its lock, still ours, waits for this handler
+// (KeepLock). A signal's end check (clock false) reads no clock: its
+// result goes to no one, and the next handler's start gate reads it.
+func (sh *Shard) lostWhileRunning(clock bool) (string, error) {
+	if clock && sh.h.env.PastDetach() {
 		return "the detach instant passed while the handler ran", ErrDetached
 	}
 	select {
