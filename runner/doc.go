@@ -24,9 +24,10 @@
 //     detach instant again and that the shard is still hosted at the
 //     handler's epoch (or being released with its lock kept until the
 //     handler returns; a signal's handler, whose result goes to no one, is
-//     checked for the latter only), and withholds the result otherwise: the caller gets a
-//     *StaleResultError (errors.Is ErrMaybeDelivered), the message is
-//     counted as dropped (reason stale_result) and the instance is
+//     checked for the latter only, without a clock read), and withholds
+//     the result otherwise: the caller gets a *StaleResultError
+//     (errors.Is ErrMaybeDelivered), the message is counted as dropped
+//     (reason stale_result) and the instance is
 //     discarded; and every reply carries the epoch its handler ran under,
 //     so a sender that has already seen a newer epoch of the shard (lock
 //     watch, earlier replies) withholds a result from an owner whose lease
