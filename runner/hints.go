@@ -97,6 +97,12 @@ func (h *ownerHints) seed(id sharding.ShardID, owner string, until time.Time) {
 	}
 }
 
+// minOwnedAssignmentAge is how long an assignment must have been in place
+// before its assignees are taken for its shards' owners when it changes:
+// a cold start's assignments follow each other within milliseconds, as the
+// runners register, and their assignees never acquired anything.
+const minOwnedAssignmentAge = time.Second
+
 // seedPreviousAssigneesLocked keeps, for each shard a new assignment gives
 // to another runner, its previous assignee as a tentative route when no
 // answer named an owner and that runner is still a member: it owns the
@@ -107,10 +113,10 @@ func (h *ownerHints) seed(id sharding.ShardID, owner string, until time.Time) {
 // moved, the old owner names the new one. A tentative route lasts as long
 // as a planned move may (WarmTimeout + DrainTimeout) and is not an owner
 // this runner names to others (OwnerOf, NotOwner answers): it only
-// routes. Only without a full lock view; a cold start (no previous
-// assignment) seeds nothing.
+// routes. Only without a full lock view, and only from an assignment that
+// stood for minOwnedAssignmentAge (not a cold start's).
 func (r *Runner) seedPreviousAssigneesLocked(old, a sharding.Assignment) {
-	if r.fullView || len(old) != len(a) {
+	if r.fullView || len(old) != len(a) || time.Since(r.view.assignedAt) < minOwnedAssignmentAge {
 		return
 	}
 	until := time.Now().Add(r.cfg.WarmTimeout + r.cfg.DrainTimeout)
