@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"log/slog"
 	"strings"
 	"sync"
@@ -420,7 +421,7 @@ func TestBadRememberedMarkersAreLoggedWithTheirKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		env := newTwinEnv()
 		rc := newReminderCluster(t, newAlarmEnv(), 1)
-		var buf syncBuffer
+		var buf testenv.SyncBuffer
 		cfg := rc.cfg
 		cfg.ID, cfg.Transport = "a", rc.net.Transport("a:7100")
 		a := start(t, rc.c, rc.rec, cfg)

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"fmt"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -156,7 +157,7 @@ func TestRemindersFireWithinTheirBoundAfterLateStateWritesStop(t *testing.T) {
 // writes again they fire within their bound.
 func TestRemindersThatCannotFireFor30sAreReloadedLoggedAndCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		logs := &syncBuffer{}
+		logs := &testenv.SyncBuffer{}
 		rd := sdkmetric.NewManualReader()
 		sr := newStuckReminders(t, runner.Config{
 			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd)),

@@ -1,10 +1,10 @@
 package runner_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"log/slog"
 	"strings"
 	"sync"
@@ -421,7 +421,7 @@ func TestReminderNeverFiresAfterTheDetachInstant(t *testing.T) {
 func TestCorruptReminderRecordsAreSkippedAndLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		env := newAlarmEnv()
-		var logs syncBuffer
+		var logs testenv.SyncBuffer
 		c := memory.NewCluster()
 		t.Cleanup(c.Close)
 		shard := sharding.ShardOf("good", 2)
@@ -449,24 +449,6 @@ func TestCorruptReminderRecordsAreSkippedAndLogged(t *testing.T) {
 			t.Errorf("corrupt reminders cost shards: owned %v", r.Owned())
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestOverdueRemindersCatchUpAtABoundedRate: a runner that loads many

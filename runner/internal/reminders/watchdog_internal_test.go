@@ -1,9 +1,9 @@
 package reminders
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/shardhost/shardhost/internal/testenv"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,24 +24,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // acquire takes shard id for a new client named name of c and returns the
 // client and its epoch.
@@ -98,7 +80,7 @@ func checkWatchdogReloads(t *testing.T, markedQueued bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		logs := &lockedBuffer{}
+		logs := &testenv.SyncBuffer{}
 		s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(logs, nil)))
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
