@@ -44,9 +44,6 @@ type clusterView struct {
 	planner      *sharding.Planner
 	assignment   sharding.Assignment
 	assignDigest uint64 // assignment.Digest()
-	// assignedAt is when the assignment last changed: how long its
-	// assignees have had to acquire their shards (hints.go).
-	assignedAt time.Time
 	// assignedFrom: the sorted runners and weights the assignment was
 	// computed from; membersVersion counts membership updates.
 	assignedFrom   []sharding.Runner
@@ -490,7 +487,6 @@ func (r *Runner) recomputeForRouting() {
 	}
 	if !slices.Equal(a, r.view.assignment) {
 		r.seedPreviousAssigneesLocked(r.view.assignment, a)
-		r.view.assignedAt = time.Now()
 	}
 	r.view.assignment, r.view.assignedFrom = a, runners
 	r.mu.Unlock()
@@ -607,7 +603,7 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 	}
 	if !slices.Equal(a, old) {
 		r.seedPreviousAssigneesLocked(old, a)
-		r.view.assignment, r.view.assignDigest, r.view.assignedAt = a, a.Digest(), time.Now()
+		r.view.assignment, r.view.assignDigest = a, a.Digest()
 		r.router.RoutesChanged() // sends without an owner try the new assignees
 	}
 	r.view.assignedFrom, r.view.assignedSelf = runners, self

@@ -331,7 +331,8 @@
 // runner that last answered a send of the shard, or that another runner
 // named in a "not the owner" answer (a bounded table of hints); for a
 // shard the last assignment change moved, its previous assignee while it
-// is still a member, for as long as a planned move may take
+// is still a member (and has been one for 5 x RebalanceDebounce: before,
+// it owned nothing), for as long as a planned move may take
 // (WarmTimeout + DrainTimeout) — it owns the shard until its handoff, and
 // a send never waits on a new owner still warming; else the runner the
 // assignment names — every runner, ClientOnly ones too, computes it from

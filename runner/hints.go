@@ -97,12 +97,6 @@ func (h *ownerHints) seed(id sharding.ShardID, owner string, until time.Time) {
 	}
 }
 
-// minOwnedAssignmentAge is how long an assignment must have been in place
-// before its assignees are taken for its shards' owners when it changes:
-// a cold start's assignments follow each other within milliseconds, as the
-// runners register, and their assignees never acquired anything.
-const minOwnedAssignmentAge = time.Second
-
 // seedPreviousAssigneesLocked keeps, for each shard a new assignment gives
 // to another runner, its previous assignee as a tentative route when no
 // answer named an owner and that runner is still a member: it owns the
@@ -113,18 +107,23 @@ const minOwnedAssignmentAge = time.Second
 // moved, the old owner names the new one. A tentative route lasts as long
 // as a planned move may (WarmTimeout + DrainTimeout) and is not an owner
 // this runner names to others (OwnerOf, NotOwner answers): it only
-// routes. Only without a full lock view, and only from an assignment that
-// stood for minOwnedAssignmentAge (not a cold start's).
+// routes. Only without a full lock view, and only towards a runner that
+// has been a member long enough to own anything.
 func (r *Runner) seedPreviousAssigneesLocked(old, a sharding.Assignment) {
-	if r.fullView || len(old) != len(a) || time.Since(r.view.assignedAt) < minOwnedAssignmentAge {
+	if r.fullView || len(old) != len(a) {
 		return
 	}
-	until := time.Now().Add(r.cfg.WarmTimeout + r.cfg.DrainTimeout)
+	now := time.Now()
+	until := now.Add(r.cfg.WarmTimeout + r.cfg.DrainTimeout)
 	for id, was := range old {
 		if was == a[id] || was == "" || was == r.cfg.ID {
 			continue
 		}
-		if _, member := r.view.members[was]; member {
+		// A member for less than a few debounces owns nothing yet: the
+		// storm rule keeps a runner that owns nothing from acquiring until
+		// its view was quiet for 5 x RebalanceDebounce (runners starting
+		// together: the first assignments' assignees never owned a shard).
+		if m, member := r.view.members[was]; member && now.Sub(m.Started) >= 5*r.cfg.RebalanceDebounce {
 			r.hints.seed(sharding.ShardID(id), was, until)
 		}
 	}
