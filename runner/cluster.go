@@ -340,9 +340,6 @@ func (r *Runner) applyLockDeleteLocked(id sharding.ShardID, rev storage.Epoch) {
 	prev, _ := r.view.locks.Get(id)
 	s, leaving := r.shards.owner(id), r.shards.leaving(id)
 	r.view.locks.Del(id)
-	if p := r.shards.at(id).pending; p != nil && rev > p.goneAt {
-		p.goneAt = rev
-	}
 	r.wakeParkedLocked(id)
 	if s != nil && rev > s.epoch && !leaving {
 		r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))

@@ -371,6 +371,17 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)
 	r.lease = h.Lease
+	if !r.fullView && from == phaseDetached {
+		// Without a lock watch nothing told this runner, while detached,
+		// of the locks released meanwhile (a release tells the assignee
+		// only while it is a member): the holders it knew are history.
+		// Its acquisitions read them again (HeldElsewhere names a holder).
+		for id, l := range r.view.locks.All() {
+			if l.Lease != h.Lease {
+				r.view.locks.Del(id)
+			}
+		}
+	}
 	clear(r.storageErrs)
 	r.met.detached.Record(context.Background(), 0, r.met.attrs)
 	if newLease {

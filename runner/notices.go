@@ -75,6 +75,12 @@ func (r *Runner) applyNoticeLocked(ks storage.Keyspace, kv storage.KeyValue) {
 		// Our handoff record, if any, stays: the round deletes it once
 		// no takeover needs it (control.Decision.DeleteRecord).
 		r.applyLockDeleteLocked(n.Shard, rev)
+		// The release deleted the lock at this very revision: a holder
+		// read before it (an acquire's reply that comes after this
+		// notice) is history.
+		if p := r.shards.at(n.Shard).pending; p != nil && rev > p.goneAt {
+			p.goneAt = rev
+		}
 	}
 }
 

@@ -98,8 +98,8 @@ type pending struct {
 	attempts  int       // attempts in the window
 	exhausted bool      // window ran out; wait for a DELETE or a resync
 	checked   time.Time // last re-read of the lock of its running takeover (no full lock view)
-	// goneAt: the revision of the latest deletion of its lock seen (a
-	// released notice, a lease that ended): a holder read before it — an
+	// goneAt: the revision of the latest release of its lock told by a
+	// notice (the deletion's own revision): a holder read before it — an
 	// acquire's HeldElsewhere whose reply came after the notice — is
 	// history, not a lock to wait for (no full lock view).
 	goneAt storage.Epoch
