@@ -73,25 +73,29 @@ func (b *connBudget) fits(size int64) bool {
 }
 
 // take accounts a request of size bytes, waiting while the budget is
-// spent; false when done closed first (nothing taken). Streams of one
-// connection taking at once may pass the bounds by a request each.
+// spent; false when done closed first (nothing taken). The count is
+// taken atomically (never past maxConnRequests); streams of one
+// connection taking at once may pass the byte bound by a request each.
 func (b *connBudget) take(size int64, done <-chan struct{}) bool {
-	for !b.fits(size) {
-		freed := b.await()
-		// Registered before this check: a release after it closes freed.
-		if !b.fits(size) {
-			select {
-			case <-freed:
-			case <-done:
-				b.waiting.Add(-1)
-				return false
+	for {
+		for !b.fits(size) {
+			freed := b.await()
+			// Registered before this check: a release after it closes freed.
+			if !b.fits(size) {
+				select {
+				case <-freed:
+				case <-done:
+					b.waiting.Add(-1)
+					return false
+				}
 			}
+			b.waiting.Add(-1)
 		}
-		b.waiting.Add(-1)
+		if n := b.n.Load(); (n == 0 || n < maxConnRequests) && b.n.CompareAndSwap(n, n+1) {
+			b.bytes.Add(size)
+			return true
+		}
 	}
-	b.n.Add(1)
-	b.bytes.Add(size)
-	return true
 }
 
 // await registers a reader waiting for the next release and returns the
