@@ -92,7 +92,8 @@ type scenario struct {
 	OnNew   stats          // of those, reads of moved partitions on their new owner
 	Cold    int            // of those, reads that waited for ≥ ColdRecords records to be consumed
 	After   stats          // reads that began after the move window
-	// FirstOnNew is each moved partition's first read on its new owner.
+	// FirstOnNew is each moved partition's first read to reach its new
+	// owner (the one that waited for the most records).
 	FirstOnNew  []sample
 	ColdRecords int64
 
@@ -303,7 +304,7 @@ func (sc *scenario) firstReads(ctx context.Context, gw *demo.Node, get *entity.M
 func (sc *scenario) analyze(w *world, nodes []*demo.Node, after []string, join, end time.Time) {
 	sc.Window = min(sc.Settle+moveTail, end.Sub(join))
 	var steady, during, onNew, later []sample
-	first := map[sharding.ShardID]bool{}
+	first := map[sharding.ShardID]int{} // index in sc.FirstOnNew
 	for _, s := range sc.Reads.Samples {
 		if s.At.Before(join) {
 			steady = append(steady, s)
@@ -319,9 +320,15 @@ func (sc *scenario) analyze(w *world, nodes []*demo.Node, after []string, join, 
 			if s.Replayed >= sc.ColdRecords {
 				sc.Cold++
 			}
-			if !first[s.Shard] {
-				first[s.Shard] = true
+			// The first read to reach the new owner found its view of the
+			// partition emptiest: it waited for the most records. (By send
+			// time a reader's first read may come second: a reader whose
+			// route was the old owner's takes one more hop.)
+			if i, ok := first[s.Shard]; !ok {
+				first[s.Shard] = len(sc.FirstOnNew)
 				sc.FirstOnNew = append(sc.FirstOnNew, s)
+			} else if s.Replayed > sc.FirstOnNew[i].Replayed {
+				sc.FirstOnNew[i] = s
 			}
 		}
 	}
