@@ -19,7 +19,7 @@ const meterName = "github.com/shardhost/shardhost"
 // metrics holds the instruments of one runner, created once in New. All
 // carry the attribute runner=<ID>; none carries entity IDs. Every
 // instrument is listed, with its kind, unit, attributes and meaning, in the
-// package documentation (# Metrics) and the README: TestMetricsDocumented
+// package documentation (# Metrics) and docs/observability.md: TestMetricsDocumented
 // keeps both in step with this file.
 type metrics struct {
 	attrs metric.MeasurementOption

@@ -130,7 +130,7 @@ func TestMetricsDocumented(t *testing.T) {
 	docGo, readme := readDocs(t)
 	tables := map[string]map[string]instrument{
 		"runner/doc.go": docTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t(sharding\.[a-z_]+)\s+(counter|gauge \(observed\)|gauge|histogram)\s+(\S+)\s`)),
-		"README.md":     docTable(t, string(readme), regexp.MustCompile("(?m)^\\| `(sharding\\.[a-z_]+)` \\| ([a-z ()]+) \\| `([^`]+)` \\|")),
+		"docs/observability.md":     docTable(t, string(readme), regexp.MustCompile("(?m)^\\| `(sharding\\.[a-z_]+)` \\| ([a-z ()]+) \\| `([^`]+)` \\|")),
 	}
 	for where, doc := range tables {
 		for name, in := range rm.got {
@@ -156,7 +156,7 @@ func readDocs(t *testing.T) (docGo, readme []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err = os.ReadFile("../README.md")
+	readme, err = os.ReadFile("../docs/observability.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ func TestREADMEQuotesTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/guide.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,6 +25,6 @@ func TestREADMEQuotesTheExample(t *testing.T) {
 	}
 	want := "```go\n" + strings.Replace(ex[i:], "func Example_cluster() {", "func main() {", 1) + "```\n"
 	if !strings.Contains(string(readme), want) {
-		t.Errorf("README.md does not quote example_readme_test.go; its Using it block must be:\n%s", want)
+		t.Errorf("docs/guide.md does not quote example_readme_test.go; its block must be:\n%s", want)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // Send delivers a call to its entity, wherever its shard is owned. It
 // implements entity.Sender: use the typed Ask and Tell of method references
 // rather than calling it. This is Send's contract, stated here only (the
-// package doc and README link to it).
+// package doc and docs/guide.md link to it).
 //
 // Admission comes first: a ctx that has already ended fails the call at
 // once with an error matching ctx's (context.Canceled or

@@ -37,7 +37,7 @@ func TestSpanAttributesDocumented(t *testing.T) {
 	docGo, readme := readDocs(t)
 	tables := map[string]map[string]string{
 		"runner/doc.go": spanAttrTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t((?:rpc|server|error|shardhost)\.[a-z_.]+)\s{2,}(\S.*?)\s{2,}`)),
-		"README.md":     spanAttrTable(t, string(readme), regexp.MustCompile("(?m)^\\| `((?:rpc|server|error|shardhost)\\.[a-z_.]+)` \\| ([a-z, ]+) \\|")),
+		"docs/observability.md":     spanAttrTable(t, string(readme), regexp.MustCompile("(?m)^\\| `((?:rpc|server|error|shardhost)\\.[a-z_.]+)` \\| ([a-z, ]+) \\|")),
 	}
 	known := map[string]bool{}
 	for _, k := range tracing.Keys {
@@ -61,8 +61,8 @@ func TestSpanAttributesDocumented(t *testing.T) {
 	}
 	<-traceeEnvs.ticks
 	keysKnown(t, s.ended())
-	if len(tables["runner/doc.go"]) < len(known) || len(tables["README.md"]) < len(known) {
-		t.Errorf("tables document %d and %d attributes, want %d", len(tables["runner/doc.go"]), len(tables["README.md"]), len(known))
+	if len(tables["runner/doc.go"]) < len(known) || len(tables["docs/observability.md"]) < len(known) {
+		t.Errorf("tables document %d and %d attributes, want %d", len(tables["runner/doc.go"]), len(tables["docs/observability.md"]), len(known))
 	}
 	for where, doc := range tables {
 		for k := range known {
@@ -80,7 +80,7 @@ func TestSpanAttributesDocumented(t *testing.T) {
 	// tests that make them: TestHandoffTracedOnBothSides and others) and
 	// every event: named in the package doc; the spans in the README too.
 	for _, name := range tracing.LifecycleSpans {
-		for where, text := range map[string]string{"runner/doc.go": string(docGo), "README.md": string(readme)} {
+		for where, text := range map[string]string{"runner/doc.go": string(docGo), "docs/observability.md": string(readme)} {
 			if !strings.Contains(text, "`"+name+"`") && !strings.Contains(text, `"`+name+`"`) {
 				t.Errorf("%s does not name the span %q", where, name)
 			}
