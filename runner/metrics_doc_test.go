@@ -129,8 +129,8 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	docGo, readme := readDocs(t)
 	tables := map[string]map[string]instrument{
-		"runner/doc.go": docTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t(sharding\.[a-z_]+)\s+(counter|gauge \(observed\)|gauge|histogram)\s+(\S+)\s`)),
-		"docs/observability.md":     docTable(t, string(readme), regexp.MustCompile("(?m)^\\| `(sharding\\.[a-z_]+)` \\| ([a-z ()]+) \\| `([^`]+)` \\|")),
+		"runner/doc.go":         docTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t(sharding\.[a-z_]+)\s+(counter|gauge \(observed\)|gauge|histogram)\s+(\S+)\s`)),
+		"docs/observability.md": docTable(t, string(readme), regexp.MustCompile("(?m)^\\| `(sharding\\.[a-z_]+)` \\| ([a-z ()]+) \\| `([^`]+)` \\|")),
 	}
 	for where, doc := range tables {
 		for name, in := range rm.got {

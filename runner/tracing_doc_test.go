@@ -36,8 +36,8 @@ func spanAttrTable(t *testing.T, text string, row *regexp.Regexp) map[string]str
 func TestSpanAttributesDocumented(t *testing.T) {
 	docGo, readme := readDocs(t)
 	tables := map[string]map[string]string{
-		"runner/doc.go": spanAttrTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t((?:rpc|server|error|shardhost)\.[a-z_.]+)\s{2,}(\S.*?)\s{2,}`)),
-		"docs/observability.md":     spanAttrTable(t, string(readme), regexp.MustCompile("(?m)^\\| `((?:rpc|server|error|shardhost)\\.[a-z_.]+)` \\| ([a-z, ]+) \\|")),
+		"runner/doc.go":         spanAttrTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t((?:rpc|server|error|shardhost)\.[a-z_.]+)\s{2,}(\S.*?)\s{2,}`)),
+		"docs/observability.md": spanAttrTable(t, string(readme), regexp.MustCompile("(?m)^\\| `((?:rpc|server|error|shardhost)\\.[a-z_.]+)` \\| ([a-z, ]+) \\|")),
 	}
 	known := map[string]bool{}
 	for _, k := range tracing.Keys {
