@@ -15,9 +15,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardhost/shardhost/detachment"
-	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/runnertest/ownership"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/etcd"

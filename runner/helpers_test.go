@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/runnertest/ownership"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
 )

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/linearize"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/runnertest/linearize"
 )
 
 // The simulation's registers: a load beside the counters whose history is

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/linearize"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/runnertest/linearize"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage/memory"
 	"github.com/shardhost/shardhost/transport"
@@ -41,7 +41,7 @@ import (
 //   - after the last fault heals, the cluster converges: every shard owned
 //     exactly once by its assignee, within 2 x TTL + HandoffWait;
 //   - every register's history is linearizable (simulation_linearize_test.go,
-//     internal/linearize).
+//     runner/runnertest/linearize).
 //
 // The schedule (what fault, when, for how long, and every ask's timing)
 // is a pure function of the seed and is printed with a failure, with the

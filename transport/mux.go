@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/shardhost/shardhost/internal/lazydeadline"
+	"github.com/shardhost/shardhost/transport/lazydeadline"
 )
 
 // The multiplexed delivery stream (transport.proto, rpc Frames). A unary

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/runnertest/ownership"
 	"github.com/shardhost/shardhost/sharding"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
-	"github.com/shardhost/shardhost/internal/linearize"
+	"github.com/shardhost/shardhost/runner/runnertest/linearize"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )

@@ -96,7 +96,7 @@
 //     old lease to expire, then for the new process);
 //  9. every register's history is linearizable: what the callers observed
 //     could have happened on one copy of each register, in an order that
-//     respects real time (internal/linearize, with porcupine). The driver
+//     respects real time (runner/runnertest/linearize, with porcupine). The driver
 //     records each operation's invocation and return (CLOCK_MONOTONIC)
 //     and its outcome: ok; failed, for the errors that prove no handler
 //     ran it (not owner, undelivered, no owner, not sent, ...); or unknown

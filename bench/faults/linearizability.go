@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/bench/internal/runnerproc"
-	"github.com/shardhost/shardhost/internal/linearize"
+	"github.com/shardhost/shardhost/runner/runnertest/linearize"
 )
 
 // The registers: a second load, beside the counters, whose history is

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardhost/shardhost/internal/linearize"
+	"github.com/shardhost/shardhost/runner/runnertest/linearize"
 )
 
 // A kept register history can be checked again: a stale read is reported

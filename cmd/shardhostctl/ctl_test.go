@@ -14,9 +14,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/runnertest/ownership"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/etcd"

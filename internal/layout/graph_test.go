@@ -27,10 +27,9 @@ var layers = []struct {
 	{"lease", 2},
 	{"transport", 2},
 	{"runner/internal/", 3},
+	{"runner/runnertest/", 5}, // test helpers over a runner's recorded events
 	{"runner", 4},
-	{"internal/testenv", 0},      // starts processes: imports nothing of ours
-	{"internal/lazydeadline", 0}, // library code shared by transport and hosting
-	{"internal/", 5},             // test helpers: the checkers of recorded runner events
+	{"internal/", 0}, // test helpers that import nothing of the module (testenv starts processes)
 	{"cmd/", 5},
 	{"bench/internal/", 5},
 	{"bench", 6},
@@ -48,9 +47,10 @@ func layerOf(t *testing.T, pkg string) int {
 
 // TestImportsPointDownTheLayers lists every package of the module with
 // its non-test imports (go list) and checks them against layers, plus
-// the rules Go does not enforce: the library (layers 0-4) imports no test
-// helper (internal/, but for internal/lazydeadline, library code) and no
-// harness (bench/), and only bench/ imports bench/.
+// the rules Go does not enforce: the library imports no test helper
+// (internal/, runner/runnertest/) and no harness (bench/), a helper under
+// internal/ imports nothing of the module but internal/, and only bench/
+// imports bench/.
 func TestImportsPointDownTheLayers(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...").Output()
 	if err != nil {
@@ -72,8 +72,10 @@ func TestImportsPointDownTheLayers(t *testing.T) {
 			switch {
 			case to > from:
 				t.Errorf("%s (layer %d) imports %s (layer %d): an upward import", pkg, from, imp, to)
-			case from <= 4 && imp != "internal/lazydeadline" && (strings.HasPrefix(imp, "internal/") || strings.HasPrefix(imp, "bench/")):
+			case !isTestCode(pkg) && isTestCode(imp):
 				t.Errorf("%s, a library package, imports the test helper or harness %s", pkg, imp)
+			case strings.HasPrefix(pkg, "internal/") && !strings.HasPrefix(imp, "internal/"):
+				t.Errorf("%s imports %s: a test helper under internal/ imports nothing of the module but internal/", pkg, imp)
 			case strings.HasPrefix(imp, "bench/") && !strings.HasPrefix(pkg, "bench/"):
 				t.Errorf("%s imports %s: only bench/ may", pkg, imp)
 			}
@@ -82,4 +84,15 @@ func TestImportsPointDownTheLayers(t *testing.T) {
 	if pkgs < 20 {
 		t.Fatalf("go list named %d packages; want the whole module", pkgs)
 	}
+}
+
+// isTestCode reports whether pkg is a test helper or a harness: code the
+// library never imports. cmd/ is neither: a program, imported by nothing.
+func isTestCode(pkg string) bool {
+	for _, p := range []string{"internal/", "runner/runnertest/", "bench/"} {
+		if strings.HasPrefix(pkg, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
-	"github.com/shardhost/shardhost/internal/lazydeadline"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/transport/lazydeadline"
 )
 
 // cacheLinePad keeps the fields before it and after it on different cache

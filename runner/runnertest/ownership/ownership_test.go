@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardhost/shardhost/internal/ownership"
 	"github.com/shardhost/shardhost/runner"
+	"github.com/shardhost/shardhost/runner/runnertest/ownership"
 )
 
 // TestOverlaps: clean handovers are no overlap; an acquisition while another

@@ -13,7 +13,8 @@
 // that context is: the same Done, Err, cause (context.Cause) and
 // derivations.
 //
-// Library code (transport, runner/internal/hosting), not a test helper.
+// The transport uses it for a request's context and the runner for a
+// handler's context bounded by its asker's deadline.
 package lazydeadline
 
 import (

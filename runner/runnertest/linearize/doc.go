@@ -4,8 +4,9 @@
 // linearizability with porcupine (github.com/anishathalye/porcupine), one
 // entity at a time. The fault suite (bench/faults) and the deterministic
 // simulation (runner/simulation_test.go) feed it the histories their
-// drivers record; it is test and harness code, never imported by the
-// library.
+// drivers record. It is test and harness code, never imported by the
+// library; a test of your own entities can record its callers' operations
+// the same way and check them.
 //
 // # The model
 //

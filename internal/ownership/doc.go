@@ -1,8 +1,0 @@
-// Package ownership checks recorded runner events for double ownership: a
-// shard acquired by one runner while another still owned it.
-//
-// It is the single-owner check shared by the runner tests and the churn
-// benchmark, and the report of each runner's last events a failed test
-// prints (LastEvents). It reads events only (no storage, no clock), starts
-// no goroutines and is safe for concurrent use.
-package ownership
