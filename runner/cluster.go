@@ -64,7 +64,6 @@ type clusterView struct {
 // followRunners keeps r.view.members equal to the registry (list, then watch).
 func (r *Runner) followRunners(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceRunners, func(u storage.Update) {
-		r.waitViewHold()
 		if u.Err != nil {
 			r.mu.Lock()
 			if r.view.membersErr == nil {
@@ -249,20 +248,11 @@ func (s *stoppedLeases) has(l storage.LeaseID) bool {
 	return ok
 }
 
-// waitViewHold waits while a test holds this runner's views (export_test).
-func (r *Runner) waitViewHold() {
-	if h := r.viewHold.Load(); h != nil {
-		h.RLock()
-		h.RUnlock()
-	}
-}
-
 // followLocks keeps r.view.locks equal to the shard locks, wakes the acquirer
 // when an assigned shard's lock is deleted, and fences owned shards whose
 // lock was deleted or taken behind the runner's back.
 func (r *Runner) followLocks(ctx context.Context) {
 	_ = storage.Follow(ctx, r.store, storage.KeyspaceShards, func(u storage.Update) {
-		r.waitViewHold()
 		if u.Err != nil {
 			r.storageResult("watch locks", u.Err)
 			return

@@ -96,17 +96,28 @@ func (c *cluster) start(cfg runner.Config, endpoints ...string) *etcdRunner {
 // startWith is start with setup called on the runner before Run (to
 // register kinds, shard workers and singletons).
 func (c *cluster) startWith(cfg runner.Config, setup func(*runner.Runner) error, endpoints ...string) *etcdRunner {
-	t := c.t
-	t.Helper()
+	c.t.Helper()
+	return c.startOn(c.store(endpoints...), cfg, setup)
+}
+
+// store returns a store of the cluster's namespace on a client of its own.
+func (c *cluster) store(endpoints ...string) *etcd.Store {
 	if len(endpoints) == 0 {
 		endpoints = c.endpoints
 	}
+	s, err := etcd.New(testenv.NewEtcdClient(c.t, endpoints...), c.ns, etcd.Config{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return s
+}
+
+// startOn starts a runner of cfg on s, as startWith does.
+func (c *cluster) startOn(s storage.Store, cfg runner.Config, setup func(*runner.Runner) error) *etcdRunner {
+	t := c.t
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = logger(t)
-	}
-	s, err := etcd.New(testenv.NewEtcdClient(t, endpoints...), c.ns, etcd.Config{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	r, err := runner.New(s, cfg)
 	if err == nil && setup != nil {

@@ -1,7 +1,9 @@
 package runner
 
 import (
-	"sync"
+	"context"
+	"log/slog"
+	"sync/atomic"
 
 	"github.com/shardhost/shardhost/transport"
 )
@@ -13,21 +15,47 @@ func (r *Runner) ParkedForTest() int {
 	return r.parked.total
 }
 
-// HoldViewsForTest makes this runner's lock and runner watches wait,
-// before they apply their next update, until release is called: its views
-// lag behind the store's (and other runners').
-func (r *Runner) HoldViewsForTest() (release func()) {
-	h := new(sync.RWMutex)
-	h.Lock()
-	r.viewHold.Store(h)
-	return sync.OnceFunc(func() {
-		r.viewHold.Store(nil)
-		h.Unlock()
-	})
+// ServeObserver is the default gRPC transport of a runner with a function
+// that sees every request it answers, with its answer: set it as the
+// runner's Config.Transport, then Observe.
+type ServeObserver struct {
+	*transport.GRPC
+	f atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)]
 }
 
-// OnServeForTest makes f see every request this runner's transport
-// answers, with its answer.
-func (r *Runner) OnServeForTest(f func(*transport.DeliverRequest, *transport.DeliverResponse)) {
-	r.onServe.Store(&f)
+// NewServeObserver returns the transport New would make for cfg (without
+// RequireClusterPeers' check), observing nothing yet.
+func NewServeObserver(cfg Config) *ServeObserver {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.withDefaults()
+	return &ServeObserver{GRPC: newTransport(cfg, cfg.Logger, nil).(*transport.GRPC)}
+}
+
+// Observe makes f see every request answered from now on (nil: none).
+func (o *ServeObserver) Observe(f func(*transport.DeliverRequest, *transport.DeliverResponse)) {
+	if f == nil {
+		o.f.Store(nil)
+		return
+	}
+	o.f.Store(&f)
+}
+
+// Listen serves h, showing each answer to the observing function.
+func (o *ServeObserver) Listen(h transport.Handler) (string, error) {
+	return o.GRPC.Listen(observedHandler{h, o})
+}
+
+type observedHandler struct {
+	transport.Handler
+	o *ServeObserver
+}
+
+func (h observedHandler) Deliver(ctx context.Context, req *transport.DeliverRequest) (*transport.DeliverResponse, func()) {
+	resp, written := h.Handler.Deliver(ctx, req)
+	if f := h.o.f.Load(); f != nil {
+		(*f)(req, resp)
+	}
+	return resp, written
 }

@@ -76,7 +76,7 @@ func (r *Runner) begin() error {
 // serve starts the transport's server (if the runner serves one) and
 // learns the address it listens at.
 func (r *Runner) serve() error {
-	addr, err := r.net.Listen(receiver{r})
+	addr, err := r.net.Listen(r.router.Receiver())
 	if err != nil {
 		r.net.Close(0)
 		r.mu.Lock()

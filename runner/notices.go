@@ -19,7 +19,6 @@ import (
 func (r *Runner) followNotices(ctx context.Context) {
 	ks := storage.NoticesTo(r.cfg.ID)
 	_ = storage.Follow(ctx, r.store, ks, func(u storage.Update) {
-		r.waitViewHold()
 		if u.Err != nil {
 			return // the runner watch reports storage trouble
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
+	"github.com/shardhost/shardhost/storage/etcd"
 	"github.com/shardhost/shardhost/transport"
 )
 
@@ -85,6 +86,7 @@ type parkSetup struct {
 	entity  string
 	foreign clientv3.LeaseID // holds the crashed runner's locks
 	aSaw    *answers         // what a answered
+	aViews  *heldViews       // a's store
 }
 
 const parkShards = 8
@@ -104,8 +106,11 @@ func startParkRunners(t *testing.T, withX bool) (*parkSetup, *etcdRunner) {
 		return runner.Config{ID: id, NumShards: parkShards, ListenAddr: "127.0.0.1:0", AcquireRetryWindow: time.Minute,
 			RecoverWindow: 200 * time.Millisecond}
 	}
-	s := &parkSetup{c: c, aSaw: &answers{got: map[string][]string{}}}
-	s.a = c.startWith(cfg("a"), register)
+	s := &parkSetup{c: c, aSaw: &answers{got: map[string][]string{}}, aViews: &heldViews{Store: c.store()}}
+	aCfg := cfg("a")
+	aServes := runner.NewServeObserver(aCfg)
+	aCfg.Transport = aServes
+	s.a = c.startOn(s.aViews, aCfg, register)
 	b := c.startWith(cfg("b"), register)
 	rs := []*etcdRunner{s.a, b}
 	if withX {
@@ -114,7 +119,7 @@ func startParkRunners(t *testing.T, withX bool) (*parkSetup, *etcdRunner) {
 	}
 	s.g = c.startWith(runner.Config{ID: "gateway", NumShards: parkShards, ClientOnly: true}, register)
 	c.waitPartition(rs, parkShards, 30*time.Second)
-	s.a.OnServeForTest(s.aSaw.hook)
+	aServes.Observe(s.aSaw.hook)
 	return s, b
 }
 
@@ -387,7 +392,7 @@ func lagAfterCrash(t *testing.T) *lagSetup {
 	if len(bShards) == 0 {
 		t.Fatal("b owns no shard")
 	}
-	s.release = s.a.HoldViewsForTest()
+	s.release = s.aViews.hold()
 	t.Cleanup(s.release) // before the runners stop
 	b.stop()
 	if _, err := c.direct.Revoke(t.Context(), clientv3.LeaseID(bLease)); err != nil {
@@ -443,4 +448,49 @@ func TestAssigneeBehindTheSenderWaitsOnlySoLong(t *testing.T) {
 		t.Errorf("the handler ran %d times, want once", n)
 	}
 	checkSingleOwner(t, s.c.rec.all())
+}
+
+// heldViews is an etcd store whose watches of the runners, the shard locks
+// and the notices pass no update while held: the views of the runner on it
+// lag behind the store's (and other runners').
+type heldViews struct {
+	*etcd.Store
+	held atomic.Pointer[sync.RWMutex]
+}
+
+// hold makes the watches wait, before they pass their next update, until
+// release is called.
+func (h *heldViews) hold() (release func()) {
+	m := new(sync.RWMutex)
+	m.Lock()
+	h.held.Store(m)
+	return sync.OnceFunc(func() {
+		h.held.Store(nil)
+		m.Unlock()
+	})
+}
+
+func (h *heldViews) Watch(ctx context.Context, ks storage.Keyspace, from storage.Revision) <-chan storage.WatchResponse {
+	in := h.Store.Watch(ctx, ks, from)
+	if ks != storage.KeyspaceRunners && ks != storage.KeyspaceShards && !strings.HasPrefix(string(ks), string(storage.KeyspaceNotices)+"/") {
+		return in
+	}
+	out := make(chan storage.WatchResponse)
+	go func() {
+		defer close(out)
+		for resp := range in {
+			if m := h.held.Load(); m != nil {
+				m.RLock()
+				m.RUnlock() // waited for the release
+			}
+			select {
+			case out <- resp:
+			case <-ctx.Done():
+				for range in { // the store closes it once ctx ended
+				}
+				return
+			}
+		}
+	}()
+	return out
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/shardhost/shardhost/runner/internal/routing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
-	"github.com/shardhost/shardhost/transport"
 )
 
 // Send delivers a call to its entity, wherever its shard is owned. It
@@ -201,22 +200,6 @@ func (d routingDir) Running() bool { return d.r.running.Load() }
 func (d routingDir) WaitRun(ctx context.Context) error { return d.r.waitRun(ctx) }
 
 func (d routingDir) ClosedErr() error { return d.r.closedErr() }
-
-// receiver is the runner's side of its transport: the router's Receiver,
-// showing each answer to the test hook onServe.
-type receiver struct{ r *Runner }
-
-func (rc receiver) Deliver(ctx context.Context, req *transport.DeliverRequest) (resp *transport.DeliverResponse, written func()) {
-	resp, written = rc.r.router.Receiver().Deliver(ctx, req)
-	if hook := rc.r.onServe.Load(); hook != nil {
-		(*hook)(req, resp)
-	}
-	return resp, written
-}
-
-func (rc receiver) Hot(shard uint32, limit int) []transport.EntityRef {
-	return rc.r.router.Receiver().Hot(shard, limit)
-}
 
 // rebuildByLeaseLocked indexes the members by lease (tests set members
 // directly) and returns the live addresses.

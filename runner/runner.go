@@ -60,18 +60,16 @@ type Runner struct {
 	singletonRecs chan storage.SingletonRecord // singletons started, their records to write (workers.go)
 	stopOnce      sync.Once
 	closeOnce     sync.Once
-	running       atomic.Bool                                                                 // Run was called and has not returned
-	tripAt        atomic.Int64                                                                // detach instant, ns since clockBase; MaxInt64: none
-	onServe       atomic.Pointer[func(*transport.DeliverRequest, *transport.DeliverResponse)] // test hook
-	viewHold      atomic.Pointer[sync.RWMutex]                                                // test hook: held, the lock and runner watches wait
-	spans         sync.WaitGroup                                                              // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
-	spansStop     chan struct{}                                                               // closed when Run ends: they end their spans at once
-	opDrain       drainState                                                                  // the operator's drain request (drain.go)
-	st            startState                                                                  // starting up (start.go)
-	ownLog        ownershipLog                                                                // ownership changes of a round (ownershiplog.go)
-	async         asyncSends                                                                  // SendAsync's sends in flight (async.go)
-	healthReads   healthReads                                                                 // the health checks' read in flight (health.go)
-	storeProbe    storeProbe                                                                  // a ClientOnly runner's probes of the store (health.go)
+	running       atomic.Bool    // Run was called and has not returned
+	tripAt        atomic.Int64   // detach instant, ns since clockBase; MaxInt64: none
+	spans         sync.WaitGroup // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
+	spansStop     chan struct{}  // closed when Run ends: they end their spans at once
+	opDrain       drainState     // the operator's drain request (drain.go)
+	st            startState     // starting up (start.go)
+	ownLog        ownershipLog   // ownership changes of a round (ownershiplog.go)
+	async         asyncSends     // SendAsync's sends in flight (async.go)
+	healthReads   healthReads    // the health checks' read in flight (health.go)
+	storeProbe    storeProbe     // a ClientOnly runner's probes of the store (health.go)
 
 	// Everything below is guarded by mu.
 	mu sync.Mutex

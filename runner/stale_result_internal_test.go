@@ -254,7 +254,7 @@ func askHeld(ctx context.Context, owner, c *Runner, id string, served, release c
 			<-release
 		}
 	}
-	owner.onServe.Store(&hold)
+	observe(owner, hold)
 	late := make(chan askOutcome, 1)
 	go func() {
 		resp, err := echoMethod.Ask(ctx, c, id, echoReq{Text: "first"})

@@ -75,6 +75,7 @@ func (tc *testCluster) start(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	cfg.Transport = NewServeObserver(cfg) // observe(r, f) shows f what r answers
 	r, err := New(tc.c.NewStore(cfg.ID), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +168,12 @@ func (tc *testCluster) settled() string {
 	return ""
 }
 
+// observe makes f see every request r's transport answers from now on
+// (r started by testCluster.start).
+func observe(r *Runner, f func(*transport.DeliverRequest, *transport.DeliverResponse)) {
+	r.net.(*ServeObserver).Observe(f)
+}
+
 // serveLog records what a runner's transport answered, by sender.
 type serveLog struct {
 	mu  sync.Mutex
@@ -195,8 +202,8 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 	tc.waitSettled() // the watches are quiet: nothing will fix the view below
 	var la, lb serveLog
 	ha, hb := la.hook, lb.hook
-	a.onServe.Store(&ha)
-	b.onServe.Store(&hb)
+	observe(a, ha)
+	observe(b, hb)
 
 	var id string
 	for i := 0; ; i++ {
