@@ -31,7 +31,8 @@ import (
 //     lock at that epoch; the control loop leaves the shard alone
 //     meanwhile. Set with a release, a cutover, a Shutdown or an orphan
 //     delete; cleared when the call ended (by epoch: a newer mark stays)
-//     or by a detach or stop.
+//     or by a detach or stop, or by an install at a newer epoch (the call
+//     is fenced by its epoch: it cannot touch the newer lock).
 //   - pending: the shard is assigned here and not owned: acquired or
 //     taken over. Started and dropped by the round (control.Decide),
 //     ended by an install, dropped by a detach.
@@ -320,10 +321,17 @@ func (t *shardTable) check() error {
 // changes.
 
 // install records s as owned: its acquisition and any moved-to end; its
-// last host is forgotten (the new host took it as Prev).
+// last host is forgotten (the new host took it as Prev). A releasing mark
+// of an older lock of ours ends too: that call (a release, a transfer, an
+// orphan delete) is fenced by its epoch and cannot touch the lock at
+// s.epoch — as when a takeover's re-check rewrites a transferred lock
+// while the round deletes it as an orphan.
 func (t *shardTable) install(s *shard) {
 	x := t.rec(s.id)
 	x.own, x.pending, x.lastHost, x.movedTo = s, nil, nil, ""
+	if x.releasing != 0 && x.releasing < s.epoch {
+		x.releasing = 0
+	}
 	t.owned++
 	t.done(s.id)
 }

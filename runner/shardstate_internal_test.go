@@ -84,6 +84,32 @@ func TestShardTransitionsKeepTheInvariants(t *testing.T) {
 	}
 }
 
+// A release of an older lock of ours (an orphan delete, a transfer) may
+// still be in flight when the shard is installed at a newer epoch (a
+// takeover's re-check rewrote the lock): the call is fenced by its epoch,
+// so the install ends its mark, and the call's end changes nothing.
+func TestInstallAtANewerEpochEndsAStaleReleasingMark(t *testing.T) {
+	tab := newShardTable(8)
+	const id = sharding.ShardID(6)
+	tab.markReleasing(id, 442) // the round deletes our lock at 442 as an orphan
+	s := &shard{id: id, epoch: 458, host: new(hosting.Shard)}
+	tab.install(s) // the re-check rewrote it to 458 and installs it
+	if err := tab.check(); err != nil {
+		t.Fatalf("after the install: %v", err)
+	}
+	if tab.leaving(id) {
+		t.Fatal("the shard is still leaving after its install at a newer epoch")
+	}
+	tab.clearReleasing(id, 442) // the delete's end (it deleted nothing)
+	if tab.owner(id) != s || tab.leaving(id) {
+		t.Fatalf("after the stale delete ended: owner %p, leaving %v; want %p, false", tab.owner(id), tab.leaving(id), s)
+	}
+	tab.markReleasing(id, 458) // a release at its own epoch is one
+	if !tab.leaving(id) {
+		t.Fatal("a release at the owned epoch does not mark the shard leaving")
+	}
+}
+
 func TestShardStateCheckNamesEachBrokenInvariant(t *testing.T) {
 	s := &shard{id: 1, epoch: 5}
 	for _, tc := range []struct {
