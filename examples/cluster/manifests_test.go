@@ -202,3 +202,12 @@ func hostPort(t *testing.T, flag, addr string) (host, port string) {
 	}
 	return addr[:i], addr[i+1:]
 }
+
+// podTemplateOfJob returns the pod spec of a Job manifest.
+func podTemplateOfJob(m manifest) (corev1.PodSpec, bool) {
+	j, ok := m.obj.(*batchv1.Job)
+	if !ok {
+		return corev1.PodSpec{}, false
+	}
+	return j.Spec.Template.Spec, true
+}
