@@ -210,12 +210,12 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	mp, metricsHandler, err := prometheusMetrics()
+	mp, meters, metricsHandler, err := prometheusMetrics(c.id)
 	if err != nil {
 		return err
 	}
 	defer mp.Shutdown(context.Background())
-	cfg.MeterProvider = mp
+	cfg.MeterProvider = meters
 	flushTraces, err := c.traces.setup(ctx, &cfg)
 	if err != nil {
 		return err
