@@ -3,13 +3,13 @@ package runner_test
 import (
 	"os"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/shardhost/shardhost/internal/doctable"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -98,12 +98,13 @@ func (p recordingProvider) Meter(string, ...metric.MeterOption) metric.Meter { r
 // docTable parses the rows of a documentation table: name -> kind, unit.
 func docTable(t *testing.T, text string, row *regexp.Regexp) map[string]instrument {
 	t.Helper()
-	out := map[string]instrument{}
-	for _, m := range row.FindAllStringSubmatch(text, -1) {
-		if _, dup := out[m[1]]; dup {
-			t.Errorf("%s documented twice", m[1])
-		}
-		out[m[1]] = instrument{kind: strings.TrimSpace(m[2]), unit: m[3]}
+	rows, err := doctable.Parse(text, row)
+	if err != nil {
+		t.Error(err)
+	}
+	out := make(map[string]instrument, len(rows))
+	for name, in := range rows {
+		out[name] = instrument{kind: in.Kind, unit: in.Unit}
 	}
 	return out
 }
@@ -130,7 +131,7 @@ func TestMetricsDocumented(t *testing.T) {
 	docGo, readme := readDocs(t)
 	tables := map[string]map[string]instrument{
 		"runner/doc.go":         docTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t(sharding\.[a-z_]+)\s+(counter|gauge \(observed\)|gauge|histogram)\s+(\S+)\s`)),
-		"docs/observability.md": docTable(t, string(readme), regexp.MustCompile("(?m)^\\| `(sharding\\.[a-z_]+)` \\| ([a-z ()]+) \\| `([^`]+)` \\|")),
+		"docs/observability.md": docTable(t, string(readme), doctable.ObservabilityRow),
 	}
 	for where, doc := range tables {
 		for name, in := range rm.got {

@@ -1,11 +1,19 @@
 // Command cluster is one process of a real multi-process shardhost
 // cluster: a hosting runner or a gateway, each serving the runner debug
-// page. run.sh (make demo-cluster) starts ./bin/etcd, three runners and a
-// gateway that sends traffic; kill one with kill -9 and watch its shards
-// move on the dashboards and in `shardhostctl status`.
+// page, its health checks and its metrics. run.sh (make demo-cluster)
+// starts ./bin/etcd, three runners and a gateway that sends traffic; kill
+// one with kill -9 and watch its shards move on the dashboards and in
+// `shardhostctl status`. deploy/kubernetes and deploy/systemd run it as a
+// service.
 //
 //	cluster -role runner  -id runner-1 -listen 127.0.0.1:7101 -debug 127.0.0.1:8081
-//	cluster -role gateway -id gateway  -debug 127.0.0.1:8080
+//	cluster -role gateway -id gateway  -debug 127.0.0.1:8080 -api 127.0.0.1:8000
+//
+// The -debug address serves the debug page (DebugPath), liveness
+// (LivenessPath: runner.LivenessHandler), readiness (ReadinessPath:
+// runner.ReadinessHandler) and the runner's metrics in Prometheus's text
+// format (MetricsPath). A gateway with -api serves POST /counters/{id}/inc
+// (apiHandler).
 //
 // With -traces FILE a process exports its OpenTelemetry spans to FILE,
 // one JSON span a line, with -trace-exporter otlp to an OTLP collector
@@ -21,11 +29,15 @@
 // publishes the URL of its debug page in its runner record
 // (runner.Config.DebugURL), so every page shows every runner's own state,
 // and a runner whose process died as unreachable. SIGINT or SIGTERM stops a process
-// gracefully (a runner hands its shards off first); SIGKILL is a crash.
+// gracefully (a runner hands its shards off first) within
+// -shutdown-timeout; SIGKILL is a crash. The exit status is 0 after a
+// graceful stop, 2 for a bad command line, 3 (exitConflict) when another
+// live process holds the runner's ID or its settings differ from the
+// cluster's — a restart cannot help, an operator must act — and 1
+// otherwise.
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -45,8 +57,19 @@ import (
 	"github.com/shardhost/shardhost/storage/etcd"
 )
 
-// DebugPath is where every process serves the runner debug handler.
-const DebugPath = "/debug/shardhost/"
+// Where every process serves on its -debug address.
+const (
+	DebugPath     = "/debug/shardhost/"
+	LivenessPath  = "/livez"   // runner.LivenessHandler
+	ReadinessPath = "/readyz"  // runner.ReadinessHandler
+	MetricsPath   = "/metrics" // the runner's metrics, Prometheus text format
+)
+
+// exitConflict is the exit status of a runner whose ID another live
+// process holds (runner.ErrDuplicateRunnerID) or whose settings differ
+// from the cluster record's (runner.ErrClusterMismatch): restarting it
+// cannot help (systemd: RestartPreventExitStatus).
+const exitConflict = 3
 
 // config is the command line.
 type config struct {
@@ -57,8 +80,13 @@ type config struct {
 	listen    string
 	debug     string
 	debugURL  string // published in the runner record
+	address   string // runner.Config.Address
+	api       string // gateway: the HTTP API's address
 	shards    int
 	ttl       time.Duration
+	handoff   time.Duration // runner.Config.ShutdownHandoffTimeout
+	drain     time.Duration // runner.Config.DrainTimeout
+	stop      time.Duration // Shutdown's deadline (0: stopBound)
 	rate      float64
 	relay     float64
 	entities  int
@@ -78,9 +106,14 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "runner transport `address` (runners only; beyond loopback it needs -tls-ca, -tls-cert and -tls-key)")
 	fs.StringVar(&c.debug, "debug", "127.0.0.1:8080", "`address` of the debug page (http://ADDRESS"+DebugPath+")")
 	fs.StringVar(&c.debugURL, "debug-url", "", "the debug page's `URL` as the other processes reach it, published in the runner record (default http://ADDRESS"+DebugPath+" of -debug)")
+	fs.StringVar(&c.address, "address", "", "runners: the transport `host:port` the other processes dial, published in the runner record (default: the -listen address)")
+	fs.StringVar(&c.api, "api", "", "gateway: `address` of the HTTP API (POST /counters/{id}/inc; default: none)")
 	fs.IntVar(&c.shards, "shards", runner.DefaultNumShards, "NumShards (the same on every process)")
 	fs.DurationVar(&c.ttl, "ttl", 5*time.Second, "runners' lease TTL: a killed runner's shards move after about this")
-	fs.Float64Var(&c.rate, "rate", 500, "gateway: asks per second, each on its own goroutine")
+	fs.DurationVar(&c.handoff, "handoff-timeout", defaultHandoffTimeout, "runner.Config.ShutdownHandoffTimeout: how long a stopping runner lets its peers take its shards by handoff")
+	fs.DurationVar(&c.drain, "drain-timeout", runner.DefaultDrainTimeout, "runner.Config.DrainTimeout: a shard's handlers' drain before it moves")
+	fs.DurationVar(&c.stop, "shutdown-timeout", 0, "Shutdown's deadline after SIGTERM (default: -handoff-timeout + -drain-timeout + 2 OpTimeout); the process exits within exitMargin after it")
+	fs.Float64Var(&c.rate, "rate", 500, "gateway: asks per second of its own traffic, each on its own goroutine (0: none)")
 	fs.Float64Var(&c.relay, "relay-ratio", 0.1, "gateway: the share of asks that are relays: counter A asks counter B, on another runner, from its handler (0 to 1)")
 	fs.IntVar(&c.entities, "entities", 5000, "gateway: counters addressed")
 	fs.DurationVar(&c.report, "report", 2*time.Second, "gateway: interval of the traffic line")
@@ -90,14 +123,23 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
 	if c.role != "runner" && c.role != "gateway" {
 		return c, fmt.Errorf("-role %q: want runner or gateway", c.role)
 	}
 	if c.id == "" {
 		c.id = c.role
 	}
-	if c.rate <= 0 || c.entities <= 0 {
-		return c, errors.New("-rate and -entities must be positive")
+	if c.rate < 0 || c.entities <= 0 {
+		return c, errors.New("-rate must not be negative, -entities must be positive")
+	}
+	if c.api != "" && c.role != "gateway" {
+		return c, errors.New("-api: gateways only")
+	}
+	if c.handoff <= 0 || c.drain <= 0 || c.stop < 0 {
+		return c, errors.New("-handoff-timeout and -drain-timeout must be positive, -shutdown-timeout not negative")
 	}
 	if c.relay < 0 || c.relay > 1 {
 		return c, fmt.Errorf("-relay-ratio %v: want 0 to 1", c.relay)
@@ -120,6 +162,9 @@ func main() {
 	defer stop()
 	if err := run(ctx, c); err != nil {
 		fmt.Fprintf(os.Stderr, "cluster %s: %v\n", c.id, err)
+		if errors.Is(err, runner.ErrDuplicateRunnerID) || errors.Is(err, runner.ErrClusterMismatch) {
+			os.Exit(exitConflict)
+		}
 		os.Exit(1)
 	}
 }
@@ -147,28 +192,36 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	// The debug page, on its own port; its URL goes into the runner record.
+	// The debug page, health checks and metrics, on their own port; the
+	// page's URL goes into the runner record.
 	lis, err := net.Listen("tcp", c.debug)
 	if err != nil {
 		return fmt.Errorf("debug page: %w", err)
 	}
 	defer lis.Close()
-	cfg := runner.Config{ID: c.id, NumShards: c.shards, LeaseTTL: c.ttl, Logger: log}
-	if c.role == "gateway" {
-		cfg.ClientOnly = true
-	} else {
-		cfg.ListenAddr = c.listen
-		cfg.DebugURL = cmp.Or(c.debugURL, "http://"+lis.Addr().String()+DebugPath)
+	var apiLis net.Listener
+	if c.api != "" {
+		if apiLis, err = net.Listen("tcp", c.api); err != nil {
+			return fmt.Errorf("api: %w", err)
+		}
+		defer apiLis.Close()
 	}
-	if err := c.security.runnerTLS(&cfg); err != nil {
+	cfg, err := c.runnerConfig(lis.Addr().String(), log)
+	if err != nil {
 		return err
 	}
+	mp, meters, metricsHandler, err := prometheusMetrics(c.id)
+	if err != nil {
+		return err
+	}
+	defer mp.Shutdown(context.Background())
+	cfg.MeterProvider = meters
 	flushTraces, err := c.traces.setup(ctx, &cfg)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		fctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
 		defer cancel()
 		if err := flushTraces(fctx); err != nil {
 			fmt.Fprintf(os.Stderr, "cluster %s: traces: %v\n", c.id, err)
@@ -184,36 +237,52 @@ func run(ctx context.Context, c config) error {
 
 	mux := http.NewServeMux()
 	mux.Handle(DebugPath, r.DebugHandler(runner.DebugConfig{}))
-	mux.Handle("/", http.RedirectHandler(DebugPath, http.StatusFound))
+	mux.Handle(LivenessPath, r.LivenessHandler())
+	mux.Handle(ReadinessPath, r.ReadinessHandler())
+	mux.Handle(MetricsPath, metricsHandler)
+	mux.Handle("/{$}", http.RedirectHandler(DebugPath, http.StatusFound))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(lis) }()
 	fmt.Printf("%s (%s): debug page http://%s%s\n", c.id, c.role, lis.Addr(), DebugPath)
+	var api *http.Server
+	if apiLis != nil {
+		api = &http.Server{Handler: apiHandler(r), ReadHeaderTimeout: 5 * time.Second}
+		go func() { served <- api.Serve(apiLis) }()
+		fmt.Printf("%s (%s): api http://%s\n", c.id, c.role, apiLis.Addr())
+	}
 
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(context.Background()) }()
 	var traffic *traffic
-	if c.role == "gateway" {
+	if c.role == "gateway" && c.rate > 0 {
 		traffic = startTraffic(r, c.rate, c.relay, c.entities, c.report, os.Stdout)
 	}
 
 	select {
 	case <-ctx.Done():
 	case err := <-ran:
-		return fmt.Errorf("runner stopped: %v", err)
+		return fmt.Errorf("runner stopped: %w", err)
 	case err := <-served:
 		r.Close()
-		return fmt.Errorf("debug page: %w", err)
+		return fmt.Errorf("debug page or api: %w", err)
 	}
-	fmt.Printf("%s: stopping gracefully\n", c.id)
+	stopIn := c.stopTimeout(r.Config())
+	fmt.Printf("%s: stopping gracefully (within %v)\n", c.id, stopIn)
+	sctx, cancel := context.WithTimeout(context.Background(), stopIn)
+	defer cancel()
 	if traffic != nil {
 		traffic.stop()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	if api != nil {
+		_ = api.Shutdown(sctx) // the asks in flight finish
+	}
 	err = r.Shutdown(sctx) // hands the shards off, releases, revokes the lease
 	<-ran
-	_ = srv.Shutdown(sctx)
+	// The health checks answer until Shutdown has returned (not ready).
+	hctx, hcancel := context.WithTimeout(context.Background(), serverStopTimeout)
+	defer hcancel()
+	_ = srv.Shutdown(hctx)
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -86,7 +86,26 @@ var (
 	CounterKind = entity.NewKind("counter", func(id string) *Counter { return &Counter{id: id} })
 	Inc         = entity.Method(CounterKind, "inc", (*Counter).Inc)
 	Relay       = entity.Method(CounterKind, "relay", (*Counter).Relay)
+	Remind      = entity.Method(CounterKind, "remind", (*Counter).Remind)
+	Later       = entity.Reminder(CounterKind, "later", (*Counter).later)
 )
+
+// RemindReq asks a counter to add one after Delay, by a durable reminder:
+// stored with its shard, fired by whichever runner owns the shard then.
+type RemindReq struct{ Delay time.Duration }
+
+// Remind registers the reminder and answers the count so far.
+func (c *Counter) Remind(ctx context.Context, req RemindReq) (IncResp, error) {
+	info, _ := runner.ShardInfoFrom(ctx)
+	err := Later.Register(ctx, "later", entity.Schedule{First: time.Now().Add(req.Delay)}, 1)
+	return IncResp{Value: c.n, Runner: info.Runner}, err
+}
+
+// later is the reminder's handler: it adds the tick's payload.
+func (c *Counter) later(_ context.Context, tick entity.ReminderTick[int64]) error {
+	c.n += tick.Payload
+	return nil
+}
 
 // askTimeout bounds one ask: asks for a killed runner's shards wait (the
 // gateway retries) until the lease expires and another runner owns them.
