@@ -75,7 +75,9 @@ func (tc *testCluster) start(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	cfg.Transport = NewServeObserver(cfg) // observe(r, f) shows f what r answers
+	if !cfg.RequireClusterPeers { // which needs the default transport (and is not observed)
+		cfg.Transport = NewServeObserver(cfg) // observe(r, f) shows f what r answers
+	}
 	r, err := New(tc.c.NewStore(cfg.ID), cfg)
 	if err != nil {
 		t.Fatal(err)
