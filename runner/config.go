@@ -68,7 +68,7 @@ type Config struct {
 	// not inherit the old one's locks, and it registers only once the old
 	// incarnation's record is gone: at most the old lease's TTL plus 2 s
 	// after a crash. A second live process with this ID makes Run fail with
-	// ErrDuplicateRunnerID instead of stealing it; the package doc ("A
+	// ErrDuplicateRunnerID instead of stealing it; docs/guarantees.md ("A
 	// self-repairing registration") states the rules.
 	ID string
 	// ListenAddr is where the runner serves its transport (gRPC), e.g.
@@ -189,7 +189,7 @@ type Config struct {
 	// so it is meant for a few gateways at most. Without it (the default)
 	// a runner watches the membership and its own keys only, and routes by
 	// the assignment, corrected by the owners' answers while a shard moves
-	// (the package doc, "Routing and delivery"). A strategy that reads the
+	// (docs/how-it-works.md, "Routing and delivery"). A strategy that reads the
 	// current owners (sharding.StickyBalanced) implies it.
 	FullLockView bool
 	// NumShards in the cluster. Default 1024. Every runner of a cluster,
@@ -216,30 +216,19 @@ type Config struct {
 	// value): wait as long as it takes.
 	StartTimeout time.Duration
 
-	// LeaseTTL of the runner's lease. Default 5 s: a crashed runner's
-	// shards answer again about 5 s after the crash (median 5.0 s, max
-	// 5.5 s over 10 SIGKILLs; BENCHMARKS.md). With the etcd store, whose
-	// renewals, verifications and probes are hedged across members, it
-	// rode out, without a detach or a failed ask, one etcd member
-	// black-holed or 1 s slow for 60 s and the etcd leader killed or
-	// frozen (10 runs each; runner's TestEtcdFault* tests). Two limits:
-	// this process must not be descheduled for longer than a renewal's
-	// window (LeaseTTL - DetachMargin - LeaseRenewInterval, 2.5 s; raise
-	// the TTL where GC pauses or CPU starvation last that long); and an
-	// etcd leader frozen for longer than the TTL revokes, as it resumes,
-	// the leases the new leader kept alive (an etcd bug, v3.6.16: its
-	// leadership check trusts a raft loop that just ticked again). The
-	// runners then see their locks deleted and detach at once, safely; it
-	// followed 4 of 10 ten-second leader freezes. A TTL longer than the
-	// longest leader freeze avoids it.
+	// LeaseTTL of the runner's lease. Default 5 s. The trade-off: a crashed
+	// runner's shards answer again about LeaseTTL after the crash, but a
+	// renewal has only LeaseTTL - DetachMargin - LeaseRenewInterval (2.5 s at
+	// the defaults) to be acknowledged, which this process's pauses (GC, CPU
+	// starvation) and etcd's failovers must fit in, and an etcd leader frozen
+	// for longer than the TTL revokes leases as it resumes (an etcd bug; the
+	// runners detach safely). Figures: BENCHMARKS.md, "Crash failover" and
+	// "etcd faults".
 	LeaseTTL time.Duration
 	// LeaseRenewInterval between renewals. Default LeaseTTL/6; at most
-	// LeaseTTL/3. A renewal has LeaseTTL - DetachMargin - LeaseRenewInterval
-	// (2.5 s at the defaults) from its send to the detach instant, to be
-	// acknowledged through any etcd member: at LeaseTTL/3 (1.67 s), a
-	// frozen etcd leader detached every runner in 1 of 20 freezes when
-	// etcd ran with its default election timeout (1 s), at LeaseTTL/6 in
-	// none of 40 (runner's TestEtcdFaultPauseLeader).
+	// LeaseTTL/3. Shorter leaves each renewal more of the TTL to be
+	// acknowledged through any etcd member, for one more renewal request;
+	// BENCHMARKS.md ("etcd faults") compares TTL/3 with TTL/6.
 	LeaseRenewInterval time.Duration
 	// KeepAliveRetryInterval between renewal attempts after a failure.
 	// Default 250 ms.
@@ -276,8 +265,8 @@ type Config struct {
 	// AcquireRetryWindow during which a shard held elsewhere is retried.
 	// Default 2 s; SingleAttempt (any negative value) for one attempt.
 	AcquireRetryWindow time.Duration
-	// RebalanceDebounce is the unit of the membership-storm rule (package
-	// doc, "Membership storms"): a runner recomputes the assignment once
+	// RebalanceDebounce is the unit of the membership-storm rule
+	// (docs/how-it-works.md, "Membership storms"): a runner recomputes the assignment once
 	// its view has been quiet for a few debounces, so membership changes
 	// closer than that are coalesced; an isolated departure is acted on at
 	// once. Default 100 ms.
@@ -368,9 +357,10 @@ type Config struct {
 
 	// Logger for lifecycle events. Default slog.Default().
 	Logger *slog.Logger
-	// MeterProvider for metrics. Default otel.GetMeterProvider().
+	// MeterProvider for metrics (docs/observability.md lists them). Default
+	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
-	// TracerProvider for traces (see "Traces" in the package doc). Default
+	// TracerProvider for traces (docs/tracing.md). Default
 	// otel.GetTracerProvider(): while no program has set one
 	// (otel.SetTracerProvider), and with a noop.TracerProvider, tracing is
 	// off and costs nothing.

@@ -19,8 +19,8 @@ const meterName = "github.com/shardhost/shardhost"
 // metrics holds the instruments of one runner, created once in New. All
 // carry the attribute runner=<ID>; none carries entity IDs. Every
 // instrument is listed, with its kind, unit, attributes and meaning, in the
-// package documentation (# Metrics) and docs/observability.md: TestMetricsDocumented
-// keeps both in step with this file.
+// table of docs/observability.md: TestMetricsDocumented
+// keeps the two in step.
 type metrics struct {
 	attrs metric.MeasurementOption
 	host  hosting.Metrics   // the entity host's instruments (internal/hosting)

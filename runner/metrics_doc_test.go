@@ -110,9 +110,9 @@ func docTable(t *testing.T, text string, row *regexp.Regexp) map[string]instrume
 }
 
 // TestMetricsDocumented: every instrument a runner creates has a unit and
-// is in the table of the package documentation (# Metrics) and of the
-// README, with its kind and unit; neither table lists an instrument that
-// does not exist.
+// is in the table of docs/observability.md — the one place the
+// instruments are documented — with its kind and unit; the table lists no
+// instrument that does not exist.
 func TestMetricsDocumented(t *testing.T) {
 	rm := &recordingMeter{got: map[string]instrument{}}
 	s := memory.New()
@@ -128,38 +128,28 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("%s has no unit", name)
 		}
 	}
-	docGo, readme := readDocs(t)
-	tables := map[string]map[string]instrument{
-		"runner/doc.go":         docTable(t, string(docGo), regexp.MustCompile(`(?m)^//\t(sharding\.[a-z_]+)\s+(counter|gauge \(observed\)|gauge|histogram)\s+(\S+)\s`)),
-		"docs/observability.md": docTable(t, string(readme), doctable.ObservabilityRow),
-	}
-	for where, doc := range tables {
-		for name, in := range rm.got {
-			if d, ok := doc[name]; !ok {
-				t.Errorf("%s: %s (%s, %s) is not documented", where, name, in.kind, in.unit)
-			} else if d != in {
-				t.Errorf("%s: %s documented as %s in %s, is a %s in %s", where, name, d.kind, d.unit, in.kind, in.unit)
-			}
+	const where = "docs/observability.md"
+	doc := docTable(t, string(readDoc(t, where)), doctable.ObservabilityRow)
+	for name, in := range rm.got {
+		if d, ok := doc[name]; !ok {
+			t.Errorf("%s: %s (%s, %s) is not documented", where, name, in.kind, in.unit)
+		} else if d != in {
+			t.Errorf("%s: %s documented as %s in %s, is a %s in %s", where, name, d.kind, d.unit, in.kind, in.unit)
 		}
-		for name := range doc {
-			if _, ok := rm.got[name]; !ok {
-				t.Errorf("%s documents %s, which no runner creates", where, name)
-			}
+	}
+	for name := range doc {
+		if _, ok := rm.got[name]; !ok {
+			t.Errorf("%s documents %s, which no runner creates", where, name)
 		}
 	}
 }
 
-// readDocs returns the package documentation (doc.go) and the README, the
-// two places the documentation tests check tables in.
-func readDocs(t *testing.T) (docGo, readme []byte) {
+// readDoc returns a documentation file, named from the module's root.
+func readDoc(t *testing.T, name string) []byte {
 	t.Helper()
-	docGo, err := os.ReadFile("doc.go")
+	b, err := os.ReadFile("../" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err = os.ReadFile("../docs/observability.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return docGo, readme
+	return b
 }

@@ -119,7 +119,7 @@
 //     deadline - margin) came during the freeze, it returned within 1 s
 //     of the SIGCONT and the newer runs under a higher epoch: such a
 //     "fenced-only" overlap is counted, not a violation, because the
-//     guarantee (runner/doc.go) is never two at once among instances that
+//     guarantee (docs/always-on.md) is never two at once among instances that
 //     honour their context, and a frozen process honours nothing — which
 //     is what Work.Epoch, the fencing token, is for (the newer epoch's
 //     writes make the older's refusable). Every run and life starts inside

@@ -390,7 +390,7 @@ func names(spans []*exportedSpan) []string {
 }
 
 // lifecycleSpans are the names of the root spans a runner records for its
-// own work (runner/doc.go, "Traces").
+// own work (docs/tracing.md).
 var lifecycleSpans = map[string]bool{"handoff warm": true, "handoff release": true, "detach": true, "reattach": true}
 
 // checkHandoffSides checks the handoffs traced in two processes against

@@ -3,5 +3,5 @@
 // Prometheus exporter (go.opentelemetry.io/otel/exporters/prometheus),
 // passed to runner.Config.MeterProvider. The library itself depends only
 // on the OpenTelemetry metric API; the exporter is the program's choice.
-// The instruments are listed in the runner package documentation.
+// The instruments are listed in docs/observability.md.
 package metrics

@@ -27,7 +27,7 @@ const System = "shardhost"
 
 // The attribute keys of shardhost's spans: OpenTelemetry's RPC semantic
 // conventions where they fit, shardhost's own under "shardhost.". The
-// runner documents them (docs/observability.md, runner/doc.go); a test
+// runner documents them in docs/observability.md; a test
 // checks that every key here is in that table.
 const (
 	KeyRPCSystem      = attribute.Key("rpc.system")
