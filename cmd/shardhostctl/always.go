@@ -211,17 +211,20 @@ func forgetRemembered(ctx context.Context, c *cluster, ref string, stdout io.Wri
 	lock := "/" + c.ns + "/" + string(storage.KeyspaceShards) + "/" + shard.String()
 	cctx, cancel := c.ctx(ctx)
 	resp, err := c.cli.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(lock), "=", 0)).
-		Then(clientv3.OpDelete(marker)).Else(clientv3.OpGet(lock)).Commit()
+		Then(clientv3.OpDelete(marker)).Commit()
 	cancel()
 	if err != nil {
 		return fmt.Errorf("forget %s (shard %d): %w", e, shard, etcd.TranslateError(err))
 	}
 	if !resp.Succeeded {
-		owner := "a lock whose value does not decode"
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			if l, err := storage.DecodeLock(storage.KeyValue{Key: string(storage.KeyspaceShards) + "/" + shard.String(), Value: kvs[0].Value,
-				Lease: storage.LeaseID(kvs[0].Lease), ModRevision: storage.Revision(kvs[0].ModRevision)}); err == nil {
-				owner = fmt.Sprintf("runner %q", l.Owner.RunnerID)
+		owner := "a lock"
+		if st, err := c.readStored(ctx); err == nil {
+			if l, ok := st.locks[shard]; ok {
+				id, registered := st.owner(l)
+				owner = fmt.Sprintf("runner %q", id)
+				if !registered {
+					owner += " (not registered: a crashed incarnation's lock, until its lease ends)"
+				}
 			}
 		}
 		return fmt.Errorf("%w: shard %d of %s is owned by %s, which keeps its remembered entities running: "+

@@ -164,27 +164,34 @@ func waitStatus(ctx context.Context, c *cluster, cond string, limit time.Duratio
 	if cond != "balanced" && cond != "owned" {
 		return nil, fmt.Errorf("%w: -wait %q: want balanced or owned", errUsage, cond)
 	}
-	var strategy sharding.Strategy
-	if cond == "balanced" {
-		if c.o.strategy == "" {
-			return nil, fmt.Errorf("the cluster record names no strategy (no hosting runner has published one): cannot tell what balanced is")
-		}
-		s, err := sharding.StrategyByName(c.o.strategy)
-		if err != nil {
-			return nil, err
-		}
-		strategy = s
-	}
 	deadline := time.Now().Add(limit)
 	last := ""
 	for {
+		missing := "no cluster record (no runner has started)"
 		st, err := c.readStored(ctx)
 		if err != nil {
 			return nil, err
 		}
-		missing, err := notYet(st, c.o.shards, strategy)
-		if err != nil {
-			return nil, err
+		if c.o.strategy == "" && !c.o.shardsSet {
+			// Started before the first runner: its record settles the
+			// shard count and the strategy.
+			cctx, cancel := c.ctx(ctx)
+			info, ok, err := c.store.ReadCluster(cctx)
+			cancel()
+			if err == nil && ok {
+				c.o.strategy, c.o.shards = info.Strategy, info.NumShards
+			}
+		}
+		if c.o.strategy != "" || cond == "owned" {
+			var strategy sharding.Strategy
+			if cond == "balanced" {
+				if strategy, err = sharding.StrategyByName(c.o.strategy); err != nil {
+					return nil, err
+				}
+			}
+			if missing, err = notYet(st, c.o.shards, strategy); err != nil {
+				return nil, err
+			}
 		}
 		if missing == "" {
 			return st, nil

@@ -98,6 +98,16 @@ func TestStoredStateIsListedWithNoRunnerUp(t *testing.T) {
 		r, _ := count("reminders")
 		return m == 20 && r == 20
 	})
+	// An owned shard's remembered entity is not forgotten behind its
+	// owner's back: the command refuses, naming the owner, and the marker
+	// stays.
+	code, out, errOut := ctl(t, append(base, "remembered", "-forget", "device/d0")...)
+	if code != exitFail || !strings.Contains(errOut, "is owned by runner") || !strings.Contains(errOut, "entity.Forget") {
+		t.Errorf("remembered -forget of an owned shard's entity: exit %d, %q %q", code, out, errOut)
+	}
+	if n, _ := count("remembered"); n != 20 {
+		t.Errorf("after a refused -forget: %d markers, want 20", n)
+	}
 	var rows []Singleton
 	waitFor(t, 10*time.Second, "the singleton running", func() bool {
 		rows = nil
@@ -157,8 +167,86 @@ func TestStoredStateIsListedWithNoRunnerUp(t *testing.T) {
 		t.Errorf("singletons with no runner up: %+v, want alerter unowned", rows)
 	}
 	// Without -namespace, the stopped cluster's namespace is still found.
-	code, out, errOut := ctl(t, "-endpoints", ep, "remembered")
+	code, out, errOut = ctl(t, "-endpoints", ep, "remembered")
 	if code != exitOK || !strings.Contains(out, ": 20 in ") || !strings.Contains(errOut, `namespace "fleet"`) {
 		t.Errorf("remembered without -namespace (exit %d): %q %q", code, out, errOut)
+	}
+	// With no owner, -forget deletes the marker; a second time there is
+	// nothing to forget.
+	if code, out, errOut := ctl(t, append(base, "remembered", "-forget", "device/d0")...); code != exitOK || !strings.Contains(out, "forgot device/d0") {
+		t.Errorf("remembered -forget with no owner: exit %d, %q %q", code, out, errOut)
+	}
+	if n, _ := count("remembered"); n != 19 {
+		t.Errorf("after -forget: %d markers, want 19", n)
+	}
+	if code, out, errOut := ctl(t, append(base, "remembered", "-forget", "device/d0")...); code != exitOK || !strings.Contains(out, "was not remembered") {
+		t.Errorf("remembered -forget again: exit %d, %q %q", code, out, errOut)
+	}
+	if code, _, errOut := ctl(t, append(base, "remembered", "-forget", "d0")...); code != exitUsage || !strings.Contains(errOut, "want KIND/ID") {
+		t.Errorf("remembered -forget d0: exit %d, %q", code, errOut)
+	}
+}
+
+// TestStatusWaitsUntilBalancedOrOwned: status -wait balanced returns once
+// every shard is owned by its assignee (after a runner joined, the shards
+// it is assigned are its own when the command returns); with a registered
+// runner that never takes its shards it fails at -wait-timeout saying
+// what is missing, while -wait owned succeeds; -wait owned with no lock
+// fails the same way.
+func TestStatusWaitsUntilBalancedOrOwned(t *testing.T) {
+	const shards = 16
+	srv := testenv.StartEtcd(t)
+	ep := srv.Endpoint()
+	base := []string{"-endpoints", ep, "-namespace", "waits"}
+	r1 := startRunner(t, ep, "waits", "r1", shards)
+	if code, out, errOut := ctl(t, append(base, "status", "-wait", "balanced", "-wait-timeout", "30s")...); code != exitOK {
+		t.Fatalf("status -wait balanced, one runner: exit %d, %q %q", code, out, errOut)
+	}
+	if !settled([]*node{r1}, shards) {
+		t.Errorf("status -wait balanced returned before r1 owned every shard: %v", r1.Owned())
+	}
+	r2 := startRunner(t, ep, "waits", "r2", shards)
+	waitFor(t, 10*time.Second, "r2 in both runners' membership", func() bool { return len(r1.Members()) == 2 && len(r2.Members()) == 2 })
+	var st Status
+	ctlJSON(t, &st, append(base, "status", "-wait", "balanced", "-wait-timeout", "30s")...)
+	if !settled([]*node{r1, r2}, shards) || len(st.Runners) != 2 || st.Runners[0].Shards+st.Runners[1].Shards != shards || st.Runners[1].Shards == 0 {
+		t.Errorf("status -wait balanced after r2 joined: %+v; r1 owns %v, r2 %v", st.Runners, r1.Owned(), r2.Owned())
+	}
+
+	// A registered runner that takes no shard: never balanced, but owned.
+	store, err := etcd.New(testenv.NewEtcdClient(t, ep), "waits", etcd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := store.Grant(t.Context(), outliveTest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.PutRunner(t.Context(), l.ID, storage.RunnerRecord{ID: "ghost", Weight: 1, Incarnation: "i", Started: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := ctl(t, append(base, "status", "-wait", "balanced", "-wait-timeout", "2s")...)
+	if code != exitFail || !strings.Contains(errOut, "not balanced after 2s") || !strings.Contains(errOut, "owned elsewhere than their assignee") ||
+		!strings.Contains(errOut, "assigned to ghost") {
+		t.Errorf("status -wait balanced with a runner that takes nothing: exit %d, %q %q", code, out, errOut)
+	}
+	if code, out, errOut := ctl(t, append(base, "status", "-wait", "owned", "-wait-timeout", "10s")...); code != exitOK || !strings.Contains(out, "ghost") {
+		t.Errorf("status -wait owned: exit %d, %q %q", code, out, errOut)
+	}
+	if code, _, errOut := ctl(t, append(base, "status", "-wait", "settled")...); code != exitUsage || !strings.Contains(errOut, "want balanced or owned") {
+		t.Errorf("status -wait settled: exit %d, %q", code, errOut)
+	}
+
+	// Only a runner record, no lock: never owned.
+	lonely, err := etcd.New(testenv.NewEtcdClient(t, ep), "lonely", etcd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lonely.PutRunner(t.Context(), l.ID, storage.RunnerRecord{ID: "ghost", Weight: 1, Incarnation: "i", Started: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = ctl(t, "-endpoints", ep, "-namespace", "lonely", "-shards", "4", "status", "-wait", "owned", "-wait-timeout", "1s")
+	if code != exitFail || !strings.Contains(errOut, "not owned after 1s: 4 of 4 shards not owned by a registered runner") {
+		t.Errorf("status -wait owned with no lock: exit %d, %q %q", code, out, errOut)
 	}
 }
