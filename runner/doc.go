@@ -315,6 +315,10 @@
 //   - Never passivated (idle or by the resident cap) until it calls
 //     entity.Forget, which deletes its marker (fenced); a later activation
 //     remembers it again.
+//   - Remembered without a message by Runner.Remember (entity.Remember from
+//     a handler): routed like a call to the shard's owner, which activates
+//     the entity and returns once the marker that activation queued is
+//     stored — the same fenced, batched write.
 //
 // # Routing and delivery
 //
