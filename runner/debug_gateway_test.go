@@ -1,10 +1,7 @@
 package runner_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -25,29 +22,20 @@ func TestDebugGatewayShowsItsRouting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := gw.DebugHandler(runner.DebugConfig{})
+	srv := newServer(t, gw.DebugHandler(runner.DebugConfig{}))
 	var st runner.DebugState
 	waitFor(t, 10*time.Second, "the gateway's page showing it routes to both runners", func() bool {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
-		st = runner.DebugState{}
-		return json.Unmarshal(rec.Body.Bytes(), &st) == nil && st.Self.Gateway != nil && st.Self.Gateway.Members == len(rs)
+		st = getState(t, srv.URL+"?format=json")
+		return st.Self.Gateway != nil && st.Self.Gateway.Members == len(rs)
 	})
 	g := st.Self.Gateway
 	if st.Self.Phase != "routing" || !g.Ready || g.Reason != "routing to 2 runners" || g.Routes != shards {
 		t.Errorf("gateway self: phase %q, gateway %+v; want routing, ready, routes to all %d shards", st.Self.Phase, *g, shards)
 	}
-	if rs[0].Config().ClientOnly || func() bool {
-		rec := httptest.NewRecorder()
-		rs[0].DebugHandler(runner.DebugConfig{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
-		var hs runner.DebugState
-		return json.Unmarshal(rec.Body.Bytes(), &hs) != nil || hs.Self.Gateway != nil || hs.Self.Phase != "attached"
-	}() {
-		t.Errorf("a hosting runner's page shows a gateway view or is not attached")
+	if hs := getState(t, newServer(t, rs[0].DebugHandler(runner.DebugConfig{})).URL+"?format=json"); hs.Self.Gateway != nil || hs.Self.Phase != "attached" {
+		t.Errorf("a hosting runner's self: phase %q, gateway %+v; want attached, no gateway view", hs.Self.Phase, hs.Self.Gateway)
 	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-	page := rec.Body.String()
+	page := string(get(t, srv.URL))
 	for _, want := range []string{`id="gateway"`, "routing to 2 runners", "shards routed</span>64 of 64"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the gateway's page lacks %q", want)

@@ -400,21 +400,17 @@ func (s *Service) writeRemembered(ctx context.Context, ms []*rememberedEntity) e
 			e = res[i].Err
 		}
 		switch {
-		case e == nil:
-			s.met.Writes.Add(context.Background(), 1, s.met.Attrs, opAttr("remember"))
-			set := lives[i][0].set
-			set.mu.Lock()
-			for _, m := range lives[i] {
-				m.queued = false
-				m.putEnded()
+		case e == nil || errors.Is(e, storage.ErrFenced):
+			// Fenced: the shard moved on, its next owner does not know them.
+			fenced := e != nil
+			if !fenced {
+				s.met.Writes.Add(context.Background(), 1, s.met.Attrs, opAttr("remember"))
 			}
-			set.mu.Unlock()
-		case errors.Is(e, storage.ErrFenced):
-			// The shard moved on: its next owner does not know them.
 			set := lives[i][0].set
 			set.mu.Lock()
 			for _, m := range lives[i] {
-				m.fenced = true
+				m.queued = m.queued && fenced
+				m.fenced = fenced
 				m.putEnded()
 			}
 			set.mu.Unlock()
