@@ -281,7 +281,11 @@ func NewKind[E any](name string, newFn func(id string) *E, opts ...Option) *Kind
 	case o.Codec == nil:
 		panic(fmt.Errorf("%w: kind %q: nil codec", ErrInvalidKind, name))
 	}
-	return &Kind[E]{name: name, newFn: newFn, opts: o, handlers: make(map[string]*Handler)}
+	k := &Kind[E]{name: name, newFn: newFn, opts: o, handlers: make(map[string]*Handler)}
+	if o.Remembered {
+		k.handlers[RememberMethod] = rememberHandler(name)
+	}
+	return k
 }
 
 // Name implements Descriptor.
@@ -302,6 +306,9 @@ func (k *Kind[E]) Options() Options { return k.opts }
 func (k *Kind[E]) add(h *Handler) {
 	if h.name == "" {
 		panic(fmt.Errorf("%w: kind %q: empty method name", ErrInvalidKind, k.name))
+	}
+	if h.name == RememberMethod {
+		panic(fmt.Errorf("%w: kind %q: method name %q is reserved (Remember)", ErrInvalidKind, k.name, h.name))
 	}
 	if _, dup := k.handlers[h.name]; dup {
 		panic(fmt.Errorf("%w: kind %q: method %q defined twice", ErrInvalidKind, k.name, h.name))

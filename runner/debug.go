@@ -66,8 +66,10 @@ type DebugState = debugpage.State
 //
 //	ID, Incarnation, Address      identity; Address "" without transport
 //	ClientOnly                    it routes and hosts nothing
-//	Phase                         new, starting, attached, detached, stopping or stopped
+//	Phase                         new, starting, attached, detached, stopping or stopped;
+//	                              routing for a client-only runner past its start
 //	Attached                      Phase is attached
+//	Gateway *DebugGateway         a client-only runner's routing state (nil otherwise)
 //	Detached *DebugDetach         why and since when, while detached
 //	NotStarted                    "not started: etcd at ... unreachable since ...",
 //	                              while its start calls to the store fail
@@ -86,6 +88,14 @@ type DebugState = debugpage.State
 //	MailboxRejections             messages refused by a full mailbox
 //	AssignmentError               why its last assignment failed ("" if it did not)
 type DebugSelf = debugpage.Self
+
+// DebugGateway is a client-only runner's (a gateway's) routing state. Its
+// fields: Ready and Reason (its readiness check: whether its membership
+// view is current, e.g. "routing to 2 runners" or "store unreachable for
+// ..."), Members (the hosting runners it sees) and Routes (the shards it
+// has a route for: a live owner's lock it knows, else an assignee that is
+// a member).
+type DebugGateway = debugpage.GatewayView
 
 // DebugDetach says why and since when a runner is detached. Its fields:
 // Reason (the detach reason), Detail and Since.

@@ -30,7 +30,14 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 		Lease: health.Lease, LeaseTTL: health.TTL, LeaseDeadline: health.Deadline, KeepAliveFailureStreak: health.FailureStreak,
 	}
 	snap.NotStarted, _ = r.notStarted()
+	var ready HealthCheck
+	if r.cfg.ClientOnly {
+		ready = r.CheckReadiness()
+	}
 	detached := r.copyView(&snap)
+	if g := snap.Gateway; g != nil {
+		g.Ready, g.Reason = ready.OK, ready.Reason
+	}
 	if detached {
 		det := r.machine.State()
 		snap.Detached = &debugpage.Detach{Reason: det.Reason.String(), Detail: det.Detail, Since: det.Since}
@@ -89,6 +96,12 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 		}
 	}
 	slices.SortFunc(snap.Locks, func(a, b storage.Lock) int { return int(a.Shard) - int(b.Shard) })
+	if r.cfg.ClientOnly {
+		snap.Gateway = r.gatewayViewLocked()
+		if r.lifecycle.phase == phaseStarting && closed(r.st.ready) {
+			snap.Phase = "routing" // a gateway never attaches: past its start, it routes
+		}
+	}
 	snap.ByLease = make(map[storage.LeaseID]string, len(r.view.byLease))
 	for id, m := range r.view.byLease {
 		snap.ByLease[id] = m.ID
@@ -168,4 +181,26 @@ func workerDetail(name string, singleton bool, err error) string {
 		d += ": " + err.Error()
 	}
 	return d
+}
+
+// gatewayViewLocked is a client-only runner's routing view: the hosting
+// runners it sees, and the shards it has a route for (a lock of a live
+// member, else an assignee that is a member). Under r.mu.
+func (r *Runner) gatewayViewLocked() *debugpage.Gateway {
+	g := &debugpage.Gateway{Members: len(r.view.members)}
+	for id := range r.cfg.NumShards {
+		sid := sharding.ShardID(id)
+		if l, held := r.view.locks.Get(sid); held {
+			if _, live := r.view.byLease[l.Lease]; live {
+				g.Routes++
+				continue
+			}
+		}
+		if id < len(r.view.assignment) {
+			if _, ok := r.view.members[r.view.assignment[id]]; ok {
+				g.Routes++
+			}
+		}
+	}
+	return g
 }

@@ -125,7 +125,8 @@
 // worker (RunPerShard) once per owned shard, both under the shard's
 // context with Work.Epoch as a fencing token; a remembered entity
 // (entity.Remembered) is activated without a message by its shard's owner
-// until it calls entity.Forget (ExampleRunner_RunSingleton,
+// until it calls entity.Forget, and Runner.Remember remembers one before
+// any message (ExampleRunner_RunSingleton,
 // ExampleRunner_RunPerShard, Example_rememberedEntity; docs/always-on.md).
 //
 // # Starting

@@ -34,6 +34,7 @@ type twinEnv struct {
 	pingP *entity.MethodRef[twin, string, string]
 	boom  *entity.SignalRef[twin, string]
 	drop  *entity.MethodRef[twin, string, string]
+	adopt *entity.MethodRef[twin, string, string] // remembers the entity its request names
 }
 
 type twinLife struct {
@@ -70,6 +71,10 @@ func newTwinEnv() *twinEnv {
 	})
 	env.drop = entity.Method(env.twin, "Forget", func(w *twin, ctx context.Context, _ string) (string, error) {
 		return "", entity.Forget(ctx)
+	})
+	env.adopt = entity.Method(env.twin, "Adopt", func(w *twin, ctx context.Context, id string) (string, error) {
+		s, _ := runner.SenderFrom(ctx)
+		return "", entity.Remember(ctx, s, env.twin, id)
 	})
 	return env
 }

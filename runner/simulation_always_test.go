@@ -17,7 +17,8 @@ import (
 // singletons and a shard worker, each recording its own runs (start and
 // return), and a remembered kind whose simRemembered entities are
 // activated once, before the faults, and record their own lives (from
-// Activate to Release or the end of the shard's context). After the run
+// Activate to Release or the end of the shard's context; half of them are
+// remembered without a message, by Runner.Remember). After the run
 // the checks demand:
 //
 //   - no two runs of one singleton, or of one shard's worker, on
@@ -116,15 +117,21 @@ func (a *simAlways) install(r *runner.Runner) error {
 	return nil
 }
 
-// activate activates the remembered entities through the gateway, before
-// the faults.
+// activate makes the remembered entities remembered through the gateway,
+// before the faults: the even ones by a message (their first activation),
+// the odd ones without any (Runner.Remember).
 func (s *simRun) activateRemembered(gw *simNode) {
 	a := s.w.always
 	for i := range simRemembered {
 		id := fmt.Sprintf("k%d", i)
 		for attempt := 0; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := a.touch.Ask(ctx, gw.r, id, "")
+			var err error
+			if i%2 == 0 {
+				_, err = a.touch.Ask(ctx, gw.r, id, "")
+			} else {
+				err = gw.r.Remember(ctx, a.kind, id)
+			}
 			cancel()
 			if err == nil {
 				break

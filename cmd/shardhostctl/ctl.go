@@ -40,7 +40,11 @@ var errUsage = errors.New("usage")
 const usageText = `usage: shardhostctl [flags] COMMAND [args]
 
 commands:
-  status                 runners, shard counts, unowned shards, handoffs in flight
+  status [-wait balanced|owned]
+                         runners, shard counts, unowned shards, handoffs in flight;
+                         -wait: first until every shard is owned by its assignee (balanced)
+                         or by a registered runner (owned), at most -wait-timeout (exit 1
+                         saying what is missing)
   shards                 owner and epoch of every shard; filters:
                            -owner RUNNER  -unowned  -handoffs  -range A-B
   drain RUNNER [-wait]   request that RUNNER take no shard (kept in etcd, also across its
@@ -54,7 +58,11 @@ commands:
                          lists every shard (writes nothing)
   singletons             every singleton's record: the runner that runs it, since when,
                          at which epoch, and whether that is the shard's owner now
-  remembered             the remembered entities of each shard, and the shard's owner
+  remembered [-forget KIND/ID]
+                         the remembered entities of each shard, and the shard's owner;
+                         -forget deletes one entity's marker, only while its shard has no
+                         owner (an owner keeps it running: use entity.Forget there)
+  reminders              the reminders stored for each shard, and the shard's owner
 
 flags (before or after the command):
 `
@@ -224,14 +232,15 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"status":     {args: 0, flags: noFlags, run: cmdStatus},
+	"status":     {args: 0, flags: statusFlags, run: cmdStatus},
 	"shards":     {args: 0, flags: shardsFlags, run: cmdShards},
 	"drain":      {args: 1, flags: drainFlags, run: cmdDrain},
 	"undrain":    {args: 1, flags: noFlags, run: cmdUndrain},
 	"where":      {args: 2, flags: noFlags, run: cmdWhere},
 	"plan":       {args: -1, flags: planFlags, run: cmdPlan},
 	"singletons": {args: 0, flags: noFlags, run: cmdSingletons},
-	"remembered": {args: 0, flags: noFlags, run: cmdRemembered},
+	"remembered": {args: 0, flags: rememberedFlags, run: cmdRemembered},
+	"reminders":  {args: 0, flags: noFlags, run: cmdReminders},
 }
 
 func noFlags(*flag.FlagSet) any { return nil }

@@ -1,7 +1,8 @@
 // Command shardhostctl inspects and steers a shardhost cluster by reading
 // and writing its keys in etcd directly, so it works when no runner is up.
 //
-//	shardhostctl [flags] status                 runners, shard counts, unowned shards, handoffs
+//	shardhostctl [flags] status [-wait balanced|owned [-wait-timeout D]]
+//	                                            runners, shard counts, unowned shards, handoffs
 //	shardhostctl [flags] shards [-owner R] [-unowned] [-handoffs] [-range A-B]
 //	                                            owner and epoch of each shard
 //	shardhostctl [flags] drain RUNNER [-wait]   RUNNER takes no shard: they move away by handoff
@@ -10,7 +11,9 @@
 //	shardhostctl [flags] plan join RUNNER [-weight W] | leave RUNNER | drain RUNNER | weight RUNNER W
 //	                                            dry run of the assignment after that change
 //	shardhostctl [flags] singletons             where each singleton runs, since when
-//	shardhostctl [flags] remembered             remembered entities per shard
+//	shardhostctl [flags] remembered [-forget KIND/ID]
+//	                                            remembered entities per shard
+//	shardhostctl [flags] reminders              reminders stored per shard
 //
 // Flags (before or after the command):
 //
@@ -34,8 +37,28 @@
 //
 // A user whose role is limited to the namespace's prefix cannot list the
 // other namespaces: give -namespace. status, shards, where and plan need
-// read on "/{namespace}/" (singletons and remembered too), drain and
-// undrain readwrite (see SECURITY.md).
+// read on "/{namespace}/" (singletons, remembered and reminders too), drain
+// and undrain readwrite, remembered -forget write on remembered/ (see
+// SECURITY.md).
+//
+// # What is stored, with no runner up
+//
+// singletons, remembered and reminders list the stored records whether or
+// not a runner is registered (with none, every shard has no owner). An
+// owner whose lease is not renewed (a killed runner) is shown with the
+// seconds etcd gives its lease: "lease ends in 2 s: not renewed".
+// remembered -forget KIND/ID deletes one marker only while the entity's
+// shard has no lock, conditional on that in the same transaction: an owner
+// keeps its remembered entities running from memory, so the command
+// refuses while one owns the shard (forget the entity from its handler,
+// entity.Forget).
+//
+// # Waiting
+//
+// status -wait balanced returns once every shard is owned by the runner
+// the cluster's strategy assigns it to, with no handoff in flight; -wait
+// owned once every shard is owned by a registered runner. Past
+// -wait-timeout (2 minutes) it exits 1 saying what is missing.
 // When etcd cannot be reached the error says what a TLS handshake with the
 // first endpoint found (an unknown CA, a missing client certificate, TLS
 // on one side only).

@@ -150,14 +150,9 @@ func parsePlanChange(args []string, f *planOpts) (PlanChange, error) {
 func plan(st *state, n int, strategy sharding.Strategy, change PlanChange) (*Plan, error) {
 	p := &Plan{NumShards: n, Strategy: strategy.Name(), Change: change, Moves: []PlanMove{}}
 	rows := map[string]*PlanRunner{}
-	var now []sharding.Runner
-	for _, r := range st.runners {
-		w := r.Weight
-		if r.Draining {
-			w = 0
-		}
-		now = append(now, sharding.Runner{ID: r.ID, Weight: w})
-		rows[r.ID] = &PlanRunner{ID: r.ID, WeightNow: w, WeightAfter: w}
+	now := members(st)
+	for _, r := range now {
+		rows[r.ID] = &PlanRunner{ID: r.ID, WeightNow: r.Weight, WeightAfter: r.Weight}
 	}
 	after := slices.Clone(now)
 	i := slices.IndexFunc(after, func(r sharding.Runner) bool { return r.ID == change.Runner })
@@ -181,24 +176,13 @@ func plan(st *state, n int, strategy sharding.Strategy, change PlanChange) (*Pla
 		after[i].Weight = change.Weight
 		rows[change.Runner].WeightAfter = change.Weight
 	}
-	// The owner of each shard now: the registered runner whose lease
-	// holds its lock (what sticky-balanced keeps, and where moves start).
-	owner := make(sharding.Assignment, n)
-	for id, l := range st.locks {
-		if int(id) < n && l.Epoch != 0 {
-			if r, ok := st.byLease[l.Lease]; ok {
-				owner[id] = r.ID
-				rows[r.ID].Owned++
-			}
+	owner := lockOwners(st, n)
+	for _, id := range owner {
+		if id != "" {
+			rows[id].Owned++
 		}
 	}
-	assign := func(rs []sharding.Runner) (sharding.Assignment, error) {
-		in := sharding.Input{NumShards: n, Runners: rs}
-		if !sharding.IgnoresCurrent(strategy) {
-			in.Current = owner
-		}
-		return strategy.Assign(in)
-	}
+	assign := func(rs []sharding.Runner) (sharding.Assignment, error) { return assignOf(strategy, n, rs, owner) }
 	cur, err := assign(now)
 	if err != nil {
 		return nil, fmt.Errorf("the assignment now: %w", err)
@@ -230,6 +214,45 @@ func plan(st *state, n int, strategy sharding.Strategy, change PlanChange) (*Pla
 		p.Runners = append(p.Runners, *rows[id])
 	}
 	return p, nil
+}
+
+// lockOwners returns the owner of each shard now: the registered runner whose
+// lease holds its lock (what sticky-balanced keeps, and where moves
+// start); "" when unowned or held by no registered runner.
+func lockOwners(st *state, n int) sharding.Assignment {
+	owner := make(sharding.Assignment, n)
+	for id, l := range st.locks {
+		if int(id) < n && l.Epoch != 0 {
+			if r, ok := st.byLease[l.Lease]; ok {
+				owner[id] = r.ID
+			}
+		}
+	}
+	return owner
+}
+
+// members returns the runners as the assignment weighs them: a draining
+// one at weight 0.
+func members(st *state) []sharding.Runner {
+	var out []sharding.Runner
+	for _, r := range st.runners {
+		w := r.Weight
+		if r.Draining {
+			w = 0
+		}
+		out = append(out, sharding.Runner{ID: r.ID, Weight: w})
+	}
+	return out
+}
+
+// assignOf computes the assignment of n shards to rs as the runners do,
+// from the owners now for a strategy that keeps shards where they are.
+func assignOf(strategy sharding.Strategy, n int, rs []sharding.Runner, owner sharding.Assignment) (sharding.Assignment, error) {
+	in := sharding.Input{NumShards: n, Runners: rs}
+	if !sharding.IgnoresCurrent(strategy) {
+		in.Current = owner
+	}
+	return strategy.Assign(in)
 }
 
 // draining reports whether runner id's record says draining.

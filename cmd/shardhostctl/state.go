@@ -156,9 +156,17 @@ type state struct {
 	drains   map[string]storage.DrainRequest // by runner ID (a corrupt value still requests)
 }
 
-// read lists the namespace. It fails when the namespace holds nothing, or
-// holds shards beyond -shards.
-func (c *cluster) read(ctx context.Context) (*state, error) {
+// read lists the namespace. It fails when the namespace holds no runner,
+// lock, handoff or drain request, or holds shards beyond -shards.
+func (c *cluster) read(ctx context.Context) (*state, error) { return c.readState(ctx, false) }
+
+// readStored is read for the commands that show what is stored beside the
+// runners (remembered entities, singleton records, reminders): a namespace
+// with no runner registered and no lock is not an error for them — it is
+// a stopped cluster, whose stored state they list with no owner.
+func (c *cluster) readStored(ctx context.Context) (*state, error) { return c.readState(ctx, true) }
+
+func (c *cluster) readState(ctx context.Context, stopped bool) (*state, error) {
 	st := &state{byLease: map[storage.LeaseID]storage.Runner{}, locks: map[sharding.ShardID]storage.Lock{},
 		handoffs: map[sharding.ShardID]storage.Handoff{}, drains: map[string]storage.DrainRequest{}}
 	var snaps [4]storage.Snapshot
@@ -172,11 +180,11 @@ func (c *cluster) read(ctx context.Context) (*state, error) {
 		snaps[i] = snap
 		st.rev = max(st.rev, snap.Revision)
 	}
-	if len(snaps[0].KVs)+len(snaps[1].KVs)+len(snaps[2].KVs)+len(snaps[3].KVs) == 0 {
+	if len(snaps[0].KVs)+len(snaps[1].KVs)+len(snaps[2].KVs)+len(snaps[3].KVs) == 0 && !stopped {
 		hint := ""
 		cctx, cancel := c.ctx(ctx)
 		if found, err := etcd.Namespaces(cctx, c.cli, 100000); err == nil && len(found) > 0 {
-			hint = "; namespaces with runners or locks there: " + strings.Join(found, ", ")
+			hint = "; namespaces with shardhost keys there: " + strings.Join(found, ", ")
 		}
 		cancel()
 		return nil, fmt.Errorf("namespace %q is empty at %s: no runner is registered and no shard is locked "+

@@ -49,8 +49,29 @@ type Status struct {
 	HandoffsBy map[string]int `json:"handoffs_by_pair"` // "from -> to"
 }
 
-func cmdStatus(ctx context.Context, c *cluster, _ any, _ []string, stdout, _ io.Writer) error {
-	st, err := c.read(ctx)
+type statusOpts struct {
+	wait        string
+	waitTimeout time.Duration
+}
+
+func statusFlags(fs *flag.FlagSet) any {
+	f := &statusOpts{}
+	fs.StringVar(&f.wait, "wait", "", "wait until the cluster is `balanced` (every shard owned by its assignee) or `owned` (every shard owned), then print the status")
+	fs.DurationVar(&f.waitTimeout, "wait-timeout", 2*time.Minute, "bound on -wait")
+	return f
+}
+
+func cmdStatus(ctx context.Context, c *cluster, flags any, _ []string, stdout, stderr io.Writer) error {
+	f := flags.(*statusOpts)
+	var (
+		st  *state
+		err error
+	)
+	if f.wait != "" {
+		st, err = waitStatus(ctx, c, f.wait, f.waitTimeout, stderr)
+	} else {
+		st, err = c.read(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -134,6 +155,106 @@ func cmdStatus(ctx context.Context, c *cluster, _ any, _ []string, stdout, _ io.
 	}
 	fmt.Fprintln(stdout)
 	return nil
+}
+
+// waitStatus polls the namespace until the cluster is balanced or owned
+// (cond), at most limit, and returns the state that met it. Progress goes
+// to progress when what is missing changes.
+func waitStatus(ctx context.Context, c *cluster, cond string, limit time.Duration, progress io.Writer) (*state, error) {
+	if cond != "balanced" && cond != "owned" {
+		return nil, fmt.Errorf("%w: -wait %q: want balanced or owned", errUsage, cond)
+	}
+	deadline := time.Now().Add(limit)
+	last := ""
+	for {
+		missing := "no cluster record (no runner has started)"
+		st, err := c.readStored(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c.o.strategy == "" && !c.o.shardsSet {
+			// Started before the first runner: its record settles the
+			// shard count and the strategy.
+			cctx, cancel := c.ctx(ctx)
+			info, ok, err := c.store.ReadCluster(cctx)
+			cancel()
+			if err == nil && ok {
+				c.o.strategy, c.o.shards = info.Strategy, info.NumShards
+			}
+		}
+		if c.o.strategy != "" || cond == "owned" {
+			var strategy sharding.Strategy
+			if cond == "balanced" {
+				if strategy, err = sharding.StrategyByName(c.o.strategy); err != nil {
+					return nil, err
+				}
+			}
+			if missing, err = notYet(st, c.o.shards, strategy); err != nil {
+				return nil, err
+			}
+		}
+		if missing == "" {
+			return st, nil
+		}
+		if missing != last {
+			fmt.Fprintf(progress, "shardhostctl: not %s yet: %s\n", cond, missing)
+			last = missing
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("not %s after %v: %s", cond, limit, missing)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// notYet says what keeps the cluster from being owned (strategy nil:
+// every shard owned by a registered runner) or balanced (as well, every
+// shard owned by the runner the strategy assigns it to, with no handoff in
+// flight); "" when nothing does.
+func notYet(st *state, n int, strategy sharding.Strategy) (string, error) {
+	owner := lockOwners(st, n)
+	unowned, first := 0, -1
+	for s, id := range owner {
+		if id == "" {
+			unowned++
+			if first < 0 {
+				first = s
+			}
+		}
+	}
+	var why []string
+	if len(st.runners) == 0 {
+		why = append(why, "no runner registered")
+	}
+	if unowned > 0 {
+		why = append(why, fmt.Sprintf("%d of %d shards not owned by a registered runner (shard %d first)", unowned, n, first))
+	}
+	if strategy != nil && len(st.runners) > 0 {
+		assigned, err := assignOf(strategy, n, members(st), owner)
+		if err != nil {
+			return "", fmt.Errorf("the assignment now: %w", err)
+		}
+		misplaced, example := 0, ""
+		for s, id := range owner {
+			if id != "" && id != assigned[s] {
+				if misplaced == 0 {
+					example = fmt.Sprintf("shard %d: owned by %s, assigned to %s", s, id, assigned[s])
+				}
+				misplaced++
+			}
+		}
+		if misplaced > 0 {
+			why = append(why, fmt.Sprintf("%d shards owned elsewhere than their assignee (%s)", misplaced, example))
+		}
+		if len(st.handoffs) > 0 {
+			why = append(why, fmt.Sprintf("%d handoffs in flight", len(st.handoffs)))
+		}
+	}
+	return strings.Join(why, "; "), nil
 }
 
 type shardsOpts struct {

@@ -73,9 +73,11 @@ func (s *Store) Revision(ctx context.Context) (storage.Revision, error) {
 	return storage.Revision(resp.Header.Revision), nil
 }
 
-// Namespaces returns the namespaces that hold shardhost keys (runners/,
-// shards/, handoffs/ or drains/) in the etcd cluster behind cli, sorted, looking at
-// no more than limit keys (0: no limit).
+// Namespaces returns the namespaces that hold shardhost keys in the etcd
+// cluster behind cli — runners/, shards/, handoffs/, drains/, and what a
+// cluster keeps with no runner up: its cluster record, remembered/,
+// singletons/, reminders/ — sorted, looking at no more than limit keys (0:
+// no limit).
 func Namespaces(ctx context.Context, cli *clientv3.Client, limit int64) ([]string, error) {
 	ctx, cancel := storage.WithOpTimeout(ctx, DefaultOpTimeout)
 	defer cancel()
@@ -91,7 +93,8 @@ func Namespaces(ctx context.Context, cli *clientv3.Client, limit int64) ([]strin
 		}
 		ks, _, _ := strings.Cut(rest, "/")
 		switch storage.Keyspace(ks) {
-		case storage.KeyspaceRunners, storage.KeyspaceShards, storage.KeyspaceHandoffs, storage.KeyspaceDrains:
+		case storage.KeyspaceRunners, storage.KeyspaceShards, storage.KeyspaceHandoffs, storage.KeyspaceDrains,
+			storage.Keyspace(storage.ClusterKey), storage.KeyspaceRemembered, storage.KeyspaceSingletons, storage.KeyspaceReminders:
 			seen[ns] = true
 		}
 	}

@@ -57,6 +57,9 @@ func self(s Snapshot, now time.Time) Self {
 		InboundHandoffs: s.InboundHandoffs, KeepAliveFailureStreak: s.KeepAliveFailureStreak,
 		Entities: s.Entities, AssignmentError: s.AssignmentError,
 	}
+	if g := s.Gateway; g != nil {
+		out.Gateway = &GatewayView{Ready: g.Ready, Reason: g.Reason, Members: g.Members, Routes: g.Routes}
+	}
 	if s.Lease != storage.NoLease && !s.ClientOnly {
 		out.Lease = fmt.Sprintf("%x", s.Lease)
 		out.LeaseTTLMS = ms(s.LeaseTTL)

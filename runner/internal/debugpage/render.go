@@ -209,8 +209,10 @@ func phasePill(s Self) template.HTML {
 		class += " ok"
 	case s.Detached != nil:
 		class += " bad"
-	case s.ClientOnly && s.Phase == "starting":
-		return `<span class="pill ok">routing (client only)</span>`
+	case s.Gateway != nil && s.Gateway.Ready:
+		return template.HTML(fmt.Sprintf(`<span class="pill ok">%s</span>`, template.HTMLEscapeString(s.Gateway.Reason)))
+	case s.ClientOnly && s.Phase == "routing":
+		class += " warn" // routing, but not ready: the reason is in the gateway line
 	default:
 		class += " warn"
 	}

@@ -37,7 +37,7 @@ type Snapshot struct {
 
 	// Its own state.
 	Address  string    // where it serves ("" when it does not)
-	Phase    string    // new, starting, attached, detached, stopping or stopped
+	Phase    string    // new, starting, attached, detached, stopping, stopped, or routing (a client-only runner serving)
 	Attached bool      // Phase is attached
 	Detached *Detach   // why it detached; nil unless Phase is detached
 	Started  time.Time // when Run was called (zero before)
@@ -57,6 +57,9 @@ type Snapshot struct {
 	Workers                []WorkerRun              // shard workers and singletons running here
 	Remembered             map[sharding.ShardID]int // remembered entities of each owned shard that has some
 	Events                 []Event                  // the latest, newest first; at most MaxEvents
+	// Gateway is a client-only runner's view of the cluster as it routes
+	// with it (nil for a hosting runner).
+	Gateway *Gateway
 	// NotStarted says why a runner that is not ready is not, once a start
 	// call failed ("not started: etcd at ... unreachable since ..."); ""
 	// otherwise.
@@ -69,6 +72,15 @@ type Snapshot struct {
 	Handoffs        []storage.Handoff          // handoff records, by shard
 	Assignment      sharding.Assignment        // runner ID by shard; "" or short: unassigned
 	AssignmentError string                     // why the last assignment failed ("" when it did not)
+}
+
+// Gateway is the state of a client-only runner's routing: what its
+// readiness check says and what its view holds.
+type Gateway struct {
+	Ready   bool   // its readiness check holds: the view is current and a hosting runner is registered
+	Reason  string // the readiness check's reason ("routing to 2 runners", "store unreachable for ...")
+	Members int    // hosting runners in its view
+	Routes  int    // shards it has a route for: a live lock owner it knows, else a registered assignee
 }
 
 // WorkerRun is a shard worker or singleton running on the runner.

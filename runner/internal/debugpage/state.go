@@ -92,7 +92,8 @@ type Self struct {
 	Incarnation string `json:"incarnation"`
 	Address     string `json:"address,omitempty"`
 	ClientOnly  bool   `json:"client_only,omitempty"`
-	// Phase: new, starting, attached, detached, stopping or stopped.
+	// Phase: new, starting, attached, detached, stopping or stopped; a
+	// client-only runner (a gateway) that routes says routing.
 	Phase    string  `json:"phase"`
 	Attached bool    `json:"attached"`
 	Detached *Detach `json:"detached,omitempty"` // while detached
@@ -122,6 +123,9 @@ type Self struct {
 	MessagesPerSec    *float64 `json:"messages_per_s,omitempty"`
 	MailboxRejections uint64   `json:"mailbox_rejections"`
 	AssignmentError   string   `json:"assignment_error,omitempty"`
+	// Gateway is a client-only runner's routing state (absent for a
+	// hosting runner).
+	Gateway *GatewayView `json:"gateway,omitempty"`
 	// NotStarted says why a runner that is not ready yet is not, once a
 	// start call to the store failed: "not started: etcd at ...
 	// unreachable since ...".
@@ -230,4 +234,14 @@ type Event struct {
 	Shard  *sharding.ShardID `json:"shard,omitempty"`
 	Epoch  storage.Epoch     `json:"epoch,omitempty"`
 	Detail string            `json:"detail,omitempty"`
+}
+
+// GatewayView is a client-only runner's routing state: its readiness
+// (Ready, Reason: whether its membership view is current), the hosting
+// runners it sees and the shards it has a route for.
+type GatewayView struct {
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason"`
+	Members int    `json:"members"`
+	Routes  int    `json:"routes"`
 }

@@ -29,6 +29,14 @@ type Remembrance interface {
 	ForgetEntity(ctx context.Context, shard sharding.ShardID, epoch storage.Epoch, e EntityKey) error
 }
 
+// RememberAwaiter is optionally implemented by a Remembrance: it waits
+// until an activated entity's marker is in the store.
+type RememberAwaiter interface {
+	// AwaitRemembered returns once e's marker is stored, fenced by epoch;
+	// an error when the shard left (ErrShardMoved) or ctx ended first.
+	AwaitRemembered(ctx context.Context, shard sharding.ShardID, epoch storage.Epoch, e EntityKey) error
+}
+
 // SetRemembrance makes rm the store side of remembered entities. It must
 // be called before any entity runs.
 func (h *Host) SetRemembrance(rm Remembrance) { h.remembrance = rm }
@@ -75,4 +83,22 @@ func (e *resident) Forget(ctx context.Context) error {
 	}
 	e.forgotten.Store(true)
 	return nil
+}
+
+// AwaitRemembered implements entity's remember runtime: it returns once
+// the entity's marker is in the store (entity.Remember).
+func (e *resident) AwaitRemembered(ctx context.Context) error {
+	if !e.kind.Opts.Remembered {
+		return fmt.Errorf("%w: %s %q", entity.ErrNotRemembered, e.key.Kind, e.key.ID)
+	}
+	sh := e.host
+	if err := e.shardGone(); err != nil {
+		return fmt.Errorf("remember %s %q: %w", e.key.Kind, e.key.ID, err)
+	}
+	aw, ok := sh.h.remembrance.(RememberAwaiter)
+	if !ok {
+		return fmt.Errorf("remember %s %q: %w: the runtime keeps no remembered entities", e.key.Kind, e.key.ID, entity.ErrNoEntity)
+	}
+	e.remembered() // an instance that called Forget and still runs is remembered again
+	return aw.AwaitRemembered(ctx, sh.id, sh.epoch, e.key)
 }

@@ -42,6 +42,10 @@ type rememberedEntity struct {
 	removed  bool // forgotten, or its set stopped
 	inFlight bool // an activation is queued in its mailbox
 	failures int
+	// stored is closed when the queued put ended: written, or fenced
+	// (fenced says which); nil when no put was queued.
+	stored chan struct{}
+	fenced bool
 }
 
 // activating reports whether the set's remembered entities may be
@@ -70,6 +74,9 @@ func (set *shardSet) installRemembered(loaded []storage.RememberedEntity) {
 // addRememberedLocked adds ref, queueing its put unless stored.
 func (set *shardSet) addRememberedLocked(ref storage.EntityRef, put bool) *rememberedEntity {
 	m := &rememberedEntity{set: set, ref: ref, queued: put}
+	if put {
+		m.stored = make(chan struct{})
+	}
 	m.F = m
 	set.remembered[ref] = m
 	set.s.remembered.Add(1)
@@ -177,7 +184,10 @@ func (m *rememberedEntity) retryLocked() {
 	}
 }
 
-var _ hosting.Remembrance = (*Service)(nil)
+var (
+	_ hosting.Remembrance     = (*Service)(nil)
+	_ hosting.RememberAwaiter = (*Service)(nil)
+)
 
 // Remember implements hosting.Remembrance: e is recorded for its shard
 // unless it is already.
@@ -244,6 +254,57 @@ func (s *Service) ForgetEntity(ctx context.Context, id sharding.ShardID, epoch s
 	}
 	set.mu.Unlock()
 	return nil
+}
+
+// putEnded wakes those waiting for m's put (AwaitRemembered). Under
+// set.mu.
+func (m *rememberedEntity) putEnded() {
+	if m.stored != nil {
+		close(m.stored)
+		m.stored = nil
+	}
+}
+
+// AwaitRemembered implements hosting.RememberAwaiter: it returns once e's
+// marker is in the store (at once if it already was), fenced by epoch —
+// or fails when the shard left this runner at epoch (hosting.ErrShardMoved)
+// or ctx ended first. e was activated before (its activation queued the
+// put, batched with the others).
+func (s *Service) AwaitRemembered(ctx context.Context, id sharding.ShardID, epoch storage.Epoch, e hosting.EntityKey) error {
+	set, err := s.setFor(ctx, id, epoch)
+	if err != nil {
+		return err
+	}
+	ref := storage.EntityRef{Kind: e.Kind, ID: e.ID}
+	for {
+		set.mu.Lock()
+		m := set.remembered[ref]
+		var wait chan struct{}
+		switch {
+		case set.st.stopped || (m != nil && m.fenced):
+			set.mu.Unlock()
+			return fmt.Errorf("remember %s %q: %w", e.Kind, e.ID, errMoving)
+		case m == nil:
+			set.mu.Unlock()
+			return fmt.Errorf("remember %s %q: not activated on shard %d at epoch %d (forgotten meanwhile?): %w", e.Kind, e.ID, id, epoch, errMoving)
+		case !m.queued:
+			set.mu.Unlock()
+			return nil
+		default:
+			wait = m.stored
+		}
+		set.mu.Unlock()
+		if wait == nil {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-set.ctx.Done():
+			return fmt.Errorf("remember %s %q: shard %d left this runner: %w", e.Kind, e.ID, id, context.Cause(set.ctx))
+		case <-ctx.Done():
+			return fmt.Errorf("remember %s %q: waiting for its marker: %w", e.Kind, e.ID, context.Cause(ctx))
+		}
+	}
 }
 
 // RememberedCount returns the number of remembered entities of the shards
@@ -339,16 +400,20 @@ func (s *Service) writeRemembered(ctx context.Context, ms []*rememberedEntity) e
 			e = res[i].Err
 		}
 		switch {
-		case e == nil:
-			s.met.Writes.Add(context.Background(), 1, s.met.Attrs, opAttr("remember"))
+		case e == nil || errors.Is(e, storage.ErrFenced):
+			// Fenced: the shard moved on, its next owner does not know them.
+			fenced := e != nil
+			if !fenced {
+				s.met.Writes.Add(context.Background(), 1, s.met.Attrs, opAttr("remember"))
+			}
 			set := lives[i][0].set
 			set.mu.Lock()
 			for _, m := range lives[i] {
-				m.queued = false
+				m.queued = m.queued && fenced
+				m.fenced = fenced
+				m.putEnded()
 			}
 			set.mu.Unlock()
-		case errors.Is(e, storage.ErrFenced):
-			// The shard moved on: its next owner does not know them.
 		default:
 			later = append(later, lives[i]...)
 			if first == nil {
