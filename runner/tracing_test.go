@@ -108,11 +108,12 @@ func TestLocalAskTraced(t *testing.T) {
 	}
 }
 
-// TestSignalAndTimerTracesLinked: a signal's handler starts a new trace
-// linked to the sender's span (its sender has its answer already), and so
-// does a timer's tick, linked to the span of the handler that started the
-// timer; a reminder's tick starts a new trace without a link.
-func TestSignalAndTimerTracesLinked(t *testing.T) {
+// TestSignalInSendersTraceTimerLinked: a signal's handler span is a
+// child of the sender's span (a parent-based sampler keeps it with its
+// sender), although its sender has its answer before it runs; a timer's
+// tick starts a new trace linked to the span of the handler that started
+// the timer; a reminder's tick starts a new trace without a link.
+func TestSignalInSendersTraceTimerLinked(t *testing.T) {
 	c := memory.NewCluster()
 	defer c.Close()
 	s := newSpans(t)
@@ -131,7 +132,10 @@ func TestSignalAndTimerTracesLinked(t *testing.T) {
 	arm := s.waitEnded(t, "the signal handler's span", named("handle tracee/arm", trace.SpanKindInternal, "a"))
 	tick := s.waitEnded(t, "the timer tick's span", named("handle tracee/tick", trace.SpanKindInternal, "a"))
 	hasAttrs(t, client, "shardhost.one_way", "true")
-	linkedTo(t, arm, client)
+	childOf(t, arm, client)
+	if len(arm.Links()) != 0 {
+		t.Errorf("the signal handler's span links %v, want none (its sender is its parent)", arm.Links())
+	}
 	linkedTo(t, tick, arm)
 	hasAttrs(t, tick, "shardhost.tick", "timer", "shardhost.entity", "z")
 
