@@ -216,3 +216,79 @@ func TestSpanTextValidUTF8FromAnyPeer(t *testing.T) {
 		}
 	}
 }
+
+// outliver is the entity of TestAsyncSendOutlivesItsHandler.
+type outliver struct{ env *outliverEnv }
+
+type outliverEnv struct {
+	release chan struct{} // Hold returns
+	held    chan struct{} // Hold started
+	done    chan error    // the outcome of Fan's asynchronous ask
+	fanCtx  chan context.Context
+}
+
+type outliverReq struct{ To string }
+
+// Fan asks To's Hold asynchronously and returns at once.
+func (o *outliver) Fan(ctx context.Context, r outliverReq) (struct{}, error) {
+	s, _ := runner.SenderFrom(ctx)
+	outliverHold.AskAsync(s, r.To, outliverReq{}, 10*time.Second, func(_ struct{}, err error) { o.env.done <- err })
+	o.env.fanCtx <- ctx
+	return struct{}{}, nil
+}
+
+// Hold returns once the test releases it.
+func (o *outliver) Hold(context.Context, outliverReq) (struct{}, error) {
+	o.env.held <- struct{}{}
+	<-o.env.release
+	return struct{}{}, nil
+}
+
+var (
+	outliverEnvs = &outliverEnv{release: make(chan struct{}), held: make(chan struct{}, 1), done: make(chan error, 1), fanCtx: make(chan context.Context, 1)}
+	outliverKind = entity.NewKind("outliver", func(string) *outliver { return &outliver{env: outliverEnvs} })
+	outliverFan  = entity.Method(outliverKind, "fan", (*outliver).Fan)
+	outliverHold = entity.Method(outliverKind, "hold", (*outliver).Hold)
+)
+
+// TestAsyncSendOutlivesItsHandler: an asynchronous ask sent from a traced
+// handler (its SenderFrom) keeps the handler's trace but not its
+// cancellation: the handler returns, its context is cancelled (the
+// asker's deadline bounds it), and the ask still gets its answer; its
+// client span is a child of the handler's span.
+func TestAsyncSendOutlivesItsHandler(t *testing.T) {
+	c := memory.NewCluster()
+	defer c.Close()
+	s := newSpans(t)
+	r := startTraced(t, c, s, runner.Config{ID: "a", NumShards: 4})
+	if err := r.Register(outliverKind); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := outliverFan.Ask(ctx, r, "fan", outliverReq{To: "hold"}); err != nil {
+		t.Fatal(err)
+	}
+	fanCtx := <-outliverEnvs.fanCtx
+	select {
+	case <-fanCtx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context is not cancelled after it returned: the test proves nothing")
+	}
+	select {
+	case <-outliverEnvs.held:
+		outliverEnvs.release <- struct{}{}
+	case err := <-outliverEnvs.done:
+		t.Fatalf("the asynchronous ask of a handler that returned failed before its handler ran: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the asynchronous ask's handler never ran")
+	}
+	if err := <-outliverEnvs.done; err != nil {
+		t.Fatalf("the asynchronous ask of a handler that returned: %v", err)
+	}
+	fan := s.waitEnded(t, "the handler's span", named("handle outliver/fan", trace.SpanKindInternal, "a"))
+	async := s.waitEnded(t, "the asynchronous ask's client span", named("outliver/hold", trace.SpanKindClient, "a"))
+	hold := s.waitEnded(t, "the held handler's span", named("handle outliver/hold", trace.SpanKindInternal, "a"))
+	childOf(t, async, fan)
+	childOf(t, hold, async)
+}
