@@ -66,6 +66,8 @@ type handlerSender struct {
 	tr sendTrace
 }
 
+var _ Sender = handlerSender{}
+
 // Send implements entity.Sender: Runner.Send.
 func (h handlerSender) Send(ctx context.Context, c entity.Call) (any, error) { return h.r.Send(ctx, c) }
 
