@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardhost/shardhost/entity"
 )
 
@@ -24,17 +27,25 @@ type Sender interface {
 
 var _ Sender = (*Runner)(nil)
 
-// SenderFrom returns the runner hosting the handler (or lifecycle hook)
-// whose context ctx is, or a context derived from it, so that entities
-// send to entities without a runner kept in a global:
+// SenderFrom returns the sender of the handler (or lifecycle hook) whose
+// context ctx is, or a context derived from it: the runner hosting it, so
+// that entities send to entities without a runner kept in a global.
+// Its asynchronous sends (SendAsync: AskAsync, TellAsync) keep ctx's
+// trace and baggage — their client spans are children of the handler's
+// span — but not its cancellation or deadline (they have their own
+// timeout), and they never hold the handler:
 //
 //	func (r *Room) Post(ctx context.Context, m Msg) (int, error) {
 //		s, _ := runner.SenderFrom(ctx)
 //		for _, member := range r.members {
-//			Deliver.TellAsync(s, member, m, time.Second, nil) // never holds the room
+//			Deliver.TellAsync(s, member, m, time.Second, nil) // never holds the room; in Post's trace
 //		}
 //		...
 //	}
+//
+// Take a sender from each handler's own context: one kept from another
+// (an Activate hook's, say) sends in that one's trace. Send (Ask, Tell)
+// traces with the context it is given, as always.
 //
 // ok is false for a context that no runner gave a handler.
 func SenderFrom(ctx context.Context) (s Sender, ok bool) {
@@ -42,7 +53,46 @@ func SenderFrom(ctx context.Context) (s Sender, ok bool) {
 	if !ok {
 		return nil, false
 	}
-	return env.r, true
+	sc, bag := trace.SpanContextFromContext(ctx), baggage.FromContext(ctx)
+	if !sc.IsValid() && bag.Len() == 0 { // tracing off: nothing to keep
+		return env.r, true
+	}
+	return handlerSender{env.r, sendTrace{sc, bag}}, true
+}
+
+// handlerSender is a runner sending for a traced handler (SenderFrom).
+type handlerSender struct {
+	r  *Runner
+	tr sendTrace
+}
+
+var _ Sender = handlerSender{}
+
+// Send implements entity.Sender: Runner.Send.
+func (h handlerSender) Send(ctx context.Context, c entity.Call) (any, error) { return h.r.Send(ctx, c) }
+
+// SendAsync implements entity.AsyncSender: Runner.SendAsync in the
+// handler's trace, with its baggage.
+func (h handlerSender) SendAsync(c entity.Call, timeout time.Duration, done func(resp any, err error)) {
+	h.r.sendAsync(h.tr, c, timeout, done)
+}
+
+// sendTrace is what an asynchronous send keeps of its sender's context:
+// its span (the parent of the send's client span) and baggage.
+type sendTrace struct {
+	parent trace.SpanContext
+	bag    baggage.Baggage
+}
+
+// context returns ctx carrying t.
+func (t sendTrace) context(ctx context.Context) context.Context {
+	if t.parent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, t.parent)
+	}
+	if t.bag.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, t.bag)
+	}
+	return ctx
 }
 
 // SendAsync sends c without waiting and reports the outcome to done (see
@@ -56,8 +106,14 @@ func SenderFrom(ctx context.Context) (s Sender, ok bool) {
 // before SendAsync returns when the send is refused at once: the runner
 // has stopped (ErrClosed), or Config.MaxAsyncSends sends are in flight
 // (ErrTooManyAsyncSends). Sends made one after another this way are
-// independent: they may be delivered in any order.
+// independent: they may be delivered in any order. Its client span starts
+// a new trace: a handler's sender (SenderFrom) sends in the handler's.
 func (r *Runner) SendAsync(c entity.Call, timeout time.Duration, done func(resp any, err error)) {
+	r.sendAsync(sendTrace{}, c, timeout, done)
+}
+
+// sendAsync is SendAsync in the trace tr (none when zero).
+func (r *Runner) sendAsync(tr sendTrace, c entity.Call, timeout time.Duration, done func(resp any, err error)) {
 	if timeout <= 0 {
 		timeout = r.cfg.RequestTimeout
 	}
@@ -69,7 +125,7 @@ func (r *Runner) SendAsync(c entity.Call, timeout time.Duration, done func(resp 
 	}
 	go func() {
 		defer r.async.end()
-		ctx, cancel := context.WithTimeout(r.async.ctx, timeout)
+		ctx, cancel := context.WithTimeout(tr.context(r.async.ctx), timeout)
 		resp, err := r.Send(ctx, c)
 		cancel()
 		if done != nil {

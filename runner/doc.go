@@ -110,7 +110,9 @@
 // mailbox, until it returns — after a crash of the target's runner, about
 // LeaseTTL plus an acquisition, and a signal handler's context has no
 // deadline to cut it short. AskAsync and TellAsync do not hold it (at most
-// Config.MaxAsyncSends in flight, not ordered among themselves). Two
+// Config.MaxAsyncSends in flight, not ordered among themselves); through a
+// handler's sender (SenderFrom) they keep its trace and baggage, not its
+// cancellation: they may outlive the handler. Two
 // entities that ask each other synchronously wait for each other until a
 // context ends. docs/how-it-works.md says what blocks, and for how long.
 //

@@ -108,11 +108,12 @@ func TestLocalAskTraced(t *testing.T) {
 	}
 }
 
-// TestSignalAndTimerTracesLinked: a signal's handler starts a new trace
-// linked to the sender's span (its sender has its answer already), and so
-// does a timer's tick, linked to the span of the handler that started the
-// timer; a reminder's tick starts a new trace without a link.
-func TestSignalAndTimerTracesLinked(t *testing.T) {
+// TestSignalInSendersTraceTimerLinked: a signal's handler span is a
+// child of the sender's span (a parent-based sampler keeps it with its
+// sender), although its sender has its answer before it runs; a timer's
+// tick starts a new trace linked to the span of the handler that started
+// the timer; a reminder's tick starts a new trace without a link.
+func TestSignalInSendersTraceTimerLinked(t *testing.T) {
 	c := memory.NewCluster()
 	defer c.Close()
 	s := newSpans(t)
@@ -131,7 +132,10 @@ func TestSignalAndTimerTracesLinked(t *testing.T) {
 	arm := s.waitEnded(t, "the signal handler's span", named("handle tracee/arm", trace.SpanKindInternal, "a"))
 	tick := s.waitEnded(t, "the timer tick's span", named("handle tracee/tick", trace.SpanKindInternal, "a"))
 	hasAttrs(t, client, "shardhost.one_way", "true")
-	linkedTo(t, arm, client)
+	childOf(t, arm, client)
+	if len(arm.Links()) != 0 {
+		t.Errorf("the signal handler's span links %v, want none (its sender is its parent)", arm.Links())
+	}
 	linkedTo(t, tick, arm)
 	hasAttrs(t, tick, "shardhost.tick", "timer", "shardhost.entity", "z")
 
@@ -211,4 +215,80 @@ func TestSpanTextValidUTF8FromAnyPeer(t *testing.T) {
 			validAttrs(where+" event "+ev.Name, ev.Attributes)
 		}
 	}
+}
+
+// outliver is the entity of TestAsyncSendOutlivesItsHandler.
+type outliver struct{ env *outliverEnv }
+
+type outliverEnv struct {
+	release chan struct{} // Hold returns
+	held    chan struct{} // Hold started
+	done    chan error    // the outcome of Fan's asynchronous ask
+	fanCtx  chan context.Context
+}
+
+type outliverReq struct{ To string }
+
+// Fan asks To's Hold asynchronously and returns at once.
+func (o *outliver) Fan(ctx context.Context, r outliverReq) (struct{}, error) {
+	s, _ := runner.SenderFrom(ctx)
+	outliverHold.AskAsync(s, r.To, outliverReq{}, 10*time.Second, func(_ struct{}, err error) { o.env.done <- err })
+	o.env.fanCtx <- ctx
+	return struct{}{}, nil
+}
+
+// Hold returns once the test releases it.
+func (o *outliver) Hold(context.Context, outliverReq) (struct{}, error) {
+	o.env.held <- struct{}{}
+	<-o.env.release
+	return struct{}{}, nil
+}
+
+var (
+	outliverEnvs = &outliverEnv{release: make(chan struct{}), held: make(chan struct{}, 1), done: make(chan error, 1), fanCtx: make(chan context.Context, 1)}
+	outliverKind = entity.NewKind("outliver", func(string) *outliver { return &outliver{env: outliverEnvs} })
+	outliverFan  = entity.Method(outliverKind, "fan", (*outliver).Fan)
+	outliverHold = entity.Method(outliverKind, "hold", (*outliver).Hold)
+)
+
+// TestAsyncSendOutlivesItsHandler: an asynchronous ask sent from a traced
+// handler (its SenderFrom) keeps the handler's trace but not its
+// cancellation: the handler returns, its context is cancelled (the
+// asker's deadline bounds it), and the ask still gets its answer; its
+// client span is a child of the handler's span.
+func TestAsyncSendOutlivesItsHandler(t *testing.T) {
+	c := memory.NewCluster()
+	defer c.Close()
+	s := newSpans(t)
+	r := startTraced(t, c, s, runner.Config{ID: "a", NumShards: 4})
+	if err := r.Register(outliverKind); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := outliverFan.Ask(ctx, r, "fan", outliverReq{To: "hold"}); err != nil {
+		t.Fatal(err)
+	}
+	fanCtx := <-outliverEnvs.fanCtx
+	select {
+	case <-fanCtx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context is not cancelled after it returned: the test proves nothing")
+	}
+	select {
+	case <-outliverEnvs.held:
+		outliverEnvs.release <- struct{}{}
+	case err := <-outliverEnvs.done:
+		t.Fatalf("the asynchronous ask of a handler that returned failed before its handler ran: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the asynchronous ask's handler never ran")
+	}
+	if err := <-outliverEnvs.done; err != nil {
+		t.Fatalf("the asynchronous ask of a handler that returned: %v", err)
+	}
+	fan := s.waitEnded(t, "the handler's span", named("handle outliver/fan", trace.SpanKindInternal, "a"))
+	async := s.waitEnded(t, "the asynchronous ask's client span", named("outliver/hold", trace.SpanKindClient, "a"))
+	hold := s.waitEnded(t, "the held handler's span", named("handle outliver/hold", trace.SpanKindInternal, "a"))
+	childOf(t, async, fan)
+	childOf(t, hold, async)
 }

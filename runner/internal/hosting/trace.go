@@ -18,27 +18,32 @@ import (
 // with the activation it needed, if any, as a child span, and its context
 // carries that span so the handler's own calls join the trace:
 //
-//   - an ask's handler span is a child of the asker's span (the sender's
-//     client span, or the server span of the hop that brought it);
-//   - a signal's and a timer's start a new trace linked to the span that
-//     sent the signal or started the timer; a reminder's (and a
-//     remembered entity's activation without a message) start a new
-//     trace without a link, since a reminder outlives any span: its
-//     registration is stored, the span context that made it is not.
+//   - an ask's and a signal's handler span is a child of the sender's
+//     span (its client span, or the server span of the hop that brought
+//     the message), so that a parent-based sampler keeps it exactly when
+//     it keeps the sender's; a signal's carries its sender's baggage too;
+//   - a timer's tick starts a new trace linked to the span of the handler
+//     that started the timer (a periodic timer outlives that trace); a
+//     reminder's (and a remembered entity's activation without a
+//     message) start a new trace without a link, since a reminder
+//     outlives any span: its registration is stored, the span context
+//     that made it is not.
 //
 // A message without a msgTrace (tracing off) costs one nil test.
 
 // msgTrace is the trace of one message.
 type msgTrace struct {
-	link trace.SpanContext // a signal's sender, a timer's scheduler (invalid: none)
-	span trace.Span        // the handler's span (set by the entity's goroutine)
+	parent trace.SpanContext // a signal's sender (invalid: none; an ask's is in message.ctx)
+	bag    baggage.Baggage   // a signal's sender's baggage
+	link   trace.SpanContext // a timer's scheduler (invalid: none)
+	span   trace.Span        // the handler's span (set by the entity's goroutine)
 }
 
 // traceOf returns the trace of a message admitted with ctx while tracing
 // is on.
 func traceOf(ctx context.Context, oneWay bool) *msgTrace {
-	if oneWay { // a signal: a new trace, linked to its sender's span
-		return &msgTrace{link: trace.SpanContextFromContext(ctx)}
+	if oneWay { // a signal: its sender's ctx may end before it runs; keep what the handler needs
+		return &msgTrace{parent: trace.SpanContextFromContext(ctx), bag: baggage.FromContext(ctx)}
 	}
 	return &msgTrace{} // an ask: a child of the asker's span (message.ctx)
 }
@@ -53,6 +58,8 @@ func (e *resident) startSpan(m *message) {
 	switch {
 	case m.ctx != nil:
 		parent = m.ctx
+	case m.tr.parent.IsValid():
+		parent = trace.ContextWithSpanContext(e.ctx, m.tr.parent)
 	case m.tr.link.IsValid():
 		opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithNewRoot(),
 			trace.WithLinks(trace.Link{SpanContext: m.tr.link})}
@@ -103,17 +110,18 @@ func (m *message) endSpan(err error) {
 
 // traceContext returns ctx carrying span, and, when it is sampled, the
 // entity's runtime that links the timers it starts to span (a link to a
-// span not exported would lead nowhere), and, for an ask, the asker's
-// baggage.
+// span not exported would lead nowhere), and the sender's baggage.
 func (e *resident) traceContext(ctx context.Context, m *message, span trace.Span) context.Context {
 	ctx = trace.ContextWithSpan(ctx, span)
 	if sc := span.SpanContext(); sc.IsSampled() {
 		ctx = entity.WithRuntime(ctx, tracedRuntime{e, sc})
 	}
+	b := m.tr.bag
 	if m.ctx != nil {
-		if b := baggage.FromContext(m.ctx); b.Len() > 0 {
-			ctx = baggage.ContextWithBaggage(ctx, b)
-		}
+		b = baggage.FromContext(m.ctx)
+	}
+	if b.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, b)
 	}
 	return ctx
 }
