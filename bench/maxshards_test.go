@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/etcd"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -171,5 +173,115 @@ func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
 		b.ReportMetric(four/(1<<20), "MB-4-runners")
 		b.ReportMetric(fixed/(1<<20), "MB-per-runner-fixed")
 		b.ReportMetric((one-fixed)/float64(n), "B-per-owned-shard")
+	}
+}
+
+// BenchmarkRunnerHeapOwningOnePercent measures the memory of one runner
+// among 100 at sharding.MaxShards shards on a real etcd: the live heap
+// after GC once it owns the shards assigned to it (1 %, 655 or 656),
+// minus the heap before it started. The other 99 members are runner
+// records under a lease of this benchmark's (no process behind them, no
+// locks), so that only this runner's heap is measured; its store's client
+// is created before. SHARDHOST_HEAPPROFILE=file writes a heap profile
+// while the runner runs (-memprofile is written after it closed): read it
+// with `go tool pprof -sample_index=inuse_space -top`.
+func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
+	const members = 100
+	n := sharding.MaxShards
+	if os.Getenv("SHARDHOST_HEAPPROFILE") != "" {
+		runtime.MemProfileRate = 1 // every allocation: the runner's tables are a few each
+	}
+	srv := testenv.StartEtcd(b)
+	cli := testenv.NewEtcdClient(b, srv.Endpoint())
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	ctx := context.Background()
+	ns := 0
+	var total float64
+	runs := 0
+	for b.Loop() {
+		b.StopTimer()
+		ns++
+		s, err := etcd.New(cli, fmt.Sprintf("onepercent-%d", ns), etcd.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lease, err := s.Grant(ctx, 5*time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]sharding.Runner, 0, members)
+		self := fmt.Sprintf("r%03d", members/2)
+		for i := range members {
+			id := fmt.Sprintf("r%03d", i)
+			ids = append(ids, sharding.Runner{ID: id, Weight: 1})
+			if id == self {
+				continue
+			}
+			rec := storage.RunnerRecord{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", 1+i), Weight: 1,
+				Incarnation: fmt.Sprint("fake-", i), Started: time.Now(), LeaseTTL: 5 * time.Minute}
+			if _, err := s.PutRunner(ctx, lease.ID, rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		a, err := sharding.Default().Assign(sharding.Input{NumShards: n, Runners: ids})
+		if err != nil {
+			b.Fatal(err)
+		}
+		want := 0
+		for _, id := range a {
+			if id == self {
+				want++
+			}
+		}
+		a, ids = nil, nil
+		before := heap()
+		r, err := runner.New(s, runner.Config{ID: self, NumShards: n, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		deadline := time.Now().Add(2 * time.Minute)
+		for len(r.Owned()) != want {
+			if time.Now().After(deadline) {
+				b.Fatalf("the runner owns %d of its %d shards after 2 minutes", len(r.Owned()), want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // the watches catch up with the last acquisitions
+		after := heap()
+		if path := os.Getenv("SHARDHOST_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path) // while the runner runs: what it keeps
+		}
+		r.Close()
+		<-done
+		if err := s.Revoke(ctx, lease.ID); err != nil {
+			b.Fatal(err)
+		}
+		total += float64(after) - float64(before)
+		runs++
+		b.Logf("the runner owns %d of %d shards among %d members: heap +%.2f MB", want, n, members, (float64(after)-float64(before))/(1<<20))
+		b.StartTimer()
+	}
+	b.ReportMetric(total/float64(runs), "B/runner")
+}
+
+// writeHeapProfile writes the heap profile of the live heap to path.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
 	}
 }
