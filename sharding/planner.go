@@ -54,11 +54,6 @@ type Planner struct {
 	// is false until the first.
 	owner   []int32
 	matched bool
-	// Scratch of match, kept from one call to the next.
-	heaps   []held
-	next    []uint8
-	lastKey []uint64
-	lastIdx []int32
 }
 
 // NewPlanner returns a Planner computing the assignments of s.
@@ -292,16 +287,18 @@ func (p *Planner) match(q []int) {
 		}
 	}
 	r := newRanking(p.ms)
-	if len(p.heaps) != n {
-		p.heaps, p.owner = make([]held, n), make([]int32, n)
-		p.next, p.lastKey, p.lastIdx = make([]uint8, n), make([]uint64, n), make([]int32, n)
+	if len(p.owner) != n {
+		p.owner = make([]int32, n)
 	}
-	next, lastKey, lastIdx := p.next, p.lastKey, p.lastIdx
-	clear(next)
+	// The scratch of one match (29 bytes a shard) is not kept: a Planner
+	// lives as long as its runner and matches only when membership
+	// changes.
+	heaps, next := make([]held, n), make([]uint8, n)
+	lastKey, lastIdx := make([]uint64, n), make([]int32, n)
 	for s := range lastIdx {
 		lastIdx[s] = -1
 	}
-	off := acceptProposals(q, p.heaps, func(s int32) (int, uint64) {
+	off := acceptProposals(q, heaps, func(s int32) (int, uint64) {
 		base := int(s) * prefixLen
 		for p.keys != nil && int(next[s]) < int(p.plen[s]) {
 			j := base + int(next[s])
@@ -316,7 +313,7 @@ func (p *Planner) match(q []int) {
 		return best, bk
 	})
 	for i := range p.ms {
-		for _, h := range p.heaps[off[i]:off[i+1]] {
+		for _, h := range heaps[off[i]:off[i+1]] {
 			p.owner[h.shard] = int32(i)
 		}
 	}
