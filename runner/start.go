@@ -562,10 +562,7 @@ func (r *Runner) noOwnerReason(id sharding.ShardID, waited time.Duration) string
 	listed, members, phase := r.view.membersSeen, len(r.view.members), r.lifecycle.phase
 	l, held := r.view.locks.Get(id)
 	_, holderKnown := r.view.byLease[l.Lease]
-	assigned := ""
-	if int(id) < len(r.view.assignment) {
-		assigned = r.view.assignment[id]
-	}
+	assigned := r.view.assignment.Of(id)
 	r.mu.Unlock()
 	failure := ""
 	if err := r.startErr(); err != nil {
