@@ -178,7 +178,7 @@ func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
 
 // BenchmarkRunnerHeapOwningOnePercent measures the memory of one runner
 // among 100 at sharding.MaxShards shards on a real etcd: the live heap
-// after GC once it owns the shards assigned to it (1 %, 655 or 656),
+// after GC once it owns the shards assigned to it (1 %: 655 or 656),
 // minus the heap before it started. The other 99 members are runner
 // records under a lease of this benchmark's (no process behind them, no
 // locks), so that only this runner's heap is measured; its store's client
@@ -203,8 +203,9 @@ func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
 	}
 	ctx := context.Background()
 	ns := 0
-	var total float64
+	var total, totalAfter float64
 	runs := 0
+	const ids0 = "r000" // the member that leaves
 	for b.Loop() {
 		b.StopTimer()
 		ns++
@@ -230,33 +231,54 @@ func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		a, err := sharding.Default().Assign(sharding.Input{NumShards: n, Runners: ids})
-		if err != nil {
-			b.Fatal(err)
-		}
-		want := 0
-		for _, id := range a {
-			if id == self {
-				want++
+		// wants returns the shards the members assign to this runner.
+		wants := func(members []sharding.Runner) []sharding.ShardID {
+			a, err := sharding.Default().Assign(sharding.Input{NumShards: n, Runners: members})
+			if err != nil {
+				b.Fatal(err)
 			}
+			return a.ShardsOf(self)
 		}
-		a, ids = nil, nil
+		want, wantAfter := wants(ids), wants(ids[1:])
+		ids = nil
 		before := heap()
-		r, err := runner.New(s, runner.Config{ID: self, NumShards: n, Logger: quiet})
+		// A transport, as the members' records have addresses (nobody
+		// answers there: a shard assigned to one of them stays here).
+		r, err := runner.New(s, runner.Config{ID: self, NumShards: n, Logger: quiet, ListenAddr: "127.0.0.1:0"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx) }()
-		deadline := time.Now().Add(2 * time.Minute)
-		for len(r.Owned()) != want {
-			if time.Now().After(deadline) {
-				b.Fatalf("the runner owns %d of its %d shards after 2 minutes", len(r.Owned()), want)
+		// owns waits until the runner owns the shards of want, then
+		// returns the heap's growth since before.
+		owns := func(want []sharding.ShardID) float64 {
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				owned, missing := r.Owned(), 0
+				for _, id := range want {
+					if _, ok := owned[id]; !ok {
+						missing++
+					}
+				}
+				if missing == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("the runner misses %d of its %d shards after 2 minutes", missing, len(want))
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(time.Second) // the watches catch up with the last acquisitions
+			return float64(heap()) - float64(before)
 		}
-		time.Sleep(time.Second) // the watches catch up with the last acquisitions
-		after := heap()
+		grown := owns(want)
+		// A member leaves (its record is deleted): the runner plans the
+		// change from the previous assignment and takes its new shards.
+		if _, err := cli.Delete(ctx, fmt.Sprintf("/onepercent-%d/runners/%s", ns, ids0)); err != nil {
+			b.Fatal(err)
+		}
+		grownAfter := owns(wantAfter)
 		if path := os.Getenv("SHARDHOST_HEAPPROFILE"); path != "" {
 			writeHeapProfile(b, path) // while the runner runs: what it keeps
 		}
@@ -265,12 +287,15 @@ func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
 		if err := s.Revoke(ctx, lease.ID); err != nil {
 			b.Fatal(err)
 		}
-		total += float64(after) - float64(before)
+		total += grown
+		totalAfter += grownAfter
 		runs++
-		b.Logf("the runner owns %d of %d shards among %d members: heap +%.2f MB", want, n, members, (float64(after)-float64(before))/(1<<20))
+		b.Logf("the runner owns %d of %d shards among %d members: heap +%.2f MB; %d after one left: +%.2f MB",
+			len(want), n, members, grown/(1<<20), len(wantAfter), grownAfter/(1<<20))
 		b.StartTimer()
 	}
 	b.ReportMetric(total/float64(runs), "B/runner")
+	b.ReportMetric(totalAfter/float64(runs), "B/runner-after-a-leave")
 }
 
 // writeHeapProfile writes the heap profile of the live heap to path.
