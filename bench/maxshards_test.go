@@ -121,18 +121,11 @@ func splitComma(s string) []string {
 func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
 	n := sharding.MaxShards
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	// grown returns the heap growth of m runners owning all n shards.
 	grown := func(m int) float64 {
 		c := memory.NewCluster()
 		defer c.Close()
-		before := heap()
+		before := liveHeap()
 		var rs []*runner.Runner
 		var done []chan error
 		for i := range m {
@@ -159,7 +152,7 @@ func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		time.Sleep(time.Second) // the watches catch up with the last acquisitions
-		after := heap()
+		after := liveHeap()
 		for i, r := range rs {
 			r.Close()
 			<-done[i]
@@ -194,13 +187,6 @@ func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
 	srv := testenv.StartEtcd(b)
 	cli := testenv.NewEtcdClient(b, srv.Endpoint())
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	ctx := context.Background()
 	ns := 0
 	var total, totalAfter float64
@@ -241,7 +227,7 @@ func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
 		}
 		want, wantAfter := wants(ids), wants(ids[1:])
 		ids = nil
-		before := heap()
+		before := liveHeap()
 		// A transport, as the members' records have addresses (nobody
 		// answers there: a shard assigned to one of them stays here).
 		r, err := runner.New(s, runner.Config{ID: self, NumShards: n, Logger: quiet, ListenAddr: "127.0.0.1:0"})
@@ -270,7 +256,7 @@ func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			time.Sleep(time.Second) // the watches catch up with the last acquisitions
-			return float64(heap()) - float64(before)
+			return float64(liveHeap()) - float64(before)
 		}
 		grown := owns(want)
 		// A member leaves (its record is deleted): the runner plans the
@@ -309,4 +295,13 @@ func writeHeapProfile(b *testing.B, path string) {
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// liveHeap returns the bytes of live heap objects after two collections.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
