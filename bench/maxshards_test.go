@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/etcd"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -119,18 +121,11 @@ func splitComma(s string) []string {
 func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
 	n := sharding.MaxShards
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	// grown returns the heap growth of m runners owning all n shards.
 	grown := func(m int) float64 {
 		c := memory.NewCluster()
 		defer c.Close()
-		before := heap()
+		before := liveHeap()
 		var rs []*runner.Runner
 		var done []chan error
 		for i := range m {
@@ -157,7 +152,7 @@ func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		time.Sleep(time.Second) // the watches catch up with the last acquisitions
-		after := heap()
+		after := liveHeap()
 		for i, r := range rs {
 			r.Close()
 			<-done[i]
@@ -172,4 +167,141 @@ func BenchmarkRunnerHeapAtMaxShards(b *testing.B) {
 		b.ReportMetric(fixed/(1<<20), "MB-per-runner-fixed")
 		b.ReportMetric((one-fixed)/float64(n), "B-per-owned-shard")
 	}
+}
+
+// BenchmarkRunnerHeapOwningOnePercent measures the memory of one runner
+// among 100 at sharding.MaxShards shards on a real etcd: the live heap
+// after GC once it owns the shards assigned to it (1 %: 655 or 656),
+// minus the heap before it started. The other 99 members are runner
+// records under a lease of this benchmark's (no process behind them, no
+// locks), so that only this runner's heap is measured; its store's client
+// is created before. SHARDHOST_HEAPPROFILE=file writes a heap profile
+// while the runner runs (-memprofile is written after it closed): read it
+// with `go tool pprof -sample_index=inuse_space -top`.
+func BenchmarkRunnerHeapOwningOnePercent(b *testing.B) {
+	const members = 100
+	n := sharding.MaxShards
+	if os.Getenv("SHARDHOST_HEAPPROFILE") != "" {
+		runtime.MemProfileRate = 1 // every allocation: the runner's tables are a few each
+	}
+	srv := testenv.StartEtcd(b)
+	cli := testenv.NewEtcdClient(b, srv.Endpoint())
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	ns := 0
+	var total, totalAfter float64
+	runs := 0
+	const ids0 = "r000" // the member that leaves
+	for b.Loop() {
+		b.StopTimer()
+		ns++
+		s, err := etcd.New(cli, fmt.Sprintf("onepercent-%d", ns), etcd.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lease, err := s.Grant(ctx, 5*time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]sharding.Runner, 0, members)
+		self := fmt.Sprintf("r%03d", members/2)
+		for i := range members {
+			id := fmt.Sprintf("r%03d", i)
+			ids = append(ids, sharding.Runner{ID: id, Weight: 1})
+			if id == self {
+				continue
+			}
+			rec := storage.RunnerRecord{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", 1+i), Weight: 1,
+				Incarnation: fmt.Sprint("fake-", i), Started: time.Now(), LeaseTTL: 5 * time.Minute}
+			if _, err := s.PutRunner(ctx, lease.ID, rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// wants returns the shards the members assign to this runner.
+		wants := func(members []sharding.Runner) []sharding.ShardID {
+			a, err := sharding.Default().Assign(sharding.Input{NumShards: n, Runners: members})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return a.ShardsOf(self)
+		}
+		want, wantAfter := wants(ids), wants(ids[1:])
+		ids = nil
+		before := liveHeap()
+		// A transport, as the members' records have addresses (nobody
+		// answers there: a shard assigned to one of them stays here).
+		r, err := runner.New(s, runner.Config{ID: self, NumShards: n, Logger: quiet, ListenAddr: "127.0.0.1:0"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		// owns waits until the runner owns the shards of want, then
+		// returns the heap's growth since before.
+		owns := func(want []sharding.ShardID) float64 {
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				owned, missing := r.Owned(), 0
+				for _, id := range want {
+					if _, ok := owned[id]; !ok {
+						missing++
+					}
+				}
+				if missing == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("the runner misses %d of its %d shards after 2 minutes", missing, len(want))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			time.Sleep(time.Second) // the watches catch up with the last acquisitions
+			return float64(liveHeap()) - float64(before)
+		}
+		grown := owns(want)
+		// A member leaves (its record is deleted): the runner plans the
+		// change from the previous assignment and takes its new shards.
+		if _, err := cli.Delete(ctx, fmt.Sprintf("/onepercent-%d/runners/%s", ns, ids0)); err != nil {
+			b.Fatal(err)
+		}
+		grownAfter := owns(wantAfter)
+		if path := os.Getenv("SHARDHOST_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path) // while the runner runs: what it keeps
+		}
+		r.Close()
+		<-done
+		if err := s.Revoke(ctx, lease.ID); err != nil {
+			b.Fatal(err)
+		}
+		total += grown
+		totalAfter += grownAfter
+		runs++
+		b.Logf("the runner owns %d of %d shards among %d members: heap +%.2f MB; %d after one left: +%.2f MB",
+			len(want), n, members, grown/(1<<20), len(wantAfter), grownAfter/(1<<20))
+		b.StartTimer()
+	}
+	b.ReportMetric(total/float64(runs), "B/runner")
+	b.ReportMetric(totalAfter/float64(runs), "B/runner-after-a-leave")
+}
+
+// writeHeapProfile writes the heap profile of the live heap to path.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// liveHeap returns the bytes of live heap objects after two collections.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }

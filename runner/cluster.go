@@ -41,9 +41,10 @@ type clusterView struct {
 	// runners)); the control loop alone calls it. On a ClientOnly runner,
 	// recomputeForRouting calls it, with the cluster record's strategy once
 	// read (useClusterStrategy).
-	planner      *sharding.Planner
-	assignment   sharding.Assignment
-	assignDigest uint64 // assignment.Digest()
+	planner *sharding.Planner
+	// assignment is the last one installed, as indexes (2 bytes a shard).
+	assignment   control.Assignment
+	assignDigest uint64 // the assignment's sharding.Assignment.Digest()
 	// assignedFrom: the sorted runners and weights the assignment was
 	// computed from; membersVersion counts membership updates.
 	assignedFrom   []sharding.Runner
@@ -454,7 +455,7 @@ func (r *Runner) recomputeForRouting() {
 	runners := r.membersForAssignLocked()
 	planner := r.view.planner
 	strategy := planner.Strategy()
-	if r.view.assignment != nil && slices.Equal(runners, r.view.assignedFrom) && sharding.IgnoresCurrent(strategy) {
+	if r.view.assignment.Known() && slices.Equal(runners, r.view.assignedFrom) && sharding.IgnoresCurrent(strategy) {
 		r.mu.Unlock()
 		return
 	}
@@ -463,16 +464,18 @@ func (r *Runner) recomputeForRouting() {
 		in.Current = r.currentLocked()
 	}
 	r.mu.Unlock()
-	a, err := planner.Assign(in)
+	full, err := planner.Assign(in)
 	if err != nil {
 		return // no runner yet, say: routing waits for owners
 	}
+	a := control.CompactAssignment(full)
+	full = nil
 	r.mu.Lock()
 	if planner != r.view.planner {
 		r.mu.Unlock()
 		return // the strategy changed meanwhile (useClusterStrategy recomputes)
 	}
-	if !slices.Equal(a, r.view.assignment) {
+	if !a.Equal(r.view.assignment) {
 		r.seedPreviousAssigneesLocked(r.view.assignment, a)
 	}
 	r.view.assignment, r.view.assignedFrom = a, runners
@@ -498,7 +501,7 @@ func (r *Runner) useClusterStrategy(name string) {
 	r.log.Info("routing by the cluster's strategy", "cluster_strategy", name, "configured", r.cfg.Strategy.Name())
 	r.mu.Lock()
 	r.view.planner = sharding.NewPlanner(s)
-	r.view.assignment, r.view.assignedFrom = nil, nil
+	r.view.assignment, r.view.assignedFrom = control.Assignment{}, nil
 	r.mu.Unlock()
 	signal(r.rebalance)
 }
@@ -527,8 +530,8 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 	in = sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
 	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
 		in.Current = r.currentLocked()
-	} else if r.view.assignment != nil && r.view.assignErr == nil && slices.Equal(runners, r.view.assignedFrom) {
-		r.installAssignmentLocked(runners, r.view.assignment, nil, r.view.membersVersion)
+	} else if r.view.assignment.Known() && r.view.assignErr == nil && slices.Equal(runners, r.view.assignedFrom) {
+		r.installCompactLocked(runners, r.view.assignment, r.view.assignDigest, r.view.membersVersion)
 		return in, 0, false
 	}
 	return in, r.view.membersVersion, true
@@ -568,19 +571,32 @@ func (r *Runner) currentLocked() sharding.Assignment {
 // assigned ones become pending, owned ones assigned elsewhere start
 // waiting for their handoff.
 func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.Assignment, err error, version uint64) {
-	if version == r.view.membersVersion {
-		r.view.viewChanging = false
-	}
 	if err != nil {
+		if version == r.view.membersVersion {
+			r.view.viewChanging = false
+		}
 		if r.view.assignErr == nil || r.view.assignErr.Error() != err.Error() {
 			r.log.Error("cannot compute the shard assignment; keeping the previous one", "err", err)
 		}
 		r.view.assignErr = err
 		return
 	}
+	c, digest := control.CompactAssignment(a), r.view.assignDigest
+	if !c.Equal(r.view.assignment) {
+		digest = a.Digest()
+	}
+	r.installCompactLocked(runners, c, digest, version)
+}
+
+// installCompactLocked is installAssignmentLocked of a computed assignment,
+// with the Digest of its sharding.Assignment.
+func (r *Runner) installCompactLocked(runners []sharding.Runner, a control.Assignment, digest uint64, version uint64) {
+	if version == r.view.membersVersion {
+		r.view.viewChanging = false
+	}
 	r.view.assignErr = nil
 	old, self := r.view.assignment, r.selfLocked()
-	if old == nil || self != r.view.assignedSelf || r.attachedSince {
+	if !old.Known() || self != r.view.assignedSelf || r.attachedSince {
 		// Every shard's wanting may have changed, or this attachment has
 		// not decided them yet (a detach forgot everything).
 		r.markAllLocked()
@@ -588,9 +604,9 @@ func (r *Runner) installAssignmentLocked(runners []sharding.Runner, a sharding.A
 	} else {
 		r.markReassignedLocked(old, a)
 	}
-	if !slices.Equal(a, old) {
+	if !a.Equal(old) {
 		r.seedPreviousAssigneesLocked(old, a)
-		r.view.assignment, r.view.assignDigest = a, a.Digest()
+		r.view.assignment, r.view.assignDigest = a, digest
 		r.router.RoutesChanged() // sends without an owner try the new assignees
 	}
 	r.view.assignedFrom, r.view.assignedSelf = runners, self
@@ -612,7 +628,7 @@ func (r *Runner) selfLocked() selfState {
 // this runner is busy with — owned, pending, taken over, released, or with
 // a handoff record of ours — whose decisions also depend on the other
 // runners' leases (a member that left or restarted).
-func (r *Runner) markReassignedLocked(old, a sharding.Assignment) {
+func (r *Runner) markReassignedLocked(old, a control.Assignment) {
 	r.work.AddMoved(old, a, r.cfg.ID)
 	for id, x := range r.shards.known() {
 		if x.busy() || x.record != nil {
@@ -638,7 +654,7 @@ func (r *Runner) supersededLocked() bool {
 // assignedHereLocked reports whether the assignment gives shard id to this
 // runner.
 func (r *Runner) assignedHereLocked(id sharding.ShardID) bool {
-	return int(id) < len(r.view.assignment) && r.view.assignment[id] == r.cfg.ID
+	return r.view.assignment.Of(id) == r.cfg.ID
 }
 
 // OwnerOf returns the ID of the runner shard id's sends go to from this

@@ -42,8 +42,8 @@ func benchController(b *testing.B, n int) *Runner {
 	r.view.membersSeen = true
 	r.rebuildByLeaseLocked()
 	r.recomputeLocked()
-	for id, owner := range r.view.assignment {
-		sid := sharding.ShardID(id)
+	for sid, owner := range r.view.assignment.All() {
+		id := int(sid)
 		l := storage.Lock{Shard: sid, Lease: r.view.members[owner].Lease, Epoch: storage.Epoch(1 + id)}
 		r.view.locks.Set(l)
 		if owner == "me" {
@@ -78,9 +78,9 @@ func BenchmarkControlRoundAfterLockEvent(b *testing.B) {
 		b.Run(fmt.Sprintf("foreign/shards=%d", n), func(b *testing.B) {
 			r := benchController(b, n)
 			var foreign sharding.ShardID
-			for id, owner := range r.view.assignment {
+			for id, owner := range r.view.assignment.All() {
 				if owner == "x" {
-					foreign = sharding.ShardID(id)
+					foreign = id
 					break
 				}
 			}

@@ -184,7 +184,7 @@ func (r *Runner) concernsLocked(id sharding.ShardID, leases ...storage.LeaseID) 
 			return true
 		}
 	}
-	return int(id) < len(r.view.assignment) && r.view.assignment[id] == r.cfg.ID
+	return r.view.assignment.Of(id) == r.cfg.ID
 }
 
 // plan collects the decisions of one round, carried out after r.mu is

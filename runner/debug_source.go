@@ -85,8 +85,8 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 				continue
 			}
 			to := r.shards.at(sid).movedTo
-			if to == "" && id < len(r.view.assignment) {
-				to = r.view.assignment[id]
+			if to == "" {
+				to = r.view.assignment.Of(sid)
 			}
 			if to != "" {
 				if m, ok := r.view.members[to]; ok {
@@ -118,7 +118,7 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 		}
 	}
 	slices.SortFunc(snap.Handoffs, func(a, b storage.Handoff) int { return int(a.Shard) - int(b.Shard) })
-	snap.Assignment = slices.Clone(r.view.assignment)
+	snap.Assignment = r.view.assignment.Expand()
 	if r.view.assignErr != nil {
 		snap.AssignmentError = r.view.assignErr.Error()
 	}

@@ -29,10 +29,7 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) handoff.Decisio
 	if s.unassignedSince.IsZero() {
 		s.unassignedSince = now
 	}
-	assignee := ""
-	if int(s.id) < len(r.view.assignment) {
-		assignee = r.view.assignment[s.id]
-	}
+	assignee := r.view.assignment.Of(s.id)
 	d := handoff.DecideOutbound(handoff.Outbound{
 		Self: r.cfg.ID, Epoch: s.epoch, Assignee: assignee,
 		NoHandoff:       r.cfg.DisableHandoff || r.supersededLocked(),

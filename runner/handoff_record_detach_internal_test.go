@@ -34,7 +34,7 @@ func TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete(t *testing.T) {
 	}
 	r.mu.Lock()
 	r.lease = lease
-	r.view.assignment = make([]string, 4) // the shard is not wanted here: nothing but the record to decide
+	r.view.assignment = control.CompactAssignment(make(sharding.Assignment, 4)) // the shard is not wanted here: nothing but the record to decide
 	r.shards.recordWritten(shard, "x", rev, storage.HandoffWarming)
 
 	deletes := func() bool {

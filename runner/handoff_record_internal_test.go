@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/runner/internal/control"
 	"github.com/shardhost/shardhost/runner/internal/handoff"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -36,8 +37,9 @@ func TestHandoffRecordSeenBeforeItsShardWasOursIsHonoured(t *testing.T) {
 	// is assigned to x.
 	r.view.locks.Set(storage.Lock{Shard: shard, Lease: 100, Epoch: epoch})
 	r.installWithLocked(shard, epoch, entity.ActivateNew, nil)
-	r.view.assignment = make([]string, 4)
-	r.view.assignment[shard] = "x"
+	a := make(sharding.Assignment, 4)
+	a[shard] = "x"
+	r.view.assignment = control.CompactAssignment(a)
 	d := r.outboundDecisionLocked(r.shards.owner(shard), time.Now())
 	h, cut, plain := d.Record, d.Action == handoff.CutOver, d.Action == handoff.Release
 	if !cut || plain || h.To != "x" || h.FromEpoch != epoch {

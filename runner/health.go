@@ -120,7 +120,7 @@ func (r *Runner) healthStateLocked() healthState {
 			st.withSelf = st.withSelf || (m.ID == r.cfg.ID && m.Weight == r.cfg.Weight)
 		}
 	}
-	for _, id := range r.view.assignment {
+	for _, id := range r.view.assignment.All() {
 		if id == r.cfg.ID {
 			st.assigned++
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardhost/shardhost/runner/internal/control"
 	"github.com/shardhost/shardhost/sharding"
 )
 
@@ -109,14 +110,14 @@ func (h *ownerHints) seed(id sharding.ShardID, owner string, until time.Time) {
 // this runner names to others (OwnerOf, NotOwner answers): it only
 // routes. Only without a full lock view, and only towards a runner that
 // has been a member long enough to own anything.
-func (r *Runner) seedPreviousAssigneesLocked(old, a sharding.Assignment) {
-	if r.fullView || len(old) != len(a) {
+func (r *Runner) seedPreviousAssigneesLocked(old, a control.Assignment) {
+	if r.fullView || old.Len() != a.Len() {
 		return
 	}
 	now := time.Now()
 	until := now.Add(r.cfg.WarmTimeout + r.cfg.DrainTimeout)
-	for id, was := range old {
-		if was == a[id] || was == "" || was == r.cfg.ID {
+	for id, was := range old.All() {
+		if was == a.Of(id) || was == "" || was == r.cfg.ID {
 			continue
 		}
 		// A member for less than a few debounces owns nothing yet: the
@@ -124,7 +125,7 @@ func (r *Runner) seedPreviousAssigneesLocked(old, a sharding.Assignment) {
 		// its view was quiet for 5 x RebalanceDebounce (runners starting
 		// together: the first assignments' assignees never owned a shard).
 		if m, member := r.view.members[was]; member && now.Sub(m.Started) >= 5*r.cfg.RebalanceDebounce {
-			r.hints.seed(sharding.ShardID(id), was, until)
+			r.hints.seed(id, was, until)
 		}
 	}
 }

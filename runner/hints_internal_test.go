@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardhost/shardhost/runner/internal/control"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -87,7 +88,7 @@ func TestMovedShardRoutesToItsPreviousAssigneeForAWhile(t *testing.T) {
 	d := routingDir{r}
 	d.Learned(2, "y", "x") // an answer named y for shard 2
 	r.mu.Lock()
-	r.seedPreviousAssigneesLocked(sharding.Assignment{"x", "x", "x", "gone"}, sharding.Assignment{"y", "x", "y", "y"})
+	r.seedPreviousAssigneesLocked(control.CompactAssignment(sharding.Assignment{"x", "x", "x", "gone"}), control.CompactAssignment(sharding.Assignment{"y", "x", "y", "y"}))
 	r.mu.Unlock()
 	route := func(id sharding.ShardID, at time.Time) string {
 		to, _, _ := r.hints.route(id, at)
@@ -101,7 +102,7 @@ func TestMovedShardRoutesToItsPreviousAssigneeForAWhile(t *testing.T) {
 		t.Error("OwnerOf names the previous assignee: a tentative route is no owner")
 	}
 	r.mu.Lock()
-	r.seedPreviousAssigneesLocked(sharding.Assignment{"x", "x", "x", "x"}, sharding.Assignment{"x", "x", "x", "y"})
+	r.seedPreviousAssigneesLocked(control.CompactAssignment(sharding.Assignment{"x", "x", "x", "x"}), control.CompactAssignment(sharding.Assignment{"x", "x", "x", "y"}))
 	r.mu.Unlock()
 	d.Learned(3, "ghost", "x") // x refuses, naming a runner this one does not know
 	if got := route(3, now); got != "" {

@@ -33,6 +33,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.router.RoutesChanged() // waiting sends see it and return ErrClosed
 	}()
 	r.installWorkers()
+	if err := r.checkStreams(ctx); err != nil {
+		return err
+	}
 	if err := r.serve(); err != nil {
 		return err
 	}

@@ -292,8 +292,8 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 		for _, s := range shards {
 			to := ""
 			r.mu.Lock()
-			if int(s.id) < len(r.view.assignment) && r.view.assignment[s.id] != r.cfg.ID {
-				to = r.view.assignment[s.id]
+			if a := r.view.assignment.Of(s.id); a != r.cfg.ID {
+				to = a
 			}
 			r.mu.Unlock()
 			wg.Go(func() { r.releaseShardHook(actx, s, to) })
@@ -347,10 +347,7 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 // is another live runner than this one: a release tells it the lock is
 // free (storage.Held.Tell), so it acquires at once ("": nobody).
 func (r *Runner) assigneeToTellLocked(id sharding.ShardID) string {
-	if int(id) >= len(r.view.assignment) {
-		return ""
-	}
-	to := r.view.assignment[id]
+	to := r.view.assignment.Of(id)
 	if _, live := r.view.members[to]; !live || to == r.cfg.ID {
 		return ""
 	}

@@ -89,7 +89,7 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 		// goes to the assignee as such (Assignee), naming the views it
 		// saw, which the assignee may wait for (park.go).
 		m, member := r.view.members[to]
-		if member && !(tentative && int(id) < len(r.view.assignment) && r.view.assignment[id] == to) {
+		if member && !(tentative && r.view.assignment.Of(id) == to) {
 			return m, true
 		}
 	}
@@ -128,7 +128,7 @@ func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routin
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if int(id) >= len(r.view.assignment) {
+	if int(id) >= r.view.assignment.Len() {
 		return m, seen, false
 	}
 	if l, held := r.view.locks.Get(id); held {
@@ -136,7 +136,7 @@ func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routin
 			return m, seen, false
 		}
 	}
-	to := r.view.assignment[id]
+	to := r.view.assignment.Of(id)
 	if to == r.cfg.ID {
 		return m, seen, false
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -342,7 +341,7 @@ func (r *Runner) ShardContext(id sharding.ShardID) (context.Context, storage.Epo
 func (r *Runner) Assignment() sharding.Assignment {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.view.assignment)
+	return r.view.assignment.Expand()
 }
 
 // Status is a snapshot of a runner's state.

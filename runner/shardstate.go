@@ -9,6 +9,7 @@ import (
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner/internal/handoff"
 	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/sparse"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -192,16 +193,24 @@ var checkInvariants = false
 
 // shardTable is the records of every shard, indexed by shard. A record is
 // allocated by the first transition that sets something in it and freed
-// when a transition leaves it empty: every runner holds a table of
-// NumShards (up to 65 536, and up to 100 runners in one bench/churn
-// process) but knows something about few of them — what it owns, moves
-// and once hosted.
+// when a transition leaves it empty: a runner of NumShards (up to
+// 65 536, and up to 100 runners in one bench/churn process) knows
+// something about few of them — what it owns, moves and once hosted — and
+// the table allocates its entries by chunk as they are set.
 type shardTable struct {
-	s     []*shardState // nil: nothing known (the zero record)
-	owned int           // records with own set
+	s     *sparse.Table[*shardState] // nil: nothing known (the zero record)
+	owned int                        // records with own set
 }
 
-func newShardTable(n int) shardTable { return shardTable{s: make([]*shardState, n)} }
+func newShardTable(n int) shardTable { return shardTable{s: sparse.New[*shardState](n)} }
+
+// get returns shard id's record, nil when there is none.
+func (t *shardTable) get(id sharding.ShardID) *shardState {
+	if p := t.s.Peek(int(id)); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // noShard is the record of every shard with none, for reading only.
 var noShard shardState
@@ -209,7 +218,7 @@ var noShard shardState
 // at returns shard id's record, to read (never to write: it may be
 // noShard).
 func (t *shardTable) at(id sharding.ShardID) *shardState {
-	if x := t.s[id]; x != nil {
+	if x := t.get(id); x != nil {
 		return x
 	}
 	return &noShard
@@ -217,23 +226,22 @@ func (t *shardTable) at(id sharding.ShardID) *shardState {
 
 // rec returns shard id's record to change, allocating it.
 func (t *shardTable) rec(id sharding.ShardID) *shardState {
-	x := t.s[id]
-	if x == nil {
-		x = new(shardState)
-		t.s[id] = x
+	p := t.s.At(int(id))
+	if *p == nil {
+		*p = new(shardState)
 	}
-	return x
+	return *p
 }
 
 // done ends a transition of shard id: an empty record is freed, and the
 // invariants are checked (tests).
 func (t *shardTable) done(id sharding.ShardID) {
-	x := t.s[id]
+	x := t.get(id)
 	if x == nil {
 		return
 	}
 	if *x == (shardState{}) {
-		t.s[id] = nil
+		*t.s.At(int(id)) = nil
 		return
 	}
 	if checkInvariants {
@@ -257,8 +265,8 @@ func (t *shardTable) busy(id sharding.ShardID) bool { return t.at(id).busy() }
 // the yielded shard may run meanwhile.
 func (t *shardTable) known() iter.Seq2[sharding.ShardID, *shardState] {
 	return func(yield func(sharding.ShardID, *shardState) bool) {
-		for i, x := range t.s {
-			if x != nil && !yield(sharding.ShardID(i), x) {
+		for i, p := range t.s.Allocated() {
+			if x := *p; x != nil && !yield(sharding.ShardID(i), x) {
 				return
 			}
 		}
@@ -272,8 +280,8 @@ func (t *shardTable) ownedShards() iter.Seq[*shard] {
 		if t.owned == 0 {
 			return
 		}
-		for _, x := range t.s {
-			if x != nil && x.own != nil && !yield(x.own) {
+		for _, p := range t.s.Allocated() {
+			if x := *p; x != nil && x.own != nil && !yield(x.own) {
 				return
 			}
 		}
@@ -362,7 +370,7 @@ func (t *shardTable) released(id sharding.ShardID, epoch storage.Epoch) {
 // moveSeen forgets where shard id was handed off to: the watch shows its
 // lock elsewhere.
 func (t *shardTable) moveSeen(id sharding.ShardID) {
-	if x := t.s[id]; x != nil && x.movedTo != "" {
+	if x := t.get(id); x != nil && x.movedTo != "" {
 		x.movedTo = ""
 		t.done(id)
 	}
@@ -378,7 +386,7 @@ func (t *shardTable) markReleasing(id sharding.ShardID, epoch storage.Epoch) {
 // clearReleasing ends the releasing mark of shard id at epoch (a newer
 // mark stays).
 func (t *shardTable) clearReleasing(id sharding.ShardID, epoch storage.Epoch) {
-	if x := t.s[id]; x != nil && x.releasing == epoch {
+	if x := t.get(id); x != nil && x.releasing == epoch {
 		x.releasing = 0
 		t.done(id)
 	}
@@ -411,7 +419,7 @@ func (t *shardTable) newWindow(id sharding.ShardID, now time.Time) {
 // dropPending stops acquiring shard id (no longer assigned here). The
 // round's step ends a running takeover too (applyLocked checks after it).
 func (t *shardTable) dropPending(id sharding.ShardID) {
-	if x := t.s[id]; x != nil {
+	if x := t.get(id); x != nil {
 		x.pending = nil
 	}
 }
@@ -427,7 +435,7 @@ func (t *shardTable) startInbound(id sharding.ShardID, in *handoff.Inbound) {
 // endInbound ends the takeover of shard id, if one runs, and returns it.
 // The caller's step ends with done (or with an install).
 func (t *shardTable) endInbound(id sharding.ShardID) *handoff.Inbound {
-	x := t.s[id]
+	x := t.get(id)
 	if x == nil {
 		return nil
 	}
@@ -460,7 +468,7 @@ func (t *shardTable) recordWritten(id sharding.ShardID, from string, rev storage
 // recordGone forgets our handoff record of shard id if it is at most at
 // rev (deleted at rev, or by a change at rev): a newer one stays.
 func (t *shardTable) recordGone(id sharding.ShardID, rev storage.Revision) {
-	if x := t.s[id]; x != nil && x.record != nil && x.record.rev <= rev {
+	if x := t.get(id); x != nil && x.record != nil && x.record.rev <= rev {
 		x.record = nil
 		if x.deletingRecord <= rev {
 			x.deletingRecord = 0
@@ -472,7 +480,7 @@ func (t *shardTable) recordGone(id sharding.ShardID, rev storage.Revision) {
 // recordNotDeleted forgets that shard id's record is being deleted (the
 // delete failed: the round may delete it again).
 func (t *shardTable) recordNotDeleted(id sharding.ShardID) {
-	if x := t.s[id]; x != nil {
+	if x := t.get(id); x != nil {
 		x.deletingRecord = 0
 		t.done(id)
 	}

@@ -143,17 +143,17 @@ func TestShardStateCheckNamesEachBrokenInvariant(t *testing.T) {
 func TestDetachKeepsOnlyWhatOutlivesTheAttachment(t *testing.T) {
 	tab := newShardTable(4)
 	host, until := new(hosting.Shard), time.Now().Add(time.Minute)
-	tab.s[0] = &shardState{pending: &pending{}, releasing: 3, lastHost: host, lastReleased: 2,
+	*tab.s.At(0) = &shardState{pending: &pending{}, releasing: 3, lastHost: host, lastReleased: 2,
 		movedTo: "b", takeoverHold: until, deletingRecord: 11}
-	tab.s[1] = &shardState{pending: &pending{}, movedTo: "c"}
-	tab.s[2] = &shardState{releasing: 8}
+	*tab.s.At(1) = &shardState{pending: &pending{}, movedTo: "c"}
+	*tab.s.At(2) = &shardState{releasing: 8}
 	tab.detach()
 	want := shardState{lastHost: host, lastReleased: 2, takeoverHold: until}
-	if x := tab.s[0]; x == nil || *x != want {
+	if x := tab.get(sharding.ShardID(0)); x == nil || *x != want {
 		t.Errorf("shard 0 after a detach: %+v; want %+v (the last host, lastReleased and the takeover hold)", x, want)
 	}
 	for id := 1; id < 4; id++ {
-		if x := tab.s[id]; x != nil {
+		if x := tab.get(sharding.ShardID(id)); x != nil {
 			t.Errorf("shard %d after a detach: %+v, want no record", id, *x)
 		}
 	}
@@ -164,7 +164,8 @@ func TestDetachKeepsOnlyWhatOutlivesTheAttachment(t *testing.T) {
 
 // Every runner holds a table of NumShards (65 536 at most, up to 100
 // runners in one bench/churn process): a shard this runner knows nothing
-// about costs one nil pointer, and a record that becomes empty is freed.
+// about costs at most one nil pointer, and a record that becomes empty is
+// freed.
 func TestShardRecordsExistOnlyWhileTheyHoldSomething(t *testing.T) {
 	tab := newShardTable(4)
 	now := time.Now()
@@ -175,7 +176,7 @@ func TestShardRecordsExistOnlyWhileTheyHoldSomething(t *testing.T) {
 	tab.clearReleasing(2, 5)
 	tab.holdTakeovers(3, now)
 	tab.holdTakeovers(3, time.Time{})
-	for id, x := range tab.s {
+	for id, x := range tab.known() {
 		if x != nil {
 			t.Errorf("shard %d: record %+v kept, want none", id, *x)
 		}
@@ -186,7 +187,7 @@ func TestShardRecordsExistOnlyWhileTheyHoldSomething(t *testing.T) {
 	s := &shard{id: 1, epoch: 4, host: new(hosting.Shard)}
 	tab.install(s)
 	tab.disown(s)
-	if x := tab.s[1]; x == nil || x.lastHost != s.host {
+	if x := tab.get(sharding.ShardID(1)); x == nil || x.lastHost != s.host {
 		t.Error("the record of a shard that left lost its last host")
 	}
 	if allocs := testing.AllocsPerRun(100, func() { _ = tab.at(2).movedTo; _ = tab.busy(3) }); allocs != 0 {

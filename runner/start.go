@@ -124,6 +124,24 @@ func (r *Runner) endpoints() string {
 	return ""
 }
 
+// checkStreams asks the store, before the runner opens any watch, whether
+// its server holds a call's stream beside the watches' (the etcd store's
+// CheckStreams): a *storage.StreamLimitError ends Run at once, since
+// every call would otherwise time out for as long as the runner retries.
+func (r *Runner) checkStreams(ctx context.Context) error {
+	c, ok := r.store.(interface{ CheckStreams(context.Context) error })
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	err := c.CheckStreams(ctx)
+	if err != nil {
+		r.log.Error("the store serves too few concurrent streams; not starting", "err", err)
+	}
+	return err
+}
+
 // startFailed records a failed store call of the start (op) and logs it:
 // the first of a streak at WARN with the endpoints and the error, then at
 // most one WARN per startWarnEvery, the rest at DEBUG.
@@ -562,10 +580,7 @@ func (r *Runner) noOwnerReason(id sharding.ShardID, waited time.Duration) string
 	listed, members, phase := r.view.membersSeen, len(r.view.members), r.lifecycle.phase
 	l, held := r.view.locks.Get(id)
 	_, holderKnown := r.view.byLease[l.Lease]
-	assigned := ""
-	if int(id) < len(r.view.assignment) {
-		assigned = r.view.assignment[id]
-	}
+	assigned := r.view.assignment.Of(id)
 	r.mu.Unlock()
 	failure := ""
 	if err := r.startErr(); err != nil {

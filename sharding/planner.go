@@ -12,13 +12,18 @@ import (
 // a shard that is rejected by all of them ranks the others on the spot.
 const prefixLen = 4
 
+// maxSlots is the most runners a Planner keeps prefixes for (a slot is a
+// uint16); with more, it computes each assignment afresh.
+const maxSlots = 1 << 16
+
 // Planner computes a sequence of assignments with one strategy — a
 // runner's view of the membership as it changes — reusing what it computed
 // for the previous input. Every result is exactly the strategy's Assign of
 // the same input.
 //
 // For [Balanced] a Planner keeps, for every shard, the few runners that
-// rank it highest (a prefix of the shard's rendezvous order). An input
+// rank it highest (a prefix of the shard's rendezvous order: 9 bytes a
+// shard, with up to 65 536 runners; with more it computes afresh). An input
 // whose runners differ from the previous one's by a few runners — a join, a
 // departure, a weight change, a runner draining (weight 0) — costs
 // O(NumShards) hashes per runner that changed to update those prefixes,
@@ -40,25 +45,22 @@ type Planner struct {
 	eq bool     // the rank keys are pair hashes (equal weights)
 	ms []member // the runners of the last match (and of the prefixes), sorted by ID
 	// Slots name the runners in the prefixes; a departed runner's slot
-	// is reused once its entries are gone.
-	slotOf map[string]int32
-	slotID []string // by slot; "" when free
-	// Shard s's prefix (none kept while keys is nil), best first: keys[s*prefixLen+j] and
-	// slots[s*prefixLen+j] for j < plen[s]. It is the true start of the
+	// is reused once its entries are gone. At most maxSlots.
+	slotOf  map[string]int32
+	slotID  []string  // by slot; "" when free
+	slotKey []uint64  // by slot: the runner's key (member.key)
+	slotW   []float64 // by slot: its weight
+	// Shard s's prefix (none kept while slots is nil), best first:
+	// slots[s*prefixLen+j] for j < plen[s], 9 bytes a shard (the rank keys
+	// are hashed again when read: rankKey). It is the true start of the
 	// shard's order over ms (rank key descending, then ID ascending); it
 	// holds every runner of ms when plen[s] == len(ms).
-	keys  []uint64
-	slots []int32
+	slots []uint16
 	plen  []uint8
 	// The last match, of ms: each shard's member (index in ms); matched
 	// is false until the first.
 	owner   []int32
 	matched bool
-	// Scratch of match, kept from one call to the next.
-	heaps   []held
-	next    []uint8
-	lastKey []uint64
-	lastIdx []int32
 }
 
 // NewPlanner returns a Planner computing the assignments of s.
@@ -90,9 +92,10 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 		return p.assignment(), nil
 	}
 	gone, added := diffMembers(p.ms, ms, eq)
-	small := p.matched && p.n == in.NumShards && p.eq == eq && len(gone)+len(added) <= len(ms)/2+1
+	small := p.matched && p.n == in.NumShards && p.eq == eq && len(gone)+len(added) <= len(ms)/2+1 &&
+		len(ms) <= maxSlots && len(p.ms) <= maxSlots
 	switch {
-	case small && p.keys != nil && p.update(ms, gone, added):
+	case small && p.slots != nil && p.update(ms, gone, added):
 	case small:
 		// Membership changes one runner at a time from here on: worth
 		// the prefixes (about twice a fresh Assign, once).
@@ -101,7 +104,7 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 		// A first assignment or many runners at once (a cold start):
 		// prefixes might be rebuilt for nothing; ranked on the spot.
 		p.n, p.eq, p.ms = in.NumShards, eq, slices.Clone(ms)
-		p.keys, p.slots, p.plen, p.slotOf, p.slotID = nil, nil, nil, nil, nil
+		p.slots, p.plen, p.slotOf, p.slotID, p.slotKey, p.slotW = nil, nil, nil, nil, nil, nil
 	}
 	p.match(quotas(ms, in.NumShards, nil))
 	return p.assignment(), nil
@@ -162,20 +165,21 @@ func (p *Planner) update(ms, gone, added []member) bool {
 func (p *Planner) rebuild(n int, ms []member, eq bool) {
 	p.n, p.eq, p.ms = n, eq, slices.Clone(ms)
 	p.slotOf = make(map[string]int32, len(ms))
-	p.slotID = p.slotID[:0]
+	p.slotID, p.slotKey, p.slotW = p.slotID[:0], p.slotKey[:0], p.slotW[:0]
 	for _, m := range ms {
 		p.slotOf[m.id] = int32(len(p.slotID))
 		p.slotID = append(p.slotID, m.id)
+		p.slotKey = append(p.slotKey, m.key)
+		p.slotW = append(p.slotW, float64(m.weight))
 	}
-	p.keys = make([]uint64, n*prefixLen)
-	p.slots = make([]int32, n*prefixLen)
+	p.slots = make([]uint16, n*prefixLen)
 	p.plen = make([]uint8, n)
 	rk := newRanking(ms)
 	for s := range n {
 		// The shard's prefix is built in a local array, the worst entry
 		// (the bar to enter) kept at hand: most runners fail it.
 		var keys [prefixLen]uint64
-		var slots [prefixLen]int32
+		var slots [prefixLen]uint16
 		l, bar := 0, uint64(0)
 		sk := shardKey(s)
 		for i, m := range ms {
@@ -199,11 +203,10 @@ func (p *Planner) rebuild(n int, ms []member, eq bool) {
 				keys[j], slots[j] = keys[j-1], slots[j-1]
 				j--
 			}
-			keys[j], slots[j] = k, int32(i)
+			keys[j], slots[j] = k, uint16(i)
 			l = min(l+1, prefixLen)
 			bar = keys[l-1]
 		}
-		copy(p.keys[s*prefixLen:], keys[:l])
 		copy(p.slots[s*prefixLen:], slots[:l])
 		p.plen[s] = uint8(l)
 	}
@@ -215,20 +218,18 @@ func (p *Planner) add(m member, present int) {
 	var slot int32
 	if k := slices.Index(p.slotID, ""); k >= 0 {
 		slot = int32(k)
-		p.slotID[k] = m.id
+		p.slotID[k], p.slotKey[k], p.slotW[k] = m.id, m.key, float64(m.weight)
 	} else {
 		slot = int32(len(p.slotID))
 		p.slotID = append(p.slotID, m.id)
+		p.slotKey = append(p.slotKey, m.key)
+		p.slotW = append(p.slotW, float64(m.weight))
 	}
 	p.slotOf[m.id] = slot
-	rk := ranking{keys: []uint64{m.key}}
-	if !p.eq {
-		rk.weights = []float64{float64(m.weight)}
-	}
 	for s := range p.n {
 		// A prefix that held every other runner holds the newcomer too.
 		complete := int(p.plen[s]) == present
-		p.insert(s, rk.key(0, shardKey(s)), slot, complete)
+		p.insert(s, p.rankKey(uint16(slot), s), uint16(slot), complete)
 	}
 }
 
@@ -240,8 +241,7 @@ func (p *Planner) remove(id string) {
 	for s := range p.n {
 		base, l := s*prefixLen, int(p.plen[s])
 		for j := range l {
-			if p.slots[base+j] == slot {
-				copy(p.keys[base+j:base+l], p.keys[base+j+1:base+l])
+			if int32(p.slots[base+j]) == slot {
 				copy(p.slots[base+j:base+l], p.slots[base+j+1:base+l])
 				p.plen[s]--
 				break
@@ -253,19 +253,18 @@ func (p *Planner) remove(id string) {
 // insert puts (key, slot) into shard s's prefix at its rank. Below the
 // last entry it goes only when the prefix is complete (holds every other
 // runner): otherwise an unknown runner may rank between them.
-func (p *Planner) insert(s int, key uint64, slot int32, complete bool) {
+func (p *Planner) insert(s int, key uint64, slot uint16, complete bool) {
 	base, l := s*prefixLen, int(p.plen[s])
 	j := l
-	for j > 0 && p.above(key, slot, p.keys[base+j-1], p.slots[base+j-1]) {
+	for j > 0 && p.above(key, slot, p.rankKey(p.slots[base+j-1], s), p.slots[base+j-1]) {
 		j--
 	}
 	if j == l && (l == prefixLen || !complete) {
 		return
 	}
 	end := min(l, prefixLen-1) // the last entry falls off a full prefix
-	copy(p.keys[base+j+1:base+end+1], p.keys[base+j:base+end])
 	copy(p.slots[base+j+1:base+end+1], p.slots[base+j:base+end])
-	p.keys[base+j], p.slots[base+j] = key, slot
+	p.slots[base+j] = slot
 	if l < prefixLen {
 		p.plen[s]++
 	}
@@ -273,11 +272,21 @@ func (p *Planner) insert(s int, key uint64, slot int32, complete bool) {
 
 // above reports whether the pair (key a, runner slot sa) ranks above (b,
 // sb): a higher key, or the same key and a smaller ID (ranking's order).
-func (p *Planner) above(a uint64, sa int32, b uint64, sb int32) bool {
+func (p *Planner) above(a uint64, sa uint16, b uint64, sb uint16) bool {
 	if a != b {
 		return a > b
 	}
 	return strings.Compare(p.slotID[sa], p.slotID[sb]) < 0
+}
+
+// rankKey returns the rank key of the runner in slot for shard s (as
+// ranking.key computes it).
+func (p *Planner) rankKey(slot uint16, s int) uint64 {
+	h := pairHash(p.slotKey[slot], shardKey(s))
+	if p.eq {
+		return h
+	}
+	return math.Float64bits(weightedScore(h, p.slotW[slot]))
 }
 
 // match is stableMatch reading the prefixes: a shard proposes to its
@@ -287,28 +296,31 @@ func (p *Planner) match(q []int) {
 	n := p.n
 	idx := make([]int32, len(p.slotID)) // slot -> index in p.ms
 	for i, m := range p.ms {
-		if p.keys != nil {
+		if p.slots != nil {
 			idx[p.slotOf[m.id]] = int32(i)
 		}
 	}
 	r := newRanking(p.ms)
-	if len(p.heaps) != n {
-		p.heaps, p.owner = make([]held, n), make([]int32, n)
-		p.next, p.lastKey, p.lastIdx = make([]uint8, n), make([]uint64, n), make([]int32, n)
+	if len(p.owner) != n {
+		p.owner = make([]int32, n)
 	}
-	next, lastKey, lastIdx := p.next, p.lastKey, p.lastIdx
-	clear(next)
+	// The scratch of one match (29 bytes a shard) is not kept: a Planner
+	// lives as long as its runner and matches only when membership
+	// changes.
+	heaps, next := make([]held, n), make([]uint8, n)
+	lastKey, lastIdx := make([]uint64, n), make([]int32, n)
 	for s := range lastIdx {
 		lastIdx[s] = -1
 	}
-	off := acceptProposals(q, p.heaps, func(s int32) (int, uint64) {
+	off := acceptProposals(q, heaps, func(s int32) (int, uint64) {
 		base := int(s) * prefixLen
-		for p.keys != nil && int(next[s]) < int(p.plen[s]) {
+		for p.slots != nil && int(next[s]) < int(p.plen[s]) {
 			j := base + int(next[s])
 			next[s]++
 			if i := idx[p.slots[j]]; q[i] > 0 {
-				lastIdx[s], lastKey[s] = i, p.keys[j]
-				return int(i), p.keys[j]
+				k := p.rankKey(p.slots[j], int(s))
+				lastIdx[s], lastKey[s] = i, k
+				return int(i), k
 			}
 		}
 		best, bk := r.best(shardKey(int(s)), q, int(lastIdx[s]), lastKey[s])
@@ -316,7 +328,7 @@ func (p *Planner) match(q []int) {
 		return best, bk
 	})
 	for i := range p.ms {
-		for _, h := range p.heaps[off[i]:off[i+1]] {
+		for _, h := range heaps[off[i]:off[i+1]] {
 			p.owner[h.shard] = int32(i)
 		}
 	}

@@ -45,7 +45,29 @@ var (
 	ErrClosed = errors.New("storage: closed")
 	// ErrPermissionDenied: the store refused the client's credentials.
 	ErrPermissionDenied = errors.New("storage: permission denied")
+	// ErrStreamLimit: the store's server lets a client hold fewer
+	// concurrent streams than a runner needs (see *StreamLimitError).
+	ErrStreamLimit = errors.New("storage: too few concurrent streams")
 )
+
+// StreamLimitError reports a store server that lets one client connection
+// hold fewer concurrent streams than a runner needs: Needed, its watches
+// (they share one stream) and a call besides. No retry helps until an
+// operator raises the server's setting Flag (etcd:
+// --max-concurrent-streams).
+type StreamLimitError struct {
+	Endpoint string // the server found limited
+	Needed   int    // streams a runner holds at once
+	Flag     string // the server's setting that bounds them
+}
+
+func (e *StreamLimitError) Error() string {
+	return fmt.Sprintf("storage: too few concurrent streams: the server at %s did not open a call's stream while a watch stream was open "+
+		"(a runner needs %d at once: its watches share one): raise the server's %s", e.Endpoint, e.Needed, e.Flag)
+}
+
+// Is makes errors.Is(err, ErrStreamLimit) true.
+func (e *StreamLimitError) Is(target error) bool { return target == ErrStreamLimit }
 
 // FencedError reports a checkpoint write rejected because Epoch is not the
 // current epoch of Shard's lock. Current is 0 when the lock does not exist.

@@ -42,10 +42,10 @@ func (q *Queue) Add(id sharding.ShardID) {
 // from it, compared with assignment old (one pass of string comparisons).
 // A shard beyond the end of old is not marked: a longer assignment is a
 // new cluster size, which a full reconcile handles.
-func (q *Queue) AddMoved(old, a sharding.Assignment, me string) {
-	for id := range a {
-		if id < len(old) && (old[id] == me) != (a[id] == me) {
-			q.Add(sharding.ShardID(id))
+func (q *Queue) AddMoved(old, a Assignment, me string) {
+	for id, to := range a.All() {
+		if int(id) < old.Len() && (old.Of(id) == me) != (to == me) {
+			q.Add(id)
 		}
 	}
 }

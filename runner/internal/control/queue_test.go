@@ -75,11 +75,11 @@ func TestQueueAddMovedMarksTheShardsGivenOrTaken(t *testing.T) {
 	q := NewQueue(6)
 	old := sharding.Assignment{"me", "a", "me", "b", "a", "me"}
 	now := sharding.Assignment{"me", "me", "a", "a", "b", "me"}
-	q.AddMoved(old, now, "me")
+	q.AddMoved(CompactAssignment(old), CompactAssignment(now), "me")
 	if ids, _ := q.Take(); !slices.Equal(ids, []sharding.ShardID{1, 2}) {
 		t.Errorf("AddMoved(%v, %v) marked %v, want [1 2]", old, now, ids)
 	}
-	q.AddMoved(old[:2], now, "me") // a shorter old assignment: only the shards it covers
+	q.AddMoved(CompactAssignment(old[:2]), CompactAssignment(now), "me") // a shorter old assignment: only the shards it covers
 	if ids, _ := q.Take(); !slices.Equal(ids, []sharding.ShardID{1}) {
 		t.Errorf("AddMoved with a short old assignment marked %v, want [1]", ids)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner/internal/schedule"
+	"github.com/shardhost/shardhost/runner/internal/sparse"
 	"github.com/shardhost/shardhost/runner/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -131,9 +132,9 @@ type Host struct {
 	log   *slog.Logger
 
 	kindsMu sync.Mutex
-	kinds   atomic.Pointer[map[string]*Kind] // copy on write
-	ordered atomic.Pointer[[]*Kind]          // the same, by Kind.idx
-	shards  []atomic.Pointer[Shard]          // by shard ID; nil when not hosted
+	kinds   atomic.Pointer[map[string]*Kind]     // copy on write
+	ordered atomic.Pointer[[]*Kind]              // the same, by Kind.idx
+	shards  *sparse.Table[atomic.Pointer[Shard]] // by shard ID; nil when not hosted
 
 	residents residents
 	sched     *schedule.Scheduler
@@ -151,7 +152,7 @@ type Host struct {
 func New(cfg Config, env Env, store Checkpoints, met *Metrics, log *slog.Logger) *Host {
 	h := &Host{
 		cfg: cfg, env: env, store: store, met: met, log: log, sched: cfg.Scheduler,
-		shards: make([]atomic.Pointer[Shard], cfg.NumShards), evictKick: make(chan struct{}, 1),
+		shards: sparse.New[atomic.Pointer[Shard]](cfg.NumShards), evictKick: make(chan struct{}, 1),
 	}
 
 	h.kinds.Store(&map[string]*Kind{})
@@ -225,14 +226,23 @@ func (h *Host) CanWarm() bool {
 }
 
 // Lookup returns the host of shard id, or nil when it is not hosted here.
-func (h *Host) Lookup(id sharding.ShardID) *Shard { return h.shards[id].Load() }
+func (h *Host) Lookup(id sharding.ShardID) *Shard {
+	if p := h.shards.Peek(int(id)); p != nil {
+		return p.Load()
+	}
+	return nil
+}
 
 // Install makes sh the host of its shard: messages find it from now on.
-func (h *Host) Install(sh *Shard) { h.shards[sh.id].Store(sh) }
+func (h *Host) Install(sh *Shard) { h.shards.At(int(sh.id)).Store(sh) }
 
 // Uninstall stops sh being found by new messages, if it is still the host
 // of its shard.
-func (h *Host) Uninstall(sh *Shard) { h.shards[sh.id].CompareAndSwap(sh, nil) }
+func (h *Host) Uninstall(sh *Shard) {
+	if p := h.shards.Peek(int(sh.id)); p != nil {
+		p.CompareAndSwap(sh, nil)
+	}
+}
 
 // EntityCount returns the number of resident entities.
 func (h *Host) EntityCount() int { return h.residents.count() }
@@ -257,8 +267,8 @@ type KindCount struct {
 func (h *Host) KindCounts() []KindCount {
 	kinds := *h.kinds.Load()
 	active := make(map[string]int, len(kinds))
-	for i := range h.shards {
-		sh := h.shards[i].Load()
+	for _, p := range h.shards.Allocated() {
+		sh := p.Load()
 		if sh == nil {
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner/internal/hosting"
+	"github.com/shardhost/shardhost/runner/internal/sparse"
 	"github.com/shardhost/shardhost/runner/internal/tracing"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
@@ -122,14 +123,14 @@ type Router struct {
 	met    *Metrics
 	log    *slog.Logger
 
-	epochs  []atomic.Int64                // by shard: the newest epoch seen (checkEpoch)
+	epochs  *sparse.Table[atomic.Int64]   // by shard: the newest epoch seen (checkEpoch)
 	routeCh atomic.Pointer[chan struct{}] // closed at every routing change
 	waiting atomic.Int64                  // sends waiting for an owner
 }
 
 // New returns a Router delivering through host and net.
 func New(cfg Config, dir Directory, host *hosting.Host, net transport.Transport, met *Metrics, log *slog.Logger) *Router {
-	r := &Router{cfg: cfg, dir: dir, host: host, net: net, met: met, log: log, epochs: make([]atomic.Int64, cfg.NumShards)}
+	r := &Router{cfg: cfg, dir: dir, host: host, net: net, met: met, log: log, epochs: sparse.New[atomic.Int64](cfg.NumShards)}
 	r.rc, _ = net.(transport.RouteCaller)
 	r.routes.New = func() any { return new(callRoute) }
 	ch := make(chan struct{})
@@ -260,7 +261,7 @@ func newBackoff() *backoff.ExponentialBackOff {
 // SawEpoch records that shard id was owned at epoch (a lock in the watch,
 // an ownership installed here, a reply).
 func (r *Router) SawEpoch(id sharding.ShardID, epoch storage.Epoch) {
-	p := &r.epochs[id]
+	p := r.epochs.At(int(id))
 	for cur := p.Load(); int64(epoch) > cur; cur = p.Load() {
 		if p.CompareAndSwap(cur, int64(epoch)) {
 			return

@@ -296,7 +296,10 @@ func (r *Router) remote(ctx context.Context, owner storage.Runner, a *attempt) (
 // and its shard's hosting, at the handler's end) covers the rest; this one
 // closes the gap between that check and the socket write.
 func (r *Router) checkEpoch(ctx context.Context, id sharding.ShardID, owner storage.Runner, epoch storage.Epoch) error {
-	newer := storage.Epoch(r.epochs[id].Load())
+	newer := storage.Epoch(0)
+	if p := r.epochs.Peek(int(id)); p != nil {
+		newer = storage.Epoch(p.Load())
+	}
 	if newer <= epoch {
 		r.SawEpoch(id, epoch)
 		return nil
