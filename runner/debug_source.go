@@ -196,8 +196,8 @@ func (r *Runner) gatewayViewLocked() *debugpage.Gateway {
 				continue
 			}
 		}
-		if id < len(r.view.assignment) {
-			if _, ok := r.view.members[r.view.assignment[id]]; ok {
+		if id < r.view.assignment.Len() {
+			if _, ok := r.view.members[r.view.assignment.Of(sid)]; ok {
 				g.Routes++
 			}
 		}
