@@ -205,15 +205,10 @@ type Config struct {
 	// strategy when it is a built-in one (sharding.StrategyByName), else
 	// with this one.
 	Strategy sharding.Strategy
-	// StartTimeout bounds how long Run waits to be ready (see Ready): to
-	// reach the store, check the cluster record and register (hosting) or
-	// list the cluster (client-only). When it passes, Run stops and returns
-	// an error matching ErrStartTimeout with the last failure (an
-	// unreachable etcd's connection error: refused, DNS, TLS), so that a
-	// misconfigured process exits instead of looking started. Failures are
-	// logged at WARN meanwhile, the first at once and then every minute.
-	// Default DefaultStartTimeout (1 min); WaitForever (any negative
-	// value): wait as long as it takes.
+	// StartTimeout bounds how long Run waits to be ready (see Ready) before
+	// it fails with ErrStartTimeout: Runner.Run states what happens
+	// meanwhile and then. Default DefaultStartTimeout (1 min); WaitForever
+	// (any negative value): wait as long as it takes.
 	StartTimeout time.Duration
 
 	// LeaseTTL of the runner's lease. Default 5 s. The trade-off: a crashed
