@@ -40,6 +40,12 @@ const (
 	DefaultReminderCatchUpRate    = 5000
 	DefaultMaxRemindersPerShard   = 10000
 	DefaultRememberedStartRate    = 20000
+	// DefaultRememberedWarnAt is the count of one kind's remembered
+	// entities on a runner's shards past which it is logged at WARN: such
+	// entities are never passivated until they call Forget, and a runner
+	// that takes their shards over activates them at RememberedStartRate
+	// (100 000 at the default rate: 5 s before the last runs again).
+	DefaultRememberedWarnAt = 100000
 	// DefaultStartTimeout is how long Run waits to be ready before it
 	// fails with ErrStartTimeout: long enough to ride out an etcd restart
 	// or leader election, short enough that a process supervisor (systemd's
@@ -349,6 +355,11 @@ type Config struct {
 	// (entity.Remembered) this runner activates without a message after
 	// acquiring their shards, so a cold start is no herd. Default 20000.
 	RememberedStartRate int
+	// RememberedWarnAt: a kind with more remembered entities than this on
+	// the shards this runner owns is logged at WARN, and again each time
+	// that count doubles (sharding.remembered shows it per kind). Default
+	// DefaultRememberedWarnAt; negative: never.
+	RememberedWarnAt int
 
 	// Logger for lifecycle events. Default slog.Default().
 	Logger *slog.Logger
@@ -481,6 +492,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RememberedStartRate == 0 {
 		c.RememberedStartRate = DefaultRememberedStartRate
+	}
+	if c.RememberedWarnAt == 0 {
+		c.RememberedWarnAt = DefaultRememberedWarnAt
 	}
 	if c.MaxRemindersPerShard == 0 {
 		c.MaxRemindersPerShard = DefaultMaxRemindersPerShard
