@@ -13,25 +13,37 @@ import (
 	"github.com/shardhost/shardhost/runner"
 )
 
-// rememberedByKind reads the sharding.remembered gauge: kind -> value.
-func rememberedByKind(t *testing.T, rd *sdkmetric.ManualReader) map[string]int64 {
+// int64Points collects the data points of the int64 counter or gauge name.
+func int64Points(t *testing.T, rd *sdkmetric.ManualReader, name string) []metricdata.DataPoint[int64] {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := rd.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]int64{}
+	var out []metricdata.DataPoint[int64]
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			g, ok := m.Data.(metricdata.Gauge[int64])
-			if m.Name != "sharding.remembered" || !ok {
+			if m.Name != name {
 				continue
 			}
-			for _, p := range g.DataPoints {
-				kind, _ := p.Attributes.Value("kind")
-				out[kind.AsString()] += p.Value
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				out = append(out, d.DataPoints...)
+			case metricdata.Gauge[int64]:
+				out = append(out, d.DataPoints...)
 			}
 		}
+	}
+	return out
+}
+
+// rememberedByKind reads the sharding.remembered gauge: kind -> value.
+func rememberedByKind(t *testing.T, rd *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, p := range int64Points(t, rd, "sharding.remembered") {
+		kind, _ := p.Attributes.Value("kind")
+		out[kind.AsString()] += p.Value
 	}
 	return out
 }
