@@ -358,7 +358,7 @@ type Config struct {
 	// RememberedWarnAt: a kind with more remembered entities than this on
 	// the shards this runner owns is logged at WARN, and again each time
 	// that count doubles (sharding.remembered shows it per kind). Default
-	// DefaultRememberedWarnAt; negative: never.
+	// DefaultRememberedWarnAt; math.MaxInt: never.
 	RememberedWarnAt int
 
 	// Logger for lifecycle events. Default slog.Default().
@@ -540,6 +540,7 @@ func (c Config) counts() []namedValue[int] {
 		{"HotSetLimit", c.HotSetLimit}, {"CutoverWaiters", c.CutoverWaiters},
 		{"MaxResidentEntities", c.MaxResidentEntities}, {"ReminderCatchUpRate", c.ReminderCatchUpRate},
 		{"MaxRemindersPerShard", c.MaxRemindersPerShard}, {"RememberedStartRate", c.RememberedStartRate},
+		{"RememberedWarnAt", c.RememberedWarnAt},
 	}
 }
 
