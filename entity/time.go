@@ -13,10 +13,13 @@ import (
 // moved, a fenced write, an unavailable store); all are returned to the
 // handler that called, never to a sender.
 var (
-	// ErrNoEntity: a timer or reminder call was made with a context that
-	// does not belong to a handler or lifecycle hook of a live entity
-	// (a context.Background(), or one derived from another entity's).
-	ErrNoEntity = errors.New("entity: not called from a handler of the entity")
+	// ErrNoEntity: a timer, reminder or Forget call was made with a
+	// context that does not belong to a handler or lifecycle hook of a
+	// live entity of the kind (a context.Background(), one derived from
+	// another entity's, or a handler's used after the handler returned).
+	// The error returned is a *NoEntityError naming the call; it matches
+	// ErrNoEntity.
+	ErrNoEntity = errors.New("entity: called with a context that is not a handler's: pass the handler's ctx")
 	// ErrInvalidTimer: a timer or reminder name, delay, period, schedule or
 	// payload is out of bounds (see the limits below).
 	ErrInvalidTimer = errors.New("entity: invalid timer or reminder")
@@ -29,6 +32,41 @@ var (
 	// Remembered option.
 	ErrNotRemembered = errors.New("entity: kind is not remembered")
 )
+
+// NoEntityError is the error of a call that needs the context of a live
+// entity's handler or hook and was given another: it names the call and
+// the fix, and matches ErrNoEntity (errors.Is).
+type NoEntityError struct {
+	// Call is the call that was made ("TimerRef.After", "Forget", ...).
+	Call string
+	// Detail says more when the context is a handler's but not a fitting
+	// one (another kind's entity, an entity being passivated); empty for a
+	// context of no entity at all.
+	Detail string
+}
+
+func (e *NoEntityError) Error() string {
+	msg := "entity: " + e.Call + " called with a context that is not a handler's: pass the handler's ctx"
+	if e.Detail != "" {
+		msg += " (" + e.Detail + ")"
+	}
+	return msg
+}
+
+// Is reports whether target is ErrNoEntity.
+func (e *NoEntityError) Is(target error) bool { return target == ErrNoEntity }
+
+// noEntity is the error of call made with a context of no entity.
+func noEntity(call string) error { return &NoEntityError{Call: call} }
+
+// byCall returns err, a runtime's answer to call, naming call when it is
+// a *NoEntityError (the runtime names its own method, not the user's).
+func byCall(call string, err error) error {
+	if ne, ok := err.(*NoEntityError); ok {
+		return &NoEntityError{Call: call, Detail: ne.Detail}
+	}
+	return err
+}
 
 // Limits of timers and reminders.
 const (
@@ -171,14 +209,15 @@ func RuntimeFrom(ctx context.Context) (Runtime, bool) {
 	return rt, ok
 }
 
-// runtimeOf returns ctx's Runtime if it belongs to an entity of kind.
-func runtimeOf(ctx context.Context, kind string) (Runtime, error) {
+// runtimeOf returns ctx's Runtime if it belongs to an entity of kind; call
+// names the caller for the error.
+func runtimeOf(ctx context.Context, kind, call string) (Runtime, error) {
 	rt, ok := RuntimeFrom(ctx)
 	if !ok {
-		return nil, ErrNoEntity
+		return nil, noEntity(call)
 	}
 	if k, id := rt.Entity(); k != kind {
-		return nil, fmt.Errorf("%w: a %s timer or reminder scheduled from %s %q", ErrNoEntity, kind, k, id)
+		return nil, &NoEntityError{Call: call, Detail: fmt.Sprintf("a %s timer or reminder used from a handler of %s %q: use one of %s's own", kind, k, id, k)}
 	}
 	return rt, nil
 }
@@ -282,7 +321,7 @@ func (t *TimerRef[E, P]) Name() string { return t.h.name }
 // entity's handlers or hooks (ErrNoEntity otherwise). A timer of the same
 // name, of any handler, is replaced.
 func (t *TimerRef[E, P]) After(ctx context.Context, name string, d time.Duration, payload P) error {
-	return t.start(ctx, name, d, 0, payload)
+	return t.start(ctx, "TimerRef.After", name, d, 0, payload)
 }
 
 // Every (re)starts the entity's timer name to fire every period, the
@@ -292,18 +331,18 @@ func (t *TimerRef[E, P]) Every(ctx context.Context, name string, period time.Dur
 	if period <= 0 {
 		return fmt.Errorf("%w: timer %q: period %v, want > 0", ErrInvalidTimer, name, period)
 	}
-	return t.start(ctx, name, period, period, payload)
+	return t.start(ctx, "TimerRef.Every", name, period, period, payload)
 }
 
-func (t *TimerRef[E, P]) start(ctx context.Context, name string, delay, period time.Duration, payload P) error {
+func (t *TimerRef[E, P]) start(ctx context.Context, call, name string, delay, period time.Duration, payload P) error {
 	if err := ValidTimerName(name); err != nil {
 		return err
 	}
-	rt, err := runtimeOf(ctx, t.kind.name)
+	rt, err := runtimeOf(ctx, t.kind.name, call)
 	if err != nil {
 		return err
 	}
-	return rt.StartTimer(name, t.h, max(delay, 0), period, payload)
+	return byCall(call, rt.StartTimer(name, t.h, max(delay, 0), period, payload))
 }
 
 // StopTimer stops the entity's timer name and reports whether it was
@@ -311,7 +350,7 @@ func (t *TimerRef[E, P]) start(ctx context.Context, name string, delay, period t
 func StopTimer(ctx context.Context, name string) (bool, error) {
 	rt, ok := RuntimeFrom(ctx)
 	if !ok {
-		return false, ErrNoEntity
+		return false, noEntity("StopTimer")
 	}
 	return rt.StopTimer(name), nil
 }
@@ -382,7 +421,7 @@ func (r *ReminderRef[E, P]) Register(ctx context.Context, name string, s Schedul
 	if s.First.IsZero() {
 		s.First = time.Now().Add(s.Period)
 	}
-	rt, err := runtimeOf(ctx, r.kind.name)
+	rt, err := runtimeOf(ctx, r.kind.name, "ReminderRef.Register")
 	if err != nil {
 		return err
 	}
@@ -416,15 +455,19 @@ func (s Schedule) validate(name string, now time.Time) error {
 // Cancel deletes the entity's reminder name (fenced like Register); it
 // returns an error matching ErrNoReminder when there is none.
 func (r *ReminderRef[E, P]) Cancel(ctx context.Context, name string) error {
-	return CancelReminder(ctx, name)
+	return cancelReminder(ctx, "ReminderRef.Cancel", name)
 }
 
 // CancelReminder deletes the entity's reminder name, of any handler
 // (fenced like Register); ErrNoReminder when there is none.
 func CancelReminder(ctx context.Context, name string) error {
+	return cancelReminder(ctx, "CancelReminder", name)
+}
+
+func cancelReminder(ctx context.Context, call, name string) error {
 	rt, ok := RuntimeFrom(ctx)
 	if !ok {
-		return ErrNoEntity
+		return noEntity(call)
 	}
 	return rt.CancelReminder(ctx, name)
 }
@@ -434,7 +477,7 @@ func CancelReminder(ctx context.Context, name string) error {
 func Reminders(ctx context.Context) ([]ReminderInfo, error) {
 	rt, ok := RuntimeFrom(ctx)
 	if !ok {
-		return nil, ErrNoEntity
+		return nil, noEntity("Reminders")
 	}
 	return rt.Reminders(ctx)
 }
@@ -449,7 +492,7 @@ func Reminders(ctx context.Context) ([]ReminderInfo, error) {
 func Forget(ctx context.Context) error {
 	rt, ok := RuntimeFrom(ctx)
 	if !ok {
-		return ErrNoEntity
+		return noEntity("Forget")
 	}
-	return rt.Forget(ctx)
+	return byCall("Forget", rt.Forget(ctx))
 }

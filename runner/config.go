@@ -40,6 +40,12 @@ const (
 	DefaultReminderCatchUpRate    = 5000
 	DefaultMaxRemindersPerShard   = 10000
 	DefaultRememberedStartRate    = 20000
+	// DefaultRememberedWarnAt is the count of one kind's remembered
+	// entities on a runner's shards past which it is logged at WARN: such
+	// entities are never passivated until they call Forget, and a runner
+	// that takes their shards over activates them at RememberedStartRate
+	// (100 000 at the default rate: 5 s before the last runs again).
+	DefaultRememberedWarnAt = 100000
 	// DefaultStartTimeout is how long Run waits to be ready before it
 	// fails with ErrStartTimeout: long enough to ride out an etcd restart
 	// or leader election, short enough that a process supervisor (systemd's
@@ -205,15 +211,10 @@ type Config struct {
 	// strategy when it is a built-in one (sharding.StrategyByName), else
 	// with this one.
 	Strategy sharding.Strategy
-	// StartTimeout bounds how long Run waits to be ready (see Ready): to
-	// reach the store, check the cluster record and register (hosting) or
-	// list the cluster (client-only). When it passes, Run stops and returns
-	// an error matching ErrStartTimeout with the last failure (an
-	// unreachable etcd's connection error: refused, DNS, TLS), so that a
-	// misconfigured process exits instead of looking started. Failures are
-	// logged at WARN meanwhile, the first at once and then every minute.
-	// Default DefaultStartTimeout (1 min); WaitForever (any negative
-	// value): wait as long as it takes.
+	// StartTimeout bounds how long Run waits to be ready (see Ready) before
+	// it fails with ErrStartTimeout: Runner.Run states what happens
+	// meanwhile and then. Default DefaultStartTimeout (1 min); WaitForever
+	// (any negative value): wait as long as it takes.
 	StartTimeout time.Duration
 
 	// LeaseTTL of the runner's lease. Default 5 s. The trade-off: a crashed
@@ -354,6 +355,11 @@ type Config struct {
 	// (entity.Remembered) this runner activates without a message after
 	// acquiring their shards, so a cold start is no herd. Default 20000.
 	RememberedStartRate int
+	// RememberedWarnAt: a kind with more remembered entities than this on
+	// the shards this runner owns is logged at WARN, and again each time
+	// that count doubles (sharding.remembered shows it per kind). Default
+	// DefaultRememberedWarnAt; math.MaxInt: never.
+	RememberedWarnAt int
 
 	// Logger for lifecycle events. Default slog.Default().
 	Logger *slog.Logger
@@ -487,6 +493,9 @@ func (c Config) withDefaults() Config {
 	if c.RememberedStartRate == 0 {
 		c.RememberedStartRate = DefaultRememberedStartRate
 	}
+	if c.RememberedWarnAt == 0 {
+		c.RememberedWarnAt = DefaultRememberedWarnAt
+	}
 	if c.MaxRemindersPerShard == 0 {
 		c.MaxRemindersPerShard = DefaultMaxRemindersPerShard
 	}
@@ -531,6 +540,7 @@ func (c Config) counts() []namedValue[int] {
 		{"HotSetLimit", c.HotSetLimit}, {"CutoverWaiters", c.CutoverWaiters},
 		{"MaxResidentEntities", c.MaxResidentEntities}, {"ReminderCatchUpRate", c.ReminderCatchUpRate},
 		{"MaxRemindersPerShard", c.MaxRemindersPerShard}, {"RememberedStartRate", c.RememberedStartRate},
+		{"RememberedWarnAt", c.RememberedWarnAt},
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/shardhost/shardhost/internal/testenv"
 	"github.com/shardhost/shardhost/runner"
@@ -322,22 +321,10 @@ func TestPermissionRevokedEntirelyIsLoud(t *testing.T) {
 // error.type=permission_denied.
 func deniedErrors(t *testing.T, rd *sdkmetric.ManualReader) int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := rd.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
 	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if m.Name != "sharding.storage_errors" || !ok {
-				continue
-			}
-			for _, p := range sum.DataPoints {
-				if v, _ := p.Attributes.Value(attribute.Key("error.type")); v.AsString() == "permission_denied" {
-					n += p.Value
-				}
-			}
+	for _, p := range int64Points(t, rd, "sharding.storage_errors") {
+		if v, _ := p.Attributes.Value(attribute.Key("error.type")); v.AsString() == "permission_denied" {
+			n += p.Value
 		}
 	}
 	return n

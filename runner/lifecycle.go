@@ -19,8 +19,21 @@ import (
 // completes or Close is called. It returns nil after Shutdown or Close and
 // ctx's error when ctx ended; an ended ctx stops the runner like Close (no
 // release, the lease expires on its own), so call Shutdown for a graceful
-// stop. Run retries registration until it succeeds: a store that is down at
-// start delays registration but does not fail Run.
+// stop.
+//
+// Starting: a store that cannot be reached at start delays the start; it
+// does not end it at once. Run retries; the first failure is
+// logged at WARN as soon as it is known (a refused connection at once),
+// with the store's endpoints and the connection's own error, then one WARN
+// a minute, and Status().NotStarted says why the runner is not up. Ready
+// is closed once it is up. If it is not up within Config.StartTimeout
+// (default DefaultStartTimeout, 1 min; WaitForever: no bound), Run returns
+// an error matching ErrStartTimeout and the last failure, so that a
+// misconfigured process exits and its supervisor says so. Run fails at
+// once, without retrying, when the store refuses the runner's credentials
+// (storage.ErrPermissionDenied), the configuration differs from the
+// cluster's (*ClusterMismatchError) or the ID is live elsewhere
+// (ErrDuplicateRunnerID).
 func (r *Runner) Run(ctx context.Context) error {
 	if err := r.begin(); err != nil {
 		return err

@@ -47,8 +47,9 @@ type metrics struct {
 
 // gaugeReadings are what the observed gauges report.
 type gaugeReadings struct {
-	entities                      int
-	reminders, timers, remembered int64
+	entities          int
+	reminders, timers int64
+	remembered        map[string]int64 // by kind
 }
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), gauges func() gaugeReadings) (*metrics, error) {
@@ -101,7 +102,7 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 	add(err3)
 	timerGauge, err4 := m.Int64ObservableGauge("sharding.timers", metric.WithUnit("{timer}"), metric.WithDescription("running entity timers"))
 	add(err4)
-	rememberedGauge, err5 := m.Int64ObservableGauge("sharding.remembered", metric.WithUnit("{entity}"), metric.WithDescription("remembered entities of the owned shards"))
+	rememberedGauge, err5 := m.Int64ObservableGauge("sharding.remembered", metric.WithUnit("{entity}"), metric.WithDescription("remembered entities of the owned shards, by kind"))
 	add(err5)
 	if errors.Join(err, err2, err3, err4, err5) == nil {
 		out.deadlineLagCB, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -112,7 +113,9 @@ func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Durat
 			o.ObserveInt64(activeGauge, int64(g.entities), out.attrs)
 			o.ObserveInt64(remGauge, g.reminders, out.attrs)
 			o.ObserveInt64(timerGauge, g.timers, out.attrs)
-			o.ObserveInt64(rememberedGauge, g.remembered, out.attrs)
+			for kind, n := range g.remembered {
+				o.ObserveInt64(rememberedGauge, n, out.attrs, metric.WithAttributes(attribute.String("kind", kind)))
+			}
 			return nil
 		}, lagGauge, activeGauge, remGauge, timerGauge, rememberedGauge)
 		add(err)

@@ -168,7 +168,8 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
 		Tracer: tracer,
 	}, hostingEnv{r}, fenceWatch{store, r}, &r.met.host, r.log)
-	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout, StartRate: float64(cfg.RememberedStartRate)},
+	r.reminders = reminders.New(reminders.Config{MaxPerShard: cfg.MaxRemindersPerShard, OpTimeout: cfg.OpTimeout, StartRate: float64(cfg.RememberedStartRate),
+		WarnRememberedAt: int64(cfg.RememberedWarnAt)},
 		store, r.hosting, r.sched, &r.met.rem, r.log)
 	r.hosting.SetReminders(r.reminders)
 	r.hosting.SetRemembrance(r.reminders)
@@ -411,7 +412,7 @@ func (r *Runner) setTrip(h lease.Health) {
 
 // gaugeReadings are the values of the runner's observed gauges.
 func (r *Runner) gaugeReadings() gaugeReadings {
-	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers(), remembered: r.reminders.RememberedCount()}
+	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers(), remembered: r.reminders.RememberedByKind()}
 }
 
 // opCtx returns the context for one storage call of the attachment gen:

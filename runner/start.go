@@ -23,7 +23,9 @@ import (
 //     checkCluster). A mismatch ends Run with a *ClusterMismatchError.
 //   - Store failures at start are retried with backoff; the first is
 //     logged at WARN with the store's endpoints and the error, then one
-//     WARN a minute (startFailed). A call that found the store unavailable
+//     WARN a minute (startFailed). A connection refused (or a DNS or TLS
+//     failure) is reported at once, not after the first call's OpTimeout
+//     (probeAtStart). A call that found the store unavailable
 //     is explained by the connection's own error when the store can say
 //     it (connectionDiagnoser: refused, DNS, TLS), and Status and the debug
 //     page say "not started: etcd ... unreachable since ...".
@@ -146,9 +148,43 @@ func (r *Runner) checkStreams(ctx context.Context) error {
 // the first of a streak at WARN with the endpoints and the error, then at
 // most one WARN per startWarnEvery, the rest at DEBUG.
 func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
-	err = r.explainUnavailable(err)
+	r.reportStartFailure(op, r.explainUnavailable(err), retryIn, false)
+}
+
+// probeAtStart asks the store, as Run begins, whether it can reach its
+// servers at all, beside the first start call: a refused connection, a
+// failed DNS lookup or TLS handshake is known in milliseconds, while that
+// call waits for its OpTimeout before it fails. The first report (WARN,
+// Status().NotStarted) then comes at once. A store that answers, or says
+// nothing within OpTimeout (packets dropped), is left to the start calls.
+func (r *Runner) probeAtStart(ctx context.Context) {
+	d, ok := r.store.(connectionDiagnoser)
+	if !ok {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	err := d.ConnectionError(pctx)
+	if err == nil || pctx.Err() != nil {
+		return
+	}
+	select {
+	case <-r.st.ready:
+		return
+	default:
+	}
+	r.reportStartFailure("connect", err, 0, true)
+}
+
+// reportStartFailure is startFailed once err is explained; with onlyFirst
+// it reports nothing when a failure was already recorded.
+func (r *Runner) reportStartFailure(op string, err error, retryIn time.Duration, onlyFirst bool) {
 	now := time.Now()
 	r.st.mu.Lock()
+	if onlyFirst && r.st.failures > 0 {
+		r.st.mu.Unlock()
+		return
+	}
 	r.st.failures++
 	r.st.lastErr = err
 	first := r.st.failures == 1
@@ -161,7 +197,10 @@ func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
 	}
 	n, since := r.st.failures, now.Sub(r.st.firstFail)
 	r.st.mu.Unlock()
-	attrs := []any{"op", op, "err", err, "retry_in", retryIn}
+	attrs := []any{"op", op, "err", err}
+	if retryIn > 0 {
+		attrs = append(attrs, "retry_in", retryIn)
+	}
 	if eps := r.endpoints(); eps != "" {
 		attrs = append(attrs, "endpoints", eps)
 	}
@@ -325,6 +364,7 @@ func (r *Runner) startup(ctx context.Context) {
 	if r.cfg.StartTimeout > 0 {
 		wg.Go(func() { r.startTimeout(ctx) })
 	}
+	wg.Go(func() { r.probeAtStart(ctx) })
 	if r.cfg.ClientOnly {
 		wg.Go(func() { r.startClient(ctx) })
 	} else if r.Address() == "" {

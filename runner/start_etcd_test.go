@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,5 +104,64 @@ func TestEtcdDownAtStart(t *testing.T) {
 	}
 	if st := r.Status(); st.NotStarted != "" || st.StartError != nil {
 		t.Errorf("Status once ready: NotStarted %q, StartError %v; want none", st.NotStarted, st.StartError)
+	}
+}
+
+// heldClusterReads holds every read of the cluster record — the first
+// call a start makes — until release is closed or its context ends, and
+// counts the reads that returned.
+type heldClusterReads struct {
+	*etcd.Store
+	release  chan struct{}
+	returned atomic.Int64
+}
+
+func (h *heldClusterReads) ReadCluster(ctx context.Context) (storage.ClusterInfo, bool, error) {
+	defer h.returned.Add(1)
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+	return h.Store.ReadCluster(ctx)
+}
+
+// TestRefusedConnectionAtStartIsReportedAtOnce: a runner whose etcd
+// endpoint refuses connections (a loopback port nothing listens on) logs
+// its first WARN, naming the refused connection, and says why in
+// Status().NotStarted while its first start call is still waiting for
+// its OpTimeout: the report does not wait for that call to fail.
+func TestRefusedConnectionAtStartIsReportedAtOnce(t *testing.T) {
+	t.Parallel()
+	endpoint := testenv.FreeAddr(t)
+	s, err := etcd.New(testenv.NewEtcdClient(t, endpoint), "refused-at-start", etcd.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldClusterReads{Store: s, release: make(chan struct{})}
+	var lc logCapture
+	r, err := runner.New(held, runner.Config{ID: "refused", NumShards: 8, OpTimeout: 30 * time.Second, Logger: lc.logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	t.Cleanup(func() { close(held.release); r.Close(); <-done })
+	var warns []logLine
+	for held.returned.Load() == 0 {
+		if warns = lc.find(slog.LevelWarn, "cannot start"); len(warns) > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := r.Status()
+	if n := held.returned.Load(); n > 0 || len(warns) == 0 {
+		t.Fatalf("the first WARN came after %d start call(s) failed by their OpTimeout (WARN lines: %v); want it while the first still waits", n, warns)
+	}
+	if !strings.Contains(warns[0].Attrs["err"], "connection refused") || warns[0].Attrs["endpoints"] != endpoint {
+		t.Errorf("first WARN = %v, want one naming endpoint %s and the refused connection", warns[0], endpoint)
+	}
+	want := "not started: etcd at " + endpoint + " unreachable since "
+	if !strings.HasPrefix(st.NotStarted, want) || !strings.Contains(st.NotStarted, "connection refused") || !errors.Is(st.StartError, storage.ErrUnavailable) {
+		t.Errorf("Status at the first WARN: NotStarted %q, StartError %v; want %q... naming the refused connection", st.NotStarted, st.StartError, want)
 	}
 }

@@ -76,7 +76,7 @@ func (e *resident) Forget(ctx context.Context) error {
 		return fmt.Errorf("forget %s %q: %w", e.key.Kind, e.key.ID, err)
 	}
 	if sh.h.remembrance == nil {
-		return fmt.Errorf("forget %s %q: %w: the runtime keeps no remembered entities", e.key.Kind, e.key.ID, entity.ErrNoEntity)
+		return &entity.NoEntityError{Call: "Forget", Detail: fmt.Sprintf("%s %q: the runtime keeps no remembered entities", e.key.Kind, e.key.ID)}
 	}
 	if err := sh.h.remembrance.ForgetEntity(ctx, sh.id, sh.epoch, e.key); err != nil {
 		return fmt.Errorf("forget %s %q: %w", e.key.Kind, e.key.ID, err)

@@ -71,12 +71,12 @@ func (e *resident) startTimer(name string, h *entity.Handler, delay, period time
 	}
 	sched := e.host.h.sched
 	if sched == nil {
-		return fmt.Errorf("%w: the runtime has no timer scheduler", entity.ErrNoEntity)
+		return &entity.NoEntityError{Call: "StartTimer", Detail: "the runtime has no timer scheduler"}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.dead {
-		return fmt.Errorf("%w: %s %q is being passivated or released", entity.ErrNoEntity, e.key.Kind, e.key.ID)
+		return &entity.NoEntityError{Call: "StartTimer", Detail: fmt.Sprintf("%s %q is being passivated or released: its handler returned", e.key.Kind, e.key.ID)}
 	}
 	if old := e.timers[name]; old != nil {
 		old.stopped = true
@@ -229,7 +229,7 @@ func (e *resident) shardGone() error {
 		return fmt.Errorf("shard %d: %w", sh.id, ErrDetached)
 	}
 	if sh.h.reminders == nil {
-		return fmt.Errorf("%w: the runtime has no reminder service", entity.ErrNoEntity)
+		return &entity.NoEntityError{Call: "a reminder call", Detail: "the runtime has no reminder service"}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/shardhost/shardhost/runner/internal/hosting"
@@ -80,6 +81,7 @@ func (set *shardSet) addRememberedLocked(ref storage.EntityRef, put bool) *remem
 	m.F = m
 	set.remembered[ref] = m
 	set.s.remembered.Add(1)
+	set.s.countKind(ref.Kind, 1)
 	if put {
 		set.s.mu.Lock()
 		set.s.rememberQ = append(set.s.rememberQ, m)
@@ -94,6 +96,7 @@ func (set *shardSet) dropRememberedLocked(m *rememberedEntity) {
 	if set.remembered[m.ref] == m {
 		delete(set.remembered, m.ref)
 		set.s.remembered.Add(-1)
+		set.s.countKind(m.ref.Kind, -1)
 	}
 }
 
@@ -116,6 +119,7 @@ func (set *shardSet) unscheduleRememberedLocked(clear bool) {
 		set.s.starts.Stop(&m.Entry)
 		if clear {
 			m.removed = true
+			set.s.countKind(m.ref.Kind, -1)
 		}
 	}
 	if clear && len(set.remembered) > 0 {
@@ -310,6 +314,63 @@ func (s *Service) AwaitRemembered(ctx context.Context, id sharding.ShardID, epoc
 // RememberedCount returns the number of remembered entities of the shards
 // whose state is loaded here.
 func (s *Service) RememberedCount() int64 { return s.remembered.Load() }
+
+// kindCounts counts the remembered entities of each kind over the sets,
+// and remembers the count each kind was last logged at.
+type kindCounts struct {
+	mu     sync.Mutex // a leaf: taken under a set's mutex
+	counts map[string]*kindCount
+}
+
+type kindCount struct {
+	n      int64
+	warned int64 // the count at the last WARN; 0 while at or under the threshold
+}
+
+// countKind adds d to kind's count of remembered entities; past
+// Config.WarnRememberedAt it logs a WARN, and again each time the count
+// doubles since the last one.
+func (s *Service) countKind(kind string, d int64) {
+	k := &s.kinds
+	k.mu.Lock()
+	if k.counts == nil {
+		k.counts = map[string]*kindCount{}
+	}
+	c := k.counts[kind]
+	if c == nil {
+		c = &kindCount{}
+		k.counts[kind] = c
+	}
+	c.n += d
+	n, at := c.n, s.cfg.WarnRememberedAt
+	warn := false
+	switch {
+	case at <= 0:
+	case n <= at:
+		c.warned = 0
+	case c.warned == 0 || n > 2*c.warned:
+		c.warned, warn = n, true
+	}
+	k.mu.Unlock()
+	if warn {
+		s.log.Warn("remembered entities of a kind keep growing: they are never passivated until they call entity.Forget",
+			"kind", kind, "remembered", n, "warn_at", at,
+			"hint", "check that the kind's entities call entity.Forget when done; a runner that takes their shards over activates every one (raise Config.RememberedWarnAt if this many is expected)")
+	}
+}
+
+// RememberedByKind returns the number of remembered entities of each kind
+// that has had some on the sets of this runner (0 once they are gone).
+func (s *Service) RememberedByKind() map[string]int64 {
+	k := &s.kinds
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]int64, len(k.counts))
+	for kind, c := range k.counts {
+		out[kind] = c.n
+	}
+	return out
+}
 
 // RememberedByShard returns the number of remembered entities of each
 // loaded shard that has some.

@@ -41,6 +41,10 @@ type Config struct {
 	// (default DefaultStuckAfter); WatchEvery is how often the watchdog
 	// looks (default StuckAfter/6).
 	StuckAfter, WatchEvery time.Duration
+	// WarnRememberedAt: a kind with more remembered entities than this
+	// over the sets is logged at WARN, and again each time the count
+	// doubles; 0 or less: never.
+	WarnRememberedAt int64
 }
 
 // Metrics are the service's instruments (created by NewMetrics).
@@ -97,6 +101,7 @@ type Service struct {
 
 	loaded     atomic.Int64  // reminders loaded, over every set
 	remembered atomic.Int64  // remembered entities, over every set
+	kinds      kindCounts    // the same, by kind
 	kick       chan struct{} // the set loop's (run.go)
 	sideKick   chan struct{} // the side loop's
 
