@@ -59,7 +59,10 @@ func openFleet(t testing.TB, endpoint string, n int) *watchFleet {
 			f.wg.Go(func() {
 				for resp := range wch {
 					if resp.Created {
-						created <- struct{}{}
+						select { // once per watch; never blocks the watch
+						case created <- struct{}{}:
+						default:
+						}
 					}
 					f.got.Add(int64(len(resp.Events)))
 				}
