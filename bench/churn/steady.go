@@ -133,7 +133,7 @@ func etcdMetrics(ctx context.Context, endpoint string) (map[string]float64, erro
 		return nil, fmt.Errorf("etcd metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	want := map[string]bool{metricPuts: true, metricDeletes: true, metricProposals: true, metricKeepAlives: true, metricWatchEvents: true}
+	want := map[string]bool{metricPuts: true, metricDeletes: true, metricProposals: true, metricKeepAlives: true, metricWatchEvents: true, metricWatchers: true}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
