@@ -47,6 +47,7 @@ const (
 	metricUnary       = "sum: unary requests"
 	metricTxns        = "sum: txns"
 	metricWatchEvents = "etcd_debugging_mvcc_events_total"
+	metricWatchers    = "etcd_debugging_mvcc_watcher_total" // watchers etcd holds (BenchmarkEtcdWatchCost)
 )
 
 // measureSteady measures the settled cluster over window (see SteadyReport).

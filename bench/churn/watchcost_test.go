@@ -24,8 +24,6 @@ import (
 // else: what it costs etcd (and the proxy) is what the watches of a fleet
 // of runners cost, apart from their other requests.
 
-const metricWatchers = "etcd_debugging_mvcc_watcher_total"
-
 // fleetPrefixes are the prefixes runner i watches (storage's keyspaces).
 func fleetPrefixes(i int) []string {
 	id := fmt.Sprintf("r%d", i)
