@@ -741,8 +741,10 @@ func (m *hotResponse) Unmarshal(b []byte) error {
 //
 // It encodes into buffers of gRPC's pool, which gRPC gives back once it
 // wrote them (a message costs the allocation of its one-buffer list), and
-// decodes messages that alias the bytes received (see received): their
-// strings and payloads cost no allocation.
+// decodes a message of at most 1 KiB (an ask's request or answer, most
+// often) into strings and payloads that alias the bytes received (see
+// received): they cost no allocation. Larger ones are decoded into
+// copies.
 type wireCodec struct{}
 
 func (wireCodec) Name() string { return "shardhost-v1" }
@@ -767,16 +769,16 @@ func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	b := received(data)
+	b, alias := received(data)
 	switch m := v.(type) {
 	case *frameBatch:
-		return m.decode(b, true)
+		return m.decode(b, alias)
 	case *DeliverRequest:
-		return m.unmarshal(b, &DeliverRequest{}, true)
+		return m.unmarshal(b, &DeliverRequest{}, alias)
 	case *DeliverResponse:
-		return m.unmarshal(b, true)
+		return m.unmarshal(b, alias)
 	case *frame:
-		return m.unmarshal(b, &DeliverRequest{}, nil, true)
+		return m.unmarshal(b, &DeliverRequest{}, nil, alias)
 	case *hotRequest:
 		return m.Unmarshal(b)
 	case *hotResponse:
@@ -803,16 +805,23 @@ func pooled[M interface {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// received returns the bytes of a message gRPC received, for the decoded
-// message to alias: a lone mem.SliceBuffer's own (gRPC allocated it for
-// this message and never reuses it: its Free does nothing), else a copy
-// (pooled buffers go back to their pool once Unmarshal returns). Nothing
-// ever writes to them afterwards.
-func received(data mem.BufferSlice) []byte {
+// received returns the bytes of a message gRPC received and whether a
+// message decoded from them may alias them (see wireCodec): only those of
+// a lone mem.SliceBuffer of at most 1 KiB — gRPC allocated it for one
+// HTTP/2 data frame below its pooling threshold and never reuses it (its
+// Free does nothing), so a decoded string or payload keeps at most that
+// KiB alive. A pooled buffer goes back to its pool once Unmarshal
+// returns; and one copy of a larger message would be kept whole by any
+// string of any frame it carries — a request held by a handler, or an
+// answer not written yet, would keep up to MaxMessageSize alive while
+// the connection's budget counts its own bytes: those are decoded into
+// copies of their fields, from the buffer itself when it is one.
+func received(data mem.BufferSlice) ([]byte, bool) {
 	if len(data) == 1 {
-		if b, ok := data[0].(mem.SliceBuffer); ok {
-			return b
+		if b, ok := data[0].(mem.SliceBuffer); ok && mem.IsBelowBufferPoolingThreshold(cap(b)) {
+			return b, true
 		}
+		return data[0].ReadOnlyData(), false
 	}
-	return data.Materialize()
+	return data.Materialize(), false
 }

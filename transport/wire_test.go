@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -167,5 +168,51 @@ func TestDecodedBatchOutlivesPooledBuffer(t *testing.T) {
 	}
 	if r := (&DeliverRequest{}).NewResponse(); r == nil {
 		t.Fatal("NewResponse of a request without room = nil")
+	}
+}
+
+// A message over 1 KiB is decoded into copies of its fields, whether
+// gRPC hands it over in one pooled buffer or in several: a string of one
+// frame does not keep the whole message (another frame's large payload)
+// alive. One of at most 1 KiB is aliased: it keeps at most that KiB.
+func TestLargeMessageDecodedIntoCopies(t *testing.T) {
+	payload := bytes.Repeat([]byte("p"), 2<<10)
+	in := &frameBatch{Frames: []*frame{
+		{ID: 1, Req: &DeliverRequest{Kind: "kind", Method: "m", Entity: "e/1", Payload: payload}},
+		{ID: 2, Req: &DeliverRequest{Kind: "kind", Method: "m", Entity: "e/2", Payload: []byte("small")}},
+	}}
+	enc := in.Marshal()
+	// within reports whether s starts inside the allocation of b (its
+	// bytes, or a little past them: the next frame's).
+	within := func(s string, b []byte) bool {
+		at, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		return at >= base && at < base+uintptr(len(b))+256
+	}
+	half := len(enc) / 2
+	for name, data := range map[string]mem.BufferSlice{
+		"one pooled buffer": asReceived(enc),
+		"two buffers":       {mem.SliceBuffer(slices.Clone(enc[:half])), mem.SliceBuffer(slices.Clone(enc[half:]))},
+		"one large slice":   {mem.SliceBuffer(slices.Clone(enc))},
+	} {
+		var got frameBatch
+		if err := (wireCodec{}).Unmarshal(data, &got); err != nil {
+			t.Fatal(err)
+		}
+		data.Free()
+		if len(got.Frames) != 2 || !equalFrame(got.Frames[0], in.Frames[0]) || !equalFrame(got.Frames[1], in.Frames[1]) {
+			t.Fatalf("%s: decoded %+v, want %+v", name, got.Frames, in.Frames)
+		}
+		if within(got.Frames[1].Req.Entity, got.Frames[0].Req.Payload) {
+			t.Errorf("%s: the second frame's entity shares the memory of the first frame's payload", name)
+		}
+	}
+	small := (&DeliverRequest{Kind: "kind", Method: "m", Entity: "e/3", Payload: []byte("small")}).Marshal()
+	b := slices.Clone(small)
+	var got DeliverRequest
+	if err := (wireCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Entity != "e/3" || !within(got.Entity, b) {
+		t.Errorf("a message of %d bytes in a buffer of its own: entity %q copied, want it aliased", len(small), got.Entity)
 	}
 }
