@@ -286,7 +286,7 @@ func (t *GRPC) Listen(h Handler) (string, error) {
 			MaxConnectionIdle: t.idleTimeout, Time: serverPingTime, Timeout: serverPingTimeout,
 		}),
 		grpc.NumStreamWorkers(uint32(max(2, runtime.GOMAXPROCS(0)))),
-		grpc.ForceServerCodec(wireCodec{}),
+		grpc.ForceServerCodecV2(wireCodec{}),
 		// Every RPC: a payload of MaxMessageSize with its envelope. The
 		// handler answers a request whose payload alone is over
 		// MaxMessageSize TOO_LARGE; a message over the limit fails its
@@ -422,7 +422,7 @@ func (t *GRPC) peer(addr string) (*peerConns, error) {
 		c, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(
-				grpc.ForceCodec(wireCodec{}),
+				grpc.ForceCodecV2(wireCodec{}),
 				// An answer is bounded by the peer's MaxMessageSize: runners
 				// of a cluster share one (doc.go, "Bounds").
 				grpc.MaxCallRecvMsgSize(messageLimit(t.cfg.MaxMessageSize)),

@@ -187,7 +187,7 @@ func TestCallsReachRunnerOfPreviousVersion(t *testing.T) {
 	prev.h = h
 	desc := serviceDesc
 	desc.Streams = slices.DeleteFunc(slices.Clone(desc.Streams), func(d grpc.StreamDesc) bool { return d.StreamName == "Frames" })
-	srv := grpc.NewServer(grpc.ForceServerCodec(wireCodec{}))
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(wireCodec{}))
 	srv.RegisterService(&desc, grpcService(prev))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -247,7 +247,7 @@ func TestConcurrentLargeMessagesStayWithinSizeLimit(t *testing.T) {
 func TestRunnerOfPreviousVersionIsAnswered(t *testing.T) {
 	_, addr := startServer(t, GRPCConfig{}, nil)
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(wireCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(wireCodec{})))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,8 +111,8 @@ func (t *GRPC) serveStream(ss grpc.ServerStream) error {
 // serveFrames answers rpc Frames (batches of frames both ways) as
 // serveDeliveries does.
 func (t *GRPC) serveFrames(ss grpc.ServerStream) error {
+	var b frameBatch // the reader's, reused
 	recv := func() ([]*frame, error) {
-		var b frameBatch
 		err := ss.RecvMsg(&b)
 		return b.Frames, err
 	}
@@ -159,7 +159,10 @@ func (t *GRPC) serveDeliveries(ss grpc.ServerStream, recv func() ([]*frame, erro
 			ctx = c
 		}
 		resp, written := t.h.Deliver(ctx, f.Req)
-		out := &frame{ID: f.ID, Resp: resp}
+		// The answer goes out in the request's frame: nothing else refers
+		// to it once the handler returned.
+		out := f
+		*out = frame{ID: f.ID, Resp: resp}
 		answer := int64(out.size())
 		budget.resize(answer - size)
 		w.send(outFrame{f: out, written: written, bytes: answer}, handlers.Add(-1) == 0)
@@ -272,6 +275,9 @@ type frameWriter struct {
 	sendMsg  func(*frameBatch) error
 	maxBytes int         // of a batch of more than one frame
 	budget   *connBudget // given back what the answers sent held
+
+	// The batch being sent, reused: the sending goroutine's (busy).
+	out frameBatch
 
 	// What the watchdog reads (giveUpStalled): whether a send is in
 	// progress, how many completed, and whether the written callbacks of
@@ -412,15 +418,17 @@ func (w *frameWriter) flushLocked() {
 		w.queue = w.spare[:0]
 	}
 	w.spare = nil
-	frames := make([]*frame, len(batch))
-	for i, o := range batch {
-		frames[i] = o.f
+	frames := w.out.Frames[:0]
+	for _, o := range batch {
+		frames = append(frames, o.f)
 	}
+	w.out.Frames = frames
 	w.sending = batch
 	w.batchGiven.Store(false)
 	w.mu.Unlock()
 	w.inSend.Store(true)
-	err := w.sendMsg(&frameBatch{Frames: frames})
+	err := w.sendMsg(&w.out) // encoded before it returns
+	clear(frames)
 	w.inSend.Store(false)
 	w.sends.Add(1)
 	w.done(batch, w.batchGiven.Swap(true))
@@ -539,6 +547,14 @@ type muxResult struct {
 	sent bool
 }
 
+// muxCall is one call's frame and answer channel (1-buffered), reused
+// (muxStream.calls) once the call received its answer: by then its frame
+// was sent, and the channel is empty and no longer anyone's.
+type muxCall struct {
+	f frame
+	c chan muxResult
+}
+
 // muxStream is the client side of one Frames stream.
 type muxStream struct {
 	cs     grpc.ClientStream
@@ -562,9 +578,12 @@ type muxStream struct {
 	// deadline (the stream's own: a timer made in a synctest bubble stays
 	// in it).
 	timers sync.Pool
-	// results are answer channels (1-buffered) of calls that received
-	// their answer: empty, and no longer anyone's.
-	results sync.Pool
+	// calls are the muxCalls of calls that received their answer (the
+	// stream's own, like timers: a channel made in a synctest bubble must
+	// not be used outside it).
+	calls sync.Pool
+	// out is the batch being sent, reused (under sendMu).
+	out frameBatch
 
 	// legacy: the stream is an rpc Stream (a frame per message), for a
 	// server of the previous version. unimplemented: the server does
@@ -620,6 +639,7 @@ func (ms *muxStream) refused() bool {
 }
 
 func (ms *muxStream) recvLoop() {
+	var b frameBatch // reused
 	for {
 		if ms.legacy {
 			f := new(frame)
@@ -630,7 +650,6 @@ func (ms *muxStream) recvLoop() {
 			ms.receive(f)
 			continue
 		}
-		var b frameBatch
 		if err := ms.cs.RecvMsg(&b); err != nil {
 			ms.fail(err)
 			return
@@ -718,7 +737,12 @@ func (ms *muxStream) fail(err error) {
 // has no deadline, by timeout. sent is false when the request certainly
 // did not reach the server. Lock order: sendMu, then mu.
 func (ms *muxStream) call(ctx context.Context, req *DeliverRequest, timeout time.Duration) (*DeliverResponse, error, bool) {
-	f := &frame{Req: req}
+	mc, _ := ms.calls.Get().(*muxCall)
+	if mc == nil {
+		mc = &muxCall{c: make(chan muxResult, 1)}
+	}
+	f, c := &mc.f, mc.c
+	f.Req = req
 	var expired <-chan time.Time
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d).Milliseconds()
@@ -740,15 +764,11 @@ func (ms *muxStream) call(ctx context.Context, req *DeliverRequest, timeout time
 		}()
 		expired = t.C
 	}
-	// Reused from the stream's own (a channel made in a synctest bubble
-	// must not be used outside it) once its one answer was received.
-	c, _ := ms.results.Get().(chan muxResult)
-	if c == nil {
-		c = make(chan muxResult, 1)
-	}
 	ms.mu.Lock()
 	if ms.dead != nil || ms.draining {
 		ms.mu.Unlock()
+		*f = frame{}
+		ms.calls.Put(mc)
 		return nil, fmt.Errorf("%w: stream closing", ErrNotSent), false
 	}
 	ms.nextID++
@@ -774,8 +794,10 @@ func (ms *muxStream) call(ctx context.Context, req *DeliverRequest, timeout time
 	var cause error
 	select {
 	case r := <-c:
-		// Its one sender removed it from pending before sending.
-		ms.results.Put(c)
+		// Its one sender removed it from pending before sending; its
+		// frame was sent (or given up) before that.
+		*f = frame{}
+		ms.calls.Put(mc)
 		return r.resp, r.err, r.sent
 	case <-ctx.Done():
 		cause = context.Cause(ctx)
@@ -810,6 +832,14 @@ func (ms *muxStream) flushLocked() {
 	ms.spare = nil
 	ms.mu.Unlock()
 	ms.sendMu.Lock()
+	if ms.closing.Load() && ms.failed() {
+		// fail ran since the batch left the queue: it answered these calls
+		// (their frames may be reused from then on); nothing is sent.
+		ms.sendMu.Unlock()
+		clear(batch)
+		ms.mu.Lock()
+		return
+	}
 	var err error
 	failed := batch // the frames not sent if err is not nil
 	if ms.legacy {
@@ -820,7 +850,9 @@ func (ms *muxStream) flushLocked() {
 			}
 		}
 	} else {
-		err = ms.cs.SendMsg(&frameBatch{Frames: batch})
+		ms.out.Frames = batch
+		err = ms.cs.SendMsg(&ms.out) // encoded before it returns
+		ms.out.Frames = nil
 	}
 	var notSent []chan muxResult
 	if err != nil {
@@ -858,6 +890,13 @@ func (ms *muxStream) flushLocked() {
 	if ms.spare == nil {
 		ms.spare = batch[:0]
 	}
+}
+
+// failed reports whether fail ended the stream.
+func (ms *muxStream) failed() bool {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return ms.dead != nil
 }
 
 func (ms *muxStream) kickLocked() {

@@ -71,14 +71,14 @@ func decodeScript(chunks [][]byte, batches bool) (frames []*frame, ok bool) {
 	for _, c := range chunks {
 		if batches {
 			var b frameBatch
-			if err := (wireCodec{}).Unmarshal(c, &b); err != nil {
+			if err := codecUnmarshal(c, &b); err != nil {
 				return frames, false
 			}
 			frames = append(frames, b.Frames...)
 			continue
 		}
 		f := new(frame)
-		if err := (wireCodec{}).Unmarshal(c, f); err != nil {
+		if err := codecUnmarshal(c, f); err != nil {
 			return frames, false
 		}
 		frames = append(frames, f)
@@ -129,7 +129,7 @@ func (s *scriptClient) RecvMsg(m any) error {
 	}
 	c := s.chunks[0]
 	s.chunks = s.chunks[1:]
-	return wireCodec{}.Unmarshal(c, m)
+	return codecUnmarshal(c, m)
 }
 
 // FuzzMuxClient: whatever batches of frames a server sends on a delivery
@@ -260,7 +260,7 @@ func (s *scriptServer) RecvMsg(m any) error {
 	}
 	c := s.chunks[0]
 	s.chunks = s.chunks[1:]
-	return wireCodec{}.Unmarshal(c, m)
+	return codecUnmarshal(c, m)
 }
 
 // deadlineHandler echoes a request's payload, says in the answer whether

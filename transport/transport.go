@@ -90,7 +90,11 @@ type Handler interface {
 	// connection). written is called once the answer is written to the
 	// connection (or given up): the receiving runner counts the answers
 	// not written yet, so that a shard does not move while one of its
-	// answers is in flight.
+	// answers is in flight. resp is best req.NewResponse(), filled in.
+	// req's strings and payload may share the memory of the message it
+	// arrived in when that was at most 1 KiB (never written to): what
+	// outlives the answer keeps all of it alive, so keep a copy
+	// (strings.Clone) of what is kept.
 	Deliver(ctx context.Context, req *DeliverRequest) (resp *DeliverResponse, written func())
 	// Hot lists up to limit entities of shard, most recently used first
 	// (the new owner of a handoff warms them).

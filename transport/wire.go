@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -35,6 +37,23 @@ type DeliverRequest struct {
 	// runner records. A receiver whose views are older than these may
 	// wait for them before it decides whether it parks the request.
 	LocksSeen, RunnersSeen uint64
+
+	// room is where the answer to a request received on a delivery
+	// stream goes (decoded with it: NewResponse).
+	room *DeliverResponse
+}
+
+// NewResponse returns an empty response to m, for a Handler to fill in
+// and return: room allocated with the request when the transport decoded
+// it from a delivery stream (no allocation of its own), else a new one.
+// Call it at most once per request.
+func (m *DeliverRequest) NewResponse() *DeliverResponse {
+	if r := m.room; r != nil {
+		m.room = nil
+		*r = DeliverResponse{}
+		return r
+	}
+	return new(DeliverResponse)
 }
 
 // The bounds of the headers a decoded request keeps (DeliverRequest.
@@ -309,9 +328,9 @@ func walk(b []byte, field func(num protowire.Number, typ protowire.Type, v []byt
 }
 
 // Unmarshal decodes b into m (unknown fields are skipped); errors match
-// ErrMalformed.
+// ErrMalformed. m keeps no reference to b.
 func (m *DeliverRequest) Unmarshal(b []byte) error {
-	return m.unmarshal(b, &DeliverRequest{})
+	return m.unmarshal(b, &DeliverRequest{}, false)
 }
 
 // unmarshal is Unmarshal, sharing with prev the strings equal to its own
@@ -319,8 +338,9 @@ func (m *DeliverRequest) Unmarshal(b []byte) error {
 // and codec): those cost no allocation. A field repeated keeps its last
 // value, as protobuf requires, and only that one is allocated: what a
 // request costs is its kept strings, payload and headers, however many
-// times a peer repeats a field.
-func (m *DeliverRequest) unmarshal(b []byte, prev *DeliverRequest) error {
+// times a peer repeats a field. With alias set, its strings and payload
+// are b's own bytes (no allocation): b must never change (received).
+func (m *DeliverRequest) unmarshal(b []byte, prev *DeliverRequest, alias bool) error {
 	*m = DeliverRequest{}
 	var (
 		budget                                       headerBudget
@@ -356,11 +376,9 @@ func (m *DeliverRequest) unmarshal(b []byte, prev *DeliverRequest) error {
 	if err != nil {
 		return err
 	}
-	m.Kind, m.Method, m.Entity = share(kind, prev.Kind), share(method, prev.Method), share(entity, prev.Entity)
-	m.Sender, m.Codec = share(sender, prev.Sender), share(codec, prev.Codec)
-	if len(payload) > 0 {
-		m.Payload = append([]byte(nil), payload...)
-	}
+	m.Kind, m.Method, m.Entity = text(kind, prev.Kind, alias), text(method, prev.Method, alias), text(entity, prev.Entity, alias)
+	m.Sender, m.Codec = text(sender, prev.Sender, alias), text(codec, prev.Codec, alias)
+	m.Payload = payloadOf(payload, alias)
 	return nil
 }
 
@@ -372,9 +390,36 @@ func share(v []byte, p string) string {
 	return string(v)
 }
 
+// text returns v as a string: with alias, v's own bytes (see received);
+// else shared with p when they are equal, or a copy.
+func text(v []byte, p string, alias bool) string {
+	if alias {
+		return unsafe.String(unsafe.SliceData(v), len(v))
+	}
+	return share(v, p)
+}
+
+// payloadOf returns a payload field's bytes v (nil when empty): with
+// alias, v itself (see received), its capacity cut to its length so that
+// an append never writes over what follows it; else a copy.
+func payloadOf(v []byte, alias bool) []byte {
+	switch {
+	case len(v) == 0:
+		return nil
+	case alias:
+		return v[:len(v):len(v)]
+	default:
+		return append([]byte(nil), v...)
+	}
+}
+
 // Unmarshal decodes b into m (unknown fields are skipped); errors match
-// ErrMalformed.
-func (m *DeliverResponse) Unmarshal(b []byte) error {
+// ErrMalformed. m keeps no reference to b.
+func (m *DeliverResponse) Unmarshal(b []byte) error { return m.unmarshal(b, false) }
+
+// unmarshal is Unmarshal; with alias set, the payload is b's own bytes
+// (see received).
+func (m *DeliverResponse) unmarshal(b []byte, alias bool) error {
 	*m = DeliverResponse{}
 	var payload, message, hint []byte // the last of each (see DeliverRequest.unmarshal)
 	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
@@ -399,10 +444,8 @@ func (m *DeliverResponse) Unmarshal(b []byte) error {
 	if err != nil {
 		return err
 	}
-	if len(payload) > 0 {
-		m.Payload = append([]byte(nil), payload...)
-	}
-	m.Message, m.OwnerHint = string(message), string(hint)
+	m.Payload = payloadOf(payload, alias)
+	m.Message, m.OwnerHint = string(message), string(hint) // rare: copied
 	return nil
 }
 
@@ -459,15 +502,16 @@ func (m *frame) appendTo(b []byte) []byte {
 }
 
 func (m *frame) Unmarshal(b []byte) error {
-	return m.unmarshal(b, &DeliverRequest{}, nil)
+	return m.unmarshal(b, &DeliverRequest{}, nil, false)
 }
 
 // unmarshal is Unmarshal, sharing strings with prev (see
-// DeliverRequest.unmarshal) and decoding the request or response into
-// room's (nil: new ones). A request or response repeated keeps the last
-// (decoded once: the earlier ones are only checked to be well formed
-// messages at the frame's level).
-func (m *frame) unmarshal(b []byte, prev *DeliverRequest, room *decodedFrame) error {
+// DeliverRequest.unmarshal) or aliasing b (alias), and decoding the
+// request or response into room's (nil: new ones; a request decoded
+// into room's answers into it too: NewResponse). A request or response
+// repeated keeps the last (decoded once: the earlier ones are only
+// checked to be well formed messages at the frame's level).
+func (m *frame) unmarshal(b []byte, prev *DeliverRequest, room *decodedFrame, alias bool) error {
 	*m = frame{}
 	var req, resp []byte
 	hasReq, hasResp := false, false
@@ -495,8 +539,11 @@ func (m *frame) unmarshal(b []byte, prev *DeliverRequest, room *decodedFrame) er
 		} else {
 			m.Req = new(DeliverRequest)
 		}
-		if err := m.Req.unmarshal(req, prev); err != nil {
+		if err := m.Req.unmarshal(req, prev, alias); err != nil {
 			return err
+		}
+		if room != nil && !hasResp {
+			m.Req.room = &room.resp
 		}
 	}
 	if hasResp {
@@ -505,7 +552,7 @@ func (m *frame) unmarshal(b []byte, prev *DeliverRequest, room *decodedFrame) er
 		} else {
 			m.Resp = new(DeliverResponse)
 		}
-		if err := m.Resp.Unmarshal(resp); err != nil {
+		if err := m.Resp.unmarshal(resp, alias); err != nil {
 			return err
 		}
 	}
@@ -519,11 +566,20 @@ type frameBatch struct {
 }
 
 func (m *frameBatch) Marshal() []byte {
+	return m.appendTo(make([]byte, 0, m.size())) // one allocation, sized up front
+}
+
+// size is an upper bound of m's encoded size.
+func (m *frameBatch) size() int {
 	n := 0
 	for _, f := range m.Frames {
 		n += binary.MaxVarintLen64 + 1 + f.size()
 	}
-	b := make([]byte, 0, n) // one allocation, sized up front
+	return n
+}
+
+// appendTo appends m's protobuf encoding to b.
+func (m *frameBatch) appendTo(b []byte) []byte {
 	var at int
 	for _, f := range m.Frames {
 		b, at = beginMessage(b, 1)
@@ -556,15 +612,32 @@ const maxRecvBatchFrames = 2 * maxBatchFrames
 // they are counted (at most maxRecvBatchFrames). A frame that carries
 // nothing (empty, or no field but unknown ones and zeros) is dropped and
 // costs no allocation: every frame kept is at least 4 bytes on the wire,
-// for sizeof(decodedFrame) + a pointer (256 bytes) of room.
-func (m *frameBatch) Unmarshal(b []byte) error {
+// for sizeof(decodedFrame) + a pointer (264 bytes) of room. m keeps no
+// reference to b.
+func (m *frameBatch) Unmarshal(b []byte) error { return m.decode(b, false) }
+
+// oneFrame is the room of a batch of one frame: one allocation.
+type oneFrame struct {
+	d [1]decodedFrame
+	p [1]*frame
+}
+
+// decode is Unmarshal; with alias set, the strings and payloads of the
+// frames are b's own bytes (see received), and a batch of one frame
+// costs one allocation.
+func (m *frameBatch) decode(b []byte, alias bool) error {
 	*m = frameBatch{}
 	n, err := countRepeated(b, maxRecvBatchFrames, true, "frames")
 	if err != nil || n == 0 {
 		return err
 	}
-	frames := make([]decodedFrame, n)
-	m.Frames = make([]*frame, 0, n)
+	var frames []decodedFrame
+	if n == 1 {
+		one := new(oneFrame)
+		frames, m.Frames = one.d[:], one.p[:0]
+	} else {
+		frames, m.Frames = make([]decodedFrame, n), make([]*frame, 0, n)
+	}
 	prev := &DeliverRequest{}
 	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num != 1 || typ != protowire.BytesType || len(v) == 0 {
@@ -572,7 +645,7 @@ func (m *frameBatch) Unmarshal(b []byte) error {
 		}
 		d := &frames[len(m.Frames)]
 		f := &d.f
-		if err := f.unmarshal(v, prev, d); err != nil {
+		if err := f.unmarshal(v, prev, d, alias); err != nil {
 			return err
 		}
 		if *f == (frame{}) {
@@ -664,45 +737,91 @@ func (m *hotResponse) Unmarshal(b []byte) error {
 	})
 }
 
-// wireCodec is the gRPC codec of the runner service.
+// wireCodec is the gRPC codec of the runner service (encoding.CodecV2).
+//
+// It encodes into buffers of gRPC's pool, which gRPC gives back once it
+// wrote them (a message costs the allocation of its one-buffer list), and
+// decodes a message of at most 1 KiB (an ask's request or answer, most
+// often) into strings and payloads that alias the bytes received (see
+// received): they cost no allocation. Larger ones are decoded into
+// copies.
 type wireCodec struct{}
 
 func (wireCodec) Name() string { return "shardhost-v1" }
 
-func (wireCodec) Marshal(v any) ([]byte, error) {
+func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
-	case *DeliverRequest:
-		return m.Marshal(), nil
-	case *DeliverResponse:
-		return m.Marshal(), nil
-	case *hotRequest:
-		return m.Marshal(), nil
-	case *hotResponse:
-		return m.Marshal(), nil
-	case *frame:
-		return m.Marshal(), nil
 	case *frameBatch:
-		return m.Marshal(), nil
+		return pooled(m)
+	case *DeliverRequest:
+		return pooled(m)
+	case *DeliverResponse:
+		return pooled(m)
+	case *frame:
+		return pooled(m)
+	case *hotRequest:
+		return mem.BufferSlice{mem.SliceBuffer(m.Marshal())}, nil
+	case *hotResponse:
+		return mem.BufferSlice{mem.SliceBuffer(m.Marshal())}, nil
 	default:
 		return nil, fmt.Errorf("%w: cannot marshal %T", ErrMalformed, v)
 	}
 }
 
-func (wireCodec) Unmarshal(b []byte, v any) error {
+func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	b, alias := received(data)
 	switch m := v.(type) {
+	case *frameBatch:
+		return m.decode(b, alias)
 	case *DeliverRequest:
-		return m.Unmarshal(b)
+		return m.unmarshal(b, &DeliverRequest{}, alias)
 	case *DeliverResponse:
-		return m.Unmarshal(b)
+		return m.unmarshal(b, alias)
+	case *frame:
+		return m.unmarshal(b, &DeliverRequest{}, nil, alias)
 	case *hotRequest:
 		return m.Unmarshal(b)
 	case *hotResponse:
 		return m.Unmarshal(b)
-	case *frame:
-		return m.Unmarshal(b)
-	case *frameBatch:
-		return m.Unmarshal(b)
 	default:
 		return fmt.Errorf("%w: cannot unmarshal into %T", ErrMalformed, v)
 	}
+}
+
+// minPooled is the least capacity of an encoding buffer: gRPC returns
+// smaller ones to no pool (mem.IsBelowBufferPoolingThreshold), and wraps
+// them in an allocation of their own.
+const minPooled = 1<<10 + 1
+
+// pooled encodes m into a buffer of gRPC's default pool (size is an upper
+// bound of its encoding: appending never grows the buffer).
+func pooled[M interface {
+	size() int
+	appendTo([]byte) []byte
+}](m M) (mem.BufferSlice, error) {
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(max(m.size(), minPooled))
+	*buf = m.appendTo((*buf)[:0])
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// received returns the bytes of a message gRPC received and whether a
+// message decoded from them may alias them (see wireCodec): only those of
+// a lone mem.SliceBuffer of at most 1 KiB — gRPC allocated it for one
+// HTTP/2 data frame below its pooling threshold and never reuses it (its
+// Free does nothing), so a decoded string or payload keeps at most that
+// KiB alive. A pooled buffer goes back to its pool once Unmarshal
+// returns; and one copy of a larger message would be kept whole by any
+// string of any frame it carries — a request held by a handler, or an
+// answer not written yet, would keep up to MaxMessageSize alive while
+// the connection's budget counts its own bytes: those are decoded into
+// copies of their fields, from the buffer itself when it is one.
+func received(data mem.BufferSlice) ([]byte, bool) {
+	if len(data) == 1 {
+		if b, ok := data[0].(mem.SliceBuffer); ok && mem.IsBelowBufferPoolingThreshold(cap(b)) {
+			return b, true
+		}
+		return data[0].ReadOnlyData(), false
+	}
+	return data.Materialize(), false
 }

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -117,5 +120,99 @@ func TestRequestHeadersDecodedWithinBounds(t *testing.T) {
 	}
 	if allocs > 4*maxHeaders {
 		t.Errorf("decoding %d header entries made %v allocations, want at most %d", n+2, allocs, 4*maxHeaders)
+	}
+}
+
+// A message the codec decoded outlives the buffer gRPC received it in: a
+// pooled buffer (over 1 KiB) goes back to its pool and is written over
+// once Unmarshal returns, and the strings and payloads decoded from it
+// stay intact; a request decoded from a delivery stream answers into
+// room of its own, once.
+func TestDecodedBatchOutlivesPooledBuffer(t *testing.T) {
+	payload := bytes.Repeat([]byte("p"), 2<<10)
+	in := &frameBatch{Frames: []*frame{
+		{ID: 1, Req: &DeliverRequest{Kind: "kind", Method: "m", Entity: "e/1", Payload: payload, Sender: "s", Codec: "json"}},
+		{ID: 2, Resp: &DeliverResponse{Payload: []byte("answer"), Epoch: 9}},
+	}}
+	enc := in.Marshal()
+	for _, pooled := range []bool{false, true} {
+		var data mem.BufferSlice
+		if pooled {
+			buf := mem.DefaultBufferPool().Get(len(enc))
+			copy(*buf, enc)
+			data = mem.BufferSlice{mem.NewBuffer(buf, mem.DefaultBufferPool())}
+		} else {
+			data = mem.BufferSlice{mem.SliceBuffer(slices.Clone(enc))}
+		}
+		raw := slices.Clone(data[0].ReadOnlyData()) // as data says, before it is freed
+		var got frameBatch
+		if err := (wireCodec{}).Unmarshal(data, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !pooled && !bytes.Equal(raw, enc) {
+			t.Fatalf("received %x, want %x", raw, enc)
+		}
+		if pooled {
+			buf := data[0].ReadOnlyData()
+			data.Free()
+			clear(buf[:cap(buf)]) // what the next user of the pooled buffer may do
+		}
+		if len(got.Frames) != 2 || !equalFrame(got.Frames[0], in.Frames[0]) || !equalFrame(got.Frames[1], in.Frames[1]) {
+			t.Fatalf("pooled %v: decoded %+v, want %+v", pooled, got.Frames, in.Frames)
+		}
+		req := got.Frames[0].Req
+		resp := req.NewResponse()
+		if resp == nil || !equalResponse(resp, &DeliverResponse{}) || req.NewResponse() == resp {
+			t.Fatalf("NewResponse = %p %+v, then another? want room once", resp, resp)
+		}
+	}
+	if r := (&DeliverRequest{}).NewResponse(); r == nil {
+		t.Fatal("NewResponse of a request without room = nil")
+	}
+}
+
+// A message over 1 KiB is decoded into copies of its fields, whether
+// gRPC hands it over in one pooled buffer or in several: a string of one
+// frame does not keep the whole message (another frame's large payload)
+// alive. One of at most 1 KiB is aliased: it keeps at most that KiB.
+func TestLargeMessageDecodedIntoCopies(t *testing.T) {
+	payload := bytes.Repeat([]byte("p"), 2<<10)
+	in := &frameBatch{Frames: []*frame{
+		{ID: 1, Req: &DeliverRequest{Kind: "kind", Method: "m", Entity: "e/1", Payload: payload}},
+		{ID: 2, Req: &DeliverRequest{Kind: "kind", Method: "m", Entity: "e/2", Payload: []byte("small")}},
+	}}
+	enc := in.Marshal()
+	// within reports whether s starts inside the allocation of b (its
+	// bytes, or a little past them: the next frame's).
+	within := func(s string, b []byte) bool {
+		at, base := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		return at >= base && at < base+uintptr(len(b))+256
+	}
+	half := len(enc) / 2
+	for name, data := range map[string]mem.BufferSlice{
+		"one pooled buffer": asReceived(enc),
+		"two buffers":       {mem.SliceBuffer(slices.Clone(enc[:half])), mem.SliceBuffer(slices.Clone(enc[half:]))},
+		"one large slice":   {mem.SliceBuffer(slices.Clone(enc))},
+	} {
+		var got frameBatch
+		if err := (wireCodec{}).Unmarshal(data, &got); err != nil {
+			t.Fatal(err)
+		}
+		data.Free()
+		if len(got.Frames) != 2 || !equalFrame(got.Frames[0], in.Frames[0]) || !equalFrame(got.Frames[1], in.Frames[1]) {
+			t.Fatalf("%s: decoded %+v, want %+v", name, got.Frames, in.Frames)
+		}
+		if within(got.Frames[1].Req.Entity, got.Frames[0].Req.Payload) {
+			t.Errorf("%s: the second frame's entity shares the memory of the first frame's payload", name)
+		}
+	}
+	small := (&DeliverRequest{Kind: "kind", Method: "m", Entity: "e/3", Payload: []byte("small")}).Marshal()
+	b := slices.Clone(small)
+	var got DeliverRequest
+	if err := (wireCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Entity != "e/3" || !within(got.Entity, b) {
+		t.Errorf("a message of %d bytes in a buffer of its own: entity %q copied, want it aliased", len(small), got.Entity)
 	}
 }

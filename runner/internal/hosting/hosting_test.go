@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/sharding"
@@ -465,5 +466,26 @@ func TestAsksQueuedBehindARemoteAskRunningOnItsSenderRunAfterIt(t *testing.T) {
 	wait(t, drained, "the drain")
 	if n := f.shard.Running(); n != 0 {
 		t.Fatalf("running = %d after the drain, want 0", n)
+	}
+}
+
+// An entity created by a remote message keeps its own copy of the ID: the
+// ID the transport decoded shares the memory of the whole message it came
+// in, which the entity must not keep alive for its lifetime.
+func TestEntityCreatedRemotelyKeepsItsOwnID(t *testing.T) {
+	f := newFixture(t, 0)
+	received := []byte("xxa-remote-entityxx") // the message the ID came in
+	id := unsafe.String(&received[2], len("a-remote-entity"))
+	res := f.shard.Deliver(context.Background(), f.kind, f.work, id, workReq{}, false, true, false) // remote
+	if res.Err != nil || !res.Admitted {
+		t.Fatal(res)
+	}
+	f.shard.ReplyWritten()
+	e := f.shard.entities.get(f.kind, id)
+	if e == nil {
+		t.Fatal("no resident entity after the ask")
+	}
+	if e.key.ID != id || unsafe.StringData(e.key.ID) == unsafe.StringData(id) {
+		t.Fatalf("the entity's ID %q shares the memory of the message it came in", e.key.ID)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,7 +205,7 @@ func (sh *Shard) Deliver(ctx context.Context, k *Kind, h *entity.Handler, id str
 	if !oneWay {
 		msg.reply, msg.ctx = sh.h.waiters.Get().(*waiter), ctx
 	}
-	here, err := sh.enqueue(ctx, k, EntityKey{Kind: k.name, ID: id}, &msg, remote && !oneWay)
+	here, err := sh.enqueue(ctx, k, EntityKey{Kind: k.name, ID: id}, &msg, remote && !oneWay, remote)
 	if err != nil {
 		if msg.reply != nil {
 			sh.h.waiters.Put(msg.reply)
@@ -266,8 +267,10 @@ func (sh *Shard) ReplyWritten() {
 // drain has stopped admission no message can slip in; a counted message
 // (a remote ask) enters sh.replying at admission, under sh.mu too, and
 // when it found its entity idle enqueue returns the entity (here) for
-// the caller to run (run(true)) instead of starting its goroutine.
-func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *message, counted bool) (here *resident, err error) {
+// the caller to run (run(true)) instead of starting its goroutine. With
+// clone set (a remote message: its ID shares the memory of the transport
+// message it came in), an entity created keeps a copy of key.ID.
+func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *message, counted, clone bool) (here *resident, err error) {
 	if ctx.Err() != nil { // admission checks the context first
 		return nil, &UndeliveredError{Shard: sh.id, Cause: ContextError(ctx)}
 	}
@@ -312,6 +315,9 @@ func (sh *Shard) enqueue(ctx context.Context, k *Kind, key EntityKey, msg *messa
 			case <-ctx.Done():
 				return nil, fmt.Errorf("runner: waiting for %s %q to passivate: %w", key.Kind, key.ID, context.Cause(ctx))
 			}
+		}
+		if clone {
+			key.ID = strings.Clone(key.ID)
 		}
 		e := sh.newResident(k, key)
 		if inst, ok := sh.warmed[key]; ok {

@@ -97,8 +97,9 @@ func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest,
 		resp.Epoch = uint64(res.Epoch)
 		return resp, counted
 	}
+	resp := req.NewResponse() // no allocation for a request from a delivery stream
 	if req.OneWay {
-		return &transport.DeliverResponse{}, counted
+		return resp, counted
 	}
 	b, err := codec.Marshal(res.V)
 	if err != nil {
@@ -107,5 +108,6 @@ func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest,
 	if len(b) > r.cfg.MaxMessageSize {
 		return &transport.DeliverResponse{Code: transport.CodeTooLarge, Message: fmt.Sprintf("response of %d bytes (limit %d)", len(b), r.cfg.MaxMessageSize)}, counted
 	}
-	return &transport.DeliverResponse{Payload: b, Epoch: uint64(res.Epoch)}, counted
+	resp.Payload, resp.Epoch = b, uint64(res.Epoch)
+	return resp, counted
 }
