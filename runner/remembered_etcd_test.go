@@ -49,8 +49,8 @@ func rememberedByKind(t *testing.T, rd *sdkmetric.ManualReader) map[string]int64
 }
 
 // TestRememberedKindGrowthIsVisible: on a real etcd, sharding.remembered
-// reports a runner's remembered entities per kind (an ordinary kind not
-// at all), Forget lowers it, and a kind past Config.RememberedWarnAt is
+// reports a runner's remembered entities per kind (an ordinary kind 0),
+// Forget lowers it, and a kind past Config.RememberedWarnAt is
 // logged at WARN — when it passes the count and again when it doubles.
 // The markers outlive the runner: a new runner of the cluster reports
 // them, and warns, without any message.
@@ -94,8 +94,8 @@ func TestRememberedKindGrowthIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, fmt.Sprintf("sharding.remembered{kind=twin} = %d on a", n), func() bool { return rememberedByKind(t, rdA)["twin"] == n })
-	if got := rememberedByKind(t, rdA); len(got) != 1 {
-		t.Errorf("sharding.remembered on a = %v, want kind twin only", got)
+	if got := rememberedByKind(t, rdA); len(got) != 2 || got[env.plain.Name()] != 0 {
+		t.Errorf("sharding.remembered on a = %v, want kind twin and the ordinary kind at 0", got)
 	}
 	checkWarns("a", lcA, warnAt+1, 2*(warnAt+1)+1) // past 5, then past twice 6
 	if _, err := env.drop.Ask(ctx, a, "t0", ""); err != nil {

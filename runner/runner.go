@@ -412,7 +412,13 @@ func (r *Runner) setTrip(h lease.Health) {
 
 // gaugeReadings are the values of the runner's observed gauges.
 func (r *Runner) gaugeReadings() gaugeReadings {
-	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers(), remembered: r.reminders.RememberedByKind()}
+	remembered := r.reminders.RememberedByKind()
+	for _, kind := range r.hosting.KindNames() { // every hosted kind has its series, 0 when it has none
+		if _, ok := remembered[kind]; !ok {
+			remembered[kind] = 0
+		}
+	}
+	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers(), remembered: remembered}
 }
 
 // opCtx returns the context for one storage call of the attachment gen:

@@ -197,6 +197,16 @@ func (h *Host) Register(kinds ...entity.Descriptor) error {
 // Kind returns the registered kind named name, or nil.
 func (h *Host) Kind(name string) *Kind { return (*h.kinds.Load())[name] }
 
+// KindNames returns the names of the registered kinds, in no order.
+func (h *Host) KindNames() []string {
+	kinds := *h.kinds.Load()
+	out := make([]string, 0, len(kinds))
+	for name := range kinds {
+		out = append(out, name)
+	}
+	return out
+}
+
 // kindScan is how many registered kinds KindOf compares one by one.
 const kindScan = 8
 
