@@ -323,7 +323,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 		l, _ := r.view.locks.Get(id)
 		p.inbound = append(p.inbound, r.newInboundLocked(id, r.view.byLease[l.Lease], l.Epoch))
 	}
-	r.recheckTakeoverLocked(id, d, st.Now, p)
+	r.recheckTakeoverLocked(id, st.Now, p)
 	if d.Tried {
 		r.shards.at(id).pending.last = st.Now
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/shardhost/shardhost/runner/internal/control"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 )
@@ -29,10 +28,16 @@ func (r *Runner) takeoverRecheck() time.Duration {
 
 // recheckTakeoverLocked adds shard id to the round's re-reads when its
 // takeover has waited takeoverRecheck since it started or was last
-// re-read, and asks for the shard to be decided again then.
-func (r *Runner) recheckTakeoverLocked(id sharding.ShardID, d *control.Decision, now time.Time, p *plan) {
+// re-read, and asks for the shard to be decided again then. It runs once
+// the round applied its decision on the shard: the takeover running then
+// was left running or just started (restarts too). One just started arms
+// its first re-read here: nothing else may ever decide the shard again —
+// the lock may have been freed before the takeover started (a view older
+// than a release told to another assignee), and then neither a cutover
+// nor a notice comes.
+func (r *Runner) recheckTakeoverLocked(id sharding.ShardID, now time.Time, p *plan) {
 	x := r.shards.at(id)
-	if r.fullView || x.inbound == nil || x.pending == nil || d.TakeOver || d.Abort != "" {
+	if r.fullView || x.inbound == nil || x.pending == nil {
 		return
 	}
 	every := r.takeoverRecheck()
