@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/shardhost/shardhost/lease"
-	"github.com/shardhost/shardhost/storage/memory"
 )
 
 // TestDetachInstantActedOnOutlivesARenewal: once a handler's check saw the
@@ -16,12 +15,7 @@ import (
 // unobserved moves with the renewal; a new attachment publishes its own.
 func TestDetachInstantActedOnOutlivesARenewal(t *testing.T) {
 	t.Parallel()
-	s := memory.New()
-	defer s.Cluster().Close()
-	r, err := New(s, Config{ID: "a", NumShards: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newUnstartedRunner(t)
 	if !r.machine.Enabled() {
 		t.Fatal("detachment disabled by default")
 	}
