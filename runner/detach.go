@@ -48,9 +48,16 @@ func (r *Runner) watchdog(ctx context.Context) {
 			r.setTrip(h)
 			r.observeLease(h)
 			reason := r.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
+			detail := leaseDetail(h)
+			if reason == detachment.ReasonNone && r.tripWasActed() {
+				// A renewal landed after a handler saw the detach instant
+				// pass and had its instance discarded: detach all the same.
+				reason = detachment.ReasonLeaseDeadline
+				detail += "; the instant before the last renewal passed and was acted on"
+			}
 			if reason != detachment.ReasonNone {
 				r.mu.Lock()
-				detached := r.tripLocked(reason, leaseDetail(h))
+				detached := r.tripLocked(reason, detail)
 				r.mu.Unlock()
 				if detached {
 					continue
@@ -367,7 +374,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	r.setReady() // start.go: the first registration
 	r.attachRev = regRev
 	r.reg.NoteWritten(regRev)
-	r.setTrip(h)
+	r.resetTrip(h)
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)
 	r.lease = h.Lease

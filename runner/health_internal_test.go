@@ -13,12 +13,7 @@ import (
 // mutex is free.
 func TestLivenessReportsAStuckRunner(t *testing.T) {
 	t.Parallel()
-	s := memory.New()
-	defer s.Cluster().Close()
-	r, err := New(s, Config{ID: "a", NumShards: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newUnstartedRunner(t)
 	if c := r.CheckLiveness(); !c.OK {
 		t.Fatalf("liveness before Run = %+v, want live", c)
 	}
@@ -42,4 +37,17 @@ func TestLivenessReportsAStuckRunner(t *testing.T) {
 	if c := r.CheckLiveness(); !c.OK {
 		t.Errorf("liveness once the mutex is free = %+v, want live", c)
 	}
+}
+
+// newUnstartedRunner returns a runner "a" of 4 shards on an in-memory
+// store, Run not called.
+func newUnstartedRunner(t *testing.T) *Runner {
+	t.Helper()
+	s := memory.New()
+	t.Cleanup(func() { s.Cluster().Close() })
+	r, err := New(s, Config{ID: "a", NumShards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -390,24 +390,60 @@ func (r *Runner) deadlineLag() (time.Duration, bool) {
 	return time.Until(h.Deadline), true
 }
 
-// pastTrip reports whether the detach instant has passed; it then wakes the
-// watchdog, which detaches.
+// tripActed marks tripAt once a caller of pastTrip saw the detach instant
+// pass: the hosting layer then refused a handler or withheld its result and
+// discarded its instance, so the runner must detach even if a renewal
+// lands meanwhile (otherwise it would keep the shard at the same epoch
+// with that state silently lost). Every clock reads as past it.
+const tripActed = math.MinInt64
+
+// pastTrip reports whether the detach instant has passed; it then marks
+// the instant acted on and wakes the watchdog, which detaches. A later
+// instant published first (a renewal) wins the race: the caller sees it.
 func (r *Runner) pastTrip() bool {
-	if time.Since(clockBase) < time.Duration(r.tripAt.Load()) {
-		return false
+	for {
+		at := r.tripAt.Load()
+		if at != tripActed {
+			if time.Since(clockBase) < time.Duration(at) {
+				return false
+			}
+			if !r.tripAt.CompareAndSwap(at, tripActed) {
+				continue // a renewal published a later instant, or another caller marked it
+			}
+		}
+		signal(r.tripKick)
+		return true
 	}
-	signal(r.tripKick)
-	return true
 }
 
+// tripWasActed reports whether a caller acted on the passing of the
+// published detach instant; the watchdog then detaches, whatever the
+// lease's health says now.
+func (r *Runner) tripWasActed() bool { return r.tripAt.Load() == tripActed }
+
 // setTrip publishes the detach instant of the lease health h for the
-// admission checks (none while detachment is disabled).
+// admission checks (none while detachment is disabled), unless a caller
+// already acted on the passing of the instant published before: that one
+// stands until the runner detaches (resetTrip at the next attachment).
 func (r *Runner) setTrip(h lease.Health) {
-	if !r.machine.Enabled() || h.Lease == storage.NoLease {
-		r.tripAt.Store(math.MaxInt64)
-		return
+	next := r.tripFor(h)
+	for {
+		at := r.tripAt.Load()
+		if at == tripActed || r.tripAt.CompareAndSwap(at, next) {
+			return
+		}
 	}
-	r.tripAt.Store(int64(r.policy.TripAt(h.Deadline).Sub(clockBase)))
+}
+
+// resetTrip publishes the detach instant of a new attachment's lease
+// health h, replacing any instant acted on under the attachment before.
+func (r *Runner) resetTrip(h lease.Health) { r.tripAt.Store(r.tripFor(h)) }
+
+func (r *Runner) tripFor(h lease.Health) int64 {
+	if !r.machine.Enabled() || h.Lease == storage.NoLease {
+		return math.MaxInt64
+	}
+	return int64(r.policy.TripAt(h.Deadline).Sub(clockBase))
 }
 
 // gaugeReadings are the values of the runner's observed gauges.

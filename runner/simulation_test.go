@@ -65,6 +65,7 @@ var simRegressionSeeds = []uint64{
 	19434,  // a periodic reminder judged before its entity was free (a tick waits in the mailbox behind a stubborn handler)
 	880373, // a shard's reminders stayed silent after late state writes stopped: the rewrite of its final progress waited a back-off grown to 5 s
 	654378, // a takeover started on a stale view of a lock already released (told to another assignee) never re-read it: only a later decision armed the re-read, and none came
+	750746, // a renewal landed as a handler saw the detach instant pass: its instance was discarded, the runner kept the shard at the same epoch without detaching (rare: goroutine order)
 	550748, // a takeover's re-check installed a rewritten lock while the round deleted the older one as an orphan: the stale releasing mark broke an invariant (rare: goroutine order)
 }
 

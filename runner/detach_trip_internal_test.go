@@ -1,0 +1,47 @@
+package runner
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shardhost/shardhost/lease"
+)
+
+// TestDetachInstantActedOnOutlivesARenewal: once a handler's check saw the
+// detach instant pass (its result withheld, its instance discarded), a
+// renewal landing afterwards does not move the instant: the watchdog is
+// told to detach, so the runner cannot keep the shard at the same epoch
+// with that instance's state silently lost. An instant that passed
+// unobserved moves with the renewal; a new attachment publishes its own.
+func TestDetachInstantActedOnOutlivesARenewal(t *testing.T) {
+	t.Parallel()
+	r := newUnstartedRunner(t)
+	if !r.machine.Enabled() {
+		t.Fatal("detachment disabled by default")
+	}
+	expired := lease.Health{Lease: 1, Healthy: true, Deadline: time.Now().Add(-time.Second)}
+	renewed := lease.Health{Lease: 1, Healthy: true, Deadline: time.Now().Add(time.Hour)}
+
+	r.resetTrip(expired)
+	r.setTrip(renewed)
+	if r.pastTrip() || r.tripWasActed() {
+		t.Fatal("an instant that passed unobserved still counts after a renewal")
+	}
+
+	r.resetTrip(expired)
+	if !r.pastTrip() {
+		t.Fatal("pastTrip = false past the detach instant")
+	}
+	r.setTrip(renewed)
+	if !r.pastTrip() {
+		t.Error("a renewal moved a detach instant already acted on: pastTrip = false")
+	}
+	if !r.tripWasActed() {
+		t.Error("the watchdog is not told to detach after a renewal that followed an acted-on instant")
+	}
+
+	r.resetTrip(renewed) // the next attachment
+	if r.pastTrip() || r.tripWasActed() {
+		t.Error("a new attachment kept the instant acted on under the one before")
+	}
+}
