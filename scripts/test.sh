@@ -30,12 +30,19 @@ GO=${GO:-go}
 log=$(mktemp -d "${TMPDIR:-/tmp}/shardhost-test.XXXXXX")
 trap 'rm -rf "$log"' EXIT
 
+# cpu prints the CPU seconds (user + system) that the waited-for children of
+# the shell with PID $1 used so far: cutime + cstime of /proc/$1/stat.
+cpu() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%d", ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
 step() {
 	echo "== $*"
-	local t0=$SECONDS rc
+	local t0=$SECONDS self=$BASHPID c0 rc
+	c0=$(cpu "$self")
 	"$@"
 	rc=$?
-	echo "   ($((SECONDS - t0)) s)"
+	echo "   ($((SECONDS - t0)) s wall, $(($(cpu "$self") - c0)) CPU-s)"
 	return "$rc"
 }
 
@@ -69,4 +76,4 @@ if [ "$race" -ne 0 ] || [ "$background" -ne 0 ]; then
 fi
 
 step "$GO" test -vet=off -count=1 -timeout 10m -run '^TestRandomizedFaultsKeepEveryGuarantee$' ./bench/faults/ || exit 1
-echo "== make test: every step passed"
+echo "== make test: every step passed ($SECONDS s wall, $(cpu "$$") CPU-s)"
