@@ -120,7 +120,7 @@ type GRPC struct {
 	refused, refusedLog           atomic.Int64   // connections refused; when last logged (since clockBase)
 	inRefused, outRefused         handshakeLog   // TLS handshakes refused, both ways (peertls.go)
 	budgets                       connBudgets    // of the connections' delivery streams (bounds.go)
-	writers                       writerSet      // of the delivery streams, for the watchdog (mux.go)
+	writers                       writerSet      // of the delivery streams, for the watchdog (framewriter.go)
 	stallAfter                    time.Duration  // stallAfter (tests shorten it)
 	watchStop                     chan struct{}  // closed to stop the watchdog
 

@@ -1,0 +1,221 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardhost/shardhost/storage"
+)
+
+// startFailed records a failed store call of the start (op) and logs it:
+// the first of a streak at WARN with the endpoints and the error, then at
+// most one WARN per startWarnEvery, the rest at DEBUG.
+func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
+	r.reportStartFailure(op, r.explainUnavailable(err), retryIn, false)
+}
+
+// probeAtStart asks the store, as Run begins, whether it can reach its
+// servers at all, beside the first start call: a refused connection, a
+// failed DNS lookup or TLS handshake is known in milliseconds, while that
+// call waits for its OpTimeout before it fails. The first report (WARN,
+// Status().NotStarted) then comes at once. A store that answers, or says
+// nothing within OpTimeout (packets dropped), is left to the start calls.
+func (r *Runner) probeAtStart(ctx context.Context) {
+	d, ok := r.store.(connectionDiagnoser)
+	if !ok {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	err := d.ConnectionError(pctx)
+	if err == nil || pctx.Err() != nil {
+		return
+	}
+	select {
+	case <-r.st.ready:
+		return
+	default:
+	}
+	r.reportStartFailure("connect", err, 0, true)
+}
+
+// reportStartFailure is startFailed once err is explained; with onlyFirst
+// it reports nothing when a failure was already recorded.
+func (r *Runner) reportStartFailure(op string, err error, retryIn time.Duration, onlyFirst bool) {
+	now := time.Now()
+	r.st.mu.Lock()
+	if onlyFirst && r.st.failures > 0 {
+		r.st.mu.Unlock()
+		return
+	}
+	r.st.failures++
+	r.st.lastErr = err
+	first := r.st.failures == 1
+	if first {
+		r.st.firstFail = now
+	}
+	warn := first || now.Sub(r.st.lastWarn) >= startWarnEvery
+	if warn {
+		r.st.lastWarn = now
+	}
+	n, since := r.st.failures, now.Sub(r.st.firstFail)
+	r.st.mu.Unlock()
+	attrs := []any{"op", op, "err", err}
+	if retryIn > 0 {
+		attrs = append(attrs, "retry_in", retryIn)
+	}
+	if eps := r.endpoints(); eps != "" {
+		attrs = append(attrs, "endpoints", eps)
+	}
+	if r.cfg.StartTimeout > 0 {
+		attrs = append(attrs, "hint", fmt.Sprintf("check the endpoints and that the store runs; Run fails with ErrStartTimeout if not ready within StartTimeout (%v)", r.cfg.StartTimeout))
+	} else {
+		attrs = append(attrs, "hint", "check the endpoints and that the store runs; Run waits without bound (StartTimeout < 0): set Config.StartTimeout > 0 to fail instead")
+	}
+	switch {
+	case first:
+		r.log.Warn("cannot start: store call failed; retrying", attrs...)
+	case warn:
+		r.log.Warn("still cannot start: store calls keep failing; retrying",
+			append(attrs, "failed_attempts", n, "for", since.Round(time.Second))...)
+	default:
+		r.log.Debug("start: store call failed; retrying", append(attrs, "failed_attempts", n)...)
+	}
+}
+
+// startRefused ends Run when the store refused the runner's credentials
+// or permissions (storage.ErrPermissionDenied) during the start: no retry
+// can succeed before an operator changes them. It reports whether it did.
+func (r *Runner) startRefused(op string, err error) bool {
+	if !errors.Is(err, storage.ErrPermissionDenied) {
+		return false
+	}
+	err = fmt.Errorf("runner %s cannot start: %s: %w (%s)", r.cfg.ID, op, err, deniedHint)
+	attrs := []any{"err", err}
+	if eps := r.endpoints(); eps != "" {
+		attrs = append(attrs, "endpoints", eps)
+	}
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
+	r.log.Error("the store refused this runner's credentials or permissions; stopping", attrs...)
+	r.failRun(err)
+	return true
+}
+
+// mayReadCluster reports whether a client-only runner that was refused a
+// permission checking the cluster record may read it: it was refused the
+// write of a record that was missing (or damaged), as a role granting
+// only read (enough for a client-only runner) is when it starts before any
+// hosting runner published the record. It then tries again instead of
+// failing: the record may be there already.
+func (r *Runner) mayReadCluster(ctx context.Context) bool {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	defer cancel()
+	_, _, err := r.store.ReadCluster(cctx)
+	return err == nil || errors.Is(err, storage.ErrCorrupt)
+}
+
+// deniedHint says what to check when the store refuses the runner.
+const deniedHint = "with etcd: the client's user and password or certificate, and a role granting " +
+	"readwrite on the namespace's prefix \"/{namespace}/\"; see SECURITY.md"
+
+// reattachFailed records a failed re-attach of a detached runner: counted
+// in sharding.storage_errors and logged at WARN, or, when the store
+// refused the runner's credentials or permissions, as refusedWhileDetached
+// says. The runner stays detached and tries again after RecoverWindow of
+// health.
+func (r *Runner) reattachFailed(err error) {
+	if errors.Is(err, storage.ErrPermissionDenied) {
+		r.refusedWhileDetached("re-attach", err)
+		return
+	}
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
+	r.log.Warn("re-attach failed", "err", err)
+}
+
+// refusedWhileDetached records a call of a detached runner (call: its
+// probe, or a re-attach) that the store refused for the runner's
+// credentials or permissions: counted in sharding.storage_errors
+// (error.type=permission_denied), logged at ERROR — an operator must act —
+// the first time and then at most once a minute with the count of
+// refusals since the first (DEBUG between). A role that lost read as well
+// as write fails the probes, a role that kept read the re-attaches: both
+// are loud.
+func (r *Runner) refusedWhileDetached(call string, err error) {
+	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
+	now := time.Now()
+	r.st.mu.Lock()
+	r.st.denied++
+	n, first := r.st.denied, r.st.deniedLog.IsZero()
+	loud := first || now.Sub(r.st.deniedLog) >= startWarnEvery
+	if loud {
+		r.st.deniedLog = now
+	}
+	r.st.mu.Unlock()
+	const msg = "refused: the store denies this runner's credentials or permissions; staying detached"
+	if !loud {
+		r.log.Debug(msg, "call", call, "err", err, "refused_calls", n)
+		return
+	}
+	r.log.Error(msg, "call", call, "err", err, "refused_calls", n, "hint", deniedHint)
+}
+
+// explainUnavailable returns err, a failed start call, preceded by the
+// store's connection error when the call found the store unavailable and
+// the store can say why (connectionDiagnoser): "etcd unreachable:
+// 10.0.0.1:2379: dial tcp 10.0.0.1:2379: connect: connection refused"
+// says more than the call's "context deadline exceeded". The result
+// matches both errors.
+func (r *Runner) explainUnavailable(err error) error {
+	d, ok := r.store.(connectionDiagnoser)
+	if !ok || !errors.Is(err, storage.ErrUnavailable) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(diagnoseTimeout, r.cfg.OpTimeout))
+	defer cancel()
+	cerr := d.ConnectionError(ctx)
+	if cerr == nil { // reachable: the call failed for another reason
+		return err
+	}
+	return fmt.Errorf("%w (the call: %w)", cerr, err)
+}
+
+// notStarted says why a runner that is not ready is not, once a start
+// call failed: "not started: etcd at 10.0.0.1:2379 unreachable since
+// 10:04:05 (45s, 9 failed attempts): <the last failure>" (local time). It returns ""
+// and nil once the runner is ready, and before any failure.
+func (r *Runner) notStarted() (string, error) {
+	r.st.mu.Lock()
+	n, since, last := r.st.failures, r.st.firstFail, r.st.lastErr
+	r.st.mu.Unlock()
+	if n == 0 || last == nil {
+		return "", nil
+	}
+	select {
+	case <-r.st.ready:
+		return "", nil
+	default:
+	}
+	what := "the store"
+	if eps := r.endpoints(); eps != "" {
+		what = "etcd at " + eps
+	}
+	how := "unreachable"
+	if !errors.Is(last, storage.ErrUnavailable) {
+		how = "failing"
+	}
+	attempts := "1 failed attempt"
+	if n > 1 {
+		attempts = fmt.Sprintf("%d failed attempts", n)
+	}
+	return fmt.Sprintf("not started: %s %s since %s (%v, %s): %v",
+		what, how, since.Format("15:04:05"), time.Since(since).Round(time.Second), attempts, last), last
+}
+
+// startErr returns the last start failure while the runner is not ready.
+func (r *Runner) startErr() error {
+	r.st.mu.Lock()
+	defer r.st.mu.Unlock()
+	return r.st.lastErr
+}
