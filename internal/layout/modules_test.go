@@ -52,3 +52,44 @@ func goList(t *testing.T, dir string, args ...string) []string {
 	}
 	return strings.Split(strings.TrimSpace(string(out)), "\n")
 }
+
+// TestSetupBuildsEtcdAtTheExamplesVersions: every module that both
+// tools/' programs (the etcd server, etcdctl and toxiproxy make setup
+// builds) and examples/ (which embeds the etcd server) compile is at the
+// same version in both. make setup then compiles those packages — etcd's
+// server, and grpc, the etcd client and otel under it — as make test
+// needs them, and make test takes them from the build cache instead of
+// compiling them a second time. Require examples/' version in
+// tools/go.mod (cd tools && go get MODULE@VERSION).
+func TestSetupBuildsEtcdAtTheExamplesVersions(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := func(dir string, args ...string) map[string]string {
+		m := map[string]string{}
+		all := append([]string{"list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}"}, args...)
+		for _, line := range goList(t, filepath.Join(root, dir), all...) {
+			if f := strings.Fields(line); len(f) == 2 {
+				m[f[0]] = f[1]
+			}
+		}
+		return m
+	}
+	tools := versions("tools", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/etcdctl/v3", "github.com/Shopify/toxiproxy/v2/cmd/server", "github.com/Shopify/toxiproxy/v2/cmd/cli")
+	examples := versions("examples", "-test", "./...")
+	shared := 0
+	for mod, v := range tools {
+		ev, ok := examples[mod]
+		if !ok {
+			continue
+		}
+		shared++
+		if ev != v {
+			t.Errorf("%s: make setup builds %s, examples/ %s: require %s in tools/go.mod", mod, v, ev, ev)
+		}
+	}
+	if _, ok := tools["go.etcd.io/etcd/server/v3"]; !ok || shared < 10 {
+		t.Fatalf("tools/ and examples/ share %d modules; want the etcd server's build", shared)
+	}
+}
