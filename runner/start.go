@@ -132,27 +132,42 @@ func (r *Runner) endpoints() string {
 // every call would otherwise time out for as long as the runner retries.
 // A starved process can make one check's read time out with the watch
 // open and succeed after it, as a limit does; so the limit is reported
-// only when streamChecks checks in a row say so, each within OpTimeout
-// (a limit says so every time).
+// only once streamChecks checks said so, each within OpTimeout (a limit
+// says so every time). A check that could not tell (the server
+// unreachable, or too slow for AttemptTimeout) is made again, up to
+// streamChecks times; then the runner starts, and its start calls report
+// what they find.
 func (r *Runner) checkStreams(ctx context.Context) error {
 	c, ok := r.store.(interface{ CheckStreams(context.Context) error })
 	if !ok {
 		return nil
 	}
-	var err error
-	for range streamChecks {
+	var limit, unknown error
+	for limits, unknowns := 0, 0; limits < streamChecks; {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
-		err = c.CheckStreams(cctx)
+		err := c.CheckStreams(cctx)
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case errors.Is(err, storage.ErrStreamLimit):
+			limits++
+			limit = err
+		default:
+			unknowns++
+			unknown = err
+		}
+		if unknowns == streamChecks {
+			r.log.Debug("could not check the store's concurrent streams; starting", "err", unknown)
 			return nil
 		}
 	}
-	r.log.Error("the store serves too few concurrent streams; not starting", "err", err)
-	return err
+	r.log.Error("the store serves too few concurrent streams; not starting", "err", limit)
+	return limit
 }
 
-// streamChecks is how many checks in a row must find the stream limit.
+// streamChecks is how many checks must find the stream limit, and how many
+// that could not tell end the checking.
 const streamChecks = 3
 
 // startup runs, as one of Run's goroutines, what a start needs besides the

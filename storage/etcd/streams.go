@@ -23,9 +23,13 @@ const streamsNeeded = 2
 // then waits for a stream that never comes (each call fails with its
 // deadline, and the runner never starts). It opens the watch stream (or
 // joins the client's, as a runner's watches do), reads once while it is
-// open and once after; only a read that times out while the watch is open
-// but succeeds without it is reported. Other failures return nil: the
-// start's calls report them.
+// open and once after: a read that times out while the watch is open but
+// succeeds without it is reported as the limit. It returns nil only when
+// the read beside the open watch succeeded. Any other error says the check
+// could not tell — the first read or the one after the watch failed (the
+// server unreachable, or slow: a fresh connection on a starved machine
+// can take longer than AttemptTimeout), or the watch was not created in
+// time — and the caller may check again.
 func (s *Store) CheckStreams(ctx context.Context) error {
 	// read reads once and reports whether it succeeded, or else timed out
 	// by its own deadline.
@@ -36,7 +40,7 @@ func (s *Store) CheckStreams(ctx context.Context) error {
 		return err == nil, err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded)
 	}
 	if ok, _ := read(); !ok {
-		return nil
+		return errors.New("etcd: stream check: the first read failed")
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -46,20 +50,23 @@ func (s *Store) CheckStreams(ctx context.Context) error {
 	select {
 	case wr, ok := <-wch:
 		if !ok || !wr.Created {
-			return nil
+			return errors.New("etcd: stream check: the watch was not created")
 		}
 	case <-wait.C:
-		return nil
+		return errors.New("etcd: stream check: the watch was not created within AttemptTimeout")
 	case <-ctx.Done():
-		return nil
+		return ctx.Err()
 	}
-	_, blocked := read()
+	ok, blocked := read()
 	cancel()
-	if !blocked {
+	switch {
+	case ok:
 		return nil
+	case !blocked:
+		return errors.New("etcd: stream check: the read beside the watch failed")
 	}
 	if ok, _ := read(); !ok {
-		return nil
+		return errors.New("etcd: stream check: the read after the watch failed")
 	}
 	return &storage.StreamLimitError{Endpoint: strings.Join(s.cli.Endpoints(), ","), Needed: streamsNeeded, Flag: "--max-concurrent-streams"}
 }
