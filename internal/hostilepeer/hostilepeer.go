@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
@@ -360,7 +361,10 @@ func (c *RawConn) Close() {
 // --- what it costs ---
 
 // Watch samples the live heap of the process every millisecond and
-// keeps the most it saw, until Stop.
+// keeps the most it saw, until Stop. The heap it samples holds garbage
+// not yet collected, as much as the collector lets grow: a Watch sets
+// the collector to its default (GOGC=100) while it runs, so that what it
+// measures is the code's, whatever GOGC the process was started with.
 type Watch struct {
 	start, peak uint64
 	allocStart  uint64
@@ -375,8 +379,34 @@ func heapObjects() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// StartWatch collects garbage, then starts a Watch.
+// gcPin counts the Watches running; the first sets the collector to its
+// default and keeps the setting it found, the last gives it back.
+var gcPin struct {
+	sync.Mutex
+	watches int
+	percent int
+}
+
+func pinGC() {
+	gcPin.Lock()
+	defer gcPin.Unlock()
+	if gcPin.watches++; gcPin.watches == 1 {
+		gcPin.percent = debug.SetGCPercent(100)
+	}
+}
+
+func unpinGC() {
+	gcPin.Lock()
+	defer gcPin.Unlock()
+	if gcPin.watches--; gcPin.watches == 0 {
+		debug.SetGCPercent(gcPin.percent)
+	}
+}
+
+// StartWatch sets the collector to its default, collects garbage, then
+// starts a Watch.
 func StartWatch() *Watch {
+	pinGC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -399,10 +429,12 @@ func StartWatch() *Watch {
 }
 
 // Stop ends the watch: the most the heap grew while it ran (live and not
-// yet swept objects, sampled), and the bytes allocated meanwhile.
+// yet swept objects, sampled), and the bytes allocated meanwhile. It
+// gives the collector back its setting.
 func (w *Watch) Stop() (peakGrowth, allocated uint64) {
 	close(w.stop)
 	<-w.done
+	unpinGC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	if w.peak > w.start {
