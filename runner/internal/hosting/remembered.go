@@ -47,7 +47,7 @@ func (h *Host) SetRemembrance(rm Remembrance) { h.remembrance = rm }
 // activated (past the start gate; at once if it already was), false if it
 // failed to (its Activate hook failed or panicked, the shard left).
 func (sh *Shard) Activate(k *Kind, id string, done func(ok bool)) bool {
-	return sh.Fire(k, nil, id, nil, done)
+	return sh.Fire(k, nil, id, nil, func(ok bool) bool { done(ok); return true })
 }
 
 // pinned reports whether e is kept resident: a remembered entity not

@@ -280,8 +280,15 @@ func (e *resident) processOne(m *message) error {
 			return e.fail(m, &UndeliveredError{Shard: sh.id, Cause: why}, true)
 		}
 	}
-	if m.done != nil {
-		m.done(true) // a reminder tick: fired from here on; an activation: done
+	if m.done != nil && !m.done(true) { // a reminder tick: fired from here on; an activation: done
+		// The tick's reminder set stopped or paused while this message
+		// waited for it (done takes the set's lock, which the shard's
+		// loss or cutover holds while it stops the set): the set did not
+		// count the tick as fired, so it fires where the shard goes next
+		// and must not run here, after the shard left.
+		met := sh.h.met
+		met.Dropped.Add(context.Background(), 1, met.Attrs, WithReason(DropShardLeft))
+		return nil
 	}
 	if m.h == nil { // an activation without a message (Activate)
 		return nil

@@ -179,9 +179,12 @@ type message struct {
 	req   any
 	reply *waiter         // nil for a signal
 	ctx   context.Context // the asker's; an ask whose ctx ended is not run
-	// done, for a reminder tick, is called once: with true right before
-	// its handler runs, with false if it never will.
-	done func(started bool)
+	// done, for a reminder tick or an activation, is called once: with
+	// true right before its handler runs, with false if it never will.
+	// Called with true, it reports whether the handler may still run: a
+	// tick whose reminder set stopped or paused while the message waited
+	// (its shard is leaving) is withdrawn, and runs nowhere here.
+	done func(started bool) bool
 	tr   *msgTrace // nil when tracing is off (trace.go)
 }
 

@@ -242,8 +242,11 @@ func (e *resident) shardGone() error {
 // the caller tries again later. done is called exactly once for an
 // admitted message: with true right before its handler runs (past the
 // start gate: the shard still here, the detach instant not passed), with
-// false if it never will.
-func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(started bool)) bool {
+// false if it never will. Called with true, done reports whether the
+// handler may still run; false withdraws the message (the caller's set
+// stopped or paused meanwhile: it did not count the tick as fired), and
+// no handler runs.
+func (sh *Shard) Fire(k *Kind, h *entity.Handler, id string, req any, done func(started bool) bool) bool {
 	if !sh.prevDone.Load() && sh.prev.running.Load() > 0 {
 		return false
 	}

@@ -349,20 +349,31 @@ func (r *reminder) Fire(_ *schedule.Entry, _ int64) {
 
 // done is the delivered tick's outcome (hosting.Shard.Fire): started, it
 // counts as fired and the next tick is scheduled; else it is tried again
-// after a back-off while the set fires.
-func (r *reminder) done(started bool) {
+// after a back-off while the set fires. Started while the set no longer
+// fires — it stopped or paused while the tick waited in the mailbox — the
+// tick is withdrawn: not counted, and done reports false so that no
+// handler runs it here (the next owner, or this set once it resumes,
+// fires it). It reports whether the handler may run.
+func (r *reminder) done(started bool) bool {
 	set := r.set
 	s := set.s
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	r.inFlight = false
+	if started && !set.active() {
+		// The set stopped (its shard left) or paused (a cutover) while
+		// the tick waited to run: it is not fired here. A paused set
+		// that resumes schedules it again; a stopped one leaves it to the
+		// next owner, whose progress does not count it.
+		return false
+	}
 	if !started {
 		r.failures++
 		if set.active() && !r.removed {
 			d := min(activateRetry<<min(r.failures-1, 10), maxRetryDelay)
 			s.sched.Schedule(&r.Entry, schedule.Now()+int64(d))
 		}
-		return
+		return false
 	}
 	r.failures = 0
 	r.lastFired, r.next = r.firing, r.firing+1
@@ -373,9 +384,10 @@ func (r *reminder) done(started bool) {
 			r.deleting = true
 			s.queueDelete(r)
 		}
-		return
+		return true
 	}
 	set.scheduleLocked(r, time.Now())
+	return true
 }
 
 // pause stops firing (a cutover began).
