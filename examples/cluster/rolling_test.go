@@ -156,7 +156,10 @@ func (s *sender) waitAnswers(t *testing.T, before, n int) {
 // of one runner, restarted at once: not ready while it waits for its
 // predecessor's lease, ready after. Every request the test sends through
 // the gateway's API meanwhile is answered (a request in flight to the
-// killed process itself is not sent: nothing can answer it for sure).
+// killed process itself is not sent: nothing can answer it for sure; one
+// sent right after the kill, on the gateway's connection to the dead
+// process before the gateway read its close, may fail "maybe delivered":
+// crashRace).
 func TestManifestProcessesRollAndCrashWithoutLosingRequests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes and etcd")
@@ -252,10 +255,13 @@ func TestManifestProcessesRollAndCrashWithoutLosingRequests(t *testing.T) {
 	r := runners[1]
 	s.mu.Lock()
 	r.p.kill(t)
+	killedAt := len(s.failures)
 	s.mu.Unlock()
 	before, _ := s.answered()
 	r.p = start(t, dir, bin, r.id, r.args...)
 	notReady := waitReady(t, probe, r.ready, 2*time.Minute, r.id+" restarted after SIGKILL")
+	_, failures := s.answered()
+	crashRace := crashRace(failures, killedAt, r.id)
 	if len(notReady) == 0 || notReady[0] != "starting" {
 		t.Errorf("%s restarted after SIGKILL: not ready while %v, want starting first (the wait for its predecessor's lease)", r.id, notReady)
 	}
@@ -273,9 +279,31 @@ func TestManifestProcessesRollAndCrashWithoutLosingRequests(t *testing.T) {
 	<-s.done
 	ok, failures := s.answered()
 	t.Logf("%d requests answered through the gateway, %d failed", ok, len(failures))
-	for _, f := range failures {
+	for i, f := range failures {
+		if i == crashRace {
+			t.Logf("sent on the connection to %s as it was killed (its answer cannot be known: not counted as lost): %s", r.id, f)
+			continue
+		}
 		t.Errorf("request lost: %s", f)
 	}
+}
+
+// crashRace returns the index in failures of the one request that may
+// fail after a SIGKILL of runner id although none was in flight when it
+// died — the first failure from index killed on that names id and says
+// "maybe delivered" — or -1. The test holds back its requests while it kills the process, but
+// the gateway learns that the connection is dead only when it reads the
+// peer's close: a request written on it before then is "maybe delivered"
+// (the gateway cannot tell it from one the process ran before it died),
+// and at-most-once forbids resending it. One such failure, naming id, is
+// the crash's; the gateway then knows, and any other failure is a loss.
+func crashRace(failures []string, killed int, id string) int {
+	for i := killed; i < len(failures); i++ {
+		if strings.Contains(failures[i], "to "+id+":") && strings.Contains(failures[i], "may have been delivered") {
+			return i
+		}
+	}
+	return -1
 }
 
 // followStop polls a stopping process's readiness until it exits (done):
