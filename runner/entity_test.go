@@ -124,6 +124,10 @@ func TestMailboxFull(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+		// The answer comes before the entity's goroutine goes on to the
+		// two queued signals: wait until it has run them (the mailbox is
+		// still full until then).
+		synctest.Wait()
 		if n, err := k.inc.Ask(ctx, r, "m", incReq{}); err != nil || n != 2 {
 			t.Fatalf("after draining: %d, %v; want the 2 accepted signals", n, err)
 		}
