@@ -453,20 +453,21 @@ func (r *Runner) drainContext(ctx context.Context) (context.Context, context.Can
 }
 
 // writeProgress writes, fenced by their epochs, the final reminder
-// progress of shards that stopped firing for good at those epochs
+// progress of shards that stopped firing for good at those epochs, with
+// the markers of entities remembered there whose put was still queued
 // (reminders.Service.Progress), batched, and returns the shards whose
-// progress could not be written. Shards with nothing to write are not
+// write failed. Shards with nothing to write are not
 // written and do not fail.
 func (r *Runner) writeProgress(actx context.Context, shards []*shard) map[sharding.ShardID]error {
 	var writes []storage.ShardWrite
 	failed := map[sharding.ShardID]error{}
 	for _, s := range shards {
-		p, write, err := r.reminders.Progress(s.id, s.epoch)
+		w, write, err := r.reminders.Progress(s.id, s.epoch)
 		switch {
 		case err != nil:
 			failed[s.id] = err
 		case write:
-			writes = append(writes, storage.ShardWrite{Shard: s.id, Epoch: s.epoch, Progress: &p})
+			writes = append(writes, w)
 		}
 	}
 	if len(writes) == 0 {

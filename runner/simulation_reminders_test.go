@@ -129,11 +129,12 @@ func (s *simRun) armAll(gw *simNode) {
 	}
 }
 
-// checkReminders applies the reminder rules above to the recorded fires
-// and the runners' events, observed until observed.
-func (s *simRun) checkReminders(converged, observed time.Time) {
-	rem := s.w.rem
-	from, until := s.ownerships()
+// unplannedLosses returns, per shard, when the runners' events say it was
+// lost unplanned: released with entities interrupted, lost, or released
+// without its reminders' progress recorded.
+func (s *simRun) unplannedLosses() map[sharding.ShardID][]time.Time {
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
 	unplanned := map[sharding.ShardID][]time.Time{}
 	for _, ev := range s.evs {
 		switch e := ev.(type) {
@@ -147,6 +148,15 @@ func (s *simRun) checkReminders(converged, observed time.Time) {
 			unplanned[e.Shard] = append(unplanned[e.Shard], e.Time)
 		}
 	}
+	return unplanned
+}
+
+// checkReminders applies the reminder rules above to the recorded fires
+// and the runners' events, observed until observed.
+func (s *simRun) checkReminders(converged, observed time.Time) {
+	rem := s.w.rem
+	from, until := s.ownerships()
+	unplanned := s.unplannedLosses()
 	lossBetween := func(shard sharding.ShardID, a, b time.Time) bool {
 		return slices.ContainsFunc(unplanned[shard], func(t time.Time) bool { return !t.Before(a) && !t.After(b) })
 	}

@@ -129,6 +129,7 @@ type simStats struct {
 
 	workerRuns      int              // runs of singletons and shard workers (each checked: owner, no overlap)
 	rememberedLives int              // lives of remembered entities (each checked: no overlap)
+	lateRemembered  int              // entities remembered right before a graceful stop (each checked: lives on the next owner)
 	violations      int              // of the checks above (they fail the run unless the store is broken on purpose)
 	linOps          []linearize.Op   // the registers' history (simulation_linearize_test.go)
 	lin             linearize.Report // its check
@@ -151,6 +152,7 @@ func (s *simStats) add(o simStats) {
 	s.stateWrites += o.stateWrites
 	s.workerRuns += o.workerRuns
 	s.rememberedLives += o.rememberedLives
+	s.lateRemembered += o.lateRemembered
 	s.violations += o.violations
 	s.lin.Add(o.lin)
 }
@@ -167,9 +169,9 @@ func (s simStats) String() string {
 	}
 	return fmt.Sprintf("faults [%s]; asks %d ok, %d failed; %d results withheld, %d stubborn handlers; %d checkpoints accepted, each under its lock's epoch"+
 		"; reminders: %d ticks fired (%d redelivered after an unplanned loss), %d reminder writes accepted, each under its lock's epoch"+
-		"; %d singleton and shard worker runs, %d lives of remembered entities, none overlapping",
+		"; %d singleton and shard worker runs, %d lives of remembered entities, none overlapping; %d entities remembered right before a graceful stop, each living on the next owner",
 		strings.Join(parts, ", "), s.asksOK, s.asksFail, s.withheld, s.stubborn, s.checkpoints, s.reminderFires, s.reminderRedelivered, s.stateWrites,
-		s.workerRuns, s.rememberedLives)
+		s.workerRuns, s.rememberedLives, s.lateRemembered)
 }
 
 // Simulation parameters.
@@ -519,6 +521,7 @@ func (s *simRun) schedule() {
 			if fault == "crash" {
 				n.r.Close()
 			} else {
+				s.rememberBeforeStop(n)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				_ = n.r.Shutdown(ctx)
 				cancel()

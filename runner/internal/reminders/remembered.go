@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,6 +89,25 @@ func (set *shardSet) addRememberedLocked(ref storage.EntityRef, put bool) *remem
 		set.s.mu.Unlock()
 	}
 	return m
+}
+
+// unstoredRemembered returns, sorted, at most most entities remembered
+// here whose marker is not in the store yet: a put still queued, or an
+// entity remembered before the set loaded.
+func (set *shardSet) unstoredRemembered(most int) []storage.EntityRef {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	var refs []storage.EntityRef
+	for ref, m := range set.remembered {
+		if m.queued && !m.removed {
+			refs = append(refs, ref)
+		}
+	}
+	for ref := range set.early {
+		refs = append(refs, ref)
+	}
+	slices.SortFunc(refs, func(a, b storage.EntityRef) int { return strings.Compare(a.String(), b.String()) })
+	return refs[:min(len(refs), max(most, 0))]
 }
 
 func (set *shardSet) dropRememberedLocked(m *rememberedEntity) {
@@ -441,11 +461,14 @@ func (s *Service) writeRemembered(ctx context.Context, ms []*rememberedEntity) e
 		}
 	}
 	defer func() {
+		// Queued again without a wake: the side loop goes on at once
+		// when this call succeeded (puts beyond the bound), after its
+		// back-off when it failed (a wake here would make it retry a
+		// failing store in a busy loop).
 		if len(later) > 0 {
 			s.mu.Lock()
 			s.rememberQ = append(s.rememberQ, later...)
 			s.mu.Unlock()
-			s.wake()
 		}
 	}()
 	if len(writes) == 0 {

@@ -200,7 +200,8 @@ func (s *Service) current(id sharding.ShardID, epoch storage.Epoch) *shardSet {
 }
 
 // Pause stops firing the reminders of shard id at epoch (a cutover
-// begins); ticks already delivered still run and count.
+// begins); a tick delivered but not started yet is withdrawn (it fires
+// after Resume, or at the next owner), one already started counts.
 func (s *Service) Pause(id sharding.ShardID, epoch storage.Epoch) {
 	if set := s.current(id, epoch); set != nil {
 		set.pause()
@@ -216,22 +217,34 @@ func (s *Service) Resume(id sharding.ShardID, epoch storage.Epoch) {
 	}
 }
 
-// Progress returns the final progress of shard id at epoch, to be written
-// (fenced by epoch) before its lock moves or is deleted. write is false
-// when there is nothing to write: the set fired nothing (not loaded) or
-// holds no reminder, and the store's progress is as exact as it was. err
-// says the progress cannot be known exactly now (a registration or
-// cancellation is still being written): written anyway it could lose or
-// repeat ticks, so nothing is written and the next owner fires at least
-// once. Call it only once no handler of the shard can start any more
-// (after a handoff's drain, or after a release's handlers returned). The
-// set is marked: firing again needs Resume.
-func (s *Service) Progress(id sharding.ShardID, epoch storage.Epoch) (p storage.ReminderProgress, write bool, err error) {
+// Progress returns the write that records, fenced by epoch, what the next
+// owner of shard id needs before its lock moves or is deleted: the final
+// progress of its reminders, and the markers of entities remembered here
+// whose put is still queued (the service's writer skips a stopped set:
+// without them the next owner would not know those entities). write is
+// false when there is nothing to write: the set fired nothing (not loaded)
+// or holds no reminder, and remembered nothing new. err says the progress
+// cannot be known exactly now (a registration or cancellation is still
+// being written): written anyway it could lose or repeat ticks, so nothing
+// is written and the next owner fires at least once. Call it only once no
+// handler of the shard can start any more (after a handoff's drain, or
+// after a release's handlers returned). The set is marked: firing again
+// needs Resume.
+func (s *Service) Progress(id sharding.ShardID, epoch storage.Epoch) (w storage.ShardWrite, write bool, err error) {
+	w = storage.ShardWrite{Shard: id, Epoch: epoch}
 	set := s.current(id, epoch)
 	if set == nil {
-		return p, false, nil
+		return w, false, nil
 	}
-	return set.progress()
+	p, final, err := set.progress()
+	if err != nil {
+		return w, false, err
+	}
+	if final {
+		w.Progress = &p
+	}
+	w.PutRemembered = set.unstoredRemembered(storage.MaxShardWriteOps - w.Ops())
+	return w, w.Ops() > 0, nil
 }
 
 // Stop ends the reminders of shard id at epoch (its ownership ended): no

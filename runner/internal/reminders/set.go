@@ -414,6 +414,10 @@ func (set *shardSet) stop(clear bool) {
 	defer set.mu.Unlock()
 	if set.toLocked(onStop) {
 		set.unscheduleAllLocked()
+	}
+	if clear {
+		// Kept otherwise: entities remembered before the set loaded are
+		// written with the release's progress (unstoredRemembered).
 		set.early = nil
 	}
 	set.unscheduleRememberedLocked(clear)
