@@ -27,6 +27,7 @@ type checkInput struct {
 	stalls       map[int]runnerproc.Stalls // each process's stalls (runner processes' histories and the driver's probe), by PID
 	stopped      int64                     // when the final stop of the runners began (Mono; 0: not recorded)
 	faults       []applied                 // the faults injected, with their instants
+	late         []lateKeeper              // keepers touched right before a graceful stop
 }
 
 // stats are one run's figures.

@@ -16,7 +16,8 @@ import (
 // Singletons singletons and a shard worker whose bodies record their start
 // and return, and hosts the remembered kind Keeper, whose entities record
 // each life (Activate to Release or the end of its context); the driver
-// touches Keepers keepers once, before the faults.
+// touches Keepers keepers once, before the faults, and one more right
+// before each graceful stop (driver.touchBeforeStop).
 
 // span is one run of a singleton or shard worker, or one life of a keeper.
 type span struct {
@@ -99,6 +100,11 @@ type alwaysStats struct {
 	Resumed    []time.Duration
 	Stillborn  int // runs and lives started with their context already ended
 	Ambiguous  int // starts outside their ownership right after a SIGSTOP (not judged)
+	// Late: keepers touched right before their runner's graceful stop
+	// and checked at the end; LateExcused: those not checked, their
+	// shard lost unplanned (or its release's write failed) after the
+	// touch.
+	Late, LateExcused int
 	// Again: how soon each thing ran again, by cause and kind of thing,
 	// from the interruption to the next run's start: after a SIGKILL of
 	// the process (from the kill), a planned move or a graceful shutdown
@@ -146,6 +152,8 @@ func (a *alwaysStats) add(b alwaysStats) {
 	a.Resumed = append(a.Resumed, b.Resumed...)
 	a.Stillborn += b.Stillborn
 	a.Ambiguous += b.Ambiguous
+	a.Late += b.Late
+	a.LateExcused += b.LateExcused
 	for k, ds := range b.Again {
 		if a.Again == nil {
 			a.Again = map[again][]time.Duration{}
@@ -186,13 +194,24 @@ func (c *checker) always() {
 		}
 		return a.shard < b.shard
 	})
+	// A keeper touched right before its runner's graceful stop whose
+	// shard was then lost unplanned may have lost its marker with it: it
+	// need not run again.
+	excused := map[string]bool{}
+	for _, l := range c.in.late {
+		if c.lostAfter(l, tenures) {
+			excused[l.id] = true
+		}
+	}
 	for _, k := range keys {
 		ss := byKey[k]
 		sort.SliceStable(ss, func(i, j int) bool { return ss[i].start < ss[j].start })
 		c.neverTwoAtOnce(ss)
-		c.runningAgain(ss, tenures)
+		if !k.life || !excused[k.name] {
+			c.runningAgain(ss, tenures)
+		}
 	}
-	c.onceAtTheEnd(byKey, tenures)
+	c.onceAtTheEnd(byKey, tenures, excused)
 }
 
 // alwaysSpans gathers the runs and lives from the processes' records.
@@ -443,10 +462,32 @@ func (c *checker) frozenEnd(x *span) (int64, bool) {
 	return 0, false
 }
 
+// lostAfter reports whether the ownership that answered l's touch ended
+// otherwise than by a release, or its release recorded nothing
+// (RemindersUnrecorded: the write that carries the markers failed).
+func (c *checker) lostAfter(l lateKeeper, tenures map[tenureKey][]*tenure) bool {
+	for k, os := range tenures {
+		if k.shard != l.resp.Shard || k.epoch != l.resp.Epoch {
+			continue
+		}
+		for _, o := range os {
+			if o.until != never && o.until >= l.at && o.how != runnerproc.HistReleased {
+				return true
+			}
+		}
+		for _, r := range c.perPID[k.pid] {
+			if r.Kind == runnerproc.HistUnrecorded && r.Shard == k.shard && r.Epoch == k.epoch {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // onceAtTheEnd is part (d): when the session stops (after the cluster
 // converged), every singleton, every shard's worker and every keeper runs
 // exactly once, on the process owning its shard then.
-func (c *checker) onceAtTheEnd(byKey map[alwaysKey][]*span, tenures map[tenureKey][]*tenure) {
+func (c *checker) onceAtTheEnd(byKey map[alwaysKey][]*span, tenures map[tenureKey][]*tenure, excused map[string]bool) {
 	t := c.in.stopped
 	if c.in.converged == 0 || t == 0 {
 		return
@@ -462,6 +503,18 @@ func (c *checker) onceAtTheEnd(byKey map[alwaysKey][]*span, tenures map[tenureKe
 	for i := range c.in.p.Keepers {
 		id := runnerproc.KeeperID(i)
 		want = append(want, alwaysKey{true, id, int(sharding.ShardOf(id, c.in.p.Shards))})
+	}
+	// A keeper touched right before its runner's graceful stop runs too:
+	// the release wrote its marker if its put was still queued. Unless
+	// its shard was lost unplanned after the touch, or the release could
+	// not write (the marker was then lost with the shard).
+	for _, l := range c.in.late {
+		if excused[l.id] {
+			c.st.Always.LateExcused++
+			continue
+		}
+		c.st.Always.Late++
+		want = append(want, alwaysKey{true, l.id, l.resp.Shard})
 	}
 	for _, k := range want {
 		var live []*span

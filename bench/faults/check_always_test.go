@@ -272,3 +272,42 @@ func TestAlwaysCountsRunningAgainAfterADetachFromTheFaultsHeal(t *testing.T) {
 	wantViolation(t, detachedDuring(30, 42), "more than 2 x TTL")
 	wantViolation(t, detachedDuring(6, 17), "more than 2 x TTL")
 }
+
+// lateKeeperAtTheEnd: atTheEnd, and keeper late0-0 touched at 0.3 s on r2,
+// which owned shard 0 at epoch 5 from 0.2 s until its graceful stop
+// released it at 0.4 s (or, if lost, lost it then); if lives, the keeper
+// runs at the end on the shard's owner then, r1.
+func lateKeeperAtTheEnd(lost, lives bool) *hist {
+	h := atTheEnd("", false)
+	h.owns(2, 0, 5, 0.2, -1)
+	end := runnerproc.HistReleased
+	if lost {
+		end = runnerproc.HistLost
+	}
+	h.rec(runnerproc.Record{Kind: end, Mono: int64(0.4 * 1e9), PID: 2, Runner: "r2", Shard: 0, Epoch: 5})
+	h.life(2, "late0-0", 0, 5, 20, 0.3, 0.4, "")
+	h.in.late = []lateKeeper{{id: "late0-0", resp: runnerproc.TouchResp{Runner: "r2", Shard: 0, Epoch: 5}, at: int64(0.3 * 1e9)}}
+	if lives {
+		h.life(1, "late0-0", 0, 10, 21, 1, -1, "")
+	}
+	return h
+}
+
+func TestAlwaysAcceptsAKeeperTouchedBeforeAGracefulStopRunningOnTheNextOwner(t *testing.T) {
+	if st := wantClean(t, lateKeeperAtTheEnd(false, true)); st.Always.Late != 1 {
+		t.Errorf("late keepers checked: %d, want 1", st.Always.Late)
+	}
+}
+
+// The release wrote no marker (the bug this rule found: the put was still
+// queued when the shard's release began).
+func TestAlwaysFlagsAKeeperTouchedBeforeAGracefulStopMissingAtTheEnd(t *testing.T) {
+	wantViolation(t, lateKeeperAtTheEnd(false, false), "remembered entity late0-0 runs 0 times when the session stops")
+}
+
+// A shard lost unplanned after the touch may lose a marker not written yet.
+func TestAlwaysExcusesAKeeperWhoseShardWasLostAfterItsTouch(t *testing.T) {
+	if st := wantClean(t, lateKeeperAtTheEnd(true, false)); st.Always.LateExcused != 1 || st.Always.Late != 0 {
+		t.Errorf("late keepers checked %d, excused %d; want 0 and 1", st.Always.Late, st.Always.LateExcused)
+	}
+}

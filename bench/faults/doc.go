@@ -110,8 +110,11 @@
 //     singletons (-singletons, 4) and a shard worker, whose bodies record
 //     their start and their return (when their context ends), and hosts a
 //     remembered kind whose Keepers entities (-keepers, 16; one ask each
-//     before the faults, none after) record each life, from Activate to
-//     Release or the end of their context. A run (life) cut by SIGKILL
+//     before the faults) record each life, from Activate to Release or
+//     the end of their context; right before each graceful stop the
+//     driver touches one more, fresh, on a shard the stopping runner
+//     owns, so that its marker's put is likely still queued when the
+//     release begins. A run (life) cut by SIGKILL
 //     has no end record: it ends at the kill. No two runs of a singleton
 //     or of one shard's worker, and no two lives of a keeper, overlap in
 //     time — except when the older one's process was frozen (SIGSTOP)
@@ -135,7 +138,11 @@
 //     then for the new process); the summary gives each distribution.
 //     When the session stops (the cluster converged), every singleton,
 //     every shard's worker and every keeper runs exactly once, on the
-//     process owning its shard then.
+//     process owning its shard then — a keeper touched before a graceful
+//     stop too, unless the ownership that answered its touch ended
+//     otherwise than by a release, or its release recorded nothing
+//     (RemindersUnrecorded): the marker may then be lost with the shard,
+//     and that keeper need not run again (counted apart).
 //
 // A violation makes the run fail; its files (histories, runner logs, etcd
 // and toxiproxy logs) are kept and their directory printed. The summary

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,6 +68,17 @@ type driver struct {
 	shed int // asks due while MaxInFlight were waiting: not sent
 
 	reg registers // the register load (linearizability.go)
+
+	late      []lateKeeper // keepers touched right before a graceful stop
+	lateTried int
+}
+
+// lateKeeper is a keeper touched right before its runner's graceful stop,
+// and the touch's answer.
+type lateKeeper struct {
+	id   string
+	resp runnerproc.TouchResp
+	at   int64 // Mono of the answer
 }
 
 func entityID(i int) string { return fmt.Sprintf("c%d", i) }
@@ -280,6 +292,38 @@ func (d *driver) armReminders(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// touchBeforeStop activates a fresh keeper of a shard the gateway sees
+// runnerID own, right before runnerID's graceful stop: its marker's put
+// is then likely still queued, and the stop's release must write it, so
+// that the shard's next owner runs it (rule 10, part (d)). A touch that
+// failed is not checked (it may or may not have activated the keeper).
+func (d *driver) touchBeforeStop(ctx context.Context, runnerID string) {
+	seq := d.lateTried
+	d.lateTried++
+	for j := range 4096 {
+		id := fmt.Sprintf("late%d-%d", seq, j)
+		if owner, _ := d.gw.OwnerOf(sharding.ShardOf(id, d.p.Shards)); owner != runnerID {
+			continue
+		}
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := runnerproc.Touch.Ask(tctx, d.gw, id, runnerproc.TouchReq{})
+		cancel()
+		if err == nil {
+			d.mu.Lock()
+			d.late = append(d.late, lateKeeper{id: id, resp: resp, at: runnerproc.Mono()})
+			d.mu.Unlock()
+		}
+		return
+	}
+}
+
+// lateKeepers returns the keepers touched right before a graceful stop.
+func (d *driver) lateKeepers() []lateKeeper {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.late)
 }
 
 // touchKeepers activates the Keepers remembered entities, one ask each,

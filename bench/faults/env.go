@@ -39,6 +39,9 @@ type env struct {
 	obs  *observer
 	logf func(format string, args ...any)
 
+	// beforeStop, if set, runs right before a graceful stop of runner.
+	beforeStop func(ctx context.Context, runner string)
+
 	mu      sync.Mutex
 	runners map[string]*slot
 	order   []string
@@ -213,6 +216,9 @@ func (e *env) apply(ctx context.Context, f fault) (begin, healed int64, err erro
 			in.killed = runnerproc.Mono()
 			err = s.proc.Kill()
 		} else {
+			if e.beforeStop != nil {
+				e.beforeStop(ctx, f.Target)
+			}
 			in.termSent = runnerproc.Mono()
 			sctx, cancel := context.WithTimeout(ctx, stopTimeout)
 			err = s.proc.Stop(sctx)

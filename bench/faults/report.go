@@ -181,8 +181,8 @@ func (s *summary) print(w io.Writer) {
 	fmt.Fprintf(w, "converged after the last fault: %s (limit 2 x TTL = %v)\n", dist(s.converge), 2*p.TTL)
 	fmt.Fprintf(w, "registers (%d, %d operations/s): %s\n", p.Registers, p.RegisterRate, st.Lin)
 	a := st.Always
-	fmt.Fprintf(w, "always-on (%d singletons, a worker per shard, %d remembered keepers): %d runs and %d lives recorded; two at once: %d; fenced-only (the older on a process frozen past its detach instant): %d, returned after the SIGCONT was seen: %s; started with their context ended: %d; starts after a SIGSTOP not judged: %d\n",
-		p.Singletons, p.Keepers, a.Runs, a.Lives, a.Overlaps, a.FencedOnly, dist(a.Resumed), a.Stillborn, a.Ambiguous)
+	fmt.Fprintf(w, "always-on (%d singletons, a worker per shard, %d remembered keepers): %d runs and %d lives recorded; two at once: %d; fenced-only (the older on a process frozen past its detach instant): %d, returned after the SIGCONT was seen: %s; started with their context ended: %d; starts after a SIGSTOP not judged: %d; keepers touched right before a graceful stop: %d checked to run at the end, %d not (their shard lost unplanned after)\n",
+		p.Singletons, p.Keepers, a.Runs, a.Lives, a.Overlaps, a.FencedOnly, dist(a.Resumed), a.Stillborn, a.Ambiguous, a.Late, a.LateExcused)
 	fmt.Fprintf(w, "always-on running again (limit 2 x TTL = %v; after a detach from the return, the limit counting from the fault's heal when later):\n", 2*p.TTL)
 	for _, cause := range againCauses {
 		parts := make([]string, 0, len(againKinds))

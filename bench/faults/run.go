@@ -139,6 +139,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	if err := d.touchKeepers(ctx); err != nil {
 		return err
 	}
+	e.beforeStop = d.touchBeforeStop
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan struct{})
@@ -195,7 +196,7 @@ func runIn(ctx context.Context, dir string, p params, res *result, logf func(str
 	}
 	in := &checkInput{
 		p: p, asks: d.all(), etcd: events, deleteSeen: e.obs.seen, incarnations: e.incarnations(),
-		converged: converged, lastHeal: lastHeal, stopped: stopped, faults: res.Applied,
+		converged: converged, lastHeal: lastHeal, stopped: stopped, faults: res.Applied, late: d.lateKeepers(),
 	}
 	if why != "" {
 		in.converged = 0 // never converged: check 8's liveness part does not apply
