@@ -456,17 +456,18 @@ func (r *Runner) drainContext(ctx context.Context) (context.Context, context.Can
 // progress of shards that stopped firing for good at those epochs, with
 // the markers of entities remembered there whose put was still queued
 // (reminders.Service.Progress), batched, and returns the shards whose
-// write failed. Shards with nothing to write are not
-// written and do not fail.
+// progress is not recorded: not known exactly (their markers are written
+// all the same), or their write failed. Shards with nothing to write are
+// not written and do not fail.
 func (r *Runner) writeProgress(actx context.Context, shards []*shard) map[sharding.ShardID]error {
 	var writes []storage.ShardWrite
 	failed := map[sharding.ShardID]error{}
 	for _, s := range shards {
 		w, write, err := r.reminders.Progress(s.id, s.epoch)
-		switch {
-		case err != nil:
-			failed[s.id] = err
-		case write:
+		if err != nil {
+			failed[s.id] = err // the markers in w are written all the same
+		}
+		if write {
 			writes = append(writes, w)
 		}
 	}
@@ -477,13 +478,19 @@ func (r *Runner) writeProgress(actx context.Context, shards []*shard) map[shardi
 	res, err := r.store.WriteShardStates(cctx, writes)
 	cancel()
 	for i, w := range writes {
-		switch {
-		case res == nil:
-			failed[w.Shard] = err
-		case res[i].Err != nil:
-			failed[w.Shard] = res[i].Err
-		default:
+		e := err
+		if res != nil {
+			e = res[i].Err
+		}
+		if e != nil {
+			failed[w.Shard] = e
+			continue
+		}
+		if w.Progress != nil {
 			r.met.rem.Writes.Add(context.Background(), 1, r.met.attrs, metric.WithAttributes(attribute.String("op", "progress")))
+		}
+		if len(w.PutRemembered) > 0 {
+			r.met.rem.Writes.Add(context.Background(), 1, r.met.attrs, metric.WithAttributes(attribute.String("op", "remember")))
 		}
 	}
 	if len(failed) > 0 {

@@ -20,12 +20,21 @@ import (
 // its shard is released is in the write that ends the ownership, so that
 // the next owner activates it: its marker's put still queued (the
 // service's writer skips a stopped set), or the entity remembered before
-// the set's state loaded. Without it, a remembered entity activated
-// moments before a graceful stop was never activated again.
+// the set's state loaded — also when the progress cannot be written (a
+// registration still being written): the markers are written without it.
+// Without it, a remembered entity activated moments before a graceful
+// stop was never activated again.
 func TestReleaseWritesTheMarkersStillQueued(t *testing.T) {
-	for _, loaded := range []bool{true, false} {
-		name := map[bool]string{true: "put queued", false: "remembered before the load"}[loaded]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		loaded, writing bool
+	}{
+		{"put queued", true, false},
+		{"remembered before the load", false, false},
+		{"progress not known", true, true},
+	} {
+		loaded := tc.loaded
+		t.Run(tc.name, func(t *testing.T) {
 			c := memory.NewCluster()
 			defer c.Close()
 			const id = sharding.ShardID(5)
@@ -50,11 +59,17 @@ func TestReleaseWritesTheMarkersStillQueued(t *testing.T) {
 			// final write.
 			s.Pause(id, epoch)
 			s.Stop(id, epoch, true)
+			if tc.writing {
+				set := s.current(id, epoch)
+				set.mu.Lock()
+				set.writers++ // a registration still being written
+				set.mu.Unlock()
+			}
 
 			w, write, err := s.Progress(id, epoch)
 			want := storage.EntityRef{Kind: "twin", ID: "pump-7"}
-			if err != nil || !write || len(w.PutRemembered) != 1 || w.PutRemembered[0] != want || w.Shard != id || w.Epoch != epoch {
-				t.Fatalf("Progress = %+v, write %v, %v; want a write of shard %d at epoch %d putting %v", w, write, err, id, epoch, want)
+			if (err != nil) != tc.writing || (tc.writing && w.Progress != nil) || !write || len(w.PutRemembered) != 1 || w.PutRemembered[0] != want || w.Shard != id || w.Epoch != epoch {
+				t.Fatalf("Progress = %+v, write %v, %v; want a write of shard %d at epoch %d putting %v (with an error and no progress: %v)", w, write, err, id, epoch, want, tc.writing)
 			}
 			if res, err := st.WriteShardStates(t.Context(), []storage.ShardWrite{w}); err != nil || res[0].Err != nil {
 				t.Fatalf("the release's write: %+v, %v", res, err)

@@ -225,8 +225,9 @@ func (s *Service) Resume(id sharding.ShardID, epoch storage.Epoch) {
 // false when there is nothing to write: the set fired nothing (not loaded)
 // or holds no reminder, and remembered nothing new. err says the progress
 // cannot be known exactly now (a registration or cancellation is still
-// being written): written anyway it could lose or repeat ticks, so nothing
-// is written and the next owner fires at least once. Call it only once no
+// being written): written anyway it could lose or repeat ticks, so w
+// holds no progress (the next owner fires at least once), only the
+// markers, which are still to be written. Call it only once no
 // handler of the shard can start any more (after a handoff's drain, or
 // after a release's handlers returned). The set is marked: firing again
 // needs Resume.
@@ -237,14 +238,11 @@ func (s *Service) Progress(id sharding.ShardID, epoch storage.Epoch) (w storage.
 		return w, false, nil
 	}
 	p, final, err := set.progress()
-	if err != nil {
-		return w, false, err
-	}
-	if final {
+	if final && err == nil {
 		w.Progress = &p
 	}
 	w.PutRemembered = set.unstoredRemembered(storage.MaxShardWriteOps - w.Ops())
-	return w, w.Ops() > 0, nil
+	return w, w.Ops() > 0, err
 }
 
 // Stop ends the reminders of shard id at epoch (its ownership ended): no
