@@ -455,42 +455,51 @@ func (r *Runner) drainContext(ctx context.Context) (context.Context, context.Can
 // writeProgress writes, fenced by their epochs, the final reminder
 // progress of shards that stopped firing for good at those epochs, with
 // the markers of entities remembered there whose put was still queued
-// (reminders.Service.Progress), batched, and returns the shards whose
+// (reminders.Service.Progress): one store call for the first write of
+// every shard, then one for the second of those that have one (markers
+// past the bound of a write), and so on. It returns the shards whose
 // progress is not recorded: not known exactly (their markers are written
-// all the same), or their write failed. Shards with nothing to write are
-// not written and do not fail.
+// all the same), or a write failed (their later writes are not made).
+// Shards with nothing to write are not written and do not fail.
 func (r *Runner) writeProgress(actx context.Context, shards []*shard) map[sharding.ShardID]error {
-	var writes []storage.ShardWrite
 	failed := map[sharding.ShardID]error{}
+	var rounds [][]storage.ShardWrite // rounds[i]: the i-th write of each shard that has one
 	for _, s := range shards {
-		w, write, err := r.reminders.Progress(s.id, s.epoch)
+		ws, err := r.reminders.Progress(s.id, s.epoch)
 		if err != nil {
-			failed[s.id] = err // the markers in w are written all the same
+			failed[s.id] = err
 		}
-		if write {
-			writes = append(writes, w)
+		for i, w := range ws {
+			if i == len(rounds) {
+				rounds = append(rounds, nil)
+			}
+			rounds[i] = append(rounds[i], w)
 		}
 	}
-	if len(writes) == 0 {
-		return failed
-	}
-	cctx, cancel := r.opCtx(actx)
-	res, err := r.store.WriteShardStates(cctx, writes)
-	cancel()
-	for i, w := range writes {
-		e := err
-		if res != nil {
-			e = res[i].Err
+	refused := map[sharding.ShardID]bool{}
+	for _, writes := range rounds {
+		writes = slices.DeleteFunc(writes, func(w storage.ShardWrite) bool { return refused[w.Shard] })
+		if len(writes) == 0 {
+			break
 		}
-		if e != nil {
-			failed[w.Shard] = e
-			continue
-		}
-		if w.Progress != nil {
-			r.met.rem.Writes.Add(context.Background(), 1, r.met.attrs, metric.WithAttributes(attribute.String("op", "progress")))
-		}
-		if len(w.PutRemembered) > 0 {
-			r.met.rem.Writes.Add(context.Background(), 1, r.met.attrs, metric.WithAttributes(attribute.String("op", "remember")))
+		cctx, cancel := r.opCtx(actx)
+		res, err := r.store.WriteShardStates(cctx, writes)
+		cancel()
+		for i, w := range writes {
+			e := err
+			if res != nil {
+				e = res[i].Err
+			}
+			if e != nil {
+				failed[w.Shard], refused[w.Shard] = e, true
+				continue
+			}
+			if w.Progress != nil {
+				r.met.rem.Writes.Add(context.Background(), 1, r.met.attrs, metric.WithAttributes(attribute.String("op", "progress")))
+			}
+			if len(w.PutRemembered) > 0 {
+				r.met.rem.Writes.Add(context.Background(), 1, r.met.attrs, metric.WithAttributes(attribute.String("op", "remember")))
+			}
 		}
 	}
 	if len(failed) > 0 {

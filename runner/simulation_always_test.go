@@ -39,7 +39,7 @@ type simAlways struct {
 	late  []simLate
 	tried int
 	kind  *entity.Kind[simKeeper]
-	touch *entity.MethodRef[simKeeper, string, bool]
+	touch *entity.MethodRef[simKeeper, string, simServed]
 }
 
 // simRun2 is one run of a worker or one life of an entity.
@@ -51,12 +51,20 @@ type simRun2 struct {
 	start, end time.Time // end zero while it runs
 }
 
-// simLate is an entity remembered by its first message, through runner
-// on shard, at at, right before that runner's graceful stop.
+// simServed says which ownership answered a touch.
+type simServed struct {
+	Runner string
+	Epoch  storage.Epoch
+}
+
+// simLate is an entity remembered by its first message at at, right
+// before runner's graceful stop, answered by the ownership served of its
+// shard.
 type simLate struct {
 	id     string
 	runner string
 	shard  sharding.ShardID
+	served simServed
 	at     time.Time
 }
 
@@ -74,7 +82,10 @@ type simKeeper struct {
 func newSimAlways() *simAlways {
 	a := &simAlways{}
 	a.kind = entity.NewKind("keeper", func(id string) *simKeeper { return &simKeeper{a: a, id: id} }, entity.Remembered(), entity.IdleAfter(time.Second))
-	a.touch = entity.Method(a.kind, "touch", func(*simKeeper, context.Context, string) (bool, error) { return true, nil })
+	a.touch = entity.Method(a.kind, "touch", func(_ *simKeeper, ctx context.Context, _ string) (simServed, error) {
+		info, _ := runner.ShardInfoFrom(ctx)
+		return simServed{Runner: info.Runner, Epoch: info.Epoch}, nil
+	})
 	return a
 }
 
@@ -179,11 +190,11 @@ func (s *simRun) rememberBeforeStop(n *simNode) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := a.touch.Ask(ctx, n.r, id, "")
+		served, err := a.touch.Ask(ctx, n.r, id, "")
 		cancel()
 		if err == nil {
 			a.mu.Lock()
-			a.late = append(a.late, simLate{id: id, runner: n.id, shard: shard, at: time.Now()})
+			a.late = append(a.late, simLate{id: id, runner: n.id, shard: shard, served: served, at: time.Now()})
 			a.mu.Unlock()
 		}
 		return
@@ -232,11 +243,12 @@ func (s *simRun) checkAlwaysLive() {
 		}
 	}
 	// An entity remembered right before its runner's graceful stop lives
-	// on its shard's owner, unless its shard was lost unplanned since (a
-	// marker not written yet is then lost with it).
-	unplanned := s.unplannedLosses()
+	// on its shard's owner, unless the ownership that answered its touch
+	// ended otherwise than by a release (a marker not written yet is then
+	// lost with it).
 	for _, l := range a.late {
-		if slices.ContainsFunc(unplanned[l.shard], func(t time.Time) bool { return !t.Before(l.at) }) {
+		if s.lostUnreleased(l) {
+			s.stats.lateExcused++
 			continue
 		}
 		s.stats.lateRemembered++
@@ -245,6 +257,40 @@ func (s *simRun) checkAlwaysLive() {
 				l.id, l.runner, l.at.Sub(simStart), got, owner[l.shard], l.shard)
 		}
 	}
+}
+
+// lostUnreleased reports whether the ownership that answered l's touch
+// was lost, its runner detached while it lasted, or its release could
+// not record the progress and markers (RemindersUnrecorded).
+func (s *simRun) lostUnreleased(l simLate) bool {
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	held := false // the ownership began and has not ended yet
+	for _, ev := range s.evs {
+		switch e := ev.(type) {
+		case runner.ShardAcquired:
+			if e.Runner == l.served.Runner && e.Shard == l.shard && e.Epoch == l.served.Epoch {
+				held = true
+			}
+		case runner.ShardReleased:
+			if e.Runner == l.served.Runner && e.Shard == l.shard && e.Epoch == l.served.Epoch {
+				held = false
+			}
+		case runner.ShardLost:
+			if e.Runner == l.served.Runner && e.Shard == l.shard && e.Epoch == l.served.Epoch {
+				return true
+			}
+		case runner.RemindersUnrecorded:
+			if e.Runner == l.served.Runner && e.Shard == l.shard && e.Epoch == l.served.Epoch {
+				return true
+			}
+		case runner.Detached:
+			if e.Runner == l.served.Runner && held {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkAlways checks the recorded runs and lives against each other and

@@ -40,10 +40,13 @@ type rememberedEntity struct {
 	ref storage.EntityRef
 
 	// Under set.mu.
-	queued   bool // its put is queued (not in the store yet)
-	removed  bool // forgotten, or its set stopped
-	inFlight bool // an activation is queued in its mailbox
-	failures int
+	queued  bool // its put is queued (not in the store yet)
+	removed bool // forgotten, or its set stopped
+	// forgetting: its marker's delete is being written (ForgetEntity):
+	// a release's write must not put the marker back.
+	forgetting bool
+	inFlight   bool // an activation is queued in its mailbox
+	failures   int
 	// stored is closed when the queued put ended: written, or fenced
 	// (fenced says which); nil when no put was queued.
 	stored chan struct{}
@@ -91,15 +94,15 @@ func (set *shardSet) addRememberedLocked(ref storage.EntityRef, put bool) *remem
 	return m
 }
 
-// unstoredRemembered returns, sorted, at most most entities remembered
-// here whose marker is not in the store yet: a put still queued, or an
-// entity remembered before the set loaded.
-func (set *shardSet) unstoredRemembered(most int) []storage.EntityRef {
+// unstoredRemembered returns, sorted, the entities remembered here whose
+// marker is not in the store yet: a put still queued, or an entity
+// remembered before the set loaded (not one being forgotten).
+func (set *shardSet) unstoredRemembered() []storage.EntityRef {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	var refs []storage.EntityRef
 	for ref, m := range set.remembered {
-		if m.queued && !m.removed {
+		if m.queued && !m.removed && !m.forgetting {
 			refs = append(refs, ref)
 		}
 	}
@@ -107,7 +110,7 @@ func (set *shardSet) unstoredRemembered(most int) []storage.EntityRef {
 		refs = append(refs, ref)
 	}
 	slices.SortFunc(refs, func(a, b storage.EntityRef) int { return strings.Compare(a.String(), b.String()) })
-	return refs[:min(len(refs), max(most, 0))]
+	return refs
 }
 
 func (set *shardSet) dropRememberedLocked(m *rememberedEntity) {
@@ -265,18 +268,26 @@ func (s *Service) ForgetEntity(ctx context.Context, id sharding.ShardID, epoch s
 	defer set.writeMu.Unlock()
 	set.mu.Lock()
 	moving := set.st.stopped || set.st.paused
+	m := set.remembered[ref]
+	if m != nil && !moving {
+		m.forgetting = true
+	}
 	set.mu.Unlock()
 	if moving {
 		return errMoving
 	}
-	if _, err := s.write(ctx, storage.ShardWrite{Shard: id, Epoch: epoch, DeleteRemembered: []storage.EntityRef{ref}}, "forget"); err != nil {
+	_, err = s.write(ctx, storage.ShardWrite{Shard: id, Epoch: epoch, DeleteRemembered: []storage.EntityRef{ref}}, "forget")
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if m != nil {
+		m.forgetting = false
+	}
+	if err != nil {
 		return err
 	}
-	set.mu.Lock()
 	if m := set.remembered[ref]; m != nil {
 		set.dropRememberedLocked(m)
 	}
-	set.mu.Unlock()
 	return nil
 }
 

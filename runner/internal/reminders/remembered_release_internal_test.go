@@ -2,9 +2,11 @@ package reminders
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -16,24 +18,26 @@ import (
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
-// TestReleaseWritesTheMarkersStillQueued: an entity remembered just before
-// its shard is released is in the write that ends the ownership, so that
-// the next owner activates it: its marker's put still queued (the
-// service's writer skips a stopped set), or the entity remembered before
-// the set's state loaded — also when the progress cannot be written (a
-// registration still being written): the markers are written without it.
+// TestReleaseWritesTheMarkersStillQueued: entities remembered just before
+// their shard is released are in the writes that end the ownership, so
+// that the next owner activates them: their markers' puts still queued
+// (the service's writer skips a stopped set), or the entities remembered
+// before the set's state loaded — also when the progress cannot be
+// written (a registration still being written: the markers are written
+// without it), and more than one write holds (several writes, in order).
 // Without it, a remembered entity activated moments before a graceful
 // stop was never activated again.
 func TestReleaseWritesTheMarkersStillQueued(t *testing.T) {
 	for _, tc := range []struct {
-		name            string
-		loaded, writing bool
+		name             string
+		loaded, writing  bool
+		entities, writes int
 	}{
-		{"put queued", true, false},
-		{"remembered before the load", false, false},
-		{"progress not known", true, true},
+		{"put queued", true, false, 1, 1},
+		{"remembered before the load", false, false, 1, 1},
+		{"progress not known", true, true, 1, 1},
+		{"more than a write holds", false, false, storage.MaxShardWriteOps + 10, 2},
 	} {
-		loaded := tc.loaded
 		t.Run(tc.name, func(t *testing.T) {
 			c := memory.NewCluster()
 			defer c.Close()
@@ -49,14 +53,19 @@ func TestReleaseWritesTheMarkersStillQueued(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			s.Acquired(id, epoch, ctx)
-			if loaded {
+			if tc.loaded {
 				if err := s.read(ctx, []*shardSet{s.current(id, epoch)}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			s.Remember(id, epoch, hosting.EntityKey{Kind: "twin", ID: "pump-7"})
+			want := map[storage.EntityRef]bool{}
+			for i := range tc.entities {
+				ref := storage.EntityRef{Kind: "twin", ID: fmt.Sprintf("pump-%d", i)}
+				want[ref] = true
+				s.Remember(id, epoch, hosting.EntityKey{Kind: ref.Kind, ID: ref.ID})
+			}
 			// The release: pause, drain, stop keeping the set, then the
-			// final write.
+			// final writes.
 			s.Pause(id, epoch)
 			s.Stop(id, epoch, true)
 			if tc.writing {
@@ -66,18 +75,75 @@ func TestReleaseWritesTheMarkersStillQueued(t *testing.T) {
 				set.mu.Unlock()
 			}
 
-			w, write, err := s.Progress(id, epoch)
-			want := storage.EntityRef{Kind: "twin", ID: "pump-7"}
-			if (err != nil) != tc.writing || (tc.writing && w.Progress != nil) || !write || len(w.PutRemembered) != 1 || w.PutRemembered[0] != want || w.Shard != id || w.Epoch != epoch {
-				t.Fatalf("Progress = %+v, write %v, %v; want a write of shard %d at epoch %d putting %v (with an error and no progress: %v)", w, write, err, id, epoch, want, tc.writing)
+			ws, err := s.Progress(id, epoch)
+			if (err != nil) != tc.writing || len(ws) != tc.writes {
+				t.Fatalf("Progress = %d writes, %v; want %d (an error: %v)", len(ws), err, tc.writes, tc.writing)
 			}
-			if res, err := st.WriteShardStates(t.Context(), []storage.ShardWrite{w}); err != nil || res[0].Err != nil {
-				t.Fatalf("the release's write: %+v, %v", res, err)
+			put := 0
+			for _, w := range ws {
+				if w.Shard != id || w.Epoch != epoch || w.Ops() > storage.MaxShardWriteOps || (tc.writing && w.Progress != nil) {
+					t.Fatalf("write %+v: want shard %d at epoch %d, at most %d operations (and no progress when it is not known)", w, id, epoch, storage.MaxShardWriteOps)
+				}
+				put += len(w.PutRemembered)
+				if res, err := st.WriteShardStates(t.Context(), []storage.ShardWrite{w}); err != nil || res[0].Err != nil {
+					t.Fatalf("the release's write: %+v, %v", res, err)
+				}
 			}
 			got, err := c.NewStore("next").ReadShardStates(t.Context(), []sharding.ShardID{id})
-			if err != nil || len(got) != 1 || len(got[0].Remembered) != 1 || got[0].Remembered[0].Entity != want {
-				t.Fatalf("the next owner reads %+v, %v; want the marker of %v", got, err, want)
+			if err != nil || len(got) != 1 || put != tc.entities || len(got[0].Remembered) != tc.entities {
+				t.Fatalf("the writes put %d markers; the next owner reads %d, %v; want %d", put, len(got[0].Remembered), err, tc.entities)
+			}
+			for _, m := range got[0].Remembered {
+				if !want[m.Entity] {
+					t.Fatalf("the next owner reads a marker of %v, not remembered", m.Entity)
+				}
 			}
 		})
+	}
+}
+
+// TestReleaseLeavesOutAMarkerBeingForgotten: an entity whose forget is
+// being written when the release computes its writes is not put back.
+func TestReleaseLeavesOutAMarkerBeingForgotten(t *testing.T) {
+	c := memory.NewCluster()
+	defer c.Close()
+	const id = sharding.ShardID(5)
+	st, epoch := acquire(t, c, "a", id)
+	met, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s.Acquired(id, epoch, ctx)
+	set := s.current(id, epoch)
+	if err := s.read(ctx, []*shardSet{set}); err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.EntityRef{Kind: "twin", ID: "pump-7"}
+	s.Remember(id, epoch, hosting.EntityKey{Kind: ref.Kind, ID: ref.ID})
+	// Its forget's delete is in flight: the store holds it back.
+	st.Delay(memory.OpShardState, time.Hour)
+	forgot := make(chan error, 1)
+	go func() { forgot <- s.ForgetEntity(ctx, id, epoch, hosting.EntityKey{Kind: ref.Kind, ID: ref.ID}) }()
+	for {
+		set.mu.Lock()
+		forgetting := set.remembered[ref].forgetting
+		set.mu.Unlock()
+		if forgetting {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.Pause(id, epoch)
+	s.Stop(id, epoch, true)
+	ws, err := s.Progress(id, epoch)
+	if err != nil || len(ws) != 0 {
+		t.Fatalf("Progress = %+v, %v; want nothing to write (the only entity is being forgotten)", ws, err)
+	}
+	cancel()
+	if err := <-forgot; err == nil {
+		t.Fatal("the forget held back by the store succeeded")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,32 +218,43 @@ func (s *Service) Resume(id sharding.ShardID, epoch storage.Epoch) {
 	}
 }
 
-// Progress returns the write that records, fenced by epoch, what the next
+// Progress returns the writes that record, fenced by epoch, what the next
 // owner of shard id needs before its lock moves or is deleted: the final
 // progress of its reminders, and the markers of entities remembered here
 // whose put is still queued (the service's writer skips a stopped set:
-// without them the next owner would not know those entities). write is
-// false when there is nothing to write: the set fired nothing (not loaded)
-// or holds no reminder, and remembered nothing new. err says the progress
-// cannot be known exactly now (a registration or cancellation is still
-// being written): written anyway it could lose or repeat ticks, so w
-// holds no progress (the next owner fires at least once), only the
-// markers, which are still to be written. Call it only once no
-// handler of the shard can start any more (after a handoff's drain, or
-// after a release's handlers returned). The set is marked: firing again
-// needs Resume.
-func (s *Service) Progress(id sharding.ShardID, epoch storage.Epoch) (w storage.ShardWrite, write bool, err error) {
-	w = storage.ShardWrite{Shard: id, Epoch: epoch}
+// without them the next owner would not know those entities). The first
+// write holds the progress and as many markers as fit
+// (storage.MaxShardWriteOps), each further one more markers: the caller
+// writes them in order, one per store call. There is nothing to write
+// when the set fired nothing (not loaded) or holds no reminder, and
+// remembered nothing new. err says the progress cannot be known exactly
+// now (a registration or cancellation is still being written): written
+// anyway it could lose or repeat ticks, so the writes hold no progress
+// (the next owner fires at least once), only the markers, which are
+// still to be written. Call it only once no handler of the shard can
+// start any more (after a handoff's drain, or after a release's handlers
+// returned). The set is marked: firing again needs Resume.
+func (s *Service) Progress(id sharding.ShardID, epoch storage.Epoch) ([]storage.ShardWrite, error) {
 	set := s.current(id, epoch)
 	if set == nil {
-		return w, false, nil
+		return nil, nil
 	}
 	p, final, err := set.progress()
+	w := storage.ShardWrite{Shard: id, Epoch: epoch}
 	if final && err == nil {
 		w.Progress = &p
 	}
-	w.PutRemembered = set.unstoredRemembered(storage.MaxShardWriteOps - w.Ops())
-	return w, w.Ops() > 0, err
+	refs := set.unstoredRemembered()
+	n := min(len(refs), storage.MaxShardWriteOps-w.Ops())
+	w.PutRemembered, refs = refs[:n], refs[n:]
+	var ws []storage.ShardWrite
+	if w.Ops() > 0 {
+		ws = append(ws, w)
+	}
+	for chunk := range slices.Chunk(refs, storage.MaxShardWriteOps) {
+		ws = append(ws, storage.ShardWrite{Shard: id, Epoch: epoch, PutRemembered: chunk})
+	}
+	return ws, err
 }
 
 // Stop ends the reminders of shard id at epoch (its ownership ended): no
