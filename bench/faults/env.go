@@ -208,6 +208,9 @@ func (e *env) apply(ctx context.Context, f fault) (begin, healed int64, err erro
 	if onRunner(f.Kind) && (s == nil || s.proc == nil) {
 		return 0, 0, fmt.Errorf("%s: runner %q is not running", f.Kind, f.Target)
 	}
+	if f.Kind == faultGraceful && e.beforeStop != nil {
+		e.beforeStop(ctx, f.Target) // before the fault's window opens
+	}
 	begin = runnerproc.Mono()
 	switch f.Kind {
 	case faultKill, faultGraceful:
@@ -216,9 +219,6 @@ func (e *env) apply(ctx context.Context, f fault) (begin, healed int64, err erro
 			in.killed = runnerproc.Mono()
 			err = s.proc.Kill()
 		} else {
-			if e.beforeStop != nil {
-				e.beforeStop(ctx, f.Target)
-			}
 			in.termSent = runnerproc.Mono()
 			sctx, cancel := context.WithTimeout(ctx, stopTimeout)
 			err = s.proc.Stop(sctx)
