@@ -14,7 +14,8 @@ import (
 )
 
 // The bounds a runner keeps while a hostile peer works on its transport
-// (transport's doc.go, "Bounds", states the transport's): its heap grows
+// (transport's doc.go, "Bounds", states the transport's): its live heap
+// (what a collection finds reachable: hostilepeer.Watch.LiveGrowth) grows
 // by at most hostilePeerHeap in all — one message of each shape, two
 // connections whose delivery streams the peer fills, one of streams
 // beyond the limit, one of unary calls held — and every ask of a
@@ -35,7 +36,7 @@ const (
 // answer; opens a thousand streams on one connection ignoring the
 // server's limit; and holds unary calls open. Throughout, a gateway's
 // asks to the runner's entities succeed within hostileAskLatency, the
-// heap grows by at most hostilePeerHeap, and once the peer leaves the
+// live heap grows by at most hostilePeerHeap, and once the peer leaves the
 // runner's goroutines come back to where they were.
 func TestHostilePeerLeavesRunnerServing(t *testing.T) {
 	for _, secure := range []bool{false, true} {
@@ -196,15 +197,22 @@ func hostilePeerAgainstRunner(t *testing.T, secure bool) {
 
 	time.Sleep(time.Second) // the gateway keeps asking while all of it is held
 	peak, alloc := w.Stop()
+	live := w.LiveGrowth()
 	close(stop)
 	asking.Wait()
-	t.Logf("%.1f MiB of hostile messages, %d requests flooded before the peer was held back, %d of 1000 streams refused: heap grew %.1f MiB at most (%.0f MiB allocated); goroutines %d -> %d; gateway: %d asks, slowest %v",
-		float64(received)/(1<<20), flooded, rc.Refused(), float64(peak)/(1<<20), float64(alloc)/(1<<20), baseline, runtime.NumGoroutine(), asks, slowest)
+	t.Logf("%.1f MiB of hostile messages, %d requests flooded before the peer was held back, %d of 1000 streams refused: heap grew %.1f MiB at most, live heap %.1f MiB (%.0f MiB allocated); goroutines %d -> %d; gateway: %d asks, slowest %v",
+		float64(received)/(1<<20), flooded, rc.Refused(), float64(peak)/(1<<20), float64(live)/(1<<20), float64(alloc)/(1<<20), baseline, runtime.NumGoroutine(), asks, slowest)
 	if len(errs) > 0 || slowest > hostileAskLatency {
 		t.Errorf("gateway asks: %d, slowest %v (bound %v), errors %v", asks, slowest, hostileAskLatency, errs)
 	}
-	if peak > hostilePeerHeap {
-		t.Errorf("the heap grew by %.1f MiB; bound %.0f MiB", float64(peak)/(1<<20), float64(hostilePeerHeap)/(1<<20))
+	// The bound is on what the runner holds, not on the garbage its
+	// collector had not reclaimed yet: that part of the peak depends on
+	// how late the collector runs, not on the peer (the same 380 MiB
+	// allocated peaked at 84-120 MiB in this test alone, idle or beside
+	// two CPU hogs, and at 235-271 MiB in the later rounds of the
+	// package's -count=5 beside them; the live heap grew 49-63 MiB).
+	if live > hostilePeerHeap {
+		t.Errorf("the live heap grew by %.1f MiB; bound %.0f MiB", float64(live)/(1<<20), float64(hostilePeerHeap)/(1<<20))
 	}
 	if flooded >= 1<<20 {
 		t.Errorf("the runner read %d requests never answered: not held back", flooded)

@@ -366,15 +366,23 @@ func (c *RawConn) Close() {
 // the collector to its default (GOGC=100) while it runs, so that what it
 // measures is the code's, whatever GOGC the process was started with.
 type Watch struct {
-	start, peak uint64
-	allocStart  uint64
-	stop        chan struct{}
-	done        chan struct{}
+	start, peak         uint64
+	liveStart, livePeak uint64
+	allocStart          uint64
+	stop                chan struct{}
+	done                chan struct{}
 }
 
 // heapObjects reads the bytes of live and not yet swept heap objects.
 func heapObjects() uint64 {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// heapLive is the heap the last collection found reachable.
+func heapLive() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
 }
@@ -410,14 +418,15 @@ func StartWatch() *Watch {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	w := &Watch{start: heapObjects(), allocStart: ms.TotalAlloc, stop: make(chan struct{}), done: make(chan struct{})}
-	w.peak = w.start
+	w := &Watch{start: heapObjects(), liveStart: heapLive(), allocStart: ms.TotalAlloc, stop: make(chan struct{}), done: make(chan struct{})}
+	w.peak, w.livePeak = w.start, w.liveStart
 	go func() {
 		defer close(w.done)
 		t := time.NewTicker(time.Millisecond)
 		defer t.Stop()
 		for {
 			w.peak = max(w.peak, heapObjects())
+			w.livePeak = max(w.livePeak, heapLive())
 			select {
 			case <-t.C:
 			case <-w.stop:
@@ -428,12 +437,26 @@ func StartWatch() *Watch {
 	return w
 }
 
+// LiveGrowth returns, once Stop returned, the most the live heap grew:
+// the heap a collection found reachable, at every collection while the
+// watch ran and at one Stop makes — what the code held, without the
+// garbage that piles up while a collector starved of CPU (a loaded
+// machine) is late, which the peak Stop returns includes.
+func (w *Watch) LiveGrowth() uint64 {
+	if w.livePeak > w.liveStart {
+		return w.livePeak - w.liveStart
+	}
+	return 0
+}
+
 // Stop ends the watch: the most the heap grew while it ran (live and not
 // yet swept objects, sampled), and the bytes allocated meanwhile. It
 // gives the collector back its setting.
 func (w *Watch) Stop() (peakGrowth, allocated uint64) {
 	close(w.stop)
 	<-w.done
+	runtime.GC() // what is held now counts in LiveGrowth
+	w.livePeak = max(w.livePeak, heapLive())
 	unpinGC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
