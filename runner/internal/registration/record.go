@@ -139,11 +139,16 @@ func (c *Record) Register(ctx context.Context, lease storage.LeaseID, rec storag
 		rev, err := c.Write(ctx, lease, rec)
 		var ce *storage.RunnerConflictError
 		if !errors.As(err, &ce) {
+			c.mu.Lock()
 			if err == nil {
-				c.mu.Lock()
 				c.holder = storage.NoLease
-				c.mu.Unlock()
+			} else if c.holder != storage.NoLease {
+				// The store did not answer: it may be electing a leader,
+				// and etcd's new leader renews every lease for its TTL
+				// — a crashed predecessor's too. The wait starts again.
+				c.since = time.Now()
 			}
+			c.mu.Unlock()
 			return rev, err
 		}
 		if !ce.Exists {
@@ -176,8 +181,10 @@ func (c *Record) Register(ctx context.Context, lease storage.LeaseID, rec storag
 }
 
 // waitForID handles a valid registration of another process found at
-// registration: wait (ErrWaitingForID) until its lease could have expired,
-// then fail with ErrDuplicateRunnerID.
+// registration: wait (ErrWaitingForID) until its lease could have expired
+// — its TTL and duplicateIDSlack since the record was first seen, or since
+// the last registration attempt the store did not answer — then fail with
+// ErrDuplicateRunnerID.
 func (c *Record) waitForID(other storage.Runner) error {
 	bound := other.LeaseTTL
 	if bound <= 0 {

@@ -69,6 +69,43 @@ func TestRegistrationWaitsForAnotherLiveProcessThenGivesUp(t *testing.T) {
 	})
 }
 
+// TestRegistrationWaitRestartsAfterTheStoreFailed: a store that did not
+// answer may have been electing a leader, and etcd's new leader renews
+// every lease for its TTL, a crashed predecessor's too (seen beside two
+// CPU hogs: the predecessor's record outlived its TTL + slack by 2.4 s,
+// and the restarted runner gave up on its own ID). The wait for the
+// holder's lease starts again after such an attempt.
+func TestRegistrationWaitRestartsAfterTheStoreFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := memory.New()
+		t0 := time.Now()
+		other := grant(t, s)
+		if _, err := s.PutRunner(ctx, other, record("a", "other", t0)); err != nil {
+			t.Fatal(err)
+		}
+		c := New(Config{ID: "a", Incarnation: "me", LeaseTTL: time.Second}, s, quiet)
+		mine := grant(t, s)
+		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, ErrWaitingForID) {
+			t.Fatalf("registering over another process's record = %v, want ErrWaitingForID", err)
+		}
+		time.Sleep(time.Second)
+		s.Fail(memory.OpPutRunner, storage.ErrUnavailable)
+		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, storage.ErrUnavailable) {
+			t.Fatalf("with the store failing: %v, want ErrUnavailable", err)
+		}
+		s.Fail(memory.OpPutRunner, nil)
+		time.Sleep(duplicateIDSlack) // past TTL + slack since the record was first seen
+		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, ErrWaitingForID) {
+			t.Fatalf("within TTL + slack of the failed attempt: %v, want still waiting", err)
+		}
+		time.Sleep(time.Second + time.Millisecond)
+		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, ErrDuplicateRunnerID) {
+			t.Fatalf("TTL + slack after the failed attempt, the holder still there: %v, want ErrDuplicateRunnerID", err)
+		}
+	})
+}
+
 func TestRegistrationClaimsTheIDOnceThePredecessorsLeaseEnds(t *testing.T) {
 	ctx := context.Background()
 	s := memory.New()
