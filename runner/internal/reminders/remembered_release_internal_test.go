@@ -18,6 +18,26 @@ import (
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
+// ownedShard returns a service (not run) of runner "a", which acquired
+// shard id in c, with the store it writes with and the shard's epoch; the
+// shard's state is loaded if loaded. ctx is the shard's.
+func ownedShard(ctx context.Context, t *testing.T, c *memory.Cluster, id sharding.ShardID, loaded bool) (*Service, *memory.Store, storage.Epoch) {
+	t.Helper()
+	st, epoch := acquire(t, c, "a", id)
+	met, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.Acquired(id, epoch, ctx)
+	if loaded {
+		if err := s.read(ctx, []*shardSet{s.current(id, epoch)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, st, epoch
+}
+
 // TestReleaseWritesTheMarkersStillQueued: entities remembered just before
 // their shard is released are in the writes that end the ownership, so
 // that the next owner activates them: their markers' puts still queued
@@ -42,22 +62,11 @@ func TestReleaseWritesTheMarkersStillQueued(t *testing.T) {
 			c := memory.NewCluster()
 			defer c.Close()
 			const id = sharding.ShardID(5)
-			st, epoch := acquire(t, c, "a", id)
-			met, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
-			if err != nil {
-				t.Fatal(err)
-			}
-			// No Run: nothing writes the queued puts or loads the set, as
-			// when the release comes first.
-			s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			s.Acquired(id, epoch, ctx)
-			if tc.loaded {
-				if err := s.read(ctx, []*shardSet{s.current(id, epoch)}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			// Not run: nothing writes the queued puts or loads the set,
+			// as when the release comes first.
+			s, st, epoch := ownedShard(ctx, t, c, id, tc.loaded)
 			want := map[storage.EntityRef]bool{}
 			for i := range tc.entities {
 				ref := storage.EntityRef{Kind: "twin", ID: fmt.Sprintf("pump-%d", i)}
@@ -108,19 +117,10 @@ func TestReleaseLeavesOutAMarkerBeingForgotten(t *testing.T) {
 	c := memory.NewCluster()
 	defer c.Close()
 	const id = sharding.ShardID(5)
-	st, epoch := acquire(t, c, "a", id)
-	met, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	s.Acquired(id, epoch, ctx)
+	s, st, epoch := ownedShard(ctx, t, c, id, true)
 	set := s.current(id, epoch)
-	if err := s.read(ctx, []*shardSet{set}); err != nil {
-		t.Fatal(err)
-	}
 	ref := storage.EntityRef{Kind: "twin", ID: "pump-7"}
 	s.Remember(id, epoch, hosting.EntityKey{Kind: ref.Kind, ID: ref.ID})
 	// Its forget's delete is in flight: the store holds it back.

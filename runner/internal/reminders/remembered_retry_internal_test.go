@@ -2,17 +2,11 @@ package reminders
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
-
 	"github.com/shardhost/shardhost/runner/internal/hosting"
-	"github.com/shardhost/shardhost/runner/internal/schedule"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -28,20 +22,11 @@ func TestFailedMarkerPutWaitsItsBackOff(t *testing.T) {
 	c := memory.NewCluster()
 	defer c.Close()
 	const id = sharding.ShardID(2)
-	st, epoch := acquire(t, c, "a", id)
-	met, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	s.Acquired(id, epoch, ctx)
-	if err := s.read(ctx, []*shardSet{s.current(id, epoch)}); err != nil {
-		t.Fatal(err)
-	}
+	s, st, epoch := ownedShard(ctx, t, c, id, true)
 	wg.Go(func() { s.Run(ctx) })
 
 	st.Fail(memory.OpShardState, storage.ErrUnavailable)
