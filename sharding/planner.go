@@ -13,8 +13,9 @@ import (
 const prefixLen = 4
 
 // maxSlots is the most runners a Planner keeps prefixes for (a slot is a
-// uint16); with more, it computes each assignment afresh.
-const maxSlots = 1 << 16
+// uint16, and noSlot ends a short prefix); with more, it computes each
+// assignment afresh.
+const maxSlots = noSlot
 
 // Planner computes a sequence of assignments with one strategy — a
 // runner's view of the membership as it changes — reusing what it computed
@@ -22,8 +23,9 @@ const maxSlots = 1 << 16
 // the same input.
 //
 // For [Balanced] a Planner keeps, for every shard, the few runners that
-// rank it highest (a prefix of the shard's rendezvous order: 9 bytes a
-// shard, with up to 65 536 runners; with more it computes afresh). An input
+// rank it highest (a prefix of the shard's rendezvous order: 4 bytes a
+// shard while the runners it has seen fit in 255 slots, 8 bytes with up to
+// 65 535; with more it computes afresh). An input
 // whose runners differ from the previous one's by a few runners — a join, a
 // departure, a weight change, a runner draining (weight 0) — costs
 // O(NumShards) hashes per runner that changed to update those prefixes,
@@ -32,8 +34,9 @@ const maxSlots = 1 << 16
 // first input, and one that changes more than half the runners, is
 // computed as a fresh Assign; the prefixes are built (about twice that)
 // at the first small change after it. An input with the previous one's
-// runners and weights returns the previous assignment. Other strategies
-// are called as they are.
+// runners and weights returns the previous assignment (matched again from
+// the prefixes: the Planner keeps no assignment). Other strategies are
+// called as they are.
 //
 // A Planner is safe for concurrent use; its calls are serialized.
 type Planner struct {
@@ -50,17 +53,126 @@ type Planner struct {
 	slotID  []string  // by slot; "" when free
 	slotKey []uint64  // by slot: the runner's key (member.key)
 	slotW   []float64 // by slot: its weight
-	// Shard s's prefix (none kept while slots is nil), best first:
-	// slots[s*prefixLen+j] for j < plen[s], 9 bytes a shard (the rank keys
-	// are hashed again when read: rankKey). It is the true start of the
-	// shard's order over ms (rank key descending, then ID ascending); it
-	// holds every runner of ms when plen[s] == len(ms).
-	slots []uint16
-	plen  []uint8
-	// The last match, of ms: each shard's member (index in ms); matched
-	// is false until the first.
-	owner   []int32
+	// The shards' prefixes (none kept while !pre.kept()): the true start
+	// of each shard's order over ms (rank key descending, then ID
+	// ascending; the rank keys are hashed again when read: rankKey). A
+	// prefix holds every runner of ms when its length is len(ms).
+	pre prefixes
+	// matched: there was a match, of ms (the Planner keeps no
+	// assignment: a repeated input is matched again).
 	matched bool
+}
+
+// noSlot marks the end of a prefix shorter than prefixLen.
+const noSlot = 1<<16 - 1
+
+// prefixes holds shard s's prefix, best first, in entries s*prefixLen to
+// s*prefixLen+prefixLen-1, a shorter one ended by noSlot: one byte an
+// entry while every slot is below 255 (0xff ends a prefix there), two
+// bytes after the first larger slot.
+type prefixes struct {
+	narrow []uint8
+	wide   []uint16
+}
+
+// newPrefixes returns n empty prefixes for slots below slots.
+func newPrefixes(n, slots int) prefixes {
+	if slots < 0xff {
+		b := make([]uint8, n*prefixLen)
+		for i := range b {
+			b[i] = 0xff
+		}
+		return prefixes{narrow: b}
+	}
+	w := make([]uint16, n*prefixLen)
+	for i := range w {
+		w[i] = noSlot
+	}
+	return prefixes{wide: w}
+}
+
+func (t *prefixes) kept() bool { return t.narrow != nil || t.wide != nil }
+
+// at returns entry i: a slot, or noSlot.
+func (t *prefixes) at(i int) uint16 {
+	if t.narrow != nil {
+		if v := t.narrow[i]; v != 0xff {
+			return uint16(v)
+		}
+		return noSlot
+	}
+	return t.wide[i]
+}
+
+// set makes entry i slot v (a slot, or noSlot); a slot of 255 or more
+// first widens a narrow table.
+func (t *prefixes) set(i int, v uint16) {
+	if t.narrow == nil {
+		t.wide[i] = v
+		return
+	}
+	if v == noSlot {
+		t.narrow[i] = 0xff
+		return
+	}
+	if v >= 0xff {
+		t.wide = make([]uint16, len(t.narrow))
+		for j, b := range t.narrow {
+			t.wide[j] = noSlot
+			if b != 0xff {
+				t.wide[j] = uint16(b)
+			}
+		}
+		t.narrow = nil
+		t.wide[i] = v
+		return
+	}
+	t.narrow[i] = uint8(v)
+}
+
+// length returns the length of shard s's prefix.
+func (t *prefixes) length(s int) int {
+	base := s * prefixLen
+	if t.narrow != nil {
+		return prefixLength(t.narrow[base:base+prefixLen], 0xff)
+	}
+	return prefixLength(t.wide[base:base+prefixLen], noSlot)
+}
+
+// remove takes slot out of the first n prefixes.
+func (t *prefixes) remove(n int, slot uint16) {
+	if t.narrow != nil {
+		removeSlot(t.narrow, n, uint8(slot), 0xff)
+		return
+	}
+	removeSlot(t.wide, n, slot, noSlot)
+}
+
+// prefixLength returns the length of prefix p, ended by none.
+func prefixLength[T uint8 | uint16](p []T, none T) int {
+	for j, e := range p {
+		if e == none {
+			return j
+		}
+	}
+	return len(p)
+}
+
+// removeSlot takes slot out of the first n prefixes of tab, ended by none.
+func removeSlot[T uint8 | uint16](tab []T, n int, slot, none T) {
+	for base := 0; base < n*prefixLen; base += prefixLen {
+		p := tab[base : base+prefixLen]
+		for j, e := range p {
+			if e == none {
+				break
+			}
+			if e == slot {
+				copy(p[j:], p[j+1:])
+				p[prefixLen-1] = none
+				break
+			}
+		}
+	}
 }
 
 // NewPlanner returns a Planner computing the assignments of s.
@@ -89,13 +201,13 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 	defer p.mu.Unlock()
 	eq := equalWeights(ms)
 	if p.n == in.NumShards && p.eq == eq && slices.Equal(p.ms, ms) && p.matched {
-		return p.assignment(), nil
+		return p.match(quotas(ms, in.NumShards, nil)), nil
 	}
 	gone, added := diffMembers(p.ms, ms, eq)
 	small := p.matched && p.n == in.NumShards && p.eq == eq && len(gone)+len(added) <= len(ms)/2+1 &&
 		len(ms) <= maxSlots && len(p.ms) <= maxSlots
 	switch {
-	case small && p.slots != nil && p.update(ms, gone, added):
+	case small && p.pre.kept() && p.update(ms, gone, added):
 	case small:
 		// Membership changes one runner at a time from here on: worth
 		// the prefixes (about twice a fresh Assign, once).
@@ -104,10 +216,9 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 		// A first assignment or many runners at once (a cold start):
 		// prefixes might be rebuilt for nothing; ranked on the spot.
 		p.n, p.eq, p.ms = in.NumShards, eq, slices.Clone(ms)
-		p.slots, p.plen, p.slotOf, p.slotID, p.slotKey, p.slotW = nil, nil, nil, nil, nil, nil
+		p.pre, p.slotOf, p.slotID, p.slotKey, p.slotW = prefixes{}, nil, nil, nil, nil
 	}
-	p.match(quotas(ms, in.NumShards, nil))
-	return p.assignment(), nil
+	return p.match(quotas(ms, in.NumShards, nil)), nil
 }
 
 // diffMembers returns the runners of old that are not in ms and those of
@@ -154,8 +265,8 @@ func (p *Planner) update(ms, gone, added []member) bool {
 	// rejected by its whole prefix ranks every runner on the spot:
 	// rebuild once the prefixes lack half an entry each on average.
 	missing, want := 0, min(prefixLen, len(ms))
-	for _, l := range p.plen {
-		missing += want - int(l)
+	for s := range p.n {
+		missing += want - p.pre.length(s)
 	}
 	return missing <= p.n/2
 }
@@ -172,8 +283,7 @@ func (p *Planner) rebuild(n int, ms []member, eq bool) {
 		p.slotKey = append(p.slotKey, m.key)
 		p.slotW = append(p.slotW, float64(m.weight))
 	}
-	p.slots = make([]uint16, n*prefixLen)
-	p.plen = make([]uint8, n)
+	p.pre = newPrefixes(n, len(ms))
 	rk := newRanking(ms)
 	for s := range n {
 		// The shard's prefix is built in a local array, the worst entry
@@ -207,8 +317,9 @@ func (p *Planner) rebuild(n int, ms []member, eq bool) {
 			l = min(l+1, prefixLen)
 			bar = keys[l-1]
 		}
-		copy(p.slots[s*prefixLen:], slots[:l])
-		p.plen[s] = uint8(l)
+		for j, slot := range slots[:l] {
+			p.pre.set(s*prefixLen+j, slot)
+		}
 	}
 }
 
@@ -228,7 +339,7 @@ func (p *Planner) add(m member, present int) {
 	p.slotOf[m.id] = slot
 	for s := range p.n {
 		// A prefix that held every other runner holds the newcomer too.
-		complete := int(p.plen[s]) == present
+		complete := p.pre.length(s) == present
 		p.insert(s, p.rankKey(uint16(slot), s), uint16(slot), complete)
 	}
 }
@@ -238,36 +349,27 @@ func (p *Planner) remove(id string) {
 	slot := p.slotOf[id]
 	delete(p.slotOf, id)
 	p.slotID[slot] = ""
-	for s := range p.n {
-		base, l := s*prefixLen, int(p.plen[s])
-		for j := range l {
-			if int32(p.slots[base+j]) == slot {
-				copy(p.slots[base+j:base+l], p.slots[base+j+1:base+l])
-				p.plen[s]--
-				break
-			}
-		}
-	}
+	p.pre.remove(p.n, uint16(slot))
 }
 
 // insert puts (key, slot) into shard s's prefix at its rank. Below the
 // last entry it goes only when the prefix is complete (holds every other
 // runner): otherwise an unknown runner may rank between them.
 func (p *Planner) insert(s int, key uint64, slot uint16, complete bool) {
-	base, l := s*prefixLen, int(p.plen[s])
+	base, l := s*prefixLen, p.pre.length(s)
 	j := l
-	for j > 0 && p.above(key, slot, p.rankKey(p.slots[base+j-1], s), p.slots[base+j-1]) {
+	for j > 0 && p.above(key, slot, p.rankKey(p.pre.at(base+j-1), s), p.pre.at(base+j-1)) {
 		j--
 	}
 	if j == l && (l == prefixLen || !complete) {
 		return
 	}
-	end := min(l, prefixLen-1) // the last entry falls off a full prefix
-	copy(p.slots[base+j+1:base+end+1], p.slots[base+j:base+end])
-	p.slots[base+j] = slot
-	if l < prefixLen {
-		p.plen[s]++
+	// Shift the entries below j down one (the last falls off a full
+	// prefix).
+	for k := min(l, prefixLen-1); k > j; k-- {
+		p.pre.set(base+k, p.pre.at(base+k-1))
 	}
+	p.pre.set(base+j, slot)
 }
 
 // above reports whether the pair (key a, runner slot sa) ranks above (b,
@@ -291,19 +393,17 @@ func (p *Planner) rankKey(slot uint16, s int) uint64 {
 
 // match is stableMatch reading the prefixes: a shard proposes to its
 // prefix's runners in order and ranks the others on the spot only when
-// all of those rejected it.
-func (p *Planner) match(q []int) {
+// all of those rejected it. It returns the assignment of p.ms.
+func (p *Planner) match(q []int) Assignment {
 	n := p.n
 	idx := make([]int32, len(p.slotID)) // slot -> index in p.ms
+	kept := p.pre.kept()
 	for i, m := range p.ms {
-		if p.slots != nil {
+		if kept {
 			idx[p.slotOf[m.id]] = int32(i)
 		}
 	}
 	r := newRanking(p.ms)
-	if len(p.owner) != n {
-		p.owner = make([]int32, n)
-	}
 	// The scratch of one match (29 bytes a shard) is not kept: a Planner
 	// lives as long as its runner and matches only when membership
 	// changes.
@@ -314,11 +414,14 @@ func (p *Planner) match(q []int) {
 	}
 	off := acceptProposals(q, heaps, func(s int32) (int, uint64) {
 		base := int(s) * prefixLen
-		for p.slots != nil && int(next[s]) < int(p.plen[s]) {
-			j := base + int(next[s])
+		for kept && int(next[s]) < prefixLen {
+			slot := p.pre.at(base + int(next[s]))
+			if slot == noSlot {
+				break
+			}
 			next[s]++
-			if i := idx[p.slots[j]]; q[i] > 0 {
-				k := p.rankKey(p.slots[j], int(s))
+			if i := idx[slot]; q[i] > 0 {
+				k := p.rankKey(slot, int(s))
 				lastIdx[s], lastKey[s] = i, k
 				return int(i), k
 			}
@@ -327,19 +430,12 @@ func (p *Planner) match(q []int) {
 		lastIdx[s], lastKey[s] = int32(best), bk
 		return best, bk
 	})
-	for i := range p.ms {
+	out := make(Assignment, n)
+	for i, m := range p.ms {
 		for _, h := range heaps[off[i]:off[i+1]] {
-			p.owner[h.shard] = int32(i)
+			out[h.shard] = m.id
 		}
 	}
 	p.matched = true
-}
-
-// assignment returns the last match as an Assignment.
-func (p *Planner) assignment() Assignment {
-	out := make(Assignment, p.n)
-	for s, i := range p.owner {
-		out[s] = p.ms[i].id
-	}
 	return out
 }

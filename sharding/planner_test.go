@@ -61,6 +61,47 @@ func TestPlannerAssignsExactlyAsItsStrategy(t *testing.T) {
 	}
 }
 
+// TestPlannerWidensItsPrefixesPast255Runners drives a Planner whose
+// prefixes start one byte an entry (250 runners) through joins that need
+// slots of 255 and more, in the middle of an update, then departures and
+// repeated inputs, checking every result against a fresh Assign.
+func TestPlannerWidensItsPrefixesPast255Runners(t *testing.T) {
+	p := NewPlanner(Balanced())
+	rs := numbered("", 250)
+	check := func(step string) {
+		t.Helper()
+		in := Input{NumShards: 600, Runners: slices.Clone(rs)}
+		want := mustAssign(t, Balanced(), in)
+		got, err := p.Assign(in)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if d := Diff(want, got); len(d) > 0 {
+			t.Fatalf("%s: Planner.Assign (%d runners) differs from Balanced at %d shards", step, len(rs), len(d))
+		}
+	}
+	check("cold")
+	rs = append(rs, Runner{ID: "joiner-0", Weight: 1})
+	check("the first join") // builds the prefixes
+	if p.pre.narrow == nil {
+		t.Fatal("the prefixes of 251 runners are wide")
+	}
+	for i := 1; len(rs) < 262; i++ {
+		for k := range 1 + i%3 {
+			rs = append(rs, Runner{ID: fmt.Sprintf("joiner-%d-%d", i, k), Weight: 1})
+		}
+		check(fmt.Sprintf("join %d (%d runners)", i, len(rs)))
+	}
+	if p.pre.wide == nil || p.pre.narrow != nil {
+		t.Fatal("the prefixes did not widen past 255 slots")
+	}
+	for i := range 6 {
+		rs = slices.Delete(rs, i*37%len(rs), i*37%len(rs)+1)
+		check(fmt.Sprintf("departure %d", i))
+		check(fmt.Sprintf("departure %d, the same input again", i))
+	}
+}
+
 // TestPlannerAtScale checks a Planner against Balanced through single
 // joins and departures at 16384 shards x 100 runners, the scale the
 // Planner is for.

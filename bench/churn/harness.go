@@ -182,8 +182,8 @@ func (p Params) validate() error {
 	switch {
 	case p.Runners < 2:
 		return fmt.Errorf("-runners %d: want at least 2", p.Runners)
-	case p.Callers < 1 || p.Entities < 1:
-		return errors.New("-callers and -entities must be positive")
+	case p.Callers < 0 || p.Entities < 1:
+		return errors.New("-callers must not be negative and -entities must be positive")
 	case p.Duration <= 0 || p.Every <= 0:
 		return errors.New("-duration and -every must be positive")
 	case p.ColdTimeout < 0 || p.Progress < 0 || p.StartRate < 0:

@@ -92,7 +92,7 @@ func churn() int {
 	flag.IntVar(&p.Runners, "runners", 4, "hosting runners at the start (the count wanders between 2 and runners+2)")
 	flag.IntVar(&p.Shards, "shards", 256, "NumShards")
 	flag.DurationVar(&p.TTL, "ttl", 5*time.Second, "runners' LeaseTTL (a crash's shards are re-owned after about this)")
-	flag.IntVar(&p.Callers, "callers", 32, "goroutines sending asks through the gateway")
+	flag.IntVar(&p.Callers, "callers", 32, "goroutines sending asks through the gateway (0: no load, so that a step's CPU is the change's own; the crash probers still ask)")
 	flag.IntVar(&p.Entities, "entities", 2000, "counters the callers address")
 	flag.DurationVar(&p.Duration, "duration", 30*time.Second, "how long to churn under load")
 	flag.IntVar(&p.Steps, "steps", 0, "stop after this many churn steps, even before -duration (0: no limit)")

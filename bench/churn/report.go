@@ -481,6 +481,14 @@ func (rep *Report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "steady (settled, no load, %gs): %.2f%% of a core per runner (%s), gateway %.2f%%; etcd %.1f puts/s, %.1f deletes/s, %.1f proposals/s, %.1f requests/s, %.1f watch events/s, %.1f%% of a core\n",
 			st.Window, st.RunnerCPUPercent, where, st.GatewayCPUPercent, st.PutsPerSec, st.DeletesPerSec, st.ProposalsPerSec, st.RequestsPerSec, st.WatchEventsPerSec, st.EtcdCPUPercent)
+		if len(st.RequestsByMethod) > 0 {
+			methods := slices.Sorted(maps.Keys(st.RequestsByMethod))
+			parts := make([]string, len(methods))
+			for i, m := range methods {
+				parts[i] = fmt.Sprintf("%s %.1f", m, st.RequestsByMethod[m])
+			}
+			fmt.Fprintf(w, "  requests/s by method: %s\n", strings.Join(parts, ", "))
+		}
 	}
 	if len(rep.Steps) == 0 {
 		rep.printTrouble(w)

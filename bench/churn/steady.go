@@ -34,6 +34,9 @@ type SteadyReport struct {
 	// it sent, per second: a step's cost includes them for its duration.
 	RequestsPerSec    float64 `json:"etcd_requests_per_s"`
 	WatchEventsPerSec float64 `json:"etcd_watch_events_per_s"`
+	// RequestsByMethod splits RequestsPerSec by gRPC method (Range, Txn,
+	// LeaseTimeToLive...), the methods with none left out.
+	RequestsByMethod map[string]float64 `json:"etcd_requests_per_s_by_method,omitempty"`
 }
 
 // etcd /metrics counters read for the steady report.
@@ -48,6 +51,8 @@ const (
 	metricTxns        = "sum: txns"
 	metricWatchEvents = "etcd_debugging_mvcc_events_total"
 	metricWatchers    = "etcd_debugging_mvcc_watcher_total" // watchers etcd holds (BenchmarkEtcdWatchCost)
+	// metricMethod prefixes the unary calls handled of one gRPC method.
+	metricMethod = "method: "
 )
 
 // measureSteady measures the settled cluster over window (see SteadyReport).
@@ -76,6 +81,16 @@ func (h *harness) measureSteady(ctx context.Context, window time.Duration, runne
 	rep.PutsPerSec, rep.DeletesPerSec, rep.ProposalsPerSec = rate(metricPuts), rate(metricDeletes), rate(metricProposals)
 	rep.KeepAlivesPerSec = rate(metricKeepAlives)
 	rep.RequestsPerSec, rep.WatchEventsPerSec = rate(metricUnary), rate(metricWatchEvents)
+	for name := range m1 {
+		if method, ok := strings.CutPrefix(name, metricMethod); ok {
+			if r := rate(name); r > 0 {
+				if rep.RequestsByMethod == nil {
+					rep.RequestsByMethod = map[string]float64{}
+				}
+				rep.RequestsByMethod[method] = r
+			}
+		}
+	}
 	return rep, nil
 }
 
@@ -154,6 +169,11 @@ func etcdMetrics(ctx context.Context, endpoint string) (map[string]float64, erro
 			out[metricUnary] += v
 			if strings.Contains(name, `grpc_method="Txn"`) {
 				out[metricTxns] += v
+			}
+			if _, m, ok := strings.Cut(name, `grpc_method="`); ok {
+				if m, _, ok := strings.Cut(m, `"`); ok {
+					out[metricMethod+m] += v
+				}
 			}
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // reconcile (membership changed, attach, resync) marks every shard: it
 // costs O(shards) once, never per event.
 type Queue struct {
-	queued []bool             // by shard
+	queued []uint64           // by shard, a bit each
 	ids    []sharding.ShardID // the marked shards, in marking order
 	all    bool               // every shard is marked (ids is empty)
 	n      int                // the number of shards
@@ -25,16 +25,16 @@ type Queue struct {
 
 // NewQueue returns an empty queue for shards 0 to n-1.
 func NewQueue(n int) *Queue {
-	return &Queue{queued: make([]bool, n), n: n, at: map[sharding.ShardID]time.Time{}}
+	return &Queue{queued: make([]uint64, (n+63)/64), n: n, at: map[sharding.ShardID]time.Time{}}
 }
 
 // Add marks shard id dirty. Marking a marked shard, or any shard during a
 // full reconcile, changes nothing; a shard out of range is ignored.
 func (q *Queue) Add(id sharding.ShardID) {
-	if q.all || int(id) >= q.n || q.queued[id] {
+	if q.all || int(id) >= q.n || q.queued[id/64]&(1<<(id%64)) != 0 {
 		return
 	}
-	q.queued[id] = true
+	q.queued[id/64] |= 1 << (id % 64)
 	q.ids = append(q.ids, id)
 }
 
@@ -53,7 +53,7 @@ func (q *Queue) AddMoved(old, a Assignment, me string) {
 // AddAll marks every shard dirty (a full reconcile).
 func (q *Queue) AddAll() {
 	for _, id := range q.ids {
-		q.queued[id] = false
+		q.queued[id/64] &^= 1 << (id % 64)
 	}
 	q.ids = q.ids[:0]
 	q.all = true
@@ -71,7 +71,7 @@ func (q *Queue) Take() (ids []sharding.ShardID, all bool) {
 	}
 	ids = q.ids
 	for _, id := range ids {
-		q.queued[id] = false
+		q.queued[id/64] &^= 1 << (id % 64)
 	}
 	q.ids = make([]sharding.ShardID, 0, min(cap(ids), 64))
 	return ids, false

@@ -261,6 +261,9 @@ func (sh *Shard) retire(e *resident, reason error) bool {
 	e.mu.Unlock()
 	sh.entities.remove(e)
 	done := make(chan struct{})
+	if sh.retiring == nil {
+		sh.retiring = map[EntityKey]chan struct{}{}
+	}
 	sh.retiring[e.key] = done
 	sh.mu.Unlock()
 	sh.h.residents.remove(e)

@@ -35,7 +35,7 @@ type Shard struct {
 	_         cacheLinePad
 	mu        sync.RWMutex
 	entities  entityTable
-	retiring  map[EntityKey]chan struct{} // closed when the retired instance's Release returned
+	retiring  map[EntityKey]chan struct{} // closed when the retired instance's Release returned (nil: none yet)
 	admitting bool
 	// open is admitting, for senders through a Target, which read it
 	// under their entity's lock (target.go); written with admitting.
@@ -101,7 +101,7 @@ type ShardSpec struct {
 func (h *Host) NewShard(s ShardSpec) *Shard {
 	sh := &Shard{
 		h: h, id: s.ID, epoch: s.Epoch, ctx: s.Ctx, done: s.Ctx.Done(), reason: s.Reason, actx: s.Attachment,
-		retiring: make(map[EntityKey]chan struct{}), warmed: s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
+		warmed: s.Warmed, admitting: true, idle: make(chan struct{}, 1), created: time.Now(),
 	}
 	sh.open.Store(true)
 	sh.replyWritten = sh.ReplyWritten

@@ -83,6 +83,9 @@ func (set *shardSet) addRememberedLocked(ref storage.EntityRef, put bool) *remem
 		m.stored = make(chan struct{})
 	}
 	m.F = m
+	if set.remembered == nil {
+		set.remembered = map[storage.EntityRef]*rememberedEntity{}
+	}
 	set.remembered[ref] = m
 	set.s.remembered.Add(1)
 	set.s.countKind(ref.Kind, 1)
@@ -147,7 +150,7 @@ func (set *shardSet) unscheduleRememberedLocked(clear bool) {
 	}
 	if clear && len(set.remembered) > 0 {
 		set.s.remembered.Add(-int64(len(set.remembered)))
-		set.remembered = map[storage.EntityRef]*rememberedEntity{}
+		set.remembered = nil
 	}
 }
 

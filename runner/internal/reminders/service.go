@@ -176,8 +176,8 @@ func (s *Service) needLocked(set *shardSet) {
 // shard's context ctx: they are loaded in the background, then fired. A
 // set of an earlier epoch of the shard is stopped and forgotten.
 func (s *Service) Acquired(id sharding.ShardID, epoch storage.Epoch, ctx context.Context) {
-	set := &shardSet{s: s, id: id, epoch: epoch, ctx: ctx, loadedCh: make(chan struct{}), byKey: make(map[storage.ReminderRef]*reminder),
-		remembered: make(map[storage.EntityRef]*rememberedEntity), since: time.Now()}
+	set := &shardSet{s: s, id: id, epoch: epoch, ctx: ctx, loadedCh: make(chan struct{}),
+		since: time.Now()}
 	s.mu.Lock()
 	old := s.sets[id]
 	s.sets[id] = set

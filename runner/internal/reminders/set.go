@@ -206,7 +206,7 @@ func (set *shardSet) put(rec storage.Reminder) {
 	r := &reminder{set: set, ref: ref, rec: rec, next: 1}
 	r.F = r
 	set.resolveLocked(r)
-	set.byKey[ref] = r
+	set.putLocked(r)
 	set.s.loaded.Add(1)
 	set.scheduleLocked(r, time.Now())
 }
@@ -426,8 +426,17 @@ func (set *shardSet) stop(clear bool) {
 			r.removed = true
 		}
 		set.s.loaded.Add(-int64(len(set.byKey)))
+		set.byKey = nil
+	}
+}
+
+// putLocked enters r in set.byKey (nil while the set has no reminder: a
+// runner owns many shards without any).
+func (set *shardSet) putLocked(r *reminder) {
+	if set.byKey == nil {
 		set.byKey = map[storage.ReminderRef]*reminder{}
 	}
+	set.byKey[r.ref] = r
 }
 
 // progress computes the set's final progress (see Service.Progress).

@@ -30,7 +30,7 @@ func (set *shardSet) install(st storage.ShardState) bool {
 	now := time.Now()
 	for _, rec := range st.Reminders {
 		r := set.newReminderLocked(rec, p, fired, now)
-		set.byKey[r.ref] = r
+		set.putLocked(r)
 		s.loaded.Add(1)
 		if rec.Period <= 0 && r.lastFired >= 1 {
 			r.deleting = true // fired before the move: delete it, fire nothing
@@ -96,7 +96,7 @@ func (set *shardSet) merge(st storage.ShardState, seq uint64) {
 			// as a registration does.
 			r.lastFired, r.next, r.catchUp, r.redeliver = 0, 1, false, false
 		}
-		set.byKey[ref] = r
+		set.putLocked(r)
 		s.loaded.Add(1)
 		if rec.Period <= 0 && r.lastFired >= 1 {
 			r.deleting = true
