@@ -353,7 +353,12 @@ type Status struct {
 	Lease    storage.LeaseID
 	Deadline time.Time // lease deadline
 	Owned    int
-	Members  int
+	// ShardsLoading is how many owned shards' reminders and remembered
+	// entities are not read from the store yet: their reminders fire,
+	// and their remembered entities activate, once read (after a cold
+	// start, the shards are read a batch at a time).
+	ShardsLoading int
+	Members       int
 	// AssignmentDigest is the Digest of the assignment this runner
 	// computed last (0 before the first): runners with equal digests agree
 	// on the assignment.
@@ -377,7 +382,7 @@ func (r *Runner) Status() Status {
 	defer r.mu.Unlock()
 	return Status{
 		Phase: r.lifecycle.phase.String(), Detached: r.lifecycle.phase == phaseDetached, Reason: st.Reason,
-		Lease: r.lease, Deadline: h.Deadline, Owned: r.shards.owned, Members: len(r.view.members),
+		Lease: r.lease, Deadline: h.Deadline, Owned: r.shards.owned, ShardsLoading: int(r.reminders.Loading()), Members: len(r.view.members),
 		AssignmentDigest: r.view.assignDigest, NotStarted: note, StartError: startErr,
 	}
 }

@@ -136,6 +136,11 @@ type harness struct {
 	// them registered (-procs: not followed, 0), what it cost, and its
 	// progress samples.
 	coldRegistered time.Duration
+	// coldLoaded: the first runners started -> no owned shard's state
+	// (reminders, remembered entities) left to read (0: not followed);
+	// coldLoadedCost: what the cold start cost until then.
+	coldLoaded     time.Duration
+	coldLoadedCost StepCost
 	coldCost       StepCost
 	coldProgress   []ColdSample
 	coldDone       bool // every shard owned (else the run stopped after the cold start)
@@ -236,6 +241,12 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	h.say("%d runners own all %d shards %v after they started", len(h.live), h.p.Shards, round(h.coldStart))
 	h.say("cold start: the last runner registered after %v; CPU: runners %.1f s, etcd %.1f s, gateway %.1f s (over %v of wall time on %d cores); etcd sent %.0f watch events, handled %.0f requests",
 		round(h.coldRegistered), h.coldCost.RunnersCPU, h.coldCost.EtcdCPU, h.coldCost.LoadCPU, round(h.coldStart), runtime.NumCPU(), h.coldCost.WatchEvents, h.coldCost.Requests)
+	if h.waitStateLoaded(ctx, coldTimeout-time.Since(start)) {
+		h.coldLoaded = time.Since(start)
+		h.coldLoadedCost = h.costSince(ctx, c0, len(h.live))
+		h.say("every owned shard's reminders and remembered entities read %v after the start; etcd handled %.0f requests until then",
+			round(h.coldLoaded), h.coldLoadedCost.Requests)
+	}
 	if h.p.Steady > 0 {
 		h.rec.quiet(500*time.Millisecond, 10*time.Second)
 		if h.steady, err = h.measureSteady(ctx, h.p.Steady, len(h.live)); err != nil {
@@ -528,6 +539,30 @@ func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// waitStateLoaded waits, up to timeout, until no runner has an owned
+// shard whose reminders and remembered entities are still to be read
+// (Status.ShardsLoading), and reports whether that came. With -procs it
+// is not followed: false at once.
+func (h *harness) waitStateLoaded(ctx context.Context, timeout time.Duration) bool {
+	if h.p.Procs {
+		return false
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		loading := 0
+		for _, n := range h.live {
+			loading += n.r.Status().ShardsLoading
+		}
+		if loading == 0 {
+			return true
+		}
+		if time.Now().After(deadline) || !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
+			h.problem("%d owned shards' state still not read %v after the cold start", loading, timeout)
+			return false
+		}
+	}
 }
 
 // settled reports whether the live runners agree on the assignment (equal

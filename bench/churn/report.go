@@ -109,8 +109,13 @@ type Report struct {
 	ColdDone bool `json:"cold_start_done"`
 	// The first runners started -> the last of them registered (0: not
 	// followed, as with -procs); what the cold start cost (Moved: 0).
-	ColdRegistered float64             `json:"cold_last_registered_ms,omitempty"`
-	ColdCost       StepCost            `json:"cold_start_cost"`
+	ColdRegistered float64  `json:"cold_last_registered_ms,omitempty"`
+	ColdCost       StepCost `json:"cold_start_cost"`
+	// The first runners started -> every owned shard's reminders and
+	// remembered entities read (0: not followed, as with -procs), and
+	// what the cold start cost until then.
+	ColdLoaded     float64             `json:"cold_state_loaded_ms,omitempty"`
+	ColdLoadedCost *StepCost           `json:"cold_state_loaded_cost,omitempty"`
 	ColdProgress   []ColdSample        `json:"cold_start_progress,omitempty"` // a sample every -progress
 	Steady         *SteadyReport       `json:"steady,omitempty"`
 	Steps          []StepReport        `json:"steps"`
@@ -180,6 +185,7 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		ColdDone:       h.coldDone,
 		ColdRegistered: float64(h.coldRegistered.Microseconds()) / 1000,
 		ColdCost:       h.coldCost,
+		ColdLoaded:     float64(h.coldLoaded.Microseconds()) / 1000,
 		ColdProgress:   h.coldProgress,
 		StepCounts:     map[string]int{},
 		Settle:         map[string]Dist{},
@@ -189,6 +195,9 @@ func (h *harness) analyze(churnStart, end, loadBegan time.Time, asks []askRec, s
 		Aborts:         map[string]int{},
 		Detaches:       map[string]int{},
 		Problems:       slices.Clone(h.problems),
+	}
+	if h.coldLoaded > 0 {
+		rep.ColdLoadedCost = &h.coldLoadedCost
 	}
 	evs := h.rec.all()
 	inRun := func(t time.Time) bool { return !t.Before(churnStart) && !t.After(end) }
@@ -466,6 +475,10 @@ func (rep *Report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "; CPU meanwhile: runners %.1f s, etcd %.1f s, gateway %.1f s; etcd delivered %.0f watch events, handled %.0f requests\n",
 		c.RunnersCPU, c.EtcdCPU, c.LoadCPU, c.WatchEvents, c.Requests)
+	if lc := rep.ColdLoadedCost; lc != nil {
+		fmt.Fprintf(w, "cold start: every owned shard's reminders and remembered entities read %v after the first runners started; CPU until then: runners %.1f s, etcd %.1f s; etcd handled %.0f requests\n",
+			ms(rep.ColdLoaded, 1), lc.RunnersCPU, lc.EtcdCPU, lc.Requests)
+	}
 	if len(rep.ColdProgress) > 0 {
 		fmt.Fprintln(w)
 		row("cold start progress", "registered", "detached", "stopped", "locks", "detaches", "aborted", "CPU s", "etcd CPU s", "watch evs", "etcd reqs", "RSS MB", "heap MB", "goroutines", "fds", "etcd MB")

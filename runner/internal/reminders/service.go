@@ -102,6 +102,7 @@ type Service struct {
 
 	loaded     atomic.Int64  // reminders loaded, over every set
 	remembered atomic.Int64  // remembered entities, over every set
+	loading    atomic.Int64  // sets neither loaded nor stopped
 	kinds      kindCounts    // the same, by kind
 	kick       chan struct{} // the set loop's (run.go)
 	sideKick   chan struct{} // the side loop's
@@ -149,6 +150,10 @@ var _ hosting.Reminders = (*Service)(nil)
 // Loaded returns the number of reminders loaded on this runner.
 func (s *Service) Loaded() int64 { return s.loaded.Load() }
 
+// Loading returns how many owned shards' sets are not loaded yet: their
+// reminders fire, and their remembered entities activate, once loaded.
+func (s *Service) Loading() int64 { return s.loading.Load() }
+
 // wake wakes both background loops (run.go).
 func (s *Service) wake() {
 	for _, k := range []chan struct{}{s.kick, s.sideKick} {
@@ -183,6 +188,7 @@ func (s *Service) Acquired(id sharding.ShardID, epoch storage.Epoch, ctx context
 	s.sets[id] = set
 	set.queued = true // its load: the initial state asks for a read
 	s.readQ = append(s.readQ, set)
+	s.loading.Add(1)
 	s.mu.Unlock()
 	if old != nil {
 		old.stop(true)

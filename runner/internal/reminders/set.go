@@ -132,6 +132,13 @@ func (set *shardSet) toLocked(ev setEvent) bool {
 		}
 	}
 	set.st = to
+	if loading := to.loadPending(); loading != from.loadPending() {
+		if loading {
+			set.s.loading.Add(1)
+		} else {
+			set.s.loading.Add(-1)
+		}
+	}
 	if to.fires() != from.fires() {
 		if to.fires() {
 			set.scheduleAllLocked()

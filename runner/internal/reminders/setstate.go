@@ -53,6 +53,10 @@ type setState struct {
 	reread    bool
 }
 
+// loadPending reports whether the set waits for its first load (counted
+// by Service.Loading).
+func (st setState) loadPending() bool { return !st.loaded && !st.stopped }
+
 // finalKind is which final progress the store may hold that the set must
 // rewrite as not final before it fires.
 type finalKind uint8
