@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardhost/shardhost/runner/internal/control"
@@ -56,6 +57,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 	resync := time.NewTicker(r.cfg.ResyncInterval)
 	defer func() { timer.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
 	var storm control.StormGate
+	var preparing atomic.Bool // preparePlanner's goroutine runs
 	stopReq := r.stopReq
 	var handoffDeadline time.Time // while Shutdown hands shards off
 	for {
@@ -92,6 +94,9 @@ func (r *Runner) controlLoop(ctx context.Context) {
 		case <-timer.C:
 		case <-verify.C:
 			r.verify()
+			if storm.QuietFor(time.Now(), 3*r.cfg.VerifyInterval) {
+				r.preparePlanner(&bg, &preparing)
+			}
 		case <-resync.C:
 			r.resync()
 		}
@@ -99,6 +104,32 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			timer.Reset(max(time.Until(next), time.Millisecond))
 		}
 	}
+}
+
+// preparePlanner builds, in the background, the planner's prefixes for
+// the installed assignment when a fresh computation (a cold start's) left
+// none, once membership is quiet and this runner owns every shard the
+// assignment gives it (a cold start's acquisitions come first): the next
+// join or departure then costs the planner O(shards), not a rebuild of
+// O(shards x runners) in every runner at the moment the change must
+// settle. At most one runs.
+func (r *Runner) preparePlanner(bg *sync.WaitGroup, preparing *atomic.Bool) {
+	r.mu.Lock()
+	p := r.view.planner
+	r.mu.Unlock()
+	if p.Prepared() || preparing.Load() {
+		return
+	}
+	r.mu.Lock()
+	settled := r.shards.owned == r.view.assignment.Count(r.cfg.ID) // O(shards), until prepared
+	r.mu.Unlock()
+	if !settled || !preparing.CompareAndSwap(false, true) {
+		return
+	}
+	bg.Go(func() {
+		defer preparing.Store(false)
+		p.Prepare()
+	})
 }
 
 // viewChange reports (and forgets) whether a member left the view while

@@ -33,7 +33,7 @@ const maxSlots = noSlot
 // in all, where a fresh Assign costs O(NumShards x runners) hashes. The
 // first input, and one that changes more than half the runners, is
 // computed as a fresh Assign; the prefixes are built (about twice that)
-// at the first small change after it. An input with the previous one's
+// by Prepare, or else at the first small change after it. An input with the previous one's
 // runners and weights returns the previous assignment (matched again from
 // the prefixes: the Planner keeps no assignment). Other strategies are
 // called as they are.
@@ -179,6 +179,46 @@ func removeSlot[T uint8 | uint16](tab []T, n int, slot, none T) {
 func NewPlanner(s Strategy) *Planner {
 	_, ok := s.(balanced)
 	return &Planner{s: s, balanced: ok}
+}
+
+// Prepare builds the prefixes for the last input, when a fresh
+// computation (the first input, or a change of more than half the
+// runners) left none, so that the next small change costs O(NumShards)
+// instead of a rebuild. It costs about twice a fresh Assign, computed
+// without holding up Assign (the result is dropped if an Assign came
+// meanwhile): call it once membership is quiet. It does nothing for other
+// strategies.
+func (p *Planner) Prepare() {
+	if !p.balanced {
+		return
+	}
+	p.mu.Lock()
+	n, ms, eq := p.n, p.ms, p.eq // p.ms is replaced, never written
+	todo := p.matched && !p.pre.kept() && len(ms) > 0 && len(ms) <= maxSlots
+	p.mu.Unlock()
+	if !todo {
+		return
+	}
+	var b Planner
+	b.rebuild(n, ms, eq)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pre.kept() || p.n != n || p.eq != eq || !slices.Equal(p.ms, ms) {
+		return
+	}
+	p.slotOf, p.slotID, p.slotKey, p.slotW, p.pre = b.slotOf, b.slotID, b.slotKey, b.slotW, b.pre
+}
+
+// Prepared reports whether the next small change costs O(NumShards):
+// the prefixes are kept (or the strategy is not Balanced, or there is no
+// input yet, or too many runners for prefixes: Prepare would do nothing).
+func (p *Planner) Prepared() bool {
+	if !p.balanced {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.matched || p.pre.kept() || len(p.ms) == 0 || len(p.ms) > maxSlots
 }
 
 // Strategy returns the strategy p computes the assignments of.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -43,6 +44,9 @@ func TestPlannerAssignsExactlyAsItsStrategy(t *testing.T) {
 						if rng.IntN(8) == 0 {
 							n = max(1, n+rng.IntN(9)-4)
 						}
+					}
+					if rng.IntN(4) == 0 {
+						p.Prepare() // as a runner does once membership is quiet
 					}
 					in := Input{NumShards: n, Runners: slices.Clone(rs)}
 					rng.Shuffle(len(in.Runners), func(i, j int) { in.Runners[i], in.Runners[j] = in.Runners[j], in.Runners[i] })
@@ -99,6 +103,58 @@ func TestPlannerWidensItsPrefixesPast255Runners(t *testing.T) {
 		rs = slices.Delete(rs, i*37%len(rs), i*37%len(rs)+1)
 		check(fmt.Sprintf("departure %d", i))
 		check(fmt.Sprintf("departure %d, the same input again", i))
+	}
+}
+
+// TestPlannerPrepareBuildsThePrefixesOfTheLastInput: after a fresh
+// computation (a cold start's), Prepare builds the prefixes, so that the
+// next join is an update of them, not a rebuild; and a Prepare racing
+// Assign never changes a result.
+func TestPlannerPrepareBuildsThePrefixesOfTheLastInput(t *testing.T) {
+	p := NewPlanner(Balanced())
+	rs := numbered("", 20)
+	assign := func(step string) {
+		t.Helper()
+		in := Input{NumShards: 2048, Runners: slices.Clone(rs)}
+		got, err := p.Assign(in)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if d := Diff(mustAssign(t, Balanced(), in), got); len(d) > 0 {
+			t.Fatalf("%s: Planner.Assign differs from Balanced at %d shards", step, len(d))
+		}
+	}
+	if !p.Prepared() {
+		t.Fatal("a Planner with no input is not Prepared")
+	}
+	assign("cold")
+	if p.Prepared() {
+		t.Fatal("Prepared after a fresh computation")
+	}
+	p.Prepare()
+	if !p.Prepared() {
+		t.Fatal("not Prepared after Prepare")
+	}
+	first := &p.pre.narrow[0]
+	rs = append(rs, Runner{ID: "joiner", Weight: 1})
+	assign("a join after Prepare")
+	if &p.pre.narrow[0] != first {
+		t.Fatal("the join rebuilt the prefixes Prepare built")
+	}
+	// Many runners at once: a fresh computation again, while Prepares
+	// run beside the Assigns.
+	for i := range 6 {
+		rs = numbered(fmt.Sprintf("gen%d-", i), 20+i)
+		var wg sync.WaitGroup
+		wg.Go(p.Prepare)
+		assign(fmt.Sprintf("generation %d", i))
+		wg.Go(p.Prepare)
+		wg.Wait()
+		rs = append(rs, Runner{ID: "joiner", Weight: 1})
+		assign(fmt.Sprintf("generation %d, a join", i))
+	}
+	if q := NewPlanner(JumpHash()); !q.Prepared() {
+		t.Fatal("a Planner of another strategy is not Prepared")
 	}
 }
 

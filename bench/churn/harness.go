@@ -54,6 +54,11 @@ type Params struct {
 // its steps and the load between them, not the cold start (-churnprofile).
 var churnProfile io.Writer
 
+// coldProfile, if not nil, receives a CPU profile of the cold start alone:
+// from the first runner's start until every shard is owned or the cold
+// start is given up (-coldprofile).
+var coldProfile io.Writer
+
 // Bounds on waiting.
 const (
 	askTimeout    = 10 * time.Second
@@ -212,6 +217,12 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	}
 	// The first runners start together, as a deployment's pods do (or
 	// StartRate a second).
+	if coldProfile != nil {
+		if err := pprof.StartCPUProfile(coldProfile); err != nil {
+			h.problem("cold start profile: %v", err)
+			coldProfile = nil
+		}
+	}
 	start := time.Now()
 	c0 := h.markCost(ctx)
 	cold := h.watchCold(start, c0)
@@ -223,6 +234,9 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	coldTimeout := cmp.Or(h.p.ColdTimeout, settleTimeout)
 	h.coldDone = h.waitSettled(ctx, coldTimeout-time.Since(start)) // -startrate: the wait counts from the first start
 	h.coldProgress = cold.finish(h.coldDone)
+	if coldProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	h.coldStart = time.Since(start)
 	h.coldCost = h.costSince(ctx, c0, len(h.live))
 	h.coldRegistered = h.rec.lastRegistered(start, start.Add(h.coldStart))

@@ -6,6 +6,7 @@
 //	go run ./bench/churn -etcd host:port # an existing etcd, fresh namespace
 //	go run ./bench/churn -html report.html # also the report as HTML with SVG charts
 //	go run ./bench/churn -churnprofile c.prof # CPU profile of the churn phase alone
+//	go run ./bench/churn -coldprofile c.prof  # CPU profile of the cold start alone
 //
 // Every -every a step happens: add a runner or, with even odds, stop a
 // random one, alternately by graceful Shutdown and by crash (Close; only
@@ -111,6 +112,7 @@ func churn() int {
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	coldProfileFile := flag.String("coldprofile", "", "write a CPU profile of the cold start alone (until every shard is owned or the cold start is given up) to `file`")
 	churnProfileFile := flag.String("churnprofile", "", "write a CPU profile of the churn phase alone (its steps and the load between them, without the cold start and the steady window) to `file`")
 	flag.StringVar(&htmlPath, "html", "", "also write the report as a self-contained HTML `file` with SVG charts")
 	flag.Parse()
@@ -125,6 +127,19 @@ func churn() int {
 			return 2
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *coldProfileFile != "" {
+		if *cpuProfile != "" || *churnProfileFile != "" {
+			fmt.Fprintln(os.Stderr, "churn: -coldprofile excludes -cpuprofile and -churnprofile")
+			return 2
+		}
+		f, err := os.Create(*coldProfileFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "churn:", err)
+			return 2
+		}
+		defer f.Close()
+		coldProfile = f
 	}
 	if *churnProfileFile != "" {
 		if *cpuProfile != "" {

@@ -71,6 +71,21 @@ func (a Assignment) Of(id sharding.ShardID) string {
 	return a.names[a.index(int(id))]
 }
 
+// Count returns how many shards a assigns to runner id: O(shards).
+func (a Assignment) Count(id string) int {
+	k := slices.Index(a.names, id)
+	if k < 0 {
+		return 0
+	}
+	n := 0
+	for s := range a.Len() {
+		if int(a.index(s)) == k {
+			n++
+		}
+	}
+	return n
+}
+
 // Equal reports whether a and b assign every shard alike (both unknown,
 // or both known and equal).
 func (a Assignment) Equal(b Assignment) bool {

@@ -66,3 +66,36 @@ func TestCompactAssignmentOfMaxShardsDistinctRunners(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactAssignmentCountsAndNarrowsUpTo256Runners: an assignment of up
+// to 256 distinct runners takes a byte a shard, one of more two bytes;
+// both read alike, and Count counts a runner's shards.
+func TestCompactAssignmentCountsAndNarrowsUpTo256Runners(t *testing.T) {
+	for _, runners := range []int{1, 255, 256, 257, 600} {
+		a := make(sharding.Assignment, 3*runners+5)
+		for s := range a {
+			a[s] = "r" + strconv.Itoa(s%runners)
+		}
+		c := CompactAssignment(a)
+		if narrow := c.narrow != nil; narrow != (runners <= 256) {
+			t.Errorf("%d runners: narrow %v", runners, narrow)
+		}
+		if got := c.Expand(); !slices.Equal(got, a) {
+			t.Errorf("%d runners: Expand differs", runners)
+		}
+		for _, id := range []string{"r0", "r" + strconv.Itoa(runners-1)} {
+			want := 0
+			for _, x := range a {
+				if x == id {
+					want++
+				}
+			}
+			if got := c.Count(id); got != want {
+				t.Errorf("%d runners: Count(%s) = %d, want %d", runners, id, got, want)
+			}
+		}
+		if got := c.Count("nobody"); got != 0 {
+			t.Errorf("%d runners: Count(nobody) = %d", runners, got)
+		}
+	}
+}

@@ -47,3 +47,9 @@ func (g *StormGate) Change(now time.Time, debounce time.Duration, departure, own
 
 // Settled records that the debounce fired (the change was acted on).
 func (g *StormGate) Settled() { g.since = time.Time{} }
+
+// QuietFor reports whether every change was acted on and none came for d
+// before now.
+func (g *StormGate) QuietFor(now time.Time, d time.Duration) bool {
+	return g.since.IsZero() && (g.last.IsZero() || now.Sub(g.last) >= d)
+}
