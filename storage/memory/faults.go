@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/shardhost/shardhost/storage"
@@ -159,6 +160,22 @@ func (s *Store) Calls(op Op) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[op]
+}
+
+// CallCounts returns how many calls of each op this client has started.
+func (s *Store) CallCounts() map[Op]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.calls)
+}
+
+// Delivered returns how many events this client's watches delivered, by
+// what they watch: a keyspace as "name/" (runners/, notices/r1/...), a
+// key as itself. A measure of what a runner hears.
+func (s *Store) Delivered() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.delivered)
 }
 
 // admit applies the faults for op, bounded by the default timeout like the

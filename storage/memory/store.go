@@ -30,6 +30,7 @@ type Store struct {
 	fail        map[Op]error
 	delay       map[Op]time.Duration
 	calls       map[Op]int
+	delivered   map[string]int       // watch events delivered, by watched prefix (or key)
 	late        map[Op]time.Duration // LateWrites
 	order       storage.StateOrder   // the order keys of shard state writes (storage/stateorder.go)
 }

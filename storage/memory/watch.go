@@ -115,8 +115,16 @@ func (s *Store) watch(ctx context.Context, prefix string, exact bool, next stora
 		next = c.rev + 1
 		changed := c.changed
 		c.mu.Unlock()
-		if len(evs) > 0 && !send(storage.WatchResponse{Events: evs}) {
-			return
+		if len(evs) > 0 {
+			if !send(storage.WatchResponse{Events: evs}) {
+				return
+			}
+			s.mu.Lock()
+			if s.delivered == nil {
+				s.delivered = make(map[string]int)
+			}
+			s.delivered[prefix] += len(evs)
+			s.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
