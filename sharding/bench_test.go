@@ -7,7 +7,7 @@ import (
 )
 
 func BenchmarkAssign(b *testing.B) {
-	sizes := []struct{ shards, runners int }{{1024, 10}, {4096, 20}, {8192, 50}, {16384, 100}, {MaxShards, 100}}
+	sizes := []struct{ shards, runners int }{{1024, 10}, {4096, 20}, {8192, 50}, {16384, 100}, {MaxShards, 100}, {MaxShards, 1000}}
 	for _, s := range allStrategies() {
 		for _, size := range sizes {
 			b.Run(fmt.Sprintf("%s/%dx%d", s.Name(), size.shards, size.runners), func(b *testing.B) {
@@ -44,7 +44,7 @@ func BenchmarkAssign(b *testing.B) {
 // computes it: one runner joins, then leaves, alternately (compare with
 // BenchmarkAssign's fresh computation of the same size).
 func BenchmarkPlanner(b *testing.B) {
-	for _, size := range []struct{ shards, runners int }{{4096, 20}, {8192, 50}, {16384, 100}, {MaxShards, 100}} {
+	for _, size := range []struct{ shards, runners int }{{4096, 20}, {8192, 50}, {16384, 100}, {MaxShards, 100}, {MaxShards, 1000}} {
 		b.Run(fmt.Sprintf("%dx%d", size.shards, size.runners), func(b *testing.B) {
 			p := NewPlanner(Balanced())
 			rs := numbered("", size.runners)
