@@ -34,9 +34,9 @@ const maxSlots = noSlot
 // first input, and one that changes more than half the runners, is
 // computed as a fresh Assign; the prefixes are built (about twice that)
 // by Prepare, or else at the first small change after it. An input with the previous one's
-// runners and weights returns the previous assignment (matched again from
-// the prefixes: the Planner keeps no assignment). Other strategies are
-// called as they are.
+// runners and weights returns the previous assignment (kept a byte a
+// shard with up to 256 runners, two with up to 65 536). Other strategies
+// are called as they are.
 //
 // A Planner is safe for concurrent use; its calls are serialized.
 type Planner struct {
@@ -58,9 +58,67 @@ type Planner struct {
 	// ascending; the rank keys are hashed again when read: rankKey). A
 	// prefix holds every runner of ms when its length is len(ms).
 	pre prefixes
-	// matched: there was a match, of ms (the Planner keeps no
-	// assignment: a repeated input is matched again).
+	// matched: there was a match, of ms; last is its result, kept
+	// compact (a repeated input — a runner's record rewritten, a drained
+	// runner's record deleted — returns it without a match).
 	matched bool
+	last    owners
+}
+
+// owners is a match's result: each shard's member, as an index into the
+// members, one byte a shard with up to 256 members, two with up to 65 536;
+// with more none is kept.
+type owners struct {
+	narrow []uint8
+	wide   []uint16
+}
+
+// reset makes room for a match of n shards among m members (reusing the
+// table when its width still fits).
+func (o *owners) reset(n, m int) {
+	switch {
+	case m <= 1<<8:
+		if len(o.narrow) != n {
+			o.narrow = make([]uint8, n)
+		}
+		o.wide = nil
+	case m <= 1<<16:
+		if len(o.wide) != n {
+			o.wide = make([]uint16, n)
+		}
+		o.narrow = nil
+	default:
+		o.narrow, o.wide = nil, nil
+	}
+}
+
+// set records member i as shard s's.
+func (o *owners) set(s, i int) {
+	if o.narrow != nil {
+		o.narrow[s] = uint8(i)
+	} else if o.wide != nil {
+		o.wide[s] = uint16(i)
+	}
+}
+
+// assignment returns what was kept as an assignment of ms over n shards
+// (a new one: the caller's), or nil when nothing was kept.
+func (o *owners) assignment(ms []member, n int) Assignment {
+	switch {
+	case o.narrow != nil && len(o.narrow) == n:
+		out := make(Assignment, n)
+		for s, i := range o.narrow {
+			out[s] = ms[i].id
+		}
+		return out
+	case o.wide != nil && len(o.wide) == n:
+		out := make(Assignment, n)
+		for s, i := range o.wide {
+			out[s] = ms[i].id
+		}
+		return out
+	}
+	return nil
 }
 
 // noSlot marks the end of a prefix shorter than prefixLen.
@@ -241,6 +299,9 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 	defer p.mu.Unlock()
 	eq := equalWeights(ms)
 	if p.n == in.NumShards && p.eq == eq && slices.Equal(p.ms, ms) && p.matched {
+		if a := p.last.assignment(p.ms, p.n); a != nil {
+			return a, nil
+		}
 		return p.match(quotas(ms, in.NumShards, nil)), nil
 	}
 	gone, added := diffMembers(p.ms, ms, eq)
@@ -471,9 +532,11 @@ func (p *Planner) match(q []int) Assignment {
 		return best, bk
 	})
 	out := make(Assignment, n)
+	p.last.reset(n, len(p.ms))
 	for i, m := range p.ms {
 		for _, h := range heaps[off[i]:off[i+1]] {
 			out[h.shard] = m.id
+			p.last.set(int(h.shard), i)
 		}
 	}
 	p.matched = true
