@@ -15,7 +15,7 @@ import (
 // every result against a fresh Assign of the same input. The small sizes
 // make shards propose past their kept prefixes and force rebuilds.
 func TestPlannerAssignsExactlyAsItsStrategy(t *testing.T) {
-	for _, size := range []struct{ n, m int }{{1, 1}, {5, 9}, {7, 3}, {64, 9}, {500, 12}, {1024, 40}} {
+	for _, size := range []struct{ n, m int }{{1, 1}, {5, 9}, {7, 3}, {64, 9}, {500, 12}, {1024, 40}, {2048, 300}} {
 		for _, weighted := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%dx%d/weighted=%v", size.n, size.m, weighted), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(size.n), uint64(size.m)))

@@ -147,6 +147,53 @@ func (r ranking) best(sk uint64, room []int, last int, lastKey uint64) (int, uin
 	return best, bestKey
 }
 
+// maxRankBatch bounds the runners ranking.bestBelow returns at once.
+const maxRankBatch = 64
+
+// rankedMember is a member and its rank key for a shard.
+type rankedMember struct {
+	i   int32
+	key uint64
+}
+
+// bestBelow appends to out, best first, up to k members as
+// ranking.best returns them one after the other from (last, lastKey):
+// with room, ranking below the last one (all if last < 0), by rank key
+// descending, then index ascending. One pass over the members.
+func (r ranking) bestBelow(sk uint64, room []int, last int, lastKey uint64, k int, out []rankedMember) []rankedMember {
+	below := func(i int, k uint64) bool { return last < 0 || k < lastKey || k == lastKey && i > last }
+	// out[base:] is kept sorted; a candidate enters if it ranks above its
+	// last entry (or it is not full). Members come in index order: on an
+	// equal key the one already there ranks first.
+	base := len(out)
+	for i, rk := range r.keys {
+		if room != nil && room[i] == 0 {
+			continue
+		}
+		var key uint64
+		if r.weights == nil {
+			key = pairHash(rk, sk)
+		} else {
+			key = math.Float64bits(weightedScore(pairHash(rk, sk), r.weights[i]))
+		}
+		if len(out)-base == k && key <= out[len(out)-1].key || !below(i, key) {
+			continue
+		}
+		j := len(out)
+		if j-base < k {
+			out = append(out, rankedMember{})
+		} else {
+			j = len(out) - 1
+		}
+		for j > base && key > out[j-1].key {
+			out[j] = out[j-1]
+			j--
+		}
+		out[j] = rankedMember{int32(i), key}
+	}
+	return out
+}
+
 // Rendezvous returns the weighted rendezvous (highest random weight) strategy:
 // each shard goes to the runner with the highest score w / -ln(u), where u in
 // (0, 1) is a hash of the pair (runner, shard). A runner gets each shard with
