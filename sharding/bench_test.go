@@ -65,3 +65,30 @@ func BenchmarkPlanner(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlannerColdStart measures what a Planner costs a runner at a
+// cold start: its first, fresh computation, and Prepare building the
+// prefixes afterwards (a runner does it once membership is quiet).
+func BenchmarkPlannerColdStart(b *testing.B) {
+	for _, size := range []struct{ shards, runners int }{{MaxShards, 100}, {MaxShards, 1000}} {
+		in := Input{NumShards: size.shards, Runners: numbered("", size.runners)}
+		b.Run(fmt.Sprintf("fresh/%dx%d", size.shards, size.runners), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := NewPlanner(Balanced()).Assign(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("prepare/%dx%d", size.shards, size.runners), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				p := NewPlanner(Balanced())
+				if _, err := p.Assign(in); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				p.Prepare()
+			}
+		})
+	}
+}
