@@ -44,20 +44,30 @@ func grant(t *testing.T, s *memory.Store) storage.LeaseID {
 	return l.ID
 }
 
+// waitingForAnother returns a store holding runner "a"'s record of another
+// live process (incarnation "other", started at t0) and a Record of "a"
+// (incarnation "me", LeaseTTL 1 s) whose first Register under its lease
+// mine waited for it (ErrWaitingForID).
+func waitingForAnother(t *testing.T) (s *memory.Store, c *Record, mine storage.LeaseID, t0 time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	s = memory.New()
+	t0 = time.Now()
+	if _, err := s.PutRunner(ctx, grant(t, s), record("a", "other", t0)); err != nil {
+		t.Fatal(err)
+	}
+	c = New(Config{ID: "a", Incarnation: "me", LeaseTTL: time.Second}, s, quiet)
+	mine = grant(t, s)
+	if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, ErrWaitingForID) {
+		t.Fatalf("registering over another live process's record = %v, want ErrWaitingForID", err)
+	}
+	return s, c, mine, t0
+}
+
 func TestRegistrationWaitsForAnotherLiveProcessThenGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := memory.New()
-		t0 := time.Now()
-		other := grant(t, s)
-		if _, err := s.PutRunner(ctx, other, record("a", "other", t0)); err != nil {
-			t.Fatal(err)
-		}
-		c := New(Config{ID: "a", Incarnation: "me", LeaseTTL: time.Second}, s, quiet)
-		mine := grant(t, s)
-		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, ErrWaitingForID) {
-			t.Fatalf("registering over another live process's record = %v, want ErrWaitingForID", err)
-		}
+		_, c, mine, t0 := waitingForAnother(t)
 		time.Sleep(time.Second + duplicateIDSlack - time.Millisecond)
 		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, ErrWaitingForID) {
 			t.Fatalf("within the holder's TTL + slack: %v, want still waiting", err)
@@ -78,17 +88,7 @@ func TestRegistrationWaitsForAnotherLiveProcessThenGivesUp(t *testing.T) {
 func TestRegistrationWaitRestartsAfterTheStoreFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := memory.New()
-		t0 := time.Now()
-		other := grant(t, s)
-		if _, err := s.PutRunner(ctx, other, record("a", "other", t0)); err != nil {
-			t.Fatal(err)
-		}
-		c := New(Config{ID: "a", Incarnation: "me", LeaseTTL: time.Second}, s, quiet)
-		mine := grant(t, s)
-		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, ErrWaitingForID) {
-			t.Fatalf("registering over another process's record = %v, want ErrWaitingForID", err)
-		}
+		s, c, mine, t0 := waitingForAnother(t)
 		time.Sleep(time.Second)
 		s.Fail(memory.OpPutRunner, storage.ErrUnavailable)
 		if _, err := c.Register(ctx, mine, record("a", "me", t0)); !errors.Is(err, storage.ErrUnavailable) {

@@ -2,15 +2,9 @@ package reminders
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
-
-	"github.com/shardhost/shardhost/runner/internal/schedule"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -26,12 +20,8 @@ func BenchmarkLoadShardsAtOnce(b *testing.B) {
 	c := memory.NewCluster()
 	defer c.Close()
 	st := c.NewStore("a")
-	met, err := NewMetrics(noop.NewMeterProvider().Meter("bench"), metric.WithAttributes())
-	if err != nil {
-		b.Fatal(err)
-	}
 	for b.Loop() {
-		s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		s := newTestService(b, st)
 		ctx, cancel := context.WithCancel(context.Background())
 		for i := range n {
 			s.Acquired(sharding.ShardID(i), storage.Epoch(1), ctx)

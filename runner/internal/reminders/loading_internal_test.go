@@ -2,15 +2,9 @@ package reminders
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
-
-	"github.com/shardhost/shardhost/runner/internal/schedule"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -24,11 +18,7 @@ func TestLoadingCountsTheSetsNotLoadedYet(t *testing.T) {
 	c := memory.NewCluster()
 	defer c.Close()
 	st := c.NewStore("a")
-	met, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := newTestService(t, st)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	agree := func(want int) {

@@ -3,16 +3,10 @@ package reminders
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
-
 	"github.com/shardhost/shardhost/runner/internal/hosting"
-	"github.com/shardhost/shardhost/runner/internal/schedule"
 	"github.com/shardhost/shardhost/sharding"
 	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/storage/memory"
@@ -24,11 +18,7 @@ import (
 func ownedShard(ctx context.Context, t *testing.T, c *memory.Cluster, id sharding.ShardID, loaded bool) (*Service, *memory.Store, storage.Epoch) {
 	t.Helper()
 	st, epoch := acquire(t, c, "a", id)
-	met, err := NewMetrics(noop.NewMeterProvider().Meter("test"), metric.WithAttributes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{}, st, nil, schedule.New(schedule.Config{}), met, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := newTestService(t, st)
 	s.Acquired(id, epoch, ctx)
 	if loaded {
 		if err := s.read(ctx, []*shardSet{s.current(id, epoch)}); err != nil {
