@@ -69,6 +69,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -117,6 +118,16 @@ func churn() int {
 	flag.StringVar(&htmlPath, "html", "", "also write the report as a self-contained HTML `file` with SVG charts")
 	flag.Parse()
 	p.InProcessLoad = !*loadProc
+	profiles := 0
+	for _, name := range []string{*cpuProfile, *coldProfileFile, *churnProfileFile} {
+		if name != "" {
+			profiles++
+		}
+	}
+	if profiles > 1 {
+		fmt.Fprintln(os.Stderr, "churn: -cpuprofile, -coldprofile and -churnprofile exclude each other")
+		return 2
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {
@@ -128,31 +139,21 @@ func churn() int {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	if *coldProfileFile != "" {
-		if *cpuProfile != "" || *churnProfileFile != "" {
-			fmt.Fprintln(os.Stderr, "churn: -coldprofile excludes -cpuprofile and -churnprofile")
-			return 2
+	// The phase profiles are started and stopped by the harness.
+	for _, phase := range []struct {
+		file string
+		to   *io.Writer
+	}{{*coldProfileFile, &coldProfile}, {*churnProfileFile, &churnProfile}} {
+		if phase.file == "" {
+			continue
 		}
-		f, err := os.Create(*coldProfileFile)
+		f, err := os.Create(phase.file)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "churn:", err)
 			return 2
 		}
 		defer f.Close()
-		coldProfile = f
-	}
-	if *churnProfileFile != "" {
-		if *cpuProfile != "" {
-			fmt.Fprintln(os.Stderr, "churn: -cpuprofile and -churnprofile exclude each other")
-			return 2
-		}
-		f, err := os.Create(*churnProfileFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "churn:", err)
-			return 2
-		}
-		defer f.Close()
-		churnProfile = f
+		*phase.to = f
 	}
 	if p.Seed == 0 {
 		p.Seed = uint64(time.Now().UnixNano())
