@@ -35,7 +35,7 @@ const maxSlots = noSlot
 // computed as a fresh Assign; the prefixes are built (about twice that)
 // by Prepare, or else at the first small change after it. An input with the previous one's
 // runners and weights returns the previous assignment (kept a byte a
-// shard with up to 256 runners, two with up to 65 536). Other strategies
+// shard with up to 255 runners, two with up to 65 535). Other strategies
 // are called as they are.
 //
 // A Planner is safe for concurrent use; its calls are serialized.
@@ -57,68 +57,13 @@ type Planner struct {
 	// of each shard's order over ms (rank key descending, then ID
 	// ascending; the rank keys are hashed again when read: rankKey). A
 	// prefix holds every runner of ms when its length is len(ms).
-	pre prefixes
-	// matched: there was a match, of ms; last is its result, kept
-	// compact (a repeated input — a runner's record rewritten, a drained
-	// runner's record deleted — returns it without a match).
+	pre indexes
+	// matched: there was a match, of ms; last is its result, each shard's
+	// member as an index into ms (none with more than maxSlots members):
+	// a repeated input — a runner's record rewritten, a drained runner's
+	// record deleted — returns it without a match.
 	matched bool
-	last    owners
-}
-
-// owners is a match's result: each shard's member, as an index into the
-// members, one byte a shard with up to 256 members, two with up to 65 536;
-// with more none is kept.
-type owners struct {
-	narrow []uint8
-	wide   []uint16
-}
-
-// reset makes room for a match of n shards among m members (reusing the
-// table when its width still fits).
-func (o *owners) reset(n, m int) {
-	switch {
-	case m <= 1<<8:
-		if len(o.narrow) != n {
-			o.narrow = make([]uint8, n)
-		}
-		o.wide = nil
-	case m <= 1<<16:
-		if len(o.wide) != n {
-			o.wide = make([]uint16, n)
-		}
-		o.narrow = nil
-	default:
-		o.narrow, o.wide = nil, nil
-	}
-}
-
-// set records member i as shard s's.
-func (o *owners) set(s, i int) {
-	if o.narrow != nil {
-		o.narrow[s] = uint8(i)
-	} else if o.wide != nil {
-		o.wide[s] = uint16(i)
-	}
-}
-
-// assignment returns what was kept as an assignment of ms over n shards
-// (a new one: the caller's), or nil when nothing was kept.
-func (o *owners) assignment(ms []member, n int) Assignment {
-	switch {
-	case o.narrow != nil && len(o.narrow) == n:
-		out := make(Assignment, n)
-		for s, i := range o.narrow {
-			out[s] = ms[i].id
-		}
-		return out
-	case o.wide != nil && len(o.wide) == n:
-		out := make(Assignment, n)
-		for s, i := range o.wide {
-			out[s] = ms[i].id
-		}
-		return out
-	}
-	return nil
+	last    indexes
 }
 
 // rankBatchFrom is the most runners for which a shard past its prefix
@@ -129,35 +74,39 @@ const rankBatchFrom = 256
 // noSlot marks the end of a prefix shorter than prefixLen.
 const noSlot = 1<<16 - 1
 
-// prefixes holds shard s's prefix, best first, in entries s*prefixLen to
-// s*prefixLen+prefixLen-1, a shorter one ended by noSlot: one byte an
-// entry while every slot is below 255 (0xff ends a prefix there), two
-// bytes after the first larger slot.
-type prefixes struct {
+// indexes is a table of small indexes (slots, members), each noSlot until
+// set: one byte an entry while every index written is below 255 (0xff
+// stands for noSlot there), two bytes after the first larger one. The
+// zero value is no table. As the Planner's prefixes, shard s's prefix is
+// entries s*prefixLen to s*prefixLen+prefixLen-1, best first, a shorter
+// one ended by noSlot.
+type indexes struct {
 	narrow []uint8
 	wide   []uint16
 }
 
-// newPrefixes returns n empty prefixes for slots below slots.
-func newPrefixes(n, slots int) prefixes {
-	if slots < 0xff {
-		b := make([]uint8, n*prefixLen)
+// newIndexes returns a table of n entries for indexes below below.
+func newIndexes(n, below int) indexes {
+	if below <= 0xff {
+		b := make([]uint8, n)
 		for i := range b {
 			b[i] = 0xff
 		}
-		return prefixes{narrow: b}
+		return indexes{narrow: b}
 	}
-	w := make([]uint16, n*prefixLen)
+	w := make([]uint16, n)
 	for i := range w {
 		w[i] = noSlot
 	}
-	return prefixes{wide: w}
+	return indexes{wide: w}
 }
 
-func (t *prefixes) kept() bool { return t.narrow != nil || t.wide != nil }
+func (t *indexes) kept() bool { return t.narrow != nil || t.wide != nil }
+
+func (t *indexes) len() int { return len(t.narrow) + len(t.wide) }
 
 // at returns entry i: a slot, or noSlot.
-func (t *prefixes) at(i int) uint16 {
+func (t *indexes) at(i int) uint16 {
 	if t.narrow != nil {
 		if v := t.narrow[i]; v != 0xff {
 			return uint16(v)
@@ -167,9 +116,9 @@ func (t *prefixes) at(i int) uint16 {
 	return t.wide[i]
 }
 
-// set makes entry i slot v (a slot, or noSlot); a slot of 255 or more
+// set makes entry i v (an index, or noSlot); an index of 255 or more
 // first widens a narrow table.
-func (t *prefixes) set(i int, v uint16) {
+func (t *indexes) set(i int, v uint16) {
 	if t.narrow == nil {
 		t.wide[i] = v
 		return
@@ -194,7 +143,7 @@ func (t *prefixes) set(i int, v uint16) {
 }
 
 // length returns the length of shard s's prefix.
-func (t *prefixes) length(s int) int {
+func (t *indexes) length(s int) int {
 	base := s * prefixLen
 	if t.narrow != nil {
 		return prefixLength(t.narrow[base:base+prefixLen], 0xff)
@@ -203,7 +152,7 @@ func (t *prefixes) length(s int) int {
 }
 
 // remove takes slot out of the first n prefixes.
-func (t *prefixes) remove(n int, slot uint16) {
+func (t *indexes) remove(n int, slot uint16) {
 	if t.narrow != nil {
 		removeSlot(t.narrow, n, uint8(slot), 0xff)
 		return
@@ -304,10 +253,14 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 	defer p.mu.Unlock()
 	eq := equalWeights(ms)
 	if p.n == in.NumShards && p.eq == eq && slices.Equal(p.ms, ms) && p.matched {
-		if a := p.last.assignment(p.ms, p.n); a != nil {
-			return a, nil
+		if p.last.len() != p.n {
+			return p.match(quotas(ms, in.NumShards, nil)), nil
 		}
-		return p.match(quotas(ms, in.NumShards, nil)), nil
+		out := make(Assignment, p.n)
+		for s := range out {
+			out[s] = p.ms[p.last.at(s)].id
+		}
+		return out, nil
 	}
 	gone, added := diffMembers(p.ms, ms, eq)
 	small := p.matched && p.n == in.NumShards && p.eq == eq && len(gone)+len(added) <= len(ms)/2+1 &&
@@ -322,7 +275,7 @@ func (p *Planner) Assign(in Input) (Assignment, error) {
 		// A first assignment or many runners at once (a cold start):
 		// prefixes might be rebuilt for nothing; ranked on the spot.
 		p.n, p.eq, p.ms = in.NumShards, eq, slices.Clone(ms)
-		p.pre, p.slotOf, p.slotID, p.slotKey, p.slotW = prefixes{}, nil, nil, nil, nil
+		p.pre, p.slotOf, p.slotID, p.slotKey, p.slotW = indexes{}, nil, nil, nil, nil
 	}
 	return p.match(quotas(ms, in.NumShards, nil)), nil
 }
@@ -389,7 +342,7 @@ func (p *Planner) rebuild(n int, ms []member, eq bool) {
 		p.slotKey = append(p.slotKey, m.key)
 		p.slotW = append(p.slotW, float64(m.weight))
 	}
-	p.pre = newPrefixes(n, len(ms))
+	p.pre = newIndexes(n*prefixLen, len(ms))
 	rk := newRanking(ms)
 	for s := range n {
 		// The shard's prefix is built in a local array, the worst entry
@@ -571,11 +524,16 @@ func (p *Planner) match(q []int) Assignment {
 		return int(m.i), m.key
 	})
 	out := make(Assignment, n)
-	p.last.reset(n, len(p.ms))
+	p.last = indexes{}
+	if len(p.ms) <= maxSlots {
+		p.last = newIndexes(n, len(p.ms))
+	}
 	for i, m := range p.ms {
 		for _, h := range heaps[off[i]:off[i+1]] {
 			out[h.shard] = m.id
-			p.last.set(int(h.shard), i)
+			if p.last.kept() {
+				p.last.set(int(h.shard), uint16(i))
+			}
 		}
 	}
 	p.matched = true
