@@ -114,16 +114,15 @@ func (r *Runner) controlLoop(ctx context.Context) {
 // O(shards x runners) in every runner at the moment the change must
 // settle. At most one runs.
 func (r *Runner) preparePlanner(bg *sync.WaitGroup, preparing *atomic.Bool) {
-	r.mu.Lock()
-	p := r.view.planner
-	r.mu.Unlock()
-	if p.Prepared() || preparing.Load() {
+	if preparing.Load() {
 		return
 	}
 	r.mu.Lock()
-	settled := r.shards.owned == r.view.assignment.Count(r.cfg.ID) // O(shards), until prepared
+	p := r.view.planner
+	// O(shards) until prepared, once a VerifyInterval.
+	due := !p.Prepared() && r.shards.owned == r.view.assignment.Count(r.cfg.ID)
 	r.mu.Unlock()
-	if !settled || !preparing.CompareAndSwap(false, true) {
+	if !due || !preparing.CompareAndSwap(false, true) {
 		return
 	}
 	bg.Go(func() {
