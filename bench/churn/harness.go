@@ -215,14 +215,14 @@ func (h *harness) run(ctx context.Context) (*Report, error) {
 	if h.load, err = h.startLoad(); err != nil {
 		return nil, err
 	}
-	// The first runners start together, as a deployment's pods do (or
-	// StartRate a second).
 	if coldProfile != nil {
 		if err := pprof.StartCPUProfile(coldProfile); err != nil {
 			h.problem("cold start profile: %v", err)
 			coldProfile = nil
 		}
 	}
+	// The first runners start together, as a deployment's pods do (or
+	// StartRate a second).
 	start := time.Now()
 	c0 := h.markCost(ctx)
 	cold := h.watchCold(start, c0)
