@@ -38,6 +38,28 @@ type ownership struct {
 // comes after both.
 const reminderResume = time.Second + runner.DefaultOpTimeout
 
+// admittedBy is when a handler whose first record came at start passed
+// the start gate, at the latest. A tick counts as fired when its handler
+// starts, and the gate admits it: a SIGSTOP between the gate and the
+// handler's first record (a pause that ended within frozenBeforeStart of
+// it) moves that record past the stop, while the tick fired before it —
+// and past the detach instant, so the next owner fires it again,
+// Redelivered. Such a fire is placed at the stop (or just after the
+// process's record before it, when the signal landed later), the instant
+// checks 1 and 6 judge it by too.
+func (c *checker) admittedBy(pid int, prev, start int64) int64 {
+	inc := c.in.incarnations[pid]
+	if inc == nil {
+		return start
+	}
+	for _, p := range inc.pauses {
+		if p[0] < start && p[1] > start-int64(frozenBeforeStart) {
+			return min(start, max(p[0], prev+1))
+		}
+	}
+	return start
+}
+
 // reminders is check 8.
 func (c *checker) reminders() {
 	type okey struct {
@@ -66,11 +88,12 @@ func (c *checker) reminders() {
 	byEntity := map[string][]fire{}
 	execStart := map[[2]int64]int64{} // (pid, inst) -> its last handler start
 	for pid, recs := range c.perPID {
+		var prev int64 // the process's record before this one
 		for _, r := range recs {
 			k := okey{pid, r.Shard, r.Epoch}
 			switch r.Kind {
 			case runnerproc.HistStart:
-				execStart[[2]int64{int64(pid), r.Inst}] = r.Mono
+				execStart[[2]int64{int64(pid), r.Inst}] = c.admittedBy(pid, prev, r.Mono)
 			case runnerproc.HistAcquired:
 				o := &ownership{from: r.Mono, until: never}
 				owned[k] = append(owned[k], o)
@@ -98,6 +121,7 @@ func (c *checker) reminders() {
 				byEntity[r.Entity+"/"+r.Detail] = append(byEntity[r.Entity+"/"+r.Detail], fire{pid: pid, runner: r.Runner, shard: r.Shard,
 					epoch: r.Epoch, tick: r.Tick, missed: r.Missed, redelivered: r.Redelivered, start: start})
 			}
+			prev = r.Mono
 		}
 		if d := c.deathOf(pid); d != never {
 			endAll(pid, d, false)

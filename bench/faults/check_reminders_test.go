@@ -197,3 +197,42 @@ func TestCheckerFlagsAReminderSlowToFireAfterTheConvergence(t *testing.T) {
 		})
 	}
 }
+
+// A SIGSTOP that lands between the start gate and a tick handler's first
+// record: the tick fired before the stop (the gate admitted it), its
+// record comes after the resume, after the next owner fired later ticks
+// (seed 47685 in CI: tick 7 recorded on the resumed owner 46 ms after
+// tick 13 on the next). It is judged at the stop; a tick recorded later
+// than frozenBeforeStart after the resume was admitted after it, and goes
+// backwards.
+func TestCheckerPlacesATickAdmittedBeforeAStopAtTheStop(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		recorded float64 // seconds after the resume at 12.6 s
+		want     string
+	}{
+		{"frozen between gate and handler", 0.003, ""},
+		{"admitted after the resume", 0.05, "went backwards"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHist()
+			h.in.p.Reminders = 1
+			h.runner(1, "r1", 100, 0)
+			h.runner(2, "r2", 200, 0)
+			h.owns(1, 7, 10, 0.5, -1)
+			h.tick(1, 7, 10, 5, 5, 0, false)
+			h.tick(1, 7, 10, 6, 6, 0, false)
+			h.pause(1, 6.5, 12.6)
+			h.owns(2, 7, 20, 11, -1)
+			h.tick(2, 7, 20, 11.1, 12, 11, true) // stands for 1..12
+			h.tick(2, 7, 20, 12.5, 13, 0, false)
+			h.tick(1, 7, 10, 12.6+tc.recorded, 7, 0, false)
+			h.tick(2, 7, 20, 13.5, 14, 0, false)
+			if tc.want != "" {
+				wantViolation(t, h, tc.want)
+				return
+			}
+			wantClean(t, h)
+		})
+	}
+}
