@@ -35,7 +35,10 @@ type Params struct {
 	Etcd     string        // host:port of an existing etcd; "" starts ./bin/etcd
 	Verbose  bool          // runners' info logs and the etcd client's warnings
 	Steady   time.Duration // after the cold start, measure the settled cluster this long (0: skip)
-	Procs    bool          // hosting runners in separate OS processes (crash = SIGKILL)
+	// StatePoll: after the cold start, poll the runners' Status this often
+	// until every owned shard's state is read (0: do not wait for it).
+	StatePoll time.Duration
+	Procs     bool // hosting runners in separate OS processes (crash = SIGKILL)
 	// InProcessLoad runs the gateway and the callers in the harness's
 	// process, their CPU counted with the runners' (else in a child of
 	// their own).
@@ -557,10 +560,10 @@ func (h *harness) waitSettled(ctx context.Context, timeout time.Duration) bool {
 
 // waitStateLoaded waits, up to timeout, until no runner has an owned
 // shard whose reminders and remembered entities are still to be read
-// (Status.ShardsLoading), and reports whether that came. With -procs it
-// is not followed: false at once.
+// (Status.ShardsLoading), polling every StatePoll, and reports whether
+// that came. With -procs or StatePoll 0 it is not followed: false at once.
 func (h *harness) waitStateLoaded(ctx context.Context, timeout time.Duration) bool {
-	if h.p.Procs {
+	if h.p.Procs || h.p.StatePoll <= 0 {
 		return false
 	}
 	deadline := time.Now().Add(timeout)
@@ -572,7 +575,7 @@ func (h *harness) waitStateLoaded(ctx context.Context, timeout time.Duration) bo
 		if loading == 0 {
 			return true
 		}
-		if time.Now().After(deadline) || !sleepUntil(ctx, time.Now().Add(20*time.Millisecond)) {
+		if time.Now().After(deadline) || !sleepUntil(ctx, time.Now().Add(h.p.StatePoll)) {
 			h.problem("%d owned shards' state still not read %v after the cold start", loading, timeout)
 			return false
 		}
