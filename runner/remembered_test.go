@@ -178,7 +178,7 @@ func markers(t *testing.T, st storage.ShardStates, n int) map[string]storage.Rev
 	for i := range ids {
 		ids[i] = sharding.ShardID(i)
 	}
-	sts, err := st.ReadShardStates(t.Context(), ids, 0)
+	sts, err := st.ReadShardStates(t.Context(), ids)
 	if err != nil {
 		t.Fatal(err)
 	}

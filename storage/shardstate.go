@@ -440,17 +440,8 @@ func StateBatches(shards []sharding.ShardID, ops [][]StateOp) ([][2]int, error) 
 type ShardStates interface {
 	// ReadShardStates reads the state of each shard (distinct), one
 	// read-only transaction per MaxShardsPerTxn/2 shards, each at one
-	// revision. That revision is no older than atLeast (a caller that
-	// owns the shards passes their newest epoch: every write of a
-	// previous owner came before it) nor than any write this store made
-	// through WriteShardStates that completed before the call; it may be
-	// older than the store's latest, which lets a replicated store
-	// answer from any replica that has applied it, without a round of
-	// its consensus. Only the owner of a shard writes its state (fenced
-	// by its epoch), so for the owner such a read is as good as a
-	// linearizable one. atLeast must not be negative. Results are in the
-	// order of shards.
-	ReadShardStates(ctx context.Context, shards []sharding.ShardID, atLeast Revision) ([]ShardState, error)
+	// revision. Results are in the order of shards.
+	ReadShardStates(ctx context.Context, shards []sharding.ShardID) ([]ShardState, error)
 	// WriteShardStates applies each write if its shard's lock is at its
 	// epoch, atomically per write (shards distinct), several writes per
 	// transaction (StateBatches). One client's writes to a shard are

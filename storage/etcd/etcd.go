@@ -58,7 +58,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -99,12 +98,6 @@ type Store struct {
 	attemptTimeout time.Duration
 	members        *members
 	order          storage.StateOrder // the order keys of shard state writes (storage/stateorder.go)
-	// stateWritten: the newest revision of this store's successful state
-	// writes, the least revision a state read may be at (shardstate.go);
-	// stateReadsBehind: state reads a member answered below that floor,
-	// made again linearizably.
-	stateWritten     atomic.Int64
-	stateReadsBehind atomic.Int64
 }
 
 // New returns a store that keeps its keys under "/{namespace}/" in the etcd
@@ -139,23 +132,18 @@ func New(cli *clientv3.Client, namespace string, cfg Config) (*Store, error) {
 func (s *Store) Close() error { return s.members.close() }
 
 // Stats counts the hedged calls of a Store (KeepAliveOnce, Verify
-// batches, Ping, ReadShardStates batches) since it was created.
+// batches, Ping) since it was created.
 type Stats struct {
 	Calls    int64 // hedged calls
 	Attempts int64 // attempts of those calls, one member each
 	Hedged   int64 // calls that needed a second attempt
 	Failed   int64 // calls no member answered before their context ended
-	// StateReadsBehind counts the shard state reads (ReadShardStates
-	// batches) a member answered at a revision below the read's floor,
-	// made again linearizably.
-	StateReadsBehind int64
 }
 
 // Stats returns the counts of the store's hedged calls.
 func (s *Store) Stats() Stats {
 	st := &s.members.stats
-	return Stats{Calls: st.calls.Load(), Attempts: st.attempts.Load(), Hedged: st.hedged.Load(), Failed: st.failed.Load(),
-		StateReadsBehind: s.stateReadsBehind.Load()}
+	return Stats{Calls: st.calls.Load(), Attempts: st.attempts.Load(), Hedged: st.hedged.Load(), Failed: st.failed.Load()}
 }
 
 // ClientConfig returns the etcd client settings shardhost recommends for

@@ -55,7 +55,7 @@ func attached(ctx context.Context, s *etcd.Store, id storage.LeaseID, held []sto
 	}
 	// A new owner's first read of a shard's reminders and remembered
 	// entities.
-	if _, err := s.ReadShardStates(cctx, []sharding.ShardID{held[0].Shard}, storage.Revision(held[0].Epoch)); err != nil {
+	if _, err := s.ReadShardStates(cctx, []sharding.ShardID{held[0].Shard}); err != nil {
 		return fmt.Errorf("read shard state: %w", err)
 	}
 	return s.Ping(cctx)

@@ -13,40 +13,24 @@ import (
 
 // Per-shard state (storage.ShardStates): a read is one read-only
 // transaction of two range reads per shard (its reminders and remembered
-// entities), hedged across the members (see Store); a write is, per
-// shard, a nested transaction that applies the shard's operations and
-// puts its order key if its lock is at the write's epoch and the order
-// key at the revision expected (storage.StateOrder), else reads both.
-//
-// A read is serializable: the member answers from what it has applied,
-// without a read index. It is taken when the member's revision is at
-// least the read's floor (the caller's atLeast, normally the shards'
-// newest epoch, and the newest revision of this store's own completed
-// state writes); a member behind it reads again linearizably, which
-// waits until that member has caught up. A linearizable read waits for
-// etcd's read-index round, and at a cold start of many runners those
-// rounds queued: reads of 8 shards took 0.25-1 s each at the server
-// (BENCHMARKS.md, "Churn, scale and scoped views").
+// entities), hedged across the members (see Store); a write is, per shard, a nested transaction that applies the
+// shard's operations and puts its order key if its lock is at the write's
+// epoch and the order key at the revision expected (storage.StateOrder),
+// else reads both.
 
 // ReadShardStates implements storage.ShardStates.
-func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID, atLeast storage.Revision) ([]storage.ShardState, error) {
+func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID) ([]storage.ShardState, error) {
 	if err := storage.CheckShards(shards); err != nil {
 		return nil, err
 	}
-	if atLeast < 0 {
-		return nil, fmt.Errorf("%w: read shard states at least at revision %d", storage.ErrInvalidArgument, atLeast)
-	}
-	floor := max(atLeast, storage.Revision(s.stateWritten.Load()))
 	out := make([]storage.ShardState, len(shards))
 	families := []storage.Keyspace{storage.KeyspaceReminders, storage.KeyspaceRemembered}
 	err := forBatchesOf(len(shards), storage.MaxShardsPerTxn/2, func(lo, hi int) error {
-		serial := make([]clientv3.Op, 0, 2*(hi-lo))
-		linear := make([]clientv3.Op, 0, 2*(hi-lo))
+		ops := make([]clientv3.Op, 0, 2*(hi-lo))
 		for _, id := range shards[lo:hi] {
 			for _, ks := range families {
 				start, end := storage.ShardFamilyRange(ks, id)
-				serial = append(serial, clientv3.OpGet(s.prefix+start, clientv3.WithRange(s.prefix+end), clientv3.WithSerializable()))
-				linear = append(linear, clientv3.OpGet(s.prefix+start, clientv3.WithRange(s.prefix+end)))
+				ops = append(ops, clientv3.OpGet(s.prefix+start, clientv3.WithRange(s.prefix+end)))
 			}
 		}
 		cctx, cancel := s.ctx(ctx)
@@ -55,13 +39,7 @@ func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID, 
 		// member must not hold back a shard's reminders and remembered
 		// entities after its install).
 		resp, err := hedged(cctx, s.members, s.attemptTimeout, func(ctx context.Context, m *member) (*clientv3.TxnResponse, error) {
-			ctx = clientv3.WithRequireLeader(ctx)
-			resp, err := m.kv.Txn(ctx).Then(serial...).Commit()
-			if err != nil || storage.Revision(resp.Header.Revision) >= floor {
-				return resp, err
-			}
-			s.stateReadsBehind.Add(1)
-			return m.kv.Txn(ctx).Then(linear...).Commit()
+			return m.kv.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 		})
 		if err != nil {
 			return fmt.Errorf("read the state of %d shards: %w", hi-lo, translate(err))
@@ -143,7 +121,6 @@ func (s *Store) WriteShardStates(ctx context.Context, writes []storage.ShardWrit
 				res := storage.ShardWriteResult{Shard: w.Shard}
 				if r.Succeeded {
 					res.Revision = rev
-					s.wroteState(rev)
 				} else {
 					res.Err = stateRefused(r, w, expect[k])
 				}
@@ -170,15 +147,4 @@ func stateRefused(r *clientv3.TxnResponse, w storage.ShardWrite, expect storage.
 		oe.Current = storage.Revision(order.ModRevision)
 	}
 	return oe
-}
-
-// wroteState raises the floor of later state reads to rev, the revision
-// of a state write of this store that succeeded.
-func (s *Store) wroteState(rev storage.Revision) {
-	for {
-		cur := s.stateWritten.Load()
-		if int64(rev) <= cur || s.stateWritten.CompareAndSwap(cur, int64(rev)) {
-			return
-		}
-	}
 }

@@ -99,7 +99,7 @@ func TestLateStateWriteNeverUndoesALaterOne(t *testing.T) {
 			return err
 		}
 		reminders := func() int {
-			st, err := s.ReadShardStates(ctx, []sharding.ShardID{3}, 0)
+			st, err := s.ReadShardStates(ctx, []sharding.ShardID{3})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,13 +11,9 @@ import (
 )
 
 // ReadShardStates implements storage.ShardStates.
-// The store has one copy: every read is at its latest revision.
-func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID, atLeast storage.Revision) ([]storage.ShardState, error) {
+func (s *Store) ReadShardStates(ctx context.Context, shards []sharding.ShardID) ([]storage.ShardState, error) {
 	if err := storage.CheckShards(shards); err != nil {
 		return nil, err
-	}
-	if atLeast < 0 {
-		return nil, fmt.Errorf("%w: read shard states at least at revision %d", storage.ErrInvalidArgument, atLeast)
 	}
 	out := make([]storage.ShardState, 0, len(shards))
 	for _, b := range storage.Batches(len(shards), storage.MaxShardsPerTxn/2) {

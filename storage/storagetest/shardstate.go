@@ -39,8 +39,7 @@ func testShardStateFenced(t *testing.T, in Instance) {
 	if err != nil || len(res) != 2 || res[0].Err != nil || res[1].Err != nil || res[0].Revision <= 0 {
 		t.Fatalf("WriteShardStates(current epochs) = %+v, %v", res, err)
 	}
-	// At least at the newest epoch: what an owner passes.
-	sts, err := s.ReadShardStates(ctx, []sharding.ShardID{1, 10, 11, 2}, storage.Revision(max(ea[0].Epoch, ea[1].Epoch, ea[2].Epoch)))
+	sts, err := s.ReadShardStates(ctx, []sharding.ShardID{1, 10, 11, 2})
 	if err != nil || len(sts) != 4 {
 		t.Fatalf("ReadShardStates = %v, %v", sts, err)
 	}
@@ -85,13 +84,9 @@ func testShardStateFenced(t *testing.T, in Instance) {
 	if err != nil || !errors.As(res[0].Err, &fe) || !errors.Is(res[0].Err, storage.ErrFenced) || fe.Current != eb || res[1].Err != nil {
 		t.Fatalf("WriteShardStates(stale epoch, current epoch) = %+v, %v; want a *FencedError (current %d) then success", res, err, eb)
 	}
-	// A floor of 0 still sees this store's own writes.
-	sts, err = s.ReadShardStates(ctx, []sharding.ShardID{1}, 0)
+	sts, err = s.ReadShardStates(ctx, []sharding.ShardID{1})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := s.ReadShardStates(ctx, []sharding.ShardID{1}, -1); !errors.Is(err, storage.ErrInvalidArgument) {
-		t.Fatalf("ReadShardStates(atLeast -1) = %v, want ErrInvalidArgument", err)
 	}
 	st := sts[0]
 	if got := names(st.Reminders); !slices.Equal(got, []string{"cart/c2/nightly/summary"}) {
@@ -143,7 +138,7 @@ func testShardStateBatches(t *testing.T, in Instance) {
 			t.Fatalf("shard %d: %v", r.Shard, r.Err)
 		}
 	}
-	sts, err := s.ReadShardStates(ctx, shardRange(0, n), 0)
+	sts, err := s.ReadShardStates(ctx, shardRange(0, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +188,7 @@ func testShardStateCorrupt(t *testing.T, in Instance) {
 			t.Fatal(err)
 		}
 	}
-	sts, err := s.ReadShardStates(ctx, []sharding.ShardID{3}, 0)
+	sts, err := s.ReadShardStates(ctx, []sharding.ShardID{3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +274,7 @@ func testShardStateWritesAreOrdered(t *testing.T, in Instance) {
 	}
 	r2 := write(storage.ShardWrite{DeleteReminders: []storage.ReminderRef{{Entity: r.Entity, Name: r.Name}}})
 	orderAt(r2)
-	sts, err := s.ReadShardStates(ctx, []sharding.ShardID{4}, 0)
+	sts, err := s.ReadShardStates(ctx, []sharding.ShardID{4})
 	if err != nil || len(sts[0].Reminders) != 0 || len(sts[0].Corrupt) != 0 {
 		t.Fatalf("ReadShardStates = %+v, %v; want no reminder, nothing corrupt", sts, err)
 	}

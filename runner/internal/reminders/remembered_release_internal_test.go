@@ -88,7 +88,7 @@ func TestReleaseWritesTheMarkersStillQueued(t *testing.T) {
 					t.Fatalf("the release's write: %+v, %v", res, err)
 				}
 			}
-			got, err := c.NewStore("next").ReadShardStates(t.Context(), []sharding.ShardID{id}, 0)
+			got, err := c.NewStore("next").ReadShardStates(t.Context(), []sharding.ShardID{id})
 			if err != nil || len(got) != 1 || put != tc.entities || len(got[0].Remembered) != tc.entities {
 				t.Fatalf("the writes put %d markers; the next owner reads %d, %v; want %d", put, len(got[0].Remembered), err, tc.entities)
 			}

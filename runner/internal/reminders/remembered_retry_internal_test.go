@@ -43,7 +43,7 @@ func TestFailedMarkerPutWaitsItsBackOff(t *testing.T) {
 	st.Fail(memory.OpShardState, nil)
 	other := c.NewStore("reader")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		got, err := other.ReadShardStates(t.Context(), []sharding.ShardID{id}, 0)
+		got, err := other.ReadShardStates(t.Context(), []sharding.ShardID{id})
 		if err == nil && len(got) == 1 && len(got[0].Remembered) == 1 {
 			break
 		}

@@ -228,19 +228,14 @@ func (s *Service) read(ctx context.Context, sets []*shardSet) error {
 	}
 	ids := make([]sharding.ShardID, len(sets))
 	seqs := make([]uint64, len(sets))
-	// Every write of a shard's previous owners came before its epoch,
-	// and only its owner writes it: a read at the newest epoch or later
-	// sees all of it (the store adds the floor of its own writes).
-	var atLeast storage.Revision
 	for i, set := range sets {
 		ids[i] = set.id
-		atLeast = max(atLeast, storage.Revision(set.epoch))
 		set.mu.Lock()
 		seqs[i] = set.writeSeq
 		set.mu.Unlock()
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-	sts, err := s.store.ReadShardStates(cctx, ids, atLeast)
+	sts, err := s.store.ReadShardStates(cctx, ids)
 	cancel()
 	if err != nil {
 		err = fmt.Errorf("load the reminders of %d shards: %w", len(ids), err)

@@ -126,7 +126,7 @@ func checkWatchdogReloads(t *testing.T, markedQueued bool) {
 		if got := reloadsByCause(t, rd); len(got) != 1 || got["rewrite"] != 1 {
 			t.Errorf("sharding.reminder_reloads by cause = %v, want rewrite: 1", got)
 		}
-		p, err := st.ReadShardStates(t.Context(), []sharding.ShardID{id}, 0)
+		p, err := st.ReadShardStates(t.Context(), []sharding.ShardID{id})
 		if err != nil || p[0].Progress == nil || p[0].Progress.Final {
 			t.Errorf("the store's progress after the set fired again: %+v, %v; want rewritten as not final", p, err)
 		}
