@@ -110,7 +110,7 @@ func churn() int {
 	flag.DurationVar(&p.StartTimeout, "starttimeout", 0, "the runners' StartTimeout: a runner not registered after this long stops (0: the runner's default, 1 min; negative: wait forever)")
 	flag.DurationVar(&p.ColdTimeout, "coldtimeout", settleTimeout, "give up the cold start (and the run, with a report of how far it got) if not every shard is owned after this long")
 	flag.DurationVar(&p.Progress, "progress", 5*time.Second, "during the cold start, sample and print its progress (locks held, runners registered and attached, CPU, memory, etcd's counters) every this long (0: never)")
-	flag.DurationVar(&p.StatePoll, "statepoll", 20*time.Millisecond, "after the cold start, poll the runners' Status this often until every owned shard's reminders and remembered entities are read, before the steady window (0: do not wait; the steady window then starts once every shard is owned)")
+	flag.DurationVar(&p.StatePoll, "statepoll", 20*time.Millisecond, "after the cold start, poll the runners' Status this often until every owned shard's reminders and remembered entities are read, before the steady window (0: do not wait: the steady window then starts once every shard is owned, and its rates average in the reads still in flight)")
 	flag.DurationVar(&p.Steady, "steady", 5*time.Second, "after the cold start, measure the settled cluster (CPU, etcd writes) without load this long (0: skip)")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of tables")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
