@@ -36,6 +36,17 @@ type TypeChecker interface {
 	CheckType(t reflect.Type) error
 }
 
+// ValueDecoder is implemented by codecs whose values are pointers to
+// values the codec makes, such as protocol buffer messages
+// (entity/protocodec): a request, response or reminder payload of type T
+// is decoded by Decode(b, zero), zero being T's zero value (a nil pointer
+// of the message type), which returns a new T — the codec allocates it
+// itself, with no reflection. Other codecs decode a T with Unmarshal(b,
+// &t).
+type ValueDecoder interface {
+	Decode(b []byte, zero any) (any, error)
+}
+
 // JSON is the default codec: encoding/json. Its CheckType rejects, anywhere
 // in a type: unexported struct fields (encoding/json skips them; tag a field
 // `json:"-"` to state that it stays local and arrives zeroed), channels,

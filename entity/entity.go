@@ -223,6 +223,12 @@ type Handler struct {
 	decRsp     func(c Codec, b []byte) (any, error)
 	tick       TickKind                           // timer or reminder handler (time.go)
 	mkTick     func(c Codec, t Tick) (any, error) // builds a tick handler's request
+	// noPayload: the request and response carry nothing (RememberMethod's
+	// empty struct): encoded by the kind's codec when it can (JSON's "{}",
+	// what runners before noPayload expect), as no bytes otherwise (a
+	// protocol buffer codec has no encoding for a Go struct); decoded
+	// whatever the bytes.
+	noPayload bool
 }
 
 // Name returns the method's name.
@@ -241,6 +247,16 @@ func (h *Handler) Idempotent() bool { return h.idempotent }
 // Invoke calls the method on inst (an instance made by the kind's New).
 func (h *Handler) Invoke(inst any, ctx context.Context, req any) (any, error) {
 	return h.invoke(inst, ctx, req)
+}
+
+// Encode encodes a request or a response of this method with c, the
+// kind's codec.
+func (h *Handler) Encode(c Codec, v any) ([]byte, error) {
+	b, err := c.Marshal(v)
+	if err != nil && h.noPayload {
+		return nil, nil
+	}
+	return b, err
 }
 
 // DecodeRequest decodes a request of this method.
@@ -512,6 +528,16 @@ func (s *SignalRef[E, Req]) TellAsync(snd AsyncSender, id string, req Req, timeo
 func decoder[T any]() func(Codec, []byte) (any, error) {
 	return func(c Codec, b []byte) (any, error) {
 		var v T
+		if d, ok := c.(ValueDecoder); ok {
+			x, err := d.Decode(b, v)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %T: %w", ErrBadRequest, v, err)
+			}
+			if v, ok = x.(T); !ok {
+				return nil, fmt.Errorf("%w: %T: codec %q decoded a %T", ErrBadRequest, v, c.Name(), x)
+			}
+			return v, nil
+		}
 		if err := c.Unmarshal(b, &v); err != nil {
 			return nil, fmt.Errorf("%w: %T: %w", ErrBadRequest, v, err)
 		}

@@ -50,9 +50,11 @@ type rememberAwaiter interface {
 // rememberHandler is RememberMethod of kind: the entity is activated by its
 // delivery; the handler waits for its marker.
 func rememberHandler(kind string) *Handler {
-	dec := decoder[rememberReq]()
+	// Empty both ways (Handler.noPayload): whatever was sent decodes as
+	// the empty request.
+	dec := func(Codec, []byte) (any, error) { return rememberReq{}, nil }
 	return &Handler{
-		kind: kind, name: RememberMethod, idempotent: true,
+		kind: kind, name: RememberMethod, idempotent: true, noPayload: true,
 		invoke: func(_ any, ctx context.Context, _ any) (any, error) {
 			rt, ok := RuntimeFrom(ctx)
 			if !ok {

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/entity/protocodec"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -24,11 +27,20 @@ type incReq struct{ By int64 }
 func (c *benchCounter) Inc(_ context.Context, r incReq) (int64, error) { c.n += r.By; return c.n, nil }
 func (c *benchCounter) Add(_ context.Context, r incReq) error          { c.n += r.By; return nil }
 
+func (c *benchCounter) IncProto(_ context.Context, r *wrapperspb.Int64Value) (*wrapperspb.Int64Value, error) {
+	c.n += r.GetValue()
+	return wrapperspb.Int64(c.n), nil
+}
+
 var (
 	benchKind = entity.NewKind("bench-counter", func(string) *benchCounter { return &benchCounter{} },
 		entity.Mailbox(1<<16), entity.IdleAfter(time.Hour))
 	benchInc = entity.Method(benchKind, "inc", (*benchCounter).Inc)
 	benchAdd = entity.Signal(benchKind, "add", (*benchCounter).Add)
+	// The same counter with the protocol buffer codec.
+	benchProtoKind = entity.NewKind("bench-counter-proto", func(string) *benchCounter { return &benchCounter{} },
+		entity.Mailbox(1<<16), entity.IdleAfter(time.Hour), entity.WithCodec(protocodec.Codec))
+	benchProtoInc = entity.Method(benchProtoKind, "inc", (*benchCounter).IncProto)
 )
 
 // benchRunner returns a runner on the memory store that owns all shards.
@@ -90,7 +102,7 @@ func remotePair(b *testing.B, adjust func(runner.Config) runner.Config) *runner.
 		rs = append(rs, r)
 	}
 	for _, r := range rs {
-		if err := r.Register(benchKind); err != nil {
+		if err := r.Register(benchKind, benchProtoKind); err != nil {
 			b.Fatal(err)
 		}
 		done := make(chan struct{})
@@ -202,8 +214,26 @@ func BenchmarkActivate(b *testing.B) {
 }
 
 // BenchmarkRemoteAsk: a client-only runner asks entities owned by another
-// runner over loopback TCP (gRPC); reports the median latency.
+// runner over loopback TCP (gRPC); reports the median latency. The
+// request and response go through the kind's JSON codec.
 func BenchmarkRemoteAsk(b *testing.B) {
+	benchRemoteAsk(b, func(ctx context.Context, client *runner.Runner, id string) error {
+		_, err := benchInc.Ask(ctx, client, id, incReq{By: 1})
+		return err
+	})
+}
+
+// BenchmarkRemoteAskProto is BenchmarkRemoteAsk with the protocol buffer
+// codec (entity/protocodec): an int64 wrapper each way.
+func BenchmarkRemoteAskProto(b *testing.B) {
+	req := wrapperspb.Int64(1) // read-only: shared by the callers
+	benchRemoteAsk(b, func(ctx context.Context, client *runner.Runner, id string) error {
+		_, err := benchProtoInc.Ask(ctx, client, id, req)
+		return err
+	})
+}
+
+func benchRemoteAsk(b *testing.B, ask func(ctx context.Context, client *runner.Runner, id string) error) {
 	for _, callers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			client := remotePair(b, nil)
@@ -218,7 +248,7 @@ func BenchmarkRemoteAsk(b *testing.B) {
 				local := make([]time.Duration, 0, 1024)
 				for more() {
 					t0 := time.Now()
-					if _, err := benchInc.Ask(ctx, client, id, incReq{By: 1}); err != nil {
+					if err := ask(ctx, client, id); err != nil {
 						b.Error(err)
 						break
 					}

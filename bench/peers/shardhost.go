@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/shardhost/shardhost/entity"
+	"github.com/shardhost/shardhost/entity/protocodec"
 	"github.com/shardhost/shardhost/runner"
 	"github.com/shardhost/shardhost/storage/memory"
 )
@@ -26,6 +29,12 @@ type shCounter struct {
 type shInc struct{ By int64 }
 
 func (c *shCounter) Inc(_ context.Context, r shInc) (int64, error) { c.n += r.By; return c.n, nil }
+
+// IncProto is Inc with protocol buffer messages (shProtoKind).
+func (c *shCounter) IncProto(_ context.Context, r *wrapperspb.Int64Value) (*wrapperspb.Int64Value, error) {
+	c.n += r.GetValue()
+	return wrapperspb.Int64(c.n), nil
+}
 func (c *shCounter) Add(_ context.Context, r shInc) error {
 	c.n += r.By
 	if c.tally != nil {
@@ -49,6 +58,12 @@ var (
 	shIdleKind = entity.NewKind("peers-idle", func(string) *shCounter { return &shCounter{tally: &shActivated} },
 		entity.IdleAfter(time.Hour))
 	shIdleAdd = entity.Signal(shIdleKind, "add", (*shCounter).Add)
+
+	// shProtoKind is shKind with the protocol buffer codec
+	// (shardhost-proto: remote asks only, local calls never encode).
+	shProtoKind = entity.NewKind("peers-counter-proto", func(string) *shCounter { return &shCounter{} },
+		entity.Mailbox(1<<16), entity.IdleAfter(time.Hour), entity.WithCodec(protocodec.Codec))
+	shProtoIncM = entity.Method(shProtoKind, "inc", (*shCounter).IncProto)
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -70,7 +85,7 @@ func startRunner(c *memory.Cluster, cfg runner.Config) (*runner.Runner, chan str
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.Register(shKind, shIdleKind); err != nil {
+	if err := r.Register(shKind, shIdleKind, shProtoKind); err != nil {
 		return nil, nil, err
 	}
 	done := make(chan struct{})
@@ -179,6 +194,18 @@ type shRemote struct {
 	owner, client *runner.Runner
 	done          []chan struct{}
 	cluster       *memory.Cluster
+	proto         bool // asks of shProtoKind (shardhost-proto)
+}
+
+// newShardhostProtoRemote is shardhost's remote mode with the protocol
+// buffer codec, as the peers that send protocol buffers do.
+func newShardhostProtoRemote() (remoteNodes, error) {
+	r, err := newShardhostRemote()
+	if err != nil {
+		return nil, err
+	}
+	r.(*shRemote).proto = true
+	return r, nil
 }
 
 func newShardhostRemote() (remoteNodes, error) {
@@ -215,6 +242,13 @@ func newShardhostRemote() (remoteNodes, error) {
 func (s *shRemote) Ask(id int, loop func(ask func() error) error) error {
 	ctx := context.Background()
 	key := "remote-" + strconv.Itoa(id)
+	if s.proto {
+		one := wrapperspb.Int64(1) // read-only: the owner decodes its own
+		return checkedLoop(loop, func() (int64, error) {
+			got, err := shProtoIncM.Ask(ctx, s.client, key, one)
+			return got.GetValue(), err
+		})
+	}
 	return checkedLoop(loop, func() (int64, error) { return shIncM.Ask(ctx, s.client, key, shInc{By: 1}) })
 }
 

@@ -101,7 +101,7 @@ func (rc Receiver) deliverTo(ctx context.Context, req *transport.DeliverRequest,
 	if req.OneWay {
 		return resp, counted
 	}
-	b, err := codec.Marshal(res.V)
+	b, err := h.Encode(codec, res.V)
 	if err != nil {
 		return &transport.DeliverResponse{Code: transport.CodeHandlerError, Message: fmt.Sprintf("encode response: %v", err), Epoch: uint64(res.Epoch)}, counted
 	}

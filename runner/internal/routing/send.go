@@ -200,7 +200,7 @@ func (r *Router) try(ctx context.Context, a *attempt) (v any, err error, sent bo
 			"so no other runner can reach its entities", ErrNoTransport, a.id, how, owner.ID), true
 	}
 	if a.payload == nil {
-		if a.payload, err = a.k.Opts.Codec.Marshal(a.c.Req); err != nil {
+		if a.payload, err = a.h.Encode(a.k.Opts.Codec, a.c.Req); err != nil {
 			a.badReq = true
 			return nil, fmt.Errorf("%w: encode %s.%s request: %w", entity.ErrBadRequest, a.k.Desc.Name(), a.h.Name(), err), true
 		}
