@@ -9,7 +9,7 @@
 // Choose it for kinds whose messages are already protocol buffers, or
 // whose payloads are large or hot: a message is smaller and encodes and
 // decodes with fewer allocations and no reflection over its Go type
-// (BENCHMARKS.md, "Codecs"). Keep JSON (the default) for plain Go structs:
+// (BENCHMARKS.md, "Entities, remote"). Keep JSON (the default) for plain Go structs:
 // it needs no generated code.
 //
 // What it accepts: Method, Signal and Reminder check at definition that
