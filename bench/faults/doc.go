@@ -83,7 +83,11 @@
 //     records its tick (between a start and an end record, so checks 1 and
 //     6 apply to it too). Every tick fired on the owner of its shard,
 //     inside that ownership by the runners' own records; a reminder's
-//     ticks never go backwards; a tick not marked redelivered follows the
+//     ticks never go backwards (a tick counts as fired when the start gate
+//     admits it: one whose handler's first record came right after a
+//     SIGSTOP of its process, within frozenBeforeStart of the resume, is
+//     placed at the stop, as checks 1 and 6 judge it — the next owner may
+//     meanwhile have fired it again, redelivered); a tick not marked redelivered follows the
 //     previous one exactly (its missed count explains any gap: a planned
 //     move loses and repeats nothing); a redelivered tick stands for every
 //     tick after the previous fire (at least once) and follows an
