@@ -20,34 +20,40 @@ import (
 const maxStuckWatches = 256
 
 // stuckWatch is a request to watch shard id's lock from revision from
-// (start), or to stop watching it (stop).
+// (start: its watch is number gen), or to stop watching it (stop).
 type stuckWatch struct {
 	id   sharding.ShardID
 	from storage.Revision
+	gen  uint64
 	stop bool
 }
 
 // stuckWatches are the watched locks of stuck shards (guarded by
-// Runner.mu); the goroutines run in followStuck.
+// Runner.mu), each with the number of its watch: a watch that ends forgets
+// its shard only if no later watch of it started meanwhile (a stop then a
+// start of the same shard, the old goroutine ending after both). The
+// goroutines run in followStuck.
 type stuckWatches struct {
-	watched map[sharding.ShardID]bool
+	watched map[sharding.ShardID]uint64
+	gen     uint64          // the last watch's number
 	req     chan stuckWatch // to followStuck; buffered, never blocks a sender holding r.mu
 }
 
 func newStuckWatches() stuckWatches {
-	return stuckWatches{watched: make(map[sharding.ShardID]bool), req: make(chan stuckWatch, maxStuckWatches)}
+	return stuckWatches{watched: make(map[sharding.ShardID]uint64), req: make(chan stuckWatch, maxStuckWatches)}
 }
 
 // watchStuckLocked watches shard id's lock from revision from (the
 // holder's write, plus one), unless it is watched already, the runner has
 // a full lock view, or maxStuckWatches are watched.
 func (r *Runner) watchStuckLocked(id sharding.ShardID, from storage.Revision) {
-	if r.fullView || r.stuck.watched[id] || len(r.stuck.watched) >= maxStuckWatches {
+	if _, ok := r.stuck.watched[id]; ok || r.fullView || len(r.stuck.watched) >= maxStuckWatches {
 		return
 	}
+	gen := r.stuck.gen + 1
 	select {
-	case r.stuck.req <- stuckWatch{id: id, from: from}:
-		r.stuck.watched[id] = true
+	case r.stuck.req <- stuckWatch{id: id, from: from, gen: gen}:
+		r.stuck.gen, r.stuck.watched[id] = gen, gen
 	default:
 	}
 }
@@ -55,7 +61,7 @@ func (r *Runner) watchStuckLocked(id sharding.ShardID, from storage.Revision) {
 // unwatchStuckLocked stops watching shard id's lock (it was acquired, or is
 // no longer wanted here).
 func (r *Runner) unwatchStuckLocked(id sharding.ShardID) {
-	if !r.stuck.watched[id] {
+	if _, ok := r.stuck.watched[id]; !ok {
 		return
 	}
 	select {
@@ -89,18 +95,20 @@ func (r *Runner) followStuck(ctx context.Context) {
 			}
 			wctx, cancel := context.WithCancel(ctx)
 			cancels[w.id] = cancel
-			wg.Go(func() { r.watchStuck(wctx, w.id, w.from) })
+			wg.Go(func() { r.watchStuck(wctx, w.id, w.from, w.gen) })
 		}
 	}
 }
 
 // watchStuck applies the events of shard id's lock from revision from
 // until ctx ends, the watch fails (the resync retries the shard) or the
-// shard is no longer stuck.
-func (r *Runner) watchStuck(ctx context.Context, id sharding.ShardID, from storage.Revision) {
+// shard is no longer stuck. It is watch number gen of the shard.
+func (r *Runner) watchStuck(ctx context.Context, id sharding.ShardID, from storage.Revision, gen uint64) {
 	defer func() {
 		r.mu.Lock()
-		delete(r.stuck.watched, id)
+		if r.stuck.watched[id] == gen {
+			delete(r.stuck.watched, id)
+		}
 		r.mu.Unlock()
 	}()
 	for resp := range r.store.WatchKey(ctx, storage.LockKey(id), from) {
