@@ -12,6 +12,11 @@
 // (BENCHMARKS.md, "Entities, remote"). Keep JSON (the default) for plain Go structs:
 // it needs no generated code.
 //
+// A call to an entity of the same runner passes the message itself, not
+// a copy (local delivery never encodes): do not change a message after
+// sending it — a signal's handler may run after Tell returned — and treat
+// the messages a handler receives as read-only.
+//
 // What it accepts: Method, Signal and Reminder check at definition that
 // each request, response and payload type is a pointer to a generated
 // message (it implements proto.Message and knows its message type with a
