@@ -51,7 +51,9 @@
 // ErrInvalidKind, naming the offending field, when they do not survive it
 // (see [JSON] for its rules; tag a field `json:"-"` to state that it stays
 // local). Codecs that implement [TypeChecker] inspect the type; any other
-// codec must round-trip a zero value.
+// codec must round-trip a zero value. Codecs whose values are pointers to
+// values they make (protocol buffer messages: package
+// entity/protocodec) implement [ValueDecoder].
 //
 // # Concurrency
 //
