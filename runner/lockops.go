@@ -67,9 +67,20 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 			}
 			r.installLocked(a.Shard, a.Epoch)
 		case storage.AlreadyOwned:
-			// Locked under our lease before (a call cut short by a detach):
-			// never reuse an epoch we did not install; bump it first.
-			rewrite = append(rewrite, a.Shard)
+			// Under our lease already. Written during this attachment and
+			// naming this incarnation (a handoff's transfer to us that
+			// landed before this call, its notice still on the way), it is
+			// installed as the watch would install it: a rewrite would kill
+			// the epoch the transfer's notice then installs, and drop the
+			// shard (its handlers interrupted, its reminders fired again).
+			// Locked before (a call cut short by a detach): never reuse an
+			// epoch we did not install; bump it first.
+			if a.Holder.Epoch == a.Epoch {
+				r.applyLockPutLocked(a.Holder)
+			}
+			if r.shards.owner(a.Shard) == nil {
+				rewrite = append(rewrite, a.Shard)
+			}
 		case storage.HeldElsewhere:
 			if !r.fullView && a.Holder.Epoch > 0 {
 				r.applyLockPutLocked(a.Holder) // what a lock watch would have shown

@@ -145,7 +145,9 @@ type AcquireResult struct {
 	Shard  sharding.ShardID
 	Status AcquireStatus
 	Epoch  Epoch // for Acquired and AlreadyOwned
-	Holder Lock  // for HeldElsewhere (Owner may be zero if the value is corrupt)
+	// Holder is, for HeldElsewhere and AlreadyOwned, the lock as found
+	// (Owner may be zero if the value is corrupt).
+	Holder Lock
 	// Replaced is, for Acquired, the lock without a lease that the
 	// acquisition overwrote (Owner zero if its value was corrupt), or nil
 	// when the key was absent.

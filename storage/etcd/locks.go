@@ -157,7 +157,7 @@ func (s *Store) Acquire(ctx context.Context, lease storage.LeaseID, owner storag
 					res.Replaced = &replaced
 				}
 			case kv != nil && storage.LeaseID(kv.Lease) == lease:
-				res.Status, res.Epoch = storage.AlreadyOwned, storage.Epoch(kv.ModRevision)
+				res.Status, res.Epoch, res.Holder = storage.AlreadyOwned, storage.Epoch(kv.ModRevision), s.lockOf(kv)
 			case kv != nil:
 				res.Status, res.Holder = storage.HeldElsewhere, s.lockOf(kv)
 			default:

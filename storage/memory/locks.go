@@ -39,7 +39,7 @@ func (s *Store) Acquire(ctx context.Context, leaseID storage.LeaseID, owner stor
 				}
 				res.Status, res.Epoch = storage.Acquired, storage.Epoch(tx.rev)
 			case e.lease == leaseID:
-				res.Status, res.Epoch = storage.AlreadyOwned, storage.Epoch(e.mod)
+				res.Status, res.Epoch, res.Holder = storage.AlreadyOwned, storage.Epoch(e.mod), lockOf(key, e)
 			default:
 				res.Status, res.Holder = storage.HeldElsewhere, lockOf(key, e)
 			}

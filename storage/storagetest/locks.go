@@ -78,9 +78,15 @@ func testHeldElsewhere(t *testing.T, in Instance) {
 	if rb[2].Status != storage.Acquired {
 		t.Fatalf("Acquire(B, 3) = %v, want acquired", rb[2].Status)
 	}
-	again := acquire(t, s, la, owner("a", "1"), 1, 3)
+	// Acquired again under the same lease (by another incarnation: the
+	// lock keeps the owner that wrote it): already owned, with the lock
+	// as found, so that the caller can tell its own write from another's.
+	again := acquire(t, s, la, owner("a", "2"), 1, 3)
 	if again[0].Status != storage.AlreadyOwned || again[0].Epoch != ra[0].Epoch {
 		t.Errorf("Acquire(A, 1) again = %v epoch %d, want already-owned epoch %d", again[0].Status, again[0].Epoch, ra[0].Epoch)
+	}
+	if want := (storage.Lock{Shard: 1, Owner: owner("a", "1"), Lease: la, Epoch: ra[0].Epoch}); again[0].Holder != want {
+		t.Errorf("Acquire(A, 1) again: Holder = %+v, want the lock as found, %+v", again[0].Holder, want)
 	}
 	if again[1].Status != storage.HeldElsewhere || again[1].Holder.Lease != lb {
 		t.Errorf("Acquire(A, 3) = %+v, want held by lease %x", again[1], lb)
