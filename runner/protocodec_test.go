@@ -17,16 +17,10 @@ import (
 	"github.com/shardhost/shardhost/storage/memory"
 )
 
-type tally struct{ n int64 }
-
-func (t *tally) Add(_ context.Context, r *wrapperspb.Int64Value) (*wrapperspb.Int64Value, error) {
-	t.n += r.GetValue()
-	return wrapperspb.Int64(t.n), nil
-}
-
+// tallies is Meter (example_codec_test.go) as a remembered kind.
 var (
-	tallies  = entity.NewKind("tally", func(string) *tally { return &tally{} }, entity.WithCodec(protocodec.Codec), entity.Remembered())
-	tallyAdd = entity.Method(tallies, "add", (*tally).Add)
+	tallies  = entity.NewKind("tally", func(string) *Meter { return &Meter{} }, entity.WithCodec(protocodec.Codec), entity.Remembered())
+	tallyAdd = entity.Method(tallies, "add", (*Meter).Record)
 )
 
 // A kind with the protocol buffer codec travels between two runners over
@@ -83,9 +77,9 @@ func TestProtocolBufferKindTravelsBetweenRunners(t *testing.T) {
 
 	// The same kind name with JSON on the sending side: refused by the
 	// owner, naming both codecs.
-	jsonTallies := entity.NewKind("tally", func(string) *tally { return &tally{} })
+	jsonTallies := entity.NewKind("tally", func(string) *Meter { return &Meter{} })
 	type plainReq struct{ N int64 }
-	jsonAdd := entity.Method(jsonTallies, "add", func(*tally, context.Context, plainReq) (int64, error) { return 0, nil })
+	jsonAdd := entity.Method(jsonTallies, "add", func(*Meter, context.Context, plainReq) (int64, error) { return 0, nil })
 	other := start(runner.Config{ID: "json-client", NumShards: 8, ClientOnly: true, Logger: quiet}, jsonTallies)
 	var err error
 	for ctx.Err() == nil {
