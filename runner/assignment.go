@@ -186,10 +186,11 @@ func (r *Runner) installCompactLocked(runners []sharding.Runner, a control.Assig
 	}
 	r.view.assignErr = nil
 	old, self := r.view.assignment, r.selfLocked()
+	markAll := false
 	if !old.Known() || self != r.view.assignedSelf || r.attachedSince {
 		// Every shard's wanting may have changed, or this attachment has
 		// not decided them yet (a detach forgot everything).
-		r.markAllLocked()
+		markAll = true
 		r.attachedSince = false
 	} else {
 		r.markReassignedLocked(old, a)
@@ -201,7 +202,7 @@ func (r *Runner) installCompactLocked(runners []sharding.Runner, a control.Assig
 	}
 	r.view.assignedFrom, r.view.assignedSelf = runners, self
 	r.view.assignedWithSelf = self.registered
-	r.wakeAllParkedLocked() // parked while the view changed: assigned here or not
+	r.allChangedLocked(markAll) // parked while the view changed: assigned here or not
 }
 
 // selfState is what, besides the assignment, decides which shards this

@@ -114,7 +114,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 		if d.addrGone { // O(members), only when an address left
 			live = r.liveAddressesLocked()
 		}
-		r.wakeAllParkedLocked() // a lock's holder may have come or gone
+		r.allChangedLocked(false) // a lock's holder may have come or gone
 		r.mu.Unlock()
 		if live != nil {
 			r.net.Forget(live)
@@ -266,8 +266,8 @@ func (r *Runner) followLocks(ctx context.Context) {
 			r.applyLockLocked(ev)
 		}
 		r.view.seen.Locks = max(r.view.seen.Locks, u.Revision)
-		if r.parked.lagging > 0 {
-			r.wakeAllParkedLocked() // requests waiting for this view to catch up
+		if r.parked.lagging > 0 && !u.Reset { // (a reset's own reaction wakes them)
+			r.allChangedLocked(false) // requests waiting for this view to catch up
 		}
 		r.flushLostLocked()
 		r.mu.Unlock()
@@ -282,12 +282,11 @@ func (r *Runner) followLocks(ctx context.Context) {
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
 	r.view.locks.Reset()
-	r.wakeAllParkedLocked()
 	r.forgetBadKeysLocked(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
 			r.view.locks.Set(l)
-			r.router.SawEpoch(l.Shard, l.Epoch)
+			r.shardChangedLocked(l.Shard, l.Epoch, false) // decided again below, with every shard
 		}
 	}
 	for s := range r.shards.ownedShards() {
@@ -305,7 +304,7 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 			r.shards.newWindow(id, now)
 		}
 	}
-	r.markAllLocked()
+	r.allChangedLocked(true)
 }
 
 // applyLockLocked applies one event of the lock watch.
@@ -331,15 +330,12 @@ func (r *Runner) applyLockDeleteLocked(id sharding.ShardID, rev storage.Epoch) {
 	prev, _ := r.view.locks.Get(id)
 	s, leaving := r.shards.owner(id), r.shards.leaving(id)
 	r.view.locks.Del(id)
-	r.wakeParkedLocked(id)
 	if s != nil && rev > s.epoch && !leaving {
 		r.lockLostLocked(id, fmt.Sprintf("deleted at revision %d", rev))
 	}
 	// Watch-driven wake-up: a fresh window, acquire now.
 	r.shards.newWindow(id, time.Now())
-	if r.concernsLocked(id, prev.Lease) {
-		r.markLocked(id)
-	}
+	r.shardChangedLocked(id, 0, r.concernsLocked(id, prev.Lease))
 }
 
 // applyLockPutLocked applies lock l, written at l.Epoch (the lock watch, a
@@ -357,11 +353,7 @@ func (r *Runner) applyLockPutLocked(l storage.Lock) {
 		return // deleted since (a released notice came before this read's reply)
 	}
 	r.view.locks.Set(l)
-	r.wakeParkedLocked(id)
-	r.router.SawEpoch(id, l.Epoch)
-	if r.concernsLocked(id, prev.Lease, l.Lease) {
-		r.markLocked(id)
-	}
+	r.shardChangedLocked(id, l.Epoch, r.concernsLocked(id, prev.Lease, l.Lease))
 	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
 		// A foreign write to this one lock: it costs this shard only.
 		switch l.Lease {

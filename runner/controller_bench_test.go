@@ -137,7 +137,7 @@ func BenchmarkControlFullReconcile(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				r.mu.Lock()
-				r.markAllLocked()
+				r.allChangedLocked(true)
 				r.mu.Unlock()
 				r.round(&bg)
 			}

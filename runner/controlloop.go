@@ -17,7 +17,7 @@ import (
 // control.Queue). Its work per event is proportional to what the event
 // changed, never to the size of the cluster:
 //
-//   - Events become dirty shards in one place, markLocked: a lock or
+//   - Events become dirty shards in one place, shardChangedLocked: a lock or
 //     handoff record of the shard changed (watches), an operation on it
 //     finished, a per-shard timer fired. A membership change marks the
 //     shards the new assignment gives to or takes from this runner and
@@ -178,20 +178,7 @@ func (r *Runner) resync() {
 		r.shards.newWindow(id, now)
 	}
 	r.recomputeLocked()
-	r.markAllLocked()
-}
-
-// markLocked is where events become work: shard id is decided again in the
-// next round.
-func (r *Runner) markLocked(id sharding.ShardID) {
-	r.work.Add(id)
-	signal(r.kick)
-}
-
-// markAllLocked asks for a full reconcile in the next round.
-func (r *Runner) markAllLocked() {
-	r.work.AddAll()
-	signal(r.kick)
+	r.allChangedLocked(true)
 }
 
 // retryLocked asks for shard id to be decided again at t (the loop re-arms
@@ -280,7 +267,7 @@ func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
 	in := r.shardLocked(id, st, &sh)
 	control.Decide(st, &sh, &d)
 	r.applyLocked(id, &d, in, st, p)
-	r.wakeParkedLocked(id)
+	r.shardChangedLocked(id, 0, false)
 	if !r.fullView {
 		r.forgetUnconcernedLocked(id)
 	}

@@ -47,7 +47,7 @@ func (r *Runner) fenced(id sharding.ShardID, epoch storage.Epoch, err error) {
 	if s := r.shards.owner(id); s != nil && s.epoch == epoch && !r.shards.leaving(id) {
 		r.lockLostLocked(id, fmt.Sprintf("a write fenced by epoch %d was refused: the lock is at epoch %d", epoch, fe.Current))
 		r.view.locks.Del(id) // unknown now: the next decision reads it
-		r.markLocked(id)
+		r.shardChangedLocked(id, 0, true)
 		r.flushLostLocked()
 	}
 }

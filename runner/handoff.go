@@ -111,7 +111,7 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
 			}
-			r.markAllLocked()
+			r.allChangedLocked(true)
 		}
 		for _, ev := range u.Events {
 			r.applyHandoffLocked(ev.Type, ev.KV)
@@ -128,11 +128,7 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	if !ok {
 		return
 	}
-	defer func() {
-		if r.concernsLocked(id) {
-			r.markLocked(id)
-		}
-	}()
+	defer func() { r.shardChangedLocked(id, 0, r.concernsLocked(id)) }()
 	if t == storage.EventDelete {
 		delete(r.view.handoffs, id)
 		r.goodKeyLocked(ks, kv.Key)

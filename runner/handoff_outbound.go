@@ -236,7 +236,7 @@ func (r *Runner) reopenLocked(gen uint64, it cutoverItem, retryIn time.Duration,
 		it.s.host.Reopen()
 		r.reminders.Resume(it.s.id, it.s.epoch)
 		r.reportOutbound(&it, handoff.Aborted, why, errType)
-		r.markLocked(it.s.id)
+		r.shardChangedLocked(it.s.id, 0, true)
 		return
 	}
 	endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
@@ -280,7 +280,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 		return // detached meanwhile: detachment wins
 	}
-	r.markLocked(s.id)
+	seen := storage.Epoch(0) // an epoch the transfer wrote the lock at
 	switch o.Verdict() {
 	case handoff.Moved:
 		r.shards.handedOff(s, h.To)
@@ -289,7 +289,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 		}
 		if o.Epoch != 0 { // our view, ahead of the watch: not an orphan of ours
 			r.view.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.Epoch})
-			r.router.SawEpoch(s.id, o.Epoch)
+			seen = o.Epoch
 		} else if l, _ := r.view.locks.Get(s.id); l.Lease == r.lease && l.Epoch == s.epoch {
 			r.view.locks.Del(s.id) // moved, at an epoch a read did not tell: not ours
 		}
@@ -318,6 +318,7 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 		r.reminders.Resume(s.id, s.epoch)
 		r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: s.id, Epoch: s.epoch}) // serving again
 	}
+	r.shardChangedLocked(s.id, seen, true)
 }
 
 // resolveTransfers finds out, read-only, whether our locks of the items

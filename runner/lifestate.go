@@ -156,6 +156,6 @@ func (r *Runner) toLocked(ev phaseEvent) bool {
 		}
 	}
 	r.lifecycle = to
-	r.wakeAllParkedLocked() // a parked request is answered if it may not wait any more
+	r.allChangedLocked(false) // a parked request is answered if it may not wait any more
 	return true
 }

@@ -95,7 +95,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 			if r.cfg.AcquireRetryWindow < 0 || now.Sub(p.since) >= r.cfg.AcquireRetryWindow {
 				p.exhausted = true
 				exhausted = append(exhausted, a.Shard)
-				r.wakeParkedLocked(a.Shard)
+				r.shardChangedLocked(a.Shard, 0, false) // its parked requests give up
 				r.watchStuckLocked(a.Shard, storage.Revision(a.Holder.Epoch)+1)
 				continue
 			}
@@ -207,7 +207,7 @@ func (r *Runner) verify() {
 			if cur, _ := r.view.locks.Get(l.Shard); cur.Lease == leaseID {
 				r.view.locks.Del(l.Shard) // not ours: unknown until the next decision reads it
 			}
-			r.markLocked(l.Shard)
+			r.shardChangedLocked(l.Shard, 0, true)
 		}
 	}
 	r.flushLostLocked()
@@ -275,7 +275,7 @@ func (r *Runner) rewriteUnknown(actx context.Context, gen uint64, leaseID storag
 		if a.Status == storage.Acquired && !r.shards.busy(a.Shard) {
 			delete(r.unknownLocks, a.Shard)
 			r.view.locks.Set(storage.Lock{Shard: a.Shard, Owner: r.owner(), Lease: leaseID, Epoch: a.Epoch})
-			r.markLocked(a.Shard)
+			r.shardChangedLocked(a.Shard, 0, true)
 		}
 	}
 }
@@ -426,7 +426,7 @@ func (r *Runner) deleteLockChunk(actx context.Context, leaseID storage.LeaseID, 
 	for _, h := range held {
 		r.shards.clearReleasing(h.Shard, h.Epoch)
 		if err == nil {
-			r.markLocked(h.Shard) // a released shard may be wanted back
+			r.shardChangedLocked(h.Shard, 0, true) // a released shard may be wanted back
 		} else {
 			// The locks may remain ours: decided again (the orphan
 			// safety net) after a pause.

@@ -33,6 +33,7 @@ type metrics struct {
 	acquireRetries    metric.Int64Counter
 	acquireExhausted  metric.Int64Counter
 	shardsOwned       metric.Int64Gauge
+	ownedRecorded     int64 // the gauge's last value, -1 before the first (guarded by Runner.mu)
 	shardsLost        metric.Int64Counter
 	acquireLatency    metric.Float64Histogram
 	storageErrors     metric.Int64Counter
@@ -54,7 +55,7 @@ type gaugeReadings struct {
 
 func newMetrics(mp metric.MeterProvider, runnerID string, lag func() (time.Duration, bool), gauges func() gaugeReadings) (*metrics, error) {
 	m := mp.Meter(meterName)
-	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID))}
+	out := &metrics{attrs: metric.WithAttributes(attribute.String("runner", runnerID)), ownedRecorded: -1}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error

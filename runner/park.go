@@ -207,18 +207,3 @@ func (r *Runner) parkableLocked(id sharding.ShardID, lagging bool) bool {
 	_, live := r.view.byLease[l.Lease]
 	return !live
 }
-
-// wakeParkedLocked wakes the requests parked on shard id (it changed).
-func (r *Runner) wakeParkedLocked(id sharding.ShardID) {
-	if p := r.parked.shards[id]; p != nil {
-		close(p.wake)
-		p.wake = make(chan struct{})
-	}
-}
-
-// wakeAllParkedLocked wakes every parked request (the lifecycle changed).
-func (r *Runner) wakeAllParkedLocked() {
-	for id := range r.parked.shards {
-		r.wakeParkedLocked(id)
-	}
-}

@@ -14,6 +14,54 @@ import (
 // The runner's side of the transitions: hosting, reminders, routing and
 // events follow the records.
 
+// shardChangedLocked is where every change to shard id ends, whatever made
+// it: a round's decision, a store call's result, a watch event, a notice, a
+// refused write. It reacts in one place and one order: the requests parked
+// on the shard look again (park.go), the owned gauge follows the table, the
+// router learns epoch unless it is 0 (a lock seen written at it), and, when
+// dirty, the shard is decided again in the next round. A change from
+// outside the round is dirty when it concerns this runner (the caller
+// says, usually with concernsLocked); the round's own decisions are not:
+// the round has just decided the shard.
+func (r *Runner) shardChangedLocked(id sharding.ShardID, epoch storage.Epoch, dirty bool) {
+	if p := r.parked.shards[id]; p != nil {
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
+	r.recordOwnedLocked()
+	if epoch != 0 {
+		r.router.SawEpoch(id, epoch)
+	}
+	if dirty {
+		r.work.Add(id)
+		signal(r.kick)
+	}
+}
+
+// allChangedLocked is shardChangedLocked for a change that may concern
+// every shard: the lifecycle moved (toLocked), a view changed or caught up
+// (membership, the assignment, a listing of locks or handoff records), the
+// owned shards were dropped. Every parked request looks again; when dirty,
+// every shard is decided again in the next round (one O(shards) pass).
+func (r *Runner) allChangedLocked(dirty bool) {
+	for id := range r.parked.shards {
+		r.shardChangedLocked(id, 0, false)
+	}
+	r.recordOwnedLocked()
+	if dirty {
+		r.work.AddAll()
+		signal(r.kick)
+	}
+}
+
+// recordOwnedLocked records the owned gauge when the count changed since.
+func (r *Runner) recordOwnedLocked() {
+	if n := int64(r.shards.owned); n != r.met.ownedRecorded {
+		r.met.ownedRecorded = n
+		r.met.shardsOwned.Record(context.Background(), n, r.met.attrs)
+	}
+}
+
 // installLocked records shard id as owned at epoch and starts hosting it.
 func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 	var warmed map[hosting.EntityKey]any
@@ -22,7 +70,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 			r.phaseRefused(id, err)
 		}
 		warmed = in.TakeWarmed()
-		r.markLocked(id) // the round deletes our record, now without an inbound
+		r.shardChangedLocked(id, 0, true) // the round deletes our record, now without an inbound
 		r.endInbound(in, outcomeAcquired, epoch, len(warmed))
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
@@ -76,11 +124,9 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 	}
 	r.hosting.Install(s.host)
 	s.host.StartWorkers()
-	r.wakeParkedLocked(id) // delivered now
-	r.router.SawEpoch(id, epoch)
 	r.reminders.Acquired(id, epoch, ctx)
 	r.hub.Publish(ShardAcquired{EventBase: r.base(), Shard: id, Epoch: epoch})
-	r.met.shardsOwned.Record(context.Background(), int64(r.shards.owned), r.met.attrs)
+	r.shardChangedLocked(id, epoch, false) // parked requests are delivered now
 }
 
 // disownLocked ends the ownership of s: it stops being hosted (new
@@ -92,7 +138,7 @@ func (r *Runner) disownLocked(s *shard, cause error) {
 	s.host.Close()
 	s.cancel(cause)
 	r.shards.disown(s)
-	r.met.shardsOwned.Record(context.Background(), int64(r.shards.owned), r.met.attrs)
+	r.shardChangedLocked(s.id, 0, false)
 }
 
 // lockLostLocked handles an owned lock that changed behind our back
@@ -122,7 +168,7 @@ func (r *Runner) dropOwnedLocked(cause error) {
 		r.hub.Publish(ShardLost{EventBase: r.base(), Shard: s.id, Epoch: s.epoch, Cause: cause})
 	}
 	r.shards.clearAllReleasing()
-	r.met.shardsOwned.Record(context.Background(), 0, r.met.attrs)
+	r.allChangedLocked(false)
 }
 
 // forgetAttachmentLocked takes the shards through a detach: every owned
