@@ -87,7 +87,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 			}
 			clear(r.view.members)
 			clear(r.view.byLease)
-			r.forgetBadKeysLocked(storage.KeyspaceRunners)
+			r.keys.forget(storage.KeyspaceRunners)
 			own := false
 			for _, kv := range u.KVs {
 				own = own || kv.Key == r.cfg.ID
@@ -190,7 +190,7 @@ func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue, d *
 	}
 	if t == storage.EventDelete {
 		drop()
-		r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
+		r.keys.good(storage.KeyspaceRunners, kv.Key)
 		return
 	}
 	rec, err := storage.DecodeRunner(kv)
@@ -201,11 +201,11 @@ func (r *Runner) applyRunnerLocked(t storage.EventType, kv storage.KeyValue, d *
 		// Not a member: it gets no shards.
 		drop()
 		if kv.Key != r.cfg.ID {
-			r.badKeyLocked(storage.KeyspaceRunners, kv.Key, "ignoring a runner record that is no live registration", err)
+			r.keys.bad(storage.KeyspaceRunners, kv.Key, "ignoring a runner record that is no live registration", err)
 		}
 		return
 	}
-	r.goodKeyLocked(storage.KeyspaceRunners, kv.Key)
+	r.keys.good(storage.KeyspaceRunners, kv.Key)
 	if was && (old.Lease != rec.Lease || old.Address != rec.Address) {
 		drop()
 	}
@@ -282,7 +282,7 @@ func (r *Runner) followLocks(ctx context.Context) {
 // for a full reconcile.
 func (r *Runner) resetLocksLocked(u storage.Update) {
 	r.view.locks.Reset()
-	r.forgetBadKeysLocked(storage.KeyspaceShards)
+	r.keys.forget(storage.KeyspaceShards)
 	for _, kv := range u.KVs {
 		if l, ok := r.decodeLockLocked(kv); ok {
 			r.view.locks.Set(l)
@@ -310,11 +310,11 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 // applyLockLocked applies one event of the lock watch.
 func (r *Runner) applyLockLocked(ev storage.Event) {
 	if ev.Type == storage.EventDelete {
-		id, ok := r.shardOfKeyLocked(storage.KeyspaceShards, ev.KV.Key)
+		id, ok := r.keys.shardOf(storage.KeyspaceShards, ev.KV.Key)
 		if !ok {
 			return
 		}
-		r.goodKeyLocked(storage.KeyspaceShards, ev.KV.Key)
+		r.keys.good(storage.KeyspaceShards, ev.KV.Key)
 		r.applyLockDeleteLocked(id, storage.Epoch(ev.KV.ModRevision))
 		return
 	}

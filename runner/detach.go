@@ -45,11 +45,11 @@ func (r *Runner) watchdog(ctx context.Context) {
 			}
 			wait = w
 		case phaseAttached, phaseStopping:
-			r.setTrip(h)
+			r.trip.set(h)
 			r.observeLease(h)
 			reason := r.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
 			detail := leaseDetail(h)
-			if reason == detachment.ReasonNone && r.tripWasActed() {
+			if reason == detachment.ReasonNone && r.trip.acted() {
 				// A renewal landed after a handler saw the detach instant
 				// pass and had its instance discarded: detach all the same.
 				reason = detachment.ReasonLeaseDeadline
@@ -90,7 +90,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 			return
 		case <-changed:
 		case <-timer.C:
-		case <-r.tripKick:
+		case <-r.trip.kick:
 		case <-r.reg.Retry(): // the own record changed: a waiting registration retries
 		}
 	}
@@ -206,7 +206,7 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	clear(r.storageErrs)
 	r.wouldDetach = detachment.ReasonNone
 	r.hub.Publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
-	r.traceDetachLocked(reason, detail, h.Deadline, hosts)
+	r.life.traceDetach(reason, detail, h.Deadline, hosts)
 	ctx := context.Background()
 	r.met.detached.Record(ctx, 1, r.met.attrs)
 	r.met.detaches.Add(ctx, 1, r.met.attrs, withReason(reason.String()))
@@ -332,7 +332,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	)
 	stopped := false // Shutdown or Run's end came first: not re-attached
 	if reattaching {
-		span = r.startReattach(h.Lease, newLease)
+		span = r.life.startReattach(h.Lease, newLease)
 		defer func() {
 			if stopped {
 				endLife(span, "", "shutdown", "the runner stopped during the re-attachment")
@@ -374,7 +374,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	r.setReady() // start.go: the first registration
 	r.attachRev = regRev
 	r.reg.NoteWritten(regRev)
-	r.resetTrip(h)
+	r.trip.reset(h)
 	r.gen++
 	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)
 	r.lease = h.Lease

@@ -22,26 +22,26 @@ func TestDetachInstantActedOnOutlivesARenewal(t *testing.T) {
 	expired := lease.Health{Lease: 1, Healthy: true, Deadline: time.Now().Add(-time.Second)}
 	renewed := lease.Health{Lease: 1, Healthy: true, Deadline: time.Now().Add(time.Hour)}
 
-	r.resetTrip(expired)
-	r.setTrip(renewed)
-	if r.pastTrip() || r.tripWasActed() {
+	r.trip.reset(expired)
+	r.trip.set(renewed)
+	if r.trip.past() || r.trip.acted() {
 		t.Fatal("an instant that passed unobserved still counts after a renewal")
 	}
 
-	r.resetTrip(expired)
-	if !r.pastTrip() {
+	r.trip.reset(expired)
+	if !r.trip.past() {
 		t.Fatal("pastTrip = false past the detach instant")
 	}
-	r.setTrip(renewed)
-	if !r.pastTrip() {
+	r.trip.set(renewed)
+	if !r.trip.past() {
 		t.Error("a renewal moved a detach instant already acted on: pastTrip = false")
 	}
-	if !r.tripWasActed() {
+	if !r.trip.acted() {
 		t.Error("the watchdog is not told to detach after a renewal that followed an acted-on instant")
 	}
 
-	r.resetTrip(renewed) // the next attachment
-	if r.pastTrip() || r.tripWasActed() {
+	r.trip.reset(renewed) // the next attachment
+	if r.trip.past() || r.trip.acted() {
 		t.Error("a new attachment kept the instant acted on under the one before")
 	}
 }

@@ -55,7 +55,7 @@ func (r *Runner) reportInbound(id sharding.ShardID, in *handoff.Inbound, to hand
 		r.phaseRefused(id, err)
 		return false
 	}
-	r.traceInbound(in, to, detail, errType)
+	r.life.traceInbound(in, to, detail, errType)
 	return true
 }
 
@@ -107,7 +107,7 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 		r.mu.Lock()
 		if u.Reset {
 			clear(r.view.handoffs)
-			r.forgetBadKeysLocked(ks)
+			r.keys.forget(ks)
 			for _, kv := range u.KVs {
 				r.applyHandoffLocked(storage.EventPut, kv)
 			}
@@ -124,23 +124,23 @@ func (r *Runner) followHandoffs(ctx context.Context) {
 // runner; the shard is decided again when it owns it.
 func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	ks := storage.HandoffsFrom(r.cfg.ID)
-	id, ok := r.shardOfKeyLocked(ks, kv.Key)
+	id, ok := r.keys.shardOf(ks, kv.Key)
 	if !ok {
 		return
 	}
 	defer func() { r.shardChangedLocked(id, 0, r.concernsLocked(id)) }()
 	if t == storage.EventDelete {
 		delete(r.view.handoffs, id)
-		r.goodKeyLocked(ks, kv.Key)
+		r.keys.good(ks, kv.Key)
 		return
 	}
 	h, err := storage.DecodeHandoff(r.cfg.ID, kv)
 	if err != nil {
-		r.badKeyLocked(ks, kv.Key, "ignoring a corrupt handoff record", err)
+		r.keys.bad(ks, kv.Key, "ignoring a corrupt handoff record", err)
 		delete(r.view.handoffs, id)
 		return
 	}
-	r.goodKeyLocked(ks, kv.Key)
+	r.keys.good(ks, kv.Key)
 	r.view.handoffs[id] = h
 }
 

@@ -31,7 +31,7 @@ type inboundItem struct {
 // newInboundLocked registers a takeover of shard id from its live owner
 // from; runInbound runs it.
 func (r *Runner) newInboundLocked(id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) inboundItem {
-	in := handoff.NewInbound(r.inboundContext(r.attachCtx, id, from, fromEpoch), from, fromEpoch, time.Now())
+	in := handoff.NewInbound(r.life.inboundContext(r.attachCtx, id, from, fromEpoch), from, fromEpoch, time.Now())
 	r.shards.startInbound(id, in)
 	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
 	return inboundItem{id: id, in: in}
@@ -60,7 +60,7 @@ func (r *Runner) runInbound(gen uint64, actx context.Context, leaseID storage.Le
 			defer cancel()
 			r.warm(wctx, it.id, it.in)
 			timedOut[i] = errors.Is(wctx.Err(), context.DeadlineExceeded) && it.in.Context().Err() == nil
-			if span := r.inboundSpan(it.in); span != nil && it.in.Context().Err() == nil {
+			if span := r.life.inboundSpan(it.in); span != nil && it.in.Context().Err() == nil {
 				if timedOut[i] {
 					lifeEvent(span, tracing.EventWarmTimeout)
 				} else {

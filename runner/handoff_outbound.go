@@ -73,7 +73,7 @@ func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 		return
 	}
 	start := time.Now()
-	r.startOutbound(items)
+	r.life.startOutbound(items)
 	for _, it := range items {
 		r.log.Debug("handoff: cutting over", "shard", it.s.id, "to", it.h.To)
 		it.s.host.BeginCutover(it.h.To)

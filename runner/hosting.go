@@ -32,7 +32,7 @@ type hostingEnv struct{ r *Runner }
 
 var _ hosting.Env = hostingEnv{}
 
-func (e hostingEnv) PastDetach() bool { return e.r.pastTrip() }
+func (e hostingEnv) PastDetach() bool { return e.r.trip.past() }
 
 func (e hostingEnv) NotHere(id sharding.ShardID) error { return e.r.notHere(id) }
 

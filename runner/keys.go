@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 
 	"github.com/shardhost/shardhost/sharding"
@@ -16,37 +17,60 @@ import (
 // maxBadKeys bounds the memory spent remembering logged keys.
 const maxBadKeys = 4096
 
-// badKeyLocked logs, once per key, that key of keyspace ks is ignored.
-func (r *Runner) badKeyLocked(ks storage.Keyspace, key, what string, err error) {
+// damagedKeys remembers the damaged keys already logged (guarded by
+// Runner.mu).
+type damagedKeys struct {
+	log       *slog.Logger
+	numShards int
+	logged    map[string]struct{}
+	full      bool // maxBadKeys reached, and said once
+}
+
+func newDamagedKeys(log *slog.Logger, numShards int) damagedKeys {
+	return damagedKeys{log: log, numShards: numShards, logged: make(map[string]struct{})}
+}
+
+// bad logs, once per key, that key of keyspace ks is ignored.
+func (d *damagedKeys) bad(ks storage.Keyspace, key, what string, err error) {
 	k := storage.Key(ks, key)
-	if _, logged := r.badKeys[k]; logged {
+	if _, logged := d.logged[k]; logged {
 		return
 	}
-	if len(r.badKeys) >= maxBadKeys {
-		if !r.badKeysFull {
-			r.badKeysFull = true
-			r.log.Warn("too many damaged keys; further ones are ignored without a log line each", "limit", maxBadKeys)
+	if len(d.logged) >= maxBadKeys {
+		if !d.full {
+			d.full = true
+			d.log.Warn("too many damaged keys; further ones are ignored without a log line each", "limit", maxBadKeys)
 		}
 		return
 	}
-	r.badKeys[k] = struct{}{}
-	r.log.Warn(what, "key", k, "err", err)
+	d.logged[k] = struct{}{}
+	d.log.Warn(what, "key", k, "err", err)
 }
 
-// goodKeyLocked forgets a logged key that was deleted or became valid.
-func (r *Runner) goodKeyLocked(ks storage.Keyspace, key string) {
-	if len(r.badKeys) > 0 {
-		delete(r.badKeys, storage.Key(ks, key))
+// good forgets a logged key that was deleted or became valid.
+func (d *damagedKeys) good(ks storage.Keyspace, key string) {
+	if len(d.logged) > 0 {
+		delete(d.logged, storage.Key(ks, key))
 	}
 }
 
-// shardOfKeyLocked parses the shard of a key of keyspace ks strictly
-// (canonical decimal, below NumShards); other keys are logged once and
-// ignored.
-func (r *Runner) shardOfKeyLocked(ks storage.Keyspace, key string) (sharding.ShardID, bool) {
-	id, err := sharding.ParseShardIDIn(key, r.cfg.NumShards)
+// forget forgets the logged keys of keyspace ks (its listing is being
+// replaced: keys deleted meanwhile sent no event).
+func (d *damagedKeys) forget(ks storage.Keyspace) {
+	prefix := string(ks) + "/"
+	for k := range d.logged {
+		if strings.HasPrefix(k, prefix) {
+			delete(d.logged, k)
+		}
+	}
+}
+
+// shardOf parses the shard of a key of keyspace ks strictly (canonical
+// decimal, below NumShards); other keys are logged once and ignored.
+func (d *damagedKeys) shardOf(ks storage.Keyspace, key string) (sharding.ShardID, bool) {
+	id, err := sharding.ParseShardIDIn(key, d.numShards)
 	if err != nil {
-		r.badKeyLocked(ks, key, "ignoring a key that names no shard of this cluster", err)
+		d.bad(ks, key, "ignoring a key that names no shard of this cluster", err)
 		return 0, false
 	}
 	return id, true
@@ -56,7 +80,7 @@ func (r *Runner) shardOfKeyLocked(ks storage.Keyspace, key string) (sharding.Sha
 // once and ignored (ok false). A corrupt value still names its lease and
 // epoch, which is all ownership depends on: it is logged once and kept.
 func (r *Runner) decodeLockLocked(kv storage.KeyValue) (storage.Lock, bool) {
-	id, ok := r.shardOfKeyLocked(storage.KeyspaceShards, kv.Key)
+	id, ok := r.keys.shardOf(storage.KeyspaceShards, kv.Key)
 	if !ok {
 		return storage.Lock{}, false
 	}
@@ -69,25 +93,14 @@ func (r *Runner) decodeLockLocked(kv storage.KeyValue) (storage.Lock, bool) {
 	}
 	if kv.Lease == r.lease && bytes.Equal(kv.Value, r.ownerValue) {
 		// Our own lock as we write it (every acquisition shows up here).
-		r.goodKeyLocked(storage.KeyspaceShards, kv.Key)
+		r.keys.good(storage.KeyspaceShards, kv.Key)
 		return storage.Lock{Shard: id, Owner: r.owner(), Lease: kv.Lease, Epoch: storage.Epoch(kv.ModRevision)}, true
 	}
 	l, err := storage.DecodeLock(kv)
 	if err != nil {
-		r.badKeyLocked(storage.KeyspaceShards, kv.Key, "lock value corrupt; ownership still follows its lease", err)
+		r.keys.bad(storage.KeyspaceShards, kv.Key, "lock value corrupt; ownership still follows its lease", err)
 	} else {
-		r.goodKeyLocked(storage.KeyspaceShards, kv.Key)
+		r.keys.good(storage.KeyspaceShards, kv.Key)
 	}
 	return l, true
-}
-
-// forgetBadKeysLocked forgets the logged keys of keyspace ks (its listing
-// is being replaced: keys deleted meanwhile sent no event).
-func (r *Runner) forgetBadKeysLocked(ks storage.Keyspace) {
-	prefix := string(ks) + "/"
-	for k := range r.badKeys {
-		if strings.HasPrefix(k, prefix) {
-			delete(r.badKeys, k)
-		}
-	}
 }

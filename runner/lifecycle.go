@@ -67,8 +67,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.toLocked(onStop) // no detach, hence no detach span, from here on
 	r.mu.Unlock()
-	close(r.spansStop)
-	r.spans.Wait()
+	r.life.wait()
 	return err
 }
 

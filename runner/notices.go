@@ -24,7 +24,7 @@ func (r *Runner) followNotices(ctx context.Context) {
 		}
 		r.mu.Lock()
 		if u.Reset {
-			r.forgetBadKeysLocked(ks)
+			r.keys.forget(ks)
 			for _, kv := range u.KVs {
 				r.applyNoticeLocked(ks, kv)
 			}
@@ -49,13 +49,13 @@ func (r *Runner) applyNoticeLocked(ks storage.Keyspace, kv storage.KeyValue) {
 		r.noticesSeen = append(r.noticesSeen, storage.NoticeSeen{Shard: n.Shard, Revision: n.ModRevision})
 	}
 	if err != nil {
-		r.badKeyLocked(ks, kv.Key, "ignoring a corrupt notice", err)
+		r.keys.bad(ks, kv.Key, "ignoring a corrupt notice", err)
 		return
 	}
-	if _, ok := r.shardOfKeyLocked(ks, kv.Key); !ok {
+	if _, ok := r.keys.shardOf(ks, kv.Key); !ok {
 		return
 	}
-	r.goodKeyLocked(ks, kv.Key)
+	r.keys.good(ks, kv.Key)
 	rev := storage.Epoch(n.ModRevision)
 	switch n.Kind {
 	case storage.NoticeMoved:

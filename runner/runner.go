@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,13 +45,13 @@ type Runner struct {
 	router      *routing.Router     // sends calls to their entities (internal/routing)
 	net         transport.Transport // runner-to-runner delivery (Config.Transport, or gRPC)
 	trace       *tracing.Tracer     // the runner's tracer (Config.TracerProvider; tracing.go)
+	life        *lifeTracer         // the lifecycle spans (trace_lifecycle.go)
 	served      bool                // the transport listens
 
 	// Safe without a lock: channels, atomics, and types with a lock of
 	// their own.
 	kick          chan struct{}                // 1-buffered: run a control round now
 	rebalance     chan struct{}                // 1-buffered: membership changed
-	tripKick      chan struct{}                // 1-buffered: a sender saw the detach instant pass
 	stopReq       chan struct{}                // closed by Shutdown: release and stop
 	closeReq      chan struct{}                // closed by Close: stop abruptly
 	done          chan struct{}                // closed when Run has returned
@@ -60,9 +59,7 @@ type Runner struct {
 	stopOnce      sync.Once
 	closeOnce     sync.Once
 	running       atomic.Bool    // Run was called and has not returned
-	tripAt        atomic.Int64   // detach instant, ns since clockBase; MaxInt64: none
-	spans         sync.WaitGroup // goroutines ending lifecycle spans (trace_lifecycle.go), waited by Run
-	spansStop     chan struct{}  // closed when Run ends: they end their spans at once
+	trip          *detachInstant // the detach instant, for the admission checks (trip.go)
 	opDrain       drainState     // the operator's drain request (drain.go)
 	st            startState     // starting up (start.go)
 	ownLog        ownershipLog   // ownership changes of a round (ownershiplog.go)
@@ -86,7 +83,6 @@ type Runner struct {
 	detachedLease storage.LeaseID
 	attachRev     storage.Revision // revision of the current attachment's registration
 	stopCtx       context.Context  // the context of the first Shutdown call
-	lifeSpans     lifeTrace        // the detach and re-attach spans (trace_lifecycle.go)
 
 	// The cluster as the watches see it, and what this runner owns and does
 	// about it (the control loop).
@@ -103,9 +99,8 @@ type Runner struct {
 	storageErrs map[string]int       // consecutive failed calls, by operation
 	lastStreak  int                  // keep-alive streak last logged
 	wouldDetach detachment.Reason
-	badKeys     map[string]struct{} // damaged keys already logged (keys.go)
-	badKeysFull bool
-	lostLocks   []lostLock // dropped shards not logged yet
+	keys        damagedKeys // damaged keys already logged (keys.go)
+	lostLocks   []lostLock  // dropped shards not logged yet
 	// fullView: this runner watches every lock (Config.FullLockView, or
 	// a strategy that reads the current owners); otherwise its lock view
 	// holds only the shards that concern it, and hints the owners of
@@ -150,7 +145,6 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
 	r.hub.Observe = r.noteEvent
 	localIncarnations.Store(r.incarnation, struct{}{})
-	r.tripAt.Store(math.MaxInt64)
 	r.net = cfg.Transport
 	if r.net == nil {
 		r.net = newTransport(cfg, r.log, r.peerCheck())
@@ -163,6 +157,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
 	tracer := newTracer(cfg, r.log)
 	r.trace = tracer
+	r.life = newLifeTracer(tracer, cfg.DrainTimeout)
 	r.hosting = hosting.New(hosting.Config{
 		RunnerID: cfg.ID, NumShards: cfg.NumShards, DrainTimeout: cfg.DrainTimeout, CutoverWaiters: cfg.CutoverWaiters,
 		MaxResidentEntities: cfg.MaxResidentEntities, PassivationInterval: cfg.PassivationInterval, Scheduler: r.sched,
@@ -211,10 +206,13 @@ func newTransport(cfg Config, log *slog.Logger, verifyPeer func(string, tls.Conn
 
 // newRunner returns the runner's state before its parts are wired.
 func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
+	log := slog.New(tracing.LogHandler(cfg.Logger.Handler())).With("runner", cfg.ID)
+	policy := detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold}
 	return &Runner{
 		store:  store,
 		cfg:    cfg,
-		log:    slog.New(tracing.LogHandler(cfg.Logger.Handler())).With("runner", cfg.ID),
+		log:    log,
+		keys:   newDamagedKeys(log, cfg.NumShards),
 		keeper: keeper,
 		machine: detachment.New(detachment.Config{
 			Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow,
@@ -222,7 +220,8 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 			// process, a hung probe) is not observed health.
 			MaxSignalGap: 2 * cfg.ProbeInterval,
 		}),
-		policy:        detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold},
+		policy:        policy,
+		trip:          newDetachInstant(!cfg.DisableDetachment, policy),
 		incarnation:   newIncarnation(),
 		kick:          make(chan struct{}, 1),
 		noticeGC:      make(chan struct{}, 1),
@@ -230,15 +229,12 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		singletonRecs: make(chan storage.SingletonRecord, singletonRecQueue),
 		rebalance:     make(chan struct{}, 1),
 		opDrain:       drainState{kick: make(chan struct{}, 1)},
-		badKeys:       make(map[string]struct{}),
 		stopReq:       make(chan struct{}),
 		closeReq:      make(chan struct{}),
 		done:          make(chan struct{}),
 		shards:        newShardTable(cfg.NumShards),
 		storageErrs:   make(map[string]int),
 		work:          control.NewQueue(cfg.NumShards),
-		tripKick:      make(chan struct{}, 1),
-		spansStop:     make(chan struct{}),
 		view: clusterView{
 			members:  make(map[string]storage.Runner),
 			byLease:  make(map[storage.LeaseID]storage.Runner),
@@ -393,62 +389,6 @@ func (r *Runner) deadlineLag() (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Until(h.Deadline), true
-}
-
-// tripActed marks tripAt once a caller of pastTrip saw the detach instant
-// pass: the hosting layer then refused a handler or withheld its result and
-// discarded its instance, so the runner must detach even if a renewal
-// lands meanwhile (otherwise it would keep the shard at the same epoch
-// with that state silently lost). Every clock reads as past it.
-const tripActed = math.MinInt64
-
-// pastTrip reports whether the detach instant has passed; it then marks
-// the instant acted on and wakes the watchdog, which detaches. A later
-// instant published first (a renewal) wins the race: the caller sees it.
-func (r *Runner) pastTrip() bool {
-	for {
-		at := r.tripAt.Load()
-		if at != tripActed {
-			if time.Since(clockBase) < time.Duration(at) {
-				return false
-			}
-			if !r.tripAt.CompareAndSwap(at, tripActed) {
-				continue // a renewal published a later instant, or another caller marked it
-			}
-		}
-		signal(r.tripKick)
-		return true
-	}
-}
-
-// tripWasActed reports whether a caller acted on the passing of the
-// published detach instant; the watchdog then detaches, whatever the
-// lease's health says now.
-func (r *Runner) tripWasActed() bool { return r.tripAt.Load() == tripActed }
-
-// setTrip publishes the detach instant of the lease health h for the
-// admission checks (none while detachment is disabled), unless a caller
-// already acted on the passing of the instant published before: that one
-// stands until the runner detaches (resetTrip at the next attachment).
-func (r *Runner) setTrip(h lease.Health) {
-	next := r.tripFor(h)
-	for {
-		at := r.tripAt.Load()
-		if at == tripActed || r.tripAt.CompareAndSwap(at, next) {
-			return
-		}
-	}
-}
-
-// resetTrip publishes the detach instant of a new attachment's lease
-// health h, replacing any instant acted on under the attachment before.
-func (r *Runner) resetTrip(h lease.Health) { r.tripAt.Store(r.tripFor(h)) }
-
-func (r *Runner) tripFor(h lease.Health) int64 {
-	if !r.machine.Enabled() || h.Lease == storage.NoLease {
-		return math.MaxInt64
-	}
-	return int64(r.policy.TripAt(h.Deadline).Sub(clockBase))
 }
 
 // gaugeReadings are the values of the runner's observed gauges.

@@ -71,7 +71,7 @@ func (r *Runner) installLocked(id sharding.ShardID, epoch storage.Epoch) {
 		}
 		warmed = in.TakeWarmed()
 		r.shardChangedLocked(id, 0, true) // the round deletes our record, now without an inbound
-		r.endInbound(in, outcomeAcquired, epoch, len(warmed))
+		r.life.endInbound(in, outcomeAcquired, epoch, len(warmed))
 	}
 	r.installWithLocked(id, epoch, entity.ActivateNew, warmed)
 }
@@ -97,7 +97,7 @@ func (r *Runner) installInboundLocked(id sharding.ShardID, l storage.Lock) {
 		r.phaseRefused(id, err)
 		return
 	}
-	r.endInbound(in, outcomeCutover, l.Epoch, n)
+	r.life.endInbound(in, outcomeCutover, l.Epoch, n)
 	r.met.handoffs.Add(context.Background(), 1, r.met.attrs, withReason("completed"))
 	r.met.handoffPhase.Record(context.Background(), time.Since(in.Started()).Seconds(), r.met.attrs, withPhase("total"))
 	r.publishPhase(id, handoff.Cutover, in.From().ID, r.cfg.ID, "")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,7 +23,7 @@ import (
 // Traces of the lifecycle work (see "Traces" in the package doc): each
 // side of a shard's handoff, a detach and a re-attachment is a root span
 // of its own (no request causes it), made only while tracing is on
-// (r.trace.On, the one switch) and built only when it records (sampled
+// (l.trace.On, the one switch) and built only when it records (sampled
 // in). A span handled here is nil when it does not record: the control
 // loop then tests one nil per shard.
 //
@@ -99,24 +100,24 @@ func endLife(span trace.Span, outcome, errType, desc string) {
 // startLife starts a lifecycle root span from ctx and returns its context
 // and the span, nil unless it records (the caller then builds its
 // attributes: none are built for a span sampled out).
-func (r *Runner) startLife(ctx context.Context, name string, opts []trace.SpanStartOption) (context.Context, trace.Span) {
-	sctx, span := r.trace.Start(ctx, name, opts...)
+func (l *lifeTracer) startLife(ctx context.Context, name string, opts []trace.SpanStartOption) (context.Context, trace.Span) {
+	sctx, span := l.trace.Start(ctx, name, opts...)
 	if !span.IsRecording() {
 		span.End()
 		return ctx, nil
 	}
-	span.SetAttributes(r.trace.Runner())
+	span.SetAttributes(l.trace.Runner())
 	return sctx, span
 }
 
 // inboundContext returns the context of a new takeover of shard id from
 // its owner from at fromEpoch: under parent, carrying the takeover's warm
 // span when tracing is on.
-func (r *Runner) inboundContext(parent context.Context, id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) context.Context {
-	if !r.trace.On() {
+func (l *lifeTracer) inboundContext(parent context.Context, id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) context.Context {
+	if !l.trace.On() {
 		return parent
 	}
-	ctx, span := r.startLife(parent, handoffWarmSpan, tracing.RootSpan)
+	ctx, span := l.startLife(parent, handoffWarmSpan, tracing.RootSpan)
 	if span != nil {
 		span.SetAttributes(tracing.KeyShard.Int64(int64(id)), tracing.KeyPeer.String(from.ID), tracing.KeyPeerEpoch.Int64(int64(fromEpoch)))
 	}
@@ -124,8 +125,8 @@ func (r *Runner) inboundContext(parent context.Context, id sharding.ShardID, fro
 }
 
 // inboundSpan returns the warm span of takeover in (nil: none recording).
-func (r *Runner) inboundSpan(in *handoff.Inbound) trace.Span {
-	if !r.trace.On() {
+func (l *lifeTracer) inboundSpan(in *handoff.Inbound) trace.Span {
+	if !l.trace.On() {
 		return nil
 	}
 	if span := trace.SpanFromContext(in.Context()); span.IsRecording() {
@@ -136,8 +137,8 @@ func (r *Runner) inboundSpan(in *handoff.Inbound) trace.Span {
 
 // traceInbound records phase to of takeover in, reported with detail
 // (errType: the error.type of an abort).
-func (r *Runner) traceInbound(in *handoff.Inbound, to handoff.Phase, detail, errType string) {
-	span := r.inboundSpan(in)
+func (l *lifeTracer) traceInbound(in *handoff.Inbound, to handoff.Phase, detail, errType string) {
+	span := l.inboundSpan(in)
 	if span == nil {
 		return
 	}
@@ -153,21 +154,21 @@ func (r *Runner) traceInbound(in *handoff.Inbound, to handoff.Phase, detail, err
 
 // endInbound ends the warm span of takeover in, which ended with outcome
 // (cutover or acquired) at epoch with warmed entities warmed.
-func (r *Runner) endInbound(in *handoff.Inbound, outcome string, epoch storage.Epoch, warmed int) {
-	if span := r.inboundSpan(in); span != nil {
+func (l *lifeTracer) endInbound(in *handoff.Inbound, outcome string, epoch storage.Epoch, warmed int) {
+	if span := l.inboundSpan(in); span != nil {
 		span.SetAttributes(tracing.KeyEpoch.Int64(int64(epoch)), tracing.KeyWarmed.Int(warmed))
 		endLife(span, outcome, "", "")
 	}
 }
 
 // startOutbound starts the release spans of the cutover items.
-func (r *Runner) startOutbound(items []cutoverItem) {
-	if !r.trace.On() {
+func (l *lifeTracer) startOutbound(items []cutoverItem) {
+	if !l.trace.On() {
 		return
 	}
 	for i := range items {
 		it := &items[i]
-		_, it.span = r.startLife(context.Background(), handoffReleaseSpan, tracing.RootSpan)
+		_, it.span = l.startLife(context.Background(), handoffReleaseSpan, tracing.RootSpan)
 		if it.span != nil {
 			it.span.SetAttributes(tracing.KeyShard.Int64(int64(it.s.id)), tracing.KeyEpoch.Int64(int64(it.s.epoch)), tracing.KeyPeer.String(it.h.To))
 			lifeEvent(it.span, tracing.EventAdmissionStopped)
@@ -213,25 +214,49 @@ func shardList(ids []sharding.ShardID) []attribute.KeyValue {
 	return []attribute.KeyValue{tracing.KeyShards.Int64Slice(list), tracing.KeyShardCount.Int(n)}
 }
 
-// lifeTrace is the runner's state of the detach and re-attach spans.
-type lifeTrace struct {
+// lifeTracer makes the lifecycle spans (nil spans while tracing is off or
+// they are sampled out) and ends those that wait for handlers in
+// goroutines of its own, which Run waits for (wait).
+type lifeTracer struct {
+	trace        *tracing.Tracer // the runner's (tracing.go)
+	drainTimeout time.Duration   // the longest a detach span waits for its handlers
+	spans        sync.WaitGroup  // goroutines ending spans
+	stop         chan struct{}   // closed by wait: they end their spans at once
+
+	mu     sync.Mutex
 	detach trace.SpanContext // the last detach span's (a re-attachment's link)
 }
 
-// traceDetachLocked starts the span of a detach for reason (detail) with
+func newLifeTracer(tr *tracing.Tracer, drainTimeout time.Duration) *lifeTracer {
+	return &lifeTracer{trace: tr, drainTimeout: drainTimeout, stop: make(chan struct{})}
+}
+
+// wait ends the spans still waiting for handlers and waits for their
+// goroutines (the end of Run).
+func (l *lifeTracer) wait() {
+	close(l.stop)
+	l.spans.Wait()
+}
+
+// traceDetach starts the span of a detach for reason (detail) with
 // the lease deadline, interrupting the shards hosts, and ends it once
 // their handlers returned (bounded by DrainTimeout and the end of Run),
-// in a goroutine of r.spans.
-func (r *Runner) traceDetachLocked(reason detachment.Reason, detail string, deadline time.Time, hosts []*hosting.Shard) {
-	if !r.trace.On() {
+// in a goroutine of l.spans.
+func (l *lifeTracer) traceDetach(reason detachment.Reason, detail string, deadline time.Time, hosts []*hosting.Shard) {
+	if !l.trace.On() {
 		return
 	}
-	_, span := r.startLife(context.Background(), detachSpan, tracing.RootSpan)
+	_, span := l.startLife(context.Background(), detachSpan, tracing.RootSpan)
+	l.mu.Lock()
 	if span == nil {
-		r.lifeSpans.detach = trace.SpanContext{}
+		l.detach = trace.SpanContext{}
+	} else {
+		l.detach = span.SpanContext()
+	}
+	l.mu.Unlock()
+	if span == nil {
 		return
 	}
-	r.lifeSpans.detach = span.SpanContext()
 	ids := make([]sharding.ShardID, len(hosts))
 	for i, h := range hosts {
 		ids[i] = h.ID()
@@ -240,8 +265,8 @@ func (r *Runner) traceDetachLocked(reason detachment.Reason, detail string, dead
 	span.SetAttributes(tracing.KeyDetachReason.String(reason.String()), tracing.KeyLeaseDeadline.String(deadline.UTC().Format(time.RFC3339Nano)))
 	span.SetAttributes(tracing.KeyErrorType.String(detachType(reason)))
 	span.SetStatus(codes.Error, fmt.Sprintf("detached (%s): %s", reason, detail))
-	r.spans.Go(func() {
-		running := r.waitStopped(hosts)
+	l.spans.Go(func() {
+		running := l.waitStopped(hosts)
 		lifeEvent(span, tracing.EventEntitiesStopped, tracing.KeyRunning.Int(running))
 		span.End()
 	})
@@ -249,8 +274,8 @@ func (r *Runner) traceDetachLocked(reason detachment.Reason, detail string, dead
 
 // waitStopped waits until no handler of hosts runs, at most DrainTimeout
 // and no longer than Run; it returns how many still run.
-func (r *Runner) waitStopped(hosts []*hosting.Shard) int {
-	limit := time.NewTimer(r.cfg.DrainTimeout)
+func (l *lifeTracer) waitStopped(hosts []*hosting.Shard) int {
+	limit := time.NewTimer(l.drainTimeout)
 	defer limit.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -265,7 +290,7 @@ func (r *Runner) waitStopped(hosts []*hosting.Shard) int {
 		select {
 		case <-limit.C:
 			return n
-		case <-r.spansStop:
+		case <-l.stop:
 			return n
 		case <-tick.C:
 		}
@@ -275,18 +300,18 @@ func (r *Runner) waitStopped(hosts []*hosting.Shard) int {
 // startReattach starts the span of a re-attachment attempt (nil: not
 // recording) under lease leaseID (newLease: granted for it), linked to
 // the last detach span.
-func (r *Runner) startReattach(leaseID storage.LeaseID, newLease bool) trace.Span {
-	if !r.trace.On() {
+func (l *lifeTracer) startReattach(leaseID storage.LeaseID, newLease bool) trace.Span {
+	if !l.trace.On() {
 		return nil
 	}
-	r.mu.Lock()
-	link := r.lifeSpans.detach
-	r.mu.Unlock()
+	l.mu.Lock()
+	link := l.detach
+	l.mu.Unlock()
 	opts := tracing.RootSpan
 	if link.IsValid() {
 		opts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: link})}
 	}
-	_, span := r.startLife(context.Background(), reattachSpan, opts)
+	_, span := l.startLife(context.Background(), reattachSpan, opts)
 	if span != nil {
 		span.SetAttributes(tracing.KeyLease.String(fmt.Sprintf("%x", leaseID)), tracing.KeyLeaseNew.Bool(newLease))
 	}

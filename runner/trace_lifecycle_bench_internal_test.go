@@ -62,7 +62,7 @@ func BenchmarkReleaseSpans(b *testing.B) {
 				for i := range items {
 					items[i].m = handoff.NewMachine(handoff.OldOwner)
 				}
-				r.startOutbound(items)
+				r.life.startOutbound(items)
 				for _, ev := range []string{"drained", "release_shard", "progress_recorded"} {
 					outboundEvent(items, ev)
 				}
