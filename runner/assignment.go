@@ -2,7 +2,6 @@ package runner
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/shardhost/shardhost/runner/internal/control"
 	"github.com/shardhost/shardhost/sharding"
@@ -42,7 +41,7 @@ func (r *Runner) recomputeForRouting() {
 		r.mu.Unlock()
 		return
 	}
-	runners := r.membersForAssignLocked()
+	runners := r.view.runnersForAssign()
 	planner := r.view.planner
 	strategy := planner.Strategy()
 	if r.view.assignment.Known() && slices.Equal(runners, r.view.assignedFrom) && sharding.IgnoresCurrent(strategy) {
@@ -51,7 +50,7 @@ func (r *Runner) recomputeForRouting() {
 	}
 	in := sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
 	if !sharding.IgnoresCurrent(strategy) {
-		in.Current = r.currentLocked()
+		in.Current = r.view.current(r.cfg.NumShards)
 	}
 	r.mu.Unlock()
 	full, err := planner.Assign(in)
@@ -116,42 +115,15 @@ func (r *Runner) assignInputLocked() (in sharding.Input, version uint64, ok bool
 	if !r.view.membersSeen {
 		return in, 0, false
 	}
-	runners := r.membersForAssignLocked()
+	runners := r.view.runnersForAssign()
 	in = sharding.Input{NumShards: r.cfg.NumShards, Runners: runners}
 	if !sharding.IgnoresCurrent(r.cfg.Strategy) {
-		in.Current = r.currentLocked()
+		in.Current = r.view.current(r.cfg.NumShards)
 	} else if r.view.assignment.Known() && r.view.assignErr == nil && slices.Equal(runners, r.view.assignedFrom) {
 		r.installCompactLocked(runners, r.view.assignment, r.view.assignDigest, r.view.membersVersion)
 		return in, 0, false
 	}
 	return in, r.view.membersVersion, true
-}
-
-// membersForAssignLocked returns the members as the strategy's input
-// runners: sorted by ID, a draining one with weight 0.
-func (r *Runner) membersForAssignLocked() []sharding.Runner {
-	runners := make([]sharding.Runner, 0, len(r.view.members))
-	for _, m := range r.view.members {
-		w := m.Weight
-		if m.Draining {
-			w = 0
-		}
-		runners = append(runners, sharding.Runner{ID: m.ID, Weight: w})
-	}
-	slices.SortFunc(runners, func(a, b sharding.Runner) int { return strings.Compare(a.ID, b.ID) })
-	return runners
-}
-
-// currentLocked returns the owner of every shard in the lock view (the
-// strategy's Input.Current).
-func (r *Runner) currentLocked() sharding.Assignment {
-	cur := make(sharding.Assignment, r.cfg.NumShards)
-	for id, l := range r.view.locks.All() {
-		if l.Epoch != 0 {
-			cur[id] = r.view.byLease[l.Lease].ID
-		}
-	}
-	return cur
 }
 
 // installAssignmentLocked installs assignment a computed from runners at
@@ -210,7 +182,7 @@ func (r *Runner) installCompactLocked(runners []sharding.Runner, a control.Assig
 type selfState struct{ registered, superseded, draining bool }
 
 func (r *Runner) selfLocked() selfState {
-	return selfState{registered: r.registeredLocked(), superseded: r.supersededLocked(), draining: r.lifecycle.draining}
+	return selfState{registered: r.view.registered(r.cfg.ID, r.incarnation, r.lease), superseded: r.supersededLocked(), draining: r.lifecycle.draining}
 }
 
 // markReassignedLocked marks what a new assignment (the same view of this
@@ -227,13 +199,6 @@ func (r *Runner) markReassignedLocked(old, a control.Assignment) {
 		}
 	}
 	signal(r.kick)
-}
-
-// registeredLocked reports whether the membership view holds this
-// incarnation's record under the current lease.
-func (r *Runner) registeredLocked() bool {
-	m, ok := r.view.members[r.cfg.ID]
-	return ok && m.Incarnation == r.incarnation && m.Lease == r.lease
 }
 
 // supersededLocked reports whether this runner gave up its ID to another

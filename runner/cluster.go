@@ -112,7 +112,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 		}
 		var live map[string]bool
 		if d.addrGone { // O(members), only when an address left
-			live = r.liveAddressesLocked()
+			live = r.view.liveAddresses()
 		}
 		r.allChangedLocked(false) // a lock's holder may have come or gone
 		r.mu.Unlock()

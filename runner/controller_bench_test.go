@@ -40,7 +40,7 @@ func benchController(b *testing.B, n int) *Runner {
 		r.view.members[id] = m
 	}
 	r.view.membersSeen = true
-	r.rebuildByLeaseLocked()
+	r.view.rebuildByLease()
 	r.recomputeLocked()
 	for sid, owner := range r.view.assignment.All() {
 		id := int(sid)

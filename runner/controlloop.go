@@ -219,7 +219,7 @@ type plan struct {
 // round decides every dirty shard and starts what was decided. It returns
 // when the next per-shard timer is due.
 func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
-	defer r.logOwnershipChanges() // one INFO line per round (ownershiplog.go)
+	defer r.ownLog.flush(r.ownedCount) // one INFO line per round (ownershiplog.go)
 	r.mu.Lock()
 	if r.lifecycle.phase != phaseAttached || r.lifecycle.stopping {
 		r.mu.Unlock()
@@ -236,7 +236,7 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
 	st := control.Round{
 		Now: now, Self: r.cfg.ID, Lease: leaseID, Interval: r.cfg.AcquireRetryInterval,
-		Registered: r.registeredLocked(), Superseded: r.supersededLocked(),
+		Registered: r.view.registered(r.cfg.ID, r.incarnation, r.lease), Superseded: r.supersededLocked(),
 		NoHandoff: r.cfg.DisableHandoff,
 	}
 	ids, all := r.work.Take()

@@ -29,7 +29,7 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 		Strategy: r.cfg.Strategy.Name(), Weight: r.cfg.Weight, DetachMargin: r.cfg.DetachMargin,
 		Lease: health.Lease, LeaseTTL: health.TTL, LeaseDeadline: health.Deadline, KeepAliveFailureStreak: health.FailureStreak,
 	}
-	snap.NotStarted, _ = r.notStarted()
+	snap.NotStarted, _ = r.st.notStarted(r.endpoints())
 	var ready HealthCheck
 	if r.cfg.ClientOnly {
 		ready = r.CheckReadiness()
@@ -97,7 +97,7 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	}
 	slices.SortFunc(snap.Locks, func(a, b storage.Lock) int { return int(a.Shard) - int(b.Shard) })
 	if r.cfg.ClientOnly {
-		snap.Gateway = r.gatewayViewLocked()
+		snap.Gateway = r.view.gatewayView(r.cfg.NumShards)
 		if r.lifecycle.phase == phaseStarting && closed(r.st.ready) {
 			snap.Phase = "routing" // a gateway never attaches: past its start, it routes
 		}
@@ -181,26 +181,4 @@ func workerDetail(name string, singleton bool, err error) string {
 		d += ": " + err.Error()
 	}
 	return d
-}
-
-// gatewayViewLocked is a client-only runner's routing view: the hosting
-// runners it sees, and the shards it has a route for (a lock of a live
-// member, else an assignee that is a member). Under r.mu.
-func (r *Runner) gatewayViewLocked() *debugpage.Gateway {
-	g := &debugpage.Gateway{Members: len(r.view.members)}
-	for id := range r.cfg.NumShards {
-		sid := sharding.ShardID(id)
-		if l, held := r.view.locks.Get(sid); held {
-			if _, live := r.view.byLease[l.Lease]; live {
-				g.Routes++
-				continue
-			}
-		}
-		if id < r.view.assignment.Len() {
-			if _, ok := r.view.members[r.view.assignment.Of(sid)]; ok {
-				g.Routes++
-			}
-		}
-	}
-	return g
 }

@@ -65,6 +65,6 @@ func attachedRunner(t *testing.T, lease storage.LeaseID, others ...storage.Runne
 		r.view.members[o.ID] = o
 	}
 	r.view.membersSeen = true
-	r.rebuildByLeaseLocked()
+	r.view.rebuildByLease()
 	return r
 }

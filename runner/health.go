@@ -302,7 +302,7 @@ func (r *Runner) phaseReason(st healthState, shutdown bool) string {
 		if r.cfg.ClientOnly && closed(r.st.ready) {
 			return fmt.Sprintf("routing to %d runners", st.members)
 		}
-		if note, _ := r.notStarted(); note != "" {
+		if note, _ := r.st.notStarted(r.endpoints()); note != "" {
 			return "starting: " + note
 		}
 		if r.cfg.ClientOnly {

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 )
 
@@ -11,6 +12,10 @@ import (
 // one INFO line: takeovers and handoffs are visible at INFO without a line
 // per shard.
 type ownershipLog struct {
+	self string // this runner's ID
+	log  *slog.Logger
+	met  *metrics
+
 	mu sync.Mutex
 	ownershipCounts
 }
@@ -23,14 +28,13 @@ type ownershipCounts struct {
 	lost      int // ShardLost other than by a detach (logged on its own)
 }
 
-// noteEvent counts ev (the hub calls it for every event, under the hub's
-// lock; it must not block or take r.mu). It also counts the events that
-// are metrics of their own (sharding.reminders_unrecorded).
-func (r *Runner) noteEvent(ev Event) {
+// note counts ev (the hub calls it for every event, under the hub's lock;
+// it must not block or take Runner.mu). It also counts the events that are
+// metrics of their own (sharding.reminders_unrecorded).
+func (l *ownershipLog) note(ev Event) {
 	if _, ok := ev.(RemindersUnrecorded); ok {
-		r.met.remindersUnrecorded.Add(context.Background(), 1, r.met.attrs)
+		l.met.remindersUnrecorded.Add(context.Background(), 1, l.met.attrs)
 	}
-	l := &r.ownLog
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch e := ev.(type) {
@@ -44,20 +48,19 @@ func (r *Runner) noteEvent(ev Event) {
 		}
 	case HandoffPhase:
 		if e.Phase == PhaseCutover {
-			if e.To == r.cfg.ID {
+			if e.To == l.self {
 				l.handedIn++
-			} else if e.From == r.cfg.ID {
+			} else if e.From == l.self {
 				l.handedOff++
 			}
 		}
 	}
 }
 
-// logOwnershipChanges logs, at INFO, what changed since the last round, if
-// anything: one line per control round. Called by the control loop at the
-// end of each round, without r.mu.
-func (r *Runner) logOwnershipChanges() {
-	l := &r.ownLog
+// flush logs, at INFO, what changed since the last round, if anything,
+// with the count owned reports: one line per control round. Called by the
+// control loop at the end of each round, without Runner.mu (owned takes it).
+func (l *ownershipLog) flush(owned func() int) {
 	l.mu.Lock()
 	c := l.ownershipCounts
 	l.ownershipCounts = ownershipCounts{}
@@ -65,6 +68,6 @@ func (r *Runner) logOwnershipChanges() {
 	if c == (ownershipCounts{}) {
 		return
 	}
-	r.log.Info("shard ownership changed", "acquired", c.acquired, "by_handoff", c.handedIn,
-		"released", c.released, "handed_off", c.handedOff, "lost", c.lost, "owned", r.ownedCount())
+	l.log.Info("shard ownership changed", "acquired", c.acquired, "by_handoff", c.handedIn,
+		"released", c.released, "handed_off", c.handedOff, "lost", c.lost, "owned", owned())
 }

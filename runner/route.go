@@ -200,24 +200,3 @@ func (d routingDir) Running() bool { return d.r.running.Load() }
 func (d routingDir) WaitRun(ctx context.Context) error { return d.r.waitRun(ctx) }
 
 func (d routingDir) ClosedErr() error { return d.r.closedErr() }
-
-// rebuildByLeaseLocked indexes the members by lease (tests set members
-// directly) and returns the live addresses.
-func (r *Runner) rebuildByLeaseLocked() map[string]bool {
-	clear(r.view.byLease)
-	for _, m := range r.view.members {
-		r.view.byLease[m.Lease] = m
-	}
-	return r.liveAddressesLocked()
-}
-
-// liveAddressesLocked returns the members' transport addresses.
-func (r *Runner) liveAddressesLocked() map[string]bool {
-	live := make(map[string]bool, len(r.view.members))
-	for _, m := range r.view.members {
-		if m.Address != "" {
-			live[m.Address] = true
-		}
-	}
-	return live
-}

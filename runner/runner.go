@@ -143,7 +143,6 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	r.st.init()
 	r.async.init()
 	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
-	r.hub.Observe = r.noteEvent
 	localIncarnations.Store(r.incarnation, struct{}{})
 	r.net = cfg.Transport
 	if r.net == nil {
@@ -154,6 +153,8 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
+	r.ownLog.self, r.ownLog.log, r.ownLog.met = cfg.ID, r.log, r.met
+	r.hub.Observe = r.ownLog.note
 	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
 	tracer := newTracer(cfg, r.log)
 	r.trace = tracer
@@ -373,7 +374,7 @@ type Status struct {
 func (r *Runner) Status() Status {
 	h, _ := r.keeper.Health()
 	st := r.machine.State()
-	note, startErr := r.notStarted()
+	note, startErr := r.st.notStarted(r.endpoints())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Status{

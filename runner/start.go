@@ -197,7 +197,7 @@ func (r *Runner) startTimeout(ctx context.Context) {
 	case <-r.st.ready:
 	case <-t.C:
 		err := fmt.Errorf("%w (%v)", ErrStartTimeout, r.cfg.StartTimeout)
-		if last := r.startErr(); last != nil {
+		if last := r.st.lastError(); last != nil {
 			err = fmt.Errorf("%w: last failure: %w", err, last)
 		}
 		attrs := []any{"err", err}
@@ -231,7 +231,7 @@ func (r *Runner) startClient(ctx context.Context) {
 			return
 		}
 		switch {
-		case errors.Is(err, storage.ErrPermissionDenied) && r.mayReadCluster(ctx):
+		case errors.Is(err, storage.ErrPermissionDenied) && mayReadCluster(ctx, r.store, r.cfg.OpTimeout):
 			r.startFailed("check the cluster record (this client-only runner may only read it: "+
 				"waiting for a hosting runner to publish it)", err, backoff)
 		case r.startRefused("check the cluster record", err):
@@ -325,7 +325,7 @@ func (r *Runner) guardTransport(ctx context.Context) {
 		changed := r.router.RouteWatch()
 		r.mu.Lock()
 		version := r.view.membersVersion
-		foreign := r.foreignMemberLocked()
+		foreign := r.view.foreignMember(r.cfg.ID)
 		r.mu.Unlock()
 		if version != seen {
 			seen = version
@@ -346,7 +346,7 @@ func (r *Runner) guardTransport(ctx context.Context) {
 		case <-grace.C:
 		}
 		r.mu.Lock()
-		foreign = r.foreignMemberLocked()
+		foreign = r.view.foreignMember(r.cfg.ID)
 		r.mu.Unlock()
 		if foreign == nil || suspect == nil || foreign.Incarnation != suspect.Incarnation {
 			suspect = nil
@@ -360,21 +360,6 @@ func (r *Runner) guardTransport(ctx context.Context) {
 		r.failRun(err)
 		return
 	}
-}
-
-// foreignMemberLocked returns a member made by another process (not this
-// runner's ID: a predecessor of this runner is waited for at
-// registration), or nil.
-func (r *Runner) foreignMemberLocked() *storage.Runner {
-	for _, m := range r.view.members {
-		if m.ID == r.cfg.ID {
-			continue
-		}
-		if _, local := localIncarnations.Load(m.Incarnation); !local {
-			return &m
-		}
-	}
-	return nil
 }
 
 // runCallGrace is how long a send made before Run was called waits for
@@ -438,7 +423,7 @@ func (r *Runner) noOwnerReason(id sharding.ShardID, waited time.Duration) string
 	assigned := r.view.assignment.Of(id)
 	r.mu.Unlock()
 	failure := ""
-	if err := r.startErr(); err != nil {
+	if err := r.st.lastError(); err != nil {
 		failure = fmt.Sprintf(" (last store failure: %v)", err)
 	}
 	w := waited.Round(time.Millisecond)

@@ -13,7 +13,7 @@ import (
 // the first of a streak at WARN with the endpoints and the error, then at
 // most one WARN per startWarnEvery, the rest at DEBUG.
 func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
-	r.reportStartFailure(op, r.explainUnavailable(err), retryIn, false)
+	r.reportStartFailure(op, explainUnavailable(r.store, r.cfg.OpTimeout, err), retryIn, false)
 }
 
 // probeAtStart asks the store, as Run begins, whether it can reach its
@@ -109,10 +109,10 @@ func (r *Runner) startRefused(op string, err error) bool {
 // only read (enough for a client-only runner) is when it starts before any
 // hosting runner published the record. It then tries again instead of
 // failing: the record may be there already.
-func (r *Runner) mayReadCluster(ctx context.Context) bool {
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+func mayReadCluster(ctx context.Context, store storage.Store, timeout time.Duration) bool {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, _, err := r.store.ReadCluster(cctx)
+	_, _, err := store.ReadCluster(cctx)
 	return err == nil || errors.Is(err, storage.ErrCorrupt)
 }
 
@@ -167,12 +167,12 @@ func (r *Runner) refusedWhileDetached(call string, err error) {
 // 10.0.0.1:2379: dial tcp 10.0.0.1:2379: connect: connection refused"
 // says more than the call's "context deadline exceeded". The result
 // matches both errors.
-func (r *Runner) explainUnavailable(err error) error {
-	d, ok := r.store.(connectionDiagnoser)
+func explainUnavailable(store storage.Store, opTimeout time.Duration, err error) error {
+	d, ok := store.(connectionDiagnoser)
 	if !ok || !errors.Is(err, storage.ErrUnavailable) {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(diagnoseTimeout, r.cfg.OpTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), min(diagnoseTimeout, opTimeout))
 	defer cancel()
 	cerr := d.ConnectionError(ctx)
 	if cerr == nil { // reachable: the call failed for another reason
@@ -183,22 +183,23 @@ func (r *Runner) explainUnavailable(err error) error {
 
 // notStarted says why a runner that is not ready is not, once a start
 // call failed: "not started: etcd at 10.0.0.1:2379 unreachable since
-// 10:04:05 (45s, 9 failed attempts): <the last failure>" (local time). It returns ""
+// 10:04:05 (45s, 9 failed attempts): <the last failure>" (local time;
+// endpoints names the store). It returns ""
 // and nil once the runner is ready, and before any failure.
-func (r *Runner) notStarted() (string, error) {
-	r.st.mu.Lock()
-	n, since, last := r.st.failures, r.st.firstFail, r.st.lastErr
-	r.st.mu.Unlock()
+func (s *startState) notStarted(endpoints string) (string, error) {
+	s.mu.Lock()
+	n, since, last := s.failures, s.firstFail, s.lastErr
+	s.mu.Unlock()
 	if n == 0 || last == nil {
 		return "", nil
 	}
 	select {
-	case <-r.st.ready:
+	case <-s.ready:
 		return "", nil
 	default:
 	}
 	what := "the store"
-	if eps := r.endpoints(); eps != "" {
+	if eps := endpoints; eps != "" {
 		what = "etcd at " + eps
 	}
 	how := "unreachable"
@@ -213,9 +214,9 @@ func (r *Runner) notStarted() (string, error) {
 		what, how, since.Format("15:04:05"), time.Since(since).Round(time.Second), attempts, last), last
 }
 
-// startErr returns the last start failure while the runner is not ready.
-func (r *Runner) startErr() error {
-	r.st.mu.Lock()
-	defer r.st.mu.Unlock()
-	return r.st.lastErr
+// lastError returns the last start failure while the runner is not ready.
+func (s *startState) lastError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
 }

@@ -37,7 +37,7 @@ func TestStartedTakeoverRereadsItsLockWithoutAnotherEvent(t *testing.T) {
 	r.view.locks.Set(storage.Lock{Shard: id, Owner: storage.Owner{RunnerID: from.ID, Incarnation: from.Incarnation}, Lease: from.Lease, Epoch: 10})
 
 	decide := func(now time.Time) plan {
-		st := control.Round{Now: now, Self: "me", Lease: l.ID, Interval: r.cfg.AcquireRetryInterval, Registered: r.registeredLocked()}
+		st := control.Round{Now: now, Self: "me", Lease: l.ID, Interval: r.cfg.AcquireRetryInterval, Registered: r.view.registered(r.cfg.ID, r.incarnation, r.lease)}
 		var p plan
 		r.decideLocked(id, &st, &p)
 		return p
