@@ -321,7 +321,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	switch d.Pending {
 	case control.PendingDropped:
 		r.shards.dropPending(id)
-		r.unwatchStuckLocked(id)
+		r.stuck.unwatch(id)
 	case control.PendingStarted:
 		r.shards.startPending(id, st.Now)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/shardhost/shardhost/storage"
 )
 
 // Health checks for process supervisors: Kubernetes probes, systemd's
@@ -134,7 +136,7 @@ func (r *Runner) healthStateLocked() healthState {
 }
 
 // storeProbe is what a ClientOnly runner's probes of the store found
-// (probeStore): a gateway holds no lease, so nothing else tells it that
+// (storeProbe.run): a gateway holds no lease, so nothing else tells it that
 // its watches stalled on an unreachable store (they do so without an
 // error).
 type storeProbe struct {
@@ -144,26 +146,25 @@ type storeProbe struct {
 	since  time.Time // when the streak of failures began
 }
 
-// probeStore reads the cluster record every ProbeInterval (each read
-// bounded by OpTimeout) until ctx ends or Shutdown is called, and keeps
-// the outcome for CheckReadiness. The cluster record, not Ping's key: a
+// run reads store's cluster record every interval (each read bounded by
+// opTimeout) until ctx ends or stop is closed (Shutdown), and keeps the
+// outcome for CheckReadiness. The cluster record, not Ping's key: a
 // gateway's role grants read on the record and the keyspaces it watches
 // only (SECURITY.md); etcd serves the read linearizably, so it fails
 // without a leader too.
-func (r *Runner) probeStore(ctx context.Context) {
-	p := &r.storeProbe
+func (p *storeProbe) run(ctx context.Context, stop <-chan struct{}, store storage.Store, opTimeout, interval time.Duration) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.stopReq:
+		case <-stop:
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
-		_, _, err := r.store.ReadCluster(pctx)
+		pctx, cancel := context.WithTimeout(ctx, opTimeout)
+		_, _, err := store.ReadCluster(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -174,7 +175,7 @@ func (r *Runner) probeStore(ctx context.Context) {
 		}
 		p.probed, p.err = true, err
 		p.mu.Unlock()
-		t.Reset(r.cfg.ProbeInterval)
+		t.Reset(interval)
 	}
 }
 

@@ -119,7 +119,7 @@ func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone c
 	if r.cfg.ClientOnly {
 		// Routes only: no lease, no registration, no shards; the
 		// assignment only names where a shard with no live owner goes.
-		wg.Go(func() { r.probeStore(ctx) })
+		wg.Go(func() { r.storeProbe.run(ctx, r.stopReq, r.store, r.cfg.OpTimeout, r.cfg.ProbeInterval) })
 		wg.Go(func() {
 			defer close(loopDone)
 			for {

@@ -96,7 +96,9 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 				p.exhausted = true
 				exhausted = append(exhausted, a.Shard)
 				r.shardChangedLocked(a.Shard, 0, false) // its parked requests give up
-				r.watchStuckLocked(a.Shard, storage.Revision(a.Holder.Epoch)+1)
+				if !r.fullView {
+					r.stuck.watch(a.Shard, storage.Revision(a.Holder.Epoch)+1)
+				}
 				continue
 			}
 			r.retryLocked(a.Shard, p.last.Add(r.cfg.AcquireRetryInterval))

@@ -116,7 +116,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.attachCtx, Prev: r.shards.at(id).lastHost, Reason: reason, Warmed: warmed,
 	})
 	r.shards.install(s)
-	r.unwatchStuckLocked(id)
+	r.stuck.unwatch(id)
 	if cur, known := r.view.locks.Get(id); !known || cur.Epoch <= epoch {
 		// Our lock, ahead of any watch (without a full view, no watch
 		// shows it: a later release or orphan decision reads it here).

@@ -43,30 +43,30 @@ func newStuckWatches() stuckWatches {
 	return stuckWatches{watched: make(map[sharding.ShardID]uint64), req: make(chan stuckWatch, maxStuckWatches)}
 }
 
-// watchStuckLocked watches shard id's lock from revision from (the
-// holder's write, plus one), unless it is watched already, the runner has
-// a full lock view, or maxStuckWatches are watched.
-func (r *Runner) watchStuckLocked(id sharding.ShardID, from storage.Revision) {
-	if _, ok := r.stuck.watched[id]; ok || r.fullView || len(r.stuck.watched) >= maxStuckWatches {
+// watch watches shard id's lock from revision from (the holder's write,
+// plus one), unless it is watched already or maxStuckWatches are watched
+// (under Runner.mu; a runner with a full lock view needs none).
+func (s *stuckWatches) watch(id sharding.ShardID, from storage.Revision) {
+	if _, ok := s.watched[id]; ok || len(s.watched) >= maxStuckWatches {
 		return
 	}
-	gen := r.stuck.gen + 1
+	gen := s.gen + 1
 	select {
-	case r.stuck.req <- stuckWatch{id: id, from: from, gen: gen}:
-		r.stuck.gen, r.stuck.watched[id] = gen, gen
+	case s.req <- stuckWatch{id: id, from: from, gen: gen}:
+		s.gen, s.watched[id] = gen, gen
 	default:
 	}
 }
 
-// unwatchStuckLocked stops watching shard id's lock (it was acquired, or is
-// no longer wanted here).
-func (r *Runner) unwatchStuckLocked(id sharding.ShardID) {
-	if _, ok := r.stuck.watched[id]; !ok {
+// unwatch stops watching shard id's lock (it was acquired, or is no longer
+// wanted here; under Runner.mu).
+func (s *stuckWatches) unwatch(id sharding.ShardID) {
+	if _, ok := s.watched[id]; !ok {
 		return
 	}
 	select {
-	case r.stuck.req <- stuckWatch{id: id, stop: true}:
-		delete(r.stuck.watched, id)
+	case s.req <- stuckWatch{id: id, stop: true}:
+		delete(s.watched, id)
 	default: // the watch ends at its next event, or with the run
 	}
 }

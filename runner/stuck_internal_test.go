@@ -21,9 +21,9 @@ func TestStuckWatchEndingLateKeepsTheNextWatchOfItsShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
-	r.watchStuckLocked(3, 1) // watch 1
-	r.unwatchStuckLocked(3)  // stopped; its goroutine still runs
-	r.watchStuckLocked(3, 1) // watch 2
+	r.stuck.watch(3, 1) // watch 1
+	r.stuck.unwatch(3)  // stopped; its goroutine still runs
+	r.stuck.watch(3, 1) // watch 2
 	second := r.stuck.watched[3]
 	r.mu.Unlock()
 	if second != 2 {
