@@ -18,16 +18,6 @@ func (v *clusterView) registered(id, incarnation string, lease storage.LeaseID) 
 	return ok && m.Incarnation == incarnation && m.Lease == lease
 }
 
-// rebuildByLease indexes the members by lease (tests set members
-// directly) and returns the live addresses.
-func (v *clusterView) rebuildByLease() map[string]bool {
-	clear(v.byLease)
-	for _, m := range v.members {
-		v.byLease[m.Lease] = m
-	}
-	return v.liveAddresses()
-}
-
 // liveAddresses returns the members' transport addresses.
 func (v *clusterView) liveAddresses() map[string]bool {
 	live := make(map[string]bool, len(v.members))

@@ -145,3 +145,13 @@ func BenchmarkControlFullReconcile(b *testing.B) {
 		})
 	}
 }
+
+// rebuildByLease indexes the members by lease, for tests that set them
+// directly, and returns the live addresses.
+func (v *clusterView) rebuildByLease() map[string]bool {
+	clear(v.byLease)
+	for _, m := range v.members {
+		v.byLease[m.Lease] = m
+	}
+	return v.liveAddresses()
+}

@@ -29,7 +29,7 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 		Strategy: r.cfg.Strategy.Name(), Weight: r.cfg.Weight, DetachMargin: r.cfg.DetachMargin,
 		Lease: health.Lease, LeaseTTL: health.TTL, LeaseDeadline: health.Deadline, KeepAliveFailureStreak: health.FailureStreak,
 	}
-	snap.NotStarted, _ = r.st.notStarted(r.endpoints())
+	snap.NotStarted, _ = r.st.notStarted()
 	var ready HealthCheck
 	if r.cfg.ClientOnly {
 		ready = r.CheckReadiness()

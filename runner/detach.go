@@ -115,7 +115,7 @@ func (r *Runner) tryAttach(ctx context.Context, h lease.Health, backoff *time.Du
 		if r.startRefused("register", err) {
 			return 0, true, false // Run ends with the permission error
 		}
-		r.startFailed("register", err, *backoff) // WARN now and every minute
+		r.st.failed("register", err, *backoff) // WARN now and every minute
 		wait, *backoff = *backoff, min(2**backoff, 5*time.Second)
 		return wait, false, false
 	}
@@ -242,7 +242,7 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 	}
 	if !healthy {
 		if errors.Is(failed, storage.ErrPermissionDenied) && ctx.Err() == nil {
-			r.refusedWhileDetached("probe", failed) // the role may have lost read too
+			r.st.refusedWhileDetached("probe", failed) // the role may have lost read too
 		}
 		r.machine.SignalUnhealthy(now)
 		return r.cfg.ProbeInterval
@@ -260,7 +260,7 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 			return max(idWait, r.cfg.ProbeInterval) // still healthy: only the ID is taken
 		}
 		if ctx.Err() == nil {
-			r.reattachFailed(err)
+			r.st.reattachFailed(err)
 		}
 		r.machine.SignalUnhealthy(time.Now())
 		return r.cfg.ProbeInterval
@@ -371,7 +371,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 		return errors.New("detached again during re-attach")
 	}
 	r.toLocked(onAttach)
-	r.setReady() // start.go: the first registration
+	r.st.setReady() // start.go: the first registration
 	r.attachRev = regRev
 	r.reg.NoteWritten(regRev)
 	r.trip.reset(h)

@@ -303,7 +303,7 @@ func (r *Runner) phaseReason(st healthState, shutdown bool) string {
 		if r.cfg.ClientOnly && closed(r.st.ready) {
 			return fmt.Sprintf("routing to %d runners", st.members)
 		}
-		if note, _ := r.st.notStarted(r.endpoints()); note != "" {
+		if note, _ := r.st.notStarted(); note != "" {
 			return "starting: " + note
 		}
 		if r.cfg.ClientOnly {

@@ -140,7 +140,6 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	r.st.init()
 	r.async.init()
 	r.reg = registration.New(registration.Config{ID: cfg.ID, Incarnation: r.incarnation, LeaseTTL: cfg.LeaseTTL}, store, r.log)
 	localIncarnations.Store(r.incarnation, struct{}{})
@@ -154,6 +153,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
 	r.ownLog.self, r.ownLog.log, r.ownLog.met = cfg.ID, r.log, r.met
+	r.st.init(store, r.log, r.met, cfg)
 	r.hub.Observe = r.ownLog.note
 	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
 	tracer := newTracer(cfg, r.log)
@@ -374,7 +374,7 @@ type Status struct {
 func (r *Runner) Status() Status {
 	h, _ := r.keeper.Health()
 	st := r.machine.State()
-	note, startErr := r.st.notStarted(r.endpoints())
+	note, startErr := r.st.notStarted()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Status{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -23,9 +24,9 @@ import (
 //     checkCluster). A mismatch ends Run with a *ClusterMismatchError.
 //   - Store failures at start are retried with backoff; the first is
 //     logged at WARN with the store's endpoints and the error, then one
-//     WARN a minute (startFailed). A connection refused (or a DNS or TLS
+//     WARN a minute (startState.failed). A connection refused (or a DNS or TLS
 //     failure) is reported at once, not after the first call's OpTimeout
-//     (probeAtStart). A call that found the store unavailable
+//     (startState.probe). A call that found the store unavailable
 //     is explained by the connection's own error when the store can say
 //     it (connectionDiagnoser: refused, DNS, TLS), and Status and the debug
 //     page say "not started: etcd ... unreachable since ...".
@@ -65,12 +66,19 @@ const diagnoseTimeout = time.Second
 // process (by New): runners of one process may do without a transport.
 var localIncarnations sync.Map // incarnation -> struct{}
 
-// startState is what the runner knows of its start. Its own mutex: it is
-// read on the send path (noRoute) and written by store calls.
+// startState is what the runner knows of its start, and how it reports a
+// start that fails (start_failures.go). Its own mutex: it is read on the
+// send path (noRoute) and written by store calls.
 type startState struct {
 	runCalled chan struct{} // closed when Run is called
 	ready     chan struct{} // closed once ready
 	readyOnce sync.Once
+
+	// Set by init, read-only afterwards: what the reports name and count.
+	store                   storage.Store
+	log                     *slog.Logger
+	met                     *metrics
+	opTimeout, startTimeout time.Duration
 
 	mu        sync.Mutex
 	clusterOK bool      // the cluster record agrees with this runner
@@ -82,7 +90,9 @@ type startState struct {
 	deniedLog time.Time // when one was last logged at ERROR
 }
 
-func (s *startState) init() {
+func (s *startState) init(store storage.Store, log *slog.Logger, met *metrics, cfg Config) {
+	s.store, s.log, s.met = store, log, met
+	s.opTimeout, s.startTimeout = cfg.OpTimeout, cfg.StartTimeout
 	s.runCalled = make(chan struct{})
 	s.ready = make(chan struct{})
 }
@@ -104,23 +114,23 @@ func (s *startState) init() {
 func (r *Runner) Ready() <-chan struct{} { return r.st.ready }
 
 // setReady closes Ready (once) and logs a recovery from start failures.
-func (r *Runner) setReady() {
-	r.st.readyOnce.Do(func() {
-		r.st.mu.Lock()
-		n, since := r.st.failures, time.Since(r.st.firstFail)
-		r.st.failures, r.st.lastErr = 0, nil
-		r.st.mu.Unlock()
+func (s *startState) setReady() {
+	s.readyOnce.Do(func() {
+		s.mu.Lock()
+		n, since := s.failures, time.Since(s.firstFail)
+		s.failures, s.lastErr = 0, nil
+		s.mu.Unlock()
 		if n > 0 {
-			r.log.Info("store reachable; runner ready", "failed_attempts", n, "after", since.Round(time.Millisecond))
+			s.log.Info("store reachable; runner ready", "failed_attempts", n, "after", since.Round(time.Millisecond))
 		}
-		close(r.st.ready)
+		close(s.ready)
 	})
 }
 
 // endpoints names the store's endpoints for logs ("" when it has none to
 // name, as the in-memory store).
-func (r *Runner) endpoints() string {
-	if e, ok := r.store.(interface{ Endpoints() []string }); ok {
+func (s *startState) endpoints() string {
+	if e, ok := s.store.(interface{ Endpoints() []string }); ok {
 		return strings.Join(e.Endpoints(), ",")
 	}
 	return ""
@@ -179,7 +189,7 @@ func (r *Runner) startup(ctx context.Context) {
 	if r.cfg.StartTimeout > 0 {
 		wg.Go(func() { r.startTimeout(ctx) })
 	}
-	wg.Go(func() { r.probeAtStart(ctx) })
+	wg.Go(func() { r.st.probe(ctx) })
 	if r.cfg.ClientOnly {
 		wg.Go(func() { r.startClient(ctx) })
 	} else if r.Address() == "" {
@@ -201,7 +211,7 @@ func (r *Runner) startTimeout(ctx context.Context) {
 			err = fmt.Errorf("%w: last failure: %w", err, last)
 		}
 		attrs := []any{"err", err}
-		if eps := r.endpoints(); eps != "" {
+		if eps := r.st.endpoints(); eps != "" {
 			attrs = append(attrs, "endpoints", eps)
 		}
 		r.log.Error("not ready within StartTimeout; stopping", attrs...)
@@ -232,12 +242,12 @@ func (r *Runner) startClient(ctx context.Context) {
 		}
 		switch {
 		case errors.Is(err, storage.ErrPermissionDenied) && mayReadCluster(ctx, r.store, r.cfg.OpTimeout):
-			r.startFailed("check the cluster record (this client-only runner may only read it: "+
+			r.st.failed("check the cluster record (this client-only runner may only read it: "+
 				"waiting for a hosting runner to publish it)", err, backoff)
 		case r.startRefused("check the cluster record", err):
 			return
 		default:
-			r.startFailed("check the cluster record", err, backoff)
+			r.st.failed("check the cluster record", err, backoff)
 		}
 		t.Reset(backoff)
 		select {
@@ -253,7 +263,7 @@ func (r *Runner) startClient(ctx context.Context) {
 		listed := r.view.membersSeen
 		r.mu.Unlock()
 		if listed {
-			r.setReady()
+			r.st.setReady()
 			return
 		}
 		select {

@@ -9,79 +9,79 @@ import (
 	"github.com/shardhost/shardhost/storage"
 )
 
-// startFailed records a failed store call of the start (op) and logs it:
+// failed records a failed store call of the start (op) and logs it:
 // the first of a streak at WARN with the endpoints and the error, then at
 // most one WARN per startWarnEvery, the rest at DEBUG.
-func (r *Runner) startFailed(op string, err error, retryIn time.Duration) {
-	r.reportStartFailure(op, explainUnavailable(r.store, r.cfg.OpTimeout, err), retryIn, false)
+func (s *startState) failed(op string, err error, retryIn time.Duration) {
+	s.report(op, explainUnavailable(s.store, s.opTimeout, err), retryIn, false)
 }
 
-// probeAtStart asks the store, as Run begins, whether it can reach its
+// probe asks the store, as Run begins, whether it can reach its
 // servers at all, beside the first start call: a refused connection, a
 // failed DNS lookup or TLS handshake is known in milliseconds, while that
 // call waits for its OpTimeout before it fails. The first report (WARN,
 // Status().NotStarted) then comes at once. A store that answers, or says
 // nothing within OpTimeout (packets dropped), is left to the start calls.
-func (r *Runner) probeAtStart(ctx context.Context) {
-	d, ok := r.store.(connectionDiagnoser)
+func (s *startState) probe(ctx context.Context) {
+	d, ok := s.store.(connectionDiagnoser)
 	if !ok {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	pctx, cancel := context.WithTimeout(ctx, s.opTimeout)
 	defer cancel()
 	err := d.ConnectionError(pctx)
 	if err == nil || pctx.Err() != nil {
 		return
 	}
 	select {
-	case <-r.st.ready:
+	case <-s.ready:
 		return
 	default:
 	}
-	r.reportStartFailure("connect", err, 0, true)
+	s.report("connect", err, 0, true)
 }
 
-// reportStartFailure is startFailed once err is explained; with onlyFirst
+// report is failed once err is explained; with onlyFirst
 // it reports nothing when a failure was already recorded.
-func (r *Runner) reportStartFailure(op string, err error, retryIn time.Duration, onlyFirst bool) {
+func (s *startState) report(op string, err error, retryIn time.Duration, onlyFirst bool) {
 	now := time.Now()
-	r.st.mu.Lock()
-	if onlyFirst && r.st.failures > 0 {
-		r.st.mu.Unlock()
+	s.mu.Lock()
+	if onlyFirst && s.failures > 0 {
+		s.mu.Unlock()
 		return
 	}
-	r.st.failures++
-	r.st.lastErr = err
-	first := r.st.failures == 1
+	s.failures++
+	s.lastErr = err
+	first := s.failures == 1
 	if first {
-		r.st.firstFail = now
+		s.firstFail = now
 	}
-	warn := first || now.Sub(r.st.lastWarn) >= startWarnEvery
+	warn := first || now.Sub(s.lastWarn) >= startWarnEvery
 	if warn {
-		r.st.lastWarn = now
+		s.lastWarn = now
 	}
-	n, since := r.st.failures, now.Sub(r.st.firstFail)
-	r.st.mu.Unlock()
+	n, since := s.failures, now.Sub(s.firstFail)
+	s.mu.Unlock()
 	attrs := []any{"op", op, "err", err}
 	if retryIn > 0 {
 		attrs = append(attrs, "retry_in", retryIn)
 	}
-	if eps := r.endpoints(); eps != "" {
+	if eps := s.endpoints(); eps != "" {
 		attrs = append(attrs, "endpoints", eps)
 	}
-	if r.cfg.StartTimeout > 0 {
-		attrs = append(attrs, "hint", fmt.Sprintf("check the endpoints and that the store runs; Run fails with ErrStartTimeout if not ready within StartTimeout (%v)", r.cfg.StartTimeout))
+	if s.startTimeout > 0 {
+		attrs = append(attrs, "hint", fmt.Sprintf("check the endpoints and that the store runs; Run fails with ErrStartTimeout if not ready within StartTimeout (%v)", s.startTimeout))
 	} else {
 		attrs = append(attrs, "hint", "check the endpoints and that the store runs; Run waits without bound (StartTimeout < 0): set Config.StartTimeout > 0 to fail instead")
 	}
 	switch {
 	case first:
-		r.log.Warn("cannot start: store call failed; retrying", attrs...)
+		s.log.Warn("cannot start: store call failed; retrying", attrs...)
 	case warn:
-		r.log.Warn("still cannot start: store calls keep failing; retrying",
+		s.log.Warn("still cannot start: store calls keep failing; retrying",
 			append(attrs, "failed_attempts", n, "for", since.Round(time.Second))...)
 	default:
-		r.log.Debug("start: store call failed; retrying", append(attrs, "failed_attempts", n)...)
+		s.log.Debug("start: store call failed; retrying", append(attrs, "failed_attempts", n)...)
 	}
 }
 
@@ -94,7 +94,7 @@ func (r *Runner) startRefused(op string, err error) bool {
 	}
 	err = fmt.Errorf("runner %s cannot start: %s: %w (%s)", r.cfg.ID, op, err, deniedHint)
 	attrs := []any{"err", err}
-	if eps := r.endpoints(); eps != "" {
+	if eps := r.st.endpoints(); eps != "" {
 		attrs = append(attrs, "endpoints", eps)
 	}
 	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
@@ -125,13 +125,13 @@ const deniedHint = "with etcd: the client's user and password or certificate, an
 // refused the runner's credentials or permissions, as refusedWhileDetached
 // says. The runner stays detached and tries again after RecoverWindow of
 // health.
-func (r *Runner) reattachFailed(err error) {
+func (s *startState) reattachFailed(err error) {
 	if errors.Is(err, storage.ErrPermissionDenied) {
-		r.refusedWhileDetached("re-attach", err)
+		s.refusedWhileDetached("re-attach", err)
 		return
 	}
-	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
-	r.log.Warn("re-attach failed", "err", err)
+	s.met.storageErrors.Add(context.Background(), 1, s.met.attrs, withErrorType(err))
+	s.log.Warn("re-attach failed", "err", err)
 }
 
 // refusedWhileDetached records a call of a detached runner (call: its
@@ -142,23 +142,23 @@ func (r *Runner) reattachFailed(err error) {
 // refusals since the first (DEBUG between). A role that lost read as well
 // as write fails the probes, a role that kept read the re-attaches: both
 // are loud.
-func (r *Runner) refusedWhileDetached(call string, err error) {
-	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
+func (s *startState) refusedWhileDetached(call string, err error) {
+	s.met.storageErrors.Add(context.Background(), 1, s.met.attrs, withErrorType(err))
 	now := time.Now()
-	r.st.mu.Lock()
-	r.st.denied++
-	n, first := r.st.denied, r.st.deniedLog.IsZero()
-	loud := first || now.Sub(r.st.deniedLog) >= startWarnEvery
+	s.mu.Lock()
+	s.denied++
+	n, first := s.denied, s.deniedLog.IsZero()
+	loud := first || now.Sub(s.deniedLog) >= startWarnEvery
 	if loud {
-		r.st.deniedLog = now
+		s.deniedLog = now
 	}
-	r.st.mu.Unlock()
+	s.mu.Unlock()
 	const msg = "refused: the store denies this runner's credentials or permissions; staying detached"
 	if !loud {
-		r.log.Debug(msg, "call", call, "err", err, "refused_calls", n)
+		s.log.Debug(msg, "call", call, "err", err, "refused_calls", n)
 		return
 	}
-	r.log.Error(msg, "call", call, "err", err, "refused_calls", n, "hint", deniedHint)
+	s.log.Error(msg, "call", call, "err", err, "refused_calls", n, "hint", deniedHint)
 }
 
 // explainUnavailable returns err, a failed start call, preceded by the
@@ -183,10 +183,9 @@ func explainUnavailable(store storage.Store, opTimeout time.Duration, err error)
 
 // notStarted says why a runner that is not ready is not, once a start
 // call failed: "not started: etcd at 10.0.0.1:2379 unreachable since
-// 10:04:05 (45s, 9 failed attempts): <the last failure>" (local time;
-// endpoints names the store). It returns ""
-// and nil once the runner is ready, and before any failure.
-func (s *startState) notStarted(endpoints string) (string, error) {
+// 10:04:05 (45s, 9 failed attempts): <the last failure>" (local time).
+// It returns "" and nil once the runner is ready, and before any failure.
+func (s *startState) notStarted() (string, error) {
 	s.mu.Lock()
 	n, since, last := s.failures, s.firstFail, s.lastErr
 	s.mu.Unlock()
@@ -199,7 +198,7 @@ func (s *startState) notStarted(endpoints string) (string, error) {
 	default:
 	}
 	what := "the store"
-	if eps := endpoints; eps != "" {
+	if eps := s.endpoints(); eps != "" {
 		what = "etcd at " + eps
 	}
 	how := "unreachable"
