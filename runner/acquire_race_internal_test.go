@@ -31,7 +31,7 @@ func TestAcquireFindingATransferToItKeepsItsEpoch(t *testing.T) {
 		break
 	}
 	b.mu.Lock()
-	gen, actx, lease, owner := b.gen, b.attachCtx, b.lease, b.owner()
+	gen, actx, lease, owner := b.att.gen, b.att.ctx, b.att.lease, b.owner()
 	b.mu.Unlock()
 	val, err := storage.EncodeOwner(owner)
 	if err != nil {

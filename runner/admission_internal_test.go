@@ -109,7 +109,7 @@ func TestAdmissionRacingRunsBeginIsAdmitted(t *testing.T) {
 	}
 	// After Run has returned, the same admission refuses with ErrClosed.
 	r.running.Store(false)
-	close(r.done)
+	close(r.sig.done)
 	if err := r.waitRun(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("waitRun after Run returned = %v; want ErrClosed", err)
 	}

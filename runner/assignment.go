@@ -92,7 +92,7 @@ func (r *Runner) useClusterStrategy(name string) {
 	r.view.planner = sharding.NewPlanner(s)
 	r.view.assignment, r.view.assignedFrom = control.Assignment{}, nil
 	r.mu.Unlock()
-	signal(r.rebalance)
+	signal(r.sig.rebalance)
 }
 
 // recomputeLocked is recompute with r.mu held throughout (attach, resync).
@@ -182,7 +182,7 @@ func (r *Runner) installCompactLocked(runners []sharding.Runner, a control.Assig
 type selfState struct{ registered, superseded, draining bool }
 
 func (r *Runner) selfLocked() selfState {
-	return selfState{registered: r.view.registered(r.cfg.ID, r.incarnation, r.lease), superseded: r.supersededLocked(), draining: r.lifecycle.draining}
+	return selfState{registered: r.view.registered(r.cfg.ID, r.incarnation, r.att.lease), superseded: r.supersededLocked(), draining: r.lifecycle.draining}
 }
 
 // markReassignedLocked marks what a new assignment (the same view of this
@@ -198,7 +198,7 @@ func (r *Runner) markReassignedLocked(old, a control.Assignment) {
 			r.work.Add(id)
 		}
 	}
-	signal(r.kick)
+	signal(r.sig.kick)
 }
 
 // supersededLocked reports whether this runner gave up its ID to another

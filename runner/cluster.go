@@ -60,6 +60,17 @@ type clusterView struct {
 	// departed: a member left the view since the assignment was computed
 	// (the control loop acts on an isolated departure at once).
 	departed bool
+
+	// full (set by New): this runner watches every lock
+	// (Config.FullLockView, or a strategy that reads the current owners);
+	// otherwise its lock view holds only the shards that concern it, and
+	// hints the owners of others (hints.go).
+	full  bool
+	hints ownerHints
+	stuck stuckWatches // locks of stuck shards watched one by one (stuck.go)
+	// unknownLocks: locks under our lease found unknown by verify, since
+	// when (lockops.go).
+	unknownLocks map[sharding.ShardID]time.Time
 }
 
 // followRunners keeps r.view.members equal to the registry (list, then watch).
@@ -107,7 +118,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 		if len(r.view.members) < before {
 			r.view.departed = true // a runner left: its shards are free at once
 		}
-		if !r.fullView {
+		if !r.view.full {
 			r.leasesEndedLocked(d.gone, storage.Epoch(u.Revision))
 		}
 		var live map[string]bool
@@ -123,7 +134,7 @@ func (r *Runner) followRunners(ctx context.Context) {
 			r.storageResult("watch runners", nil)
 		}
 		r.router.RoutesChanged()
-		signal(r.rebalance)
+		signal(r.sig.rebalance)
 	})
 }
 
@@ -154,7 +165,7 @@ func (d *memberDelta) left(m storage.Runner) {
 // one) leaves locks behind: the acquisition finds them held and retries.
 func (r *Runner) leasesEndedLocked(gone map[storage.LeaseID]bool, rev storage.Epoch) {
 	for l := range gone {
-		if _, live := r.view.byLease[l]; live || l == r.lease {
+		if _, live := r.view.byLease[l]; live || l == r.att.lease {
 			delete(gone, l) // a member still holds it (re-registered under it)
 		}
 	}
@@ -294,7 +305,7 @@ func (r *Runner) resetLocksLocked(u storage.Update) {
 			continue // acquired after the snapshot
 		}
 		l, ok := r.view.locks.Get(s.id)
-		if !ok || l.Lease != r.lease || l.Epoch != s.epoch {
+		if !ok || l.Lease != r.att.lease || l.Epoch != s.epoch {
 			r.lockLostLocked(s.id, fmt.Sprintf("lock of shard %d missing or changed in a listing at revision %d", s.id, u.Revision))
 		}
 	}
@@ -354,10 +365,10 @@ func (r *Runner) applyLockPutLocked(l storage.Lock) {
 	}
 	r.view.locks.Set(l)
 	r.shardChangedLocked(id, l.Epoch, r.concernsLocked(id, prev.Lease, l.Lease))
-	if owned && rev > s.epoch && !leaving && (l.Lease != r.lease || l.Epoch != s.epoch) {
+	if owned && rev > s.epoch && !leaving && (l.Lease != r.att.lease || l.Epoch != s.epoch) {
 		// A foreign write to this one lock: it costs this shard only.
 		switch l.Lease {
-		case r.lease:
+		case r.att.lease:
 			r.lockLostLocked(id, fmt.Sprintf("rewritten under this runner's lease at revision %d (by somebody else: epoch %d is dead)", rev, s.epoch))
 		case storage.NoLease:
 			r.lockLostLocked(id, fmt.Sprintf("replaced by a key without a lease at revision %d", rev))
@@ -369,9 +380,9 @@ func (r *Runner) applyLockPutLocked(l storage.Lock) {
 		// Never an owner: an assigned shard takes it over at once.
 		r.shards.newWindow(id, time.Now())
 	}
-	if l.Lease != r.lease {
+	if l.Lease != r.att.lease {
 		r.shards.moveSeen(id) // the watch caught up with our handoff
-	} else if !owned && !leaving && r.lifecycle.phase == phaseAttached && storage.Revision(rev) > r.attachRev && rev > r.shards.at(id).lastReleased && l.Owner == r.owner() {
+	} else if !owned && !leaving && r.lifecycle.phase == phaseAttached && storage.Revision(rev) > r.att.rev && rev > r.shards.at(id).lastReleased && l.Owner == r.owner() {
 		// A lock written under our lease, naming this incarnation, during
 		// this attachment is ours at that epoch: a handoff's transfer to us
 		// (possibly one we stopped wanting meanwhile: we then hand it on
@@ -422,7 +433,7 @@ func (r *Runner) OwnerOf(id sharding.ShardID) (string, storage.Epoch) {
 	if l, ok := r.view.locks.Get(id); ok {
 		return r.view.byLease[l.Lease].ID, l.Epoch
 	}
-	if r.fullView {
+	if r.view.full {
 		return "", 0
 	}
 	return r.ownerHintLocked(id), 0

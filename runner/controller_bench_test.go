@@ -30,8 +30,8 @@ func benchController(b *testing.B, n int) *Runner {
 	b.Cleanup(func() { cancel(nil) })
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lifecycle.phase, r.gen, r.attachCtx, r.attachStop = phaseAttached, 1, ctx, cancel
-	r.lease = 100
+	r.lifecycle.phase, r.att.gen, r.att.ctx, r.att.stop = phaseAttached, 1, ctx, cancel
+	r.att.lease = 100
 	for i, id := range []string{"me", "x", "y"} {
 		m := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: id, Weight: 1, Incarnation: id}, Lease: storage.LeaseID(100 + i)}
 		if id == "me" {

@@ -58,7 +58,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 	defer func() { timer.Stop(); debounce.Stop(); verify.Stop(); resync.Stop() }()
 	var storm control.StormGate
 	var preparing atomic.Bool // preparePlanner's goroutine runs
-	stopReq := r.stopReq
+	stopReq := r.sig.stopReq
 	var handoffDeadline time.Time // while Shutdown hands shards off
 	for {
 		if !handoffDeadline.IsZero() && (r.ownedCount() == 0 || !time.Now().Before(handoffDeadline)) {
@@ -79,7 +79,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 			}
 			timer.Reset(r.cfg.AcquireRetryInterval)
 			continue
-		case <-r.rebalance:
+		case <-r.sig.rebalance:
 			departure, owns := r.viewChange()
 			if now, quiet := storm.Change(time.Now(), r.cfg.RebalanceDebounce, departure, owns); now {
 				debounce.Stop()
@@ -90,7 +90,7 @@ func (r *Runner) controlLoop(ctx context.Context) {
 		case <-debounce.C:
 			storm.Settled()
 			r.recompute()
-		case <-r.kick:
+		case <-r.sig.kick:
 		case <-timer.C:
 		case <-verify.C:
 			r.verify()
@@ -152,8 +152,8 @@ func (r *Runner) viewChange() (departure, owns bool) {
 // runners that start together; a runner that joins later finds the others
 // long started. (Only the pace of the storm gate depends on it.)
 func (r *Runner) clusterSettledLocked() bool {
-	if r.fullView {
-		return r.view.locks.SettledElsewhere(r.lease, r.view.byLease)
+	if r.view.full {
+		return r.view.locks.SettledElsewhere(r.att.lease, r.view.byLease)
 	}
 	self, ok := r.view.members[r.cfg.ID]
 	if !ok || len(r.view.members) < 2 {
@@ -185,7 +185,7 @@ func (r *Runner) resync() {
 // its timer in the next round).
 func (r *Runner) retryLocked(id sharding.ShardID, t time.Time) {
 	r.work.After(id, t)
-	signal(r.kick)
+	signal(r.sig.kick)
 }
 
 // concernsLocked reports whether a change to shard id's lock or handoff
@@ -197,7 +197,7 @@ func (r *Runner) concernsLocked(id sharding.ShardID, leases ...storage.LeaseID) 
 		return true
 	}
 	for _, l := range leases {
-		if l == r.lease && l != storage.NoLease {
+		if l == r.att.lease && l != storage.NoLease {
 			return true
 		}
 	}
@@ -233,10 +233,10 @@ func (r *Runner) round(bg *sync.WaitGroup) (time.Time, bool) {
 		r.mu.Unlock()
 		return next, hasNext
 	}
-	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
+	gen, actx, leaseID := r.att.gen, r.att.ctx, r.att.lease
 	st := control.Round{
 		Now: now, Self: r.cfg.ID, Lease: leaseID, Interval: r.cfg.AcquireRetryInterval,
-		Registered: r.view.registered(r.cfg.ID, r.incarnation, r.lease), Superseded: r.supersededLocked(),
+		Registered: r.view.registered(r.cfg.ID, r.incarnation, r.att.lease), Superseded: r.supersededLocked(),
 		NoHandoff: r.cfg.DisableHandoff,
 	}
 	ids, all := r.work.Take()
@@ -268,7 +268,7 @@ func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
 	control.Decide(st, &sh, &d)
 	r.applyLocked(id, &d, in, st, p)
 	r.shardChangedLocked(id, 0, false)
-	if !r.fullView {
+	if !r.view.full {
 		r.forgetUnconcernedLocked(id)
 	}
 }
@@ -278,12 +278,12 @@ func (r *Runner) decideLocked(id sharding.ShardID, st *control.Round, p *plan) {
 // not: its holder, if a live member, stays as a hint (hints.go).
 func (r *Runner) forgetUnconcernedLocked(id sharding.ShardID) {
 	l, held := r.view.locks.Get(id)
-	if !held || l.Lease == r.lease || r.concernsLocked(id) || r.shards.at(id).record != nil {
+	if !held || l.Lease == r.att.lease || r.concernsLocked(id) || r.shards.at(id).record != nil {
 		return
 	}
 	r.view.locks.Del(id)
 	if m, live := r.view.byLease[l.Lease]; live {
-		r.hints.set(id, m.ID)
+		r.view.hints.set(id, m.ID)
 	}
 }
 
@@ -321,7 +321,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	switch d.Pending {
 	case control.PendingDropped:
 		r.shards.dropPending(id)
-		r.stuck.unwatch(id)
+		r.view.stuck.unwatch(id)
 	case control.PendingStarted:
 		r.shards.startPending(id, st.Now)
 	}

@@ -39,7 +39,7 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 		g.Ready, g.Reason = ready.OK, ready.Reason
 	}
 	if detached {
-		det := r.machine.State()
+		det := r.wd.machine.State()
 		snap.Detached = &debugpage.Detach{Reason: det.Reason.String(), Detail: det.Detail, Since: det.Since}
 	}
 	for _, k := range r.hosting.KindCounts() {
@@ -74,7 +74,7 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 	for _, l := range r.view.locks.All() {
 		snap.Locks = append(snap.Locks, l)
 	}
-	if !r.fullView {
+	if !r.view.full {
 		// It knows the locks of its own shards only: the others are shown
 		// with their assignee (or the runner it handed one to), at epoch
 		// 0 — not with its owner hints, which only route and may be old
@@ -113,7 +113,7 @@ func (r *Runner) copyView(snap *debugpage.Snapshot) (detached bool) {
 		if rec := x.record; rec != nil {
 			snap.Handoffs = append(snap.Handoffs, storage.Handoff{
 				Shard: id, HandoffRecord: storage.HandoffRecord{From: rec.from, To: r.cfg.ID, Phase: rec.phase, ToIncarnation: r.incarnation},
-				Lease: r.lease, ModRevision: rec.rev,
+				Lease: r.att.lease, ModRevision: rec.rev,
 			})
 		}
 	}

@@ -18,6 +18,19 @@ import (
 	"github.com/shardhost/shardhost/storage"
 )
 
+// watchdogState is what decides a detach and what the watchdog reported
+// of it (watchdog, storageResult).
+type watchdogState struct {
+	// Set by New, read-only afterwards.
+	machine *detachment.Machine
+	policy  detachment.Policy
+
+	// Guarded by Runner.mu.
+	storageErrs map[string]int    // consecutive failed calls, by operation
+	lastStreak  int               // keep-alive streak last logged
+	wouldDetach detachment.Reason // the detach the health last called for, logged once
+}
+
 // watchdog owns the attachment: it registers at start, trips detachment on
 // the lease's health (deadline - margin, failure streak, lease lost), and
 // while detached probes the store and re-attaches after RecoverWindow of
@@ -47,7 +60,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 		case phaseAttached, phaseStopping:
 			r.trip.set(h)
 			r.observeLease(h)
-			reason := r.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
+			reason := r.wd.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
 			detail := leaseDetail(h)
 			if reason == detachment.ReasonNone && r.trip.acted() {
 				// A renewal landed after a handler saw the detach instant
@@ -63,7 +76,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 					continue
 				}
 			}
-			wait = time.Until(r.policy.TripAt(h.Deadline))
+			wait = time.Until(r.wd.policy.TripAt(h.Deadline))
 			if h.Lost || wait <= 0 { // tripped with detachment disabled: re-check later
 				wait = r.cfg.ProbeInterval
 			}
@@ -73,7 +86,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 			r.observeLease(h)
 			if h.Lease != storage.NoLease && !h.Lost && !h.Healthy {
 				// Any failed renewal, probe or not, breaks continuity.
-				r.machine.SignalUnhealthy(time.Now())
+				r.wd.machine.SignalUnhealthy(time.Now())
 			}
 			if now := time.Now(); now.Before(nextProbe) {
 				wait = nextProbe.Sub(now)
@@ -143,8 +156,8 @@ func leaseDetail(h lease.Health) string {
 // observeLease records lease metrics and logs keep-alive streak transitions.
 func (r *Runner) observeLease(h lease.Health) {
 	r.mu.Lock()
-	prev := r.lastStreak
-	r.lastStreak = h.FailureStreak
+	prev := r.wd.lastStreak
+	r.wd.lastStreak = h.FailureStreak
 	r.mu.Unlock()
 	ctx := context.Background()
 	r.met.keepAliveStreak.Record(ctx, int64(h.FailureStreak), r.met.attrs)
@@ -165,20 +178,20 @@ func (r *Runner) observeLease(h lease.Health) {
 // has already deleted the locks.
 func (r *Runner) tripLocked(reason detachment.Reason, detail string) bool {
 	if r.lifecycle.phase == phaseDetached {
-		r.machine.Detach(time.Now(), reason, detail) // update the reason
+		r.wd.machine.Detach(time.Now(), reason, detail) // update the reason
 		return true
 	}
 	if _, ok := r.lifecycle.next(onDetach); !ok { // neither attached nor releasing for Shutdown
 		return false
 	}
-	if !r.machine.Enabled() && reason != detachment.ReasonLeaseLost {
-		if r.wouldDetach != reason {
-			r.wouldDetach = reason
+	if !r.wd.machine.Enabled() && reason != detachment.ReasonLeaseLost {
+		if r.wd.wouldDetach != reason {
+			r.wd.wouldDetach = reason
 			r.log.Warn("would detach, but detachment is disabled", "reason", reason.String(), "detail", detail)
 		}
 		return false
 	}
-	r.machine.Detach(time.Now(), reason, detail)
+	r.wd.machine.Detach(time.Now(), reason, detail)
 	r.detachLocked(reason, detail)
 	return true
 }
@@ -190,9 +203,9 @@ func (r *Runner) tripLocked(reason detachment.Reason, detail string) bool {
 func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	h, _ := r.keeper.Health()
 	r.toLocked(onDetach)
-	r.gen++
-	r.detachedLease = r.lease
-	r.attachStop(ErrDetached)
+	r.att.gen++
+	r.att.detachedLease = r.att.lease
+	r.att.stop(ErrDetached)
 	n := r.shards.owned
 	var hosts []*hosting.Shard // the detach span's (traced only)
 	if r.trace.On() {
@@ -203,8 +216,8 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 	}
 	r.forgetAttachmentLocked()
 	r.work.Reset()
-	clear(r.storageErrs)
-	r.wouldDetach = detachment.ReasonNone
+	clear(r.wd.storageErrs)
+	r.wd.wouldDetach = detachment.ReasonNone
 	r.hub.Publish(Detached{EventBase: r.base(), Reason: reason, Detail: detail, Deadline: h.Deadline})
 	r.life.traceDetach(reason, detail, h.Deadline, hosts)
 	ctx := context.Background()
@@ -232,7 +245,7 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 	if h.Lease != storage.NoLease && !h.Lost {
 		// The keep-alive is the probe: ask for one now, judge the last.
 		r.keeper.RenewNow()
-		healthy = h.Healthy && now.Before(r.policy.TripAt(h.Deadline))
+		healthy = h.Healthy && now.Before(r.wd.policy.TripAt(h.Deadline))
 		failed = h.Err
 	} else {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
@@ -244,12 +257,12 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 		if errors.Is(failed, storage.ErrPermissionDenied) && ctx.Err() == nil {
 			r.st.refusedWhileDetached("probe", failed) // the role may have lost read too
 		}
-		r.machine.SignalUnhealthy(now)
+		r.wd.machine.SignalUnhealthy(now)
 		return r.cfg.ProbeInterval
 	}
-	r.machine.SignalHealthy(now)
-	at, ok := r.machine.ReattachAt()
-	if !r.machine.Enabled() {
+	r.wd.machine.SignalHealthy(now)
+	at, ok := r.wd.machine.ReattachAt()
+	if !r.wd.machine.Enabled() {
 		at, ok = now, true // a lost lease with detachment disabled: re-register at once
 	}
 	if !ok || now.Before(at) {
@@ -262,7 +275,7 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 		if ctx.Err() == nil {
 			r.st.reattachFailed(err)
 		}
-		r.machine.SignalUnhealthy(time.Now())
+		r.wd.machine.SignalUnhealthy(time.Now())
 		return r.cfg.ProbeInterval
 	}
 	r.st.mu.Lock()
@@ -307,7 +320,7 @@ func (r *Runner) heldUnder(ctx context.Context, lease storage.LeaseID) (locks []
 // runner attached.
 func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	r.mu.Lock()
-	stopping, drainMode, prev := r.lifecycle.stopping, r.lifecycle.draining, r.lease
+	stopping, drainMode, prev := r.lifecycle.stopping, r.lifecycle.draining, r.att.lease
 	reattaching := r.lifecycle.phase == phaseDetached
 	r.mu.Unlock()
 	if stopping {
@@ -322,7 +335,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 		}
 		h, _ = r.keeper.Health()
 	}
-	// A lease no attach completed with (r.lease is set below only) holds
+	// A lease no attach completed with (r.att.lease is set below only) holds
 	// no locks of ours, also when an earlier attempt granted it and then
 	// failed to register.
 	newLease := h.Lease != prev
@@ -366,19 +379,19 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 		stopped = true
 		return nil // stopping or stopped meanwhile
 	}
-	if from == phaseDetached && !r.machine.MaybeReattach(time.Now()) && r.machine.IsDetached() {
+	if from == phaseDetached && !r.wd.machine.MaybeReattach(time.Now()) && r.wd.machine.IsDetached() {
 		// Detached again (by hand, or health broke) while we registered.
 		return errors.New("detached again during re-attach")
 	}
 	r.toLocked(onAttach)
 	r.st.setReady() // start.go: the first registration
-	r.attachRev = regRev
+	r.att.rev = regRev
 	r.reg.NoteWritten(regRev)
 	r.trip.reset(h)
-	r.gen++
-	r.attachCtx, r.attachStop = context.WithCancelCause(ctx)
-	r.lease = h.Lease
-	if !r.fullView && from == phaseDetached {
+	r.att.gen++
+	r.att.ctx, r.att.stop = context.WithCancelCause(ctx)
+	r.att.lease = h.Lease
+	if !r.view.full && from == phaseDetached {
 		// Without a lock watch nothing told this runner, while detached,
 		// of the locks released meanwhile (a release tells the assignee
 		// only while it is a member): the holders it knew are history.
@@ -389,7 +402,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 			}
 		}
 	}
-	clear(r.storageErrs)
+	clear(r.wd.storageErrs)
 	r.met.detached.Record(context.Background(), 0, r.met.attrs)
 	if newLease {
 		r.hub.Publish(Registered{EventBase: r.base(), Lease: h.Lease})
@@ -411,7 +424,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 	// on whichever part of it registered first.
 	r.view.viewChanging = true
 	r.attachedSince = true
-	signal(r.rebalance)
+	signal(r.sig.rebalance)
 	return nil
 }
 

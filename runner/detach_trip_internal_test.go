@@ -16,7 +16,7 @@ import (
 func TestDetachInstantActedOnOutlivesARenewal(t *testing.T) {
 	t.Parallel()
 	r := newUnstartedRunner(t)
-	if !r.machine.Enabled() {
+	if !r.wd.machine.Enabled() {
 		t.Fatal("detachment disabled by default")
 	}
 	expired := lease.Health{Lease: 1, Healthy: true, Deadline: time.Now().Add(-time.Second)}

@@ -88,7 +88,7 @@ func (r *Runner) republishForDrain() {
 	on := r.opDrain.requested.Load()
 	r.mu.Lock()
 	seen, written := r.reg.Seen()
-	leaseID, actx := r.lease, r.attachCtx
+	leaseID, actx := r.att.lease, r.att.ctx
 	ok := r.lifecycle.phase == phaseAttached && !r.lifecycle.stopping && !r.lifecycle.draining && leaseID != storage.NoLease
 	r.mu.Unlock()
 	if !ok || !seen.Known || !seen.Exists || seen.Rev < written || seen.KV.Lease != leaseID {

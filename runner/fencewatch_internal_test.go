@@ -27,7 +27,7 @@ func TestFencedWriteDropsTheShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
-	r.lease = l.ID
+	r.att.lease = l.ID
 	for _, a := range res {
 		r.installWithLocked(a.Shard, a.Epoch, entity.ActivateNew, nil)
 	}
@@ -77,7 +77,7 @@ func TestRewriteOfAnInstalledShardReinstallsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
-	r.lease = l.ID
+	r.att.lease = l.ID
 	r.installWithLocked(3, res[0].Epoch, entity.ActivateNew, nil)
 	r.mu.Unlock()
 	rw, err := r.store.Rewrite(ctx, l.ID, r.owner(), []sharding.ShardID{3}) // the rewrite that raced with the install

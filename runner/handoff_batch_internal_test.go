@@ -114,7 +114,7 @@ func leasedRunner(t *testing.T, s storage.Store, shards int) (*Runner, storage.L
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.lifecycle.phase, r.gen, r.attachCtx, r.lease = phaseAttached, 1, t.Context(), l.ID
+	r.lifecycle.phase, r.att.gen, r.att.ctx, r.att.lease = phaseAttached, 1, t.Context(), l.ID
 	from := storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "old", Weight: 1, Incarnation: "o1"}, Lease: l.ID + 1}
 	return r, l, from
 }

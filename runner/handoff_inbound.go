@@ -31,7 +31,7 @@ type inboundItem struct {
 // newInboundLocked registers a takeover of shard id from its live owner
 // from; runInbound runs it.
 func (r *Runner) newInboundLocked(id sharding.ShardID, from storage.Runner, fromEpoch storage.Epoch) inboundItem {
-	in := handoff.NewInbound(r.life.inboundContext(r.attachCtx, id, from, fromEpoch), from, fromEpoch, time.Now())
+	in := handoff.NewInbound(r.life.inboundContext(r.att.ctx, id, from, fromEpoch), from, fromEpoch, time.Now())
 	r.shards.startInbound(id, in)
 	r.log.Debug("handoff: taking shard over", "shard", id, "from", from.ID)
 	return inboundItem{id: id, in: in}
@@ -143,7 +143,7 @@ func (r *Runner) putInbound(gen uint64, actx context.Context, leaseID storage.Le
 			failed, why = append(failed, it), res[i].Err
 			continue
 		}
-		if r.gen == gen {
+		if r.att.gen == gen {
 			r.shards.recordWritten(it.id, it.in.From().ID, res[i].Revision, phase)
 		}
 		ok = append(ok, it)
@@ -199,7 +199,7 @@ func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inbou
 		r.shards.endInbound(it.id)
 		r.shards.holdTakeovers(it.id, retry)
 		r.retryLocked(it.id, retry)
-		if r.gen == gen {
+		if r.att.gen == gen {
 			from := it.in.From().ID
 			if rec := r.shards.at(it.id).record; rec != nil {
 				from = rec.from
@@ -207,7 +207,7 @@ func (r *Runner) abortInbound(gen uint64, leaseID storage.LeaseID, items []inbou
 			records = append(records, storage.HandoffRef{Shard: it.id, From: from})
 		}
 	}
-	actx := r.attachCtx
+	actx := r.att.ctx
 	r.mu.Unlock()
 	for _, it := range items {
 		r.reportInbound(it.id, it.in, handoff.Aborted, why, errType) // cancels it

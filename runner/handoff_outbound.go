@@ -66,7 +66,7 @@ type cutoverItem struct {
 // is dropped when the outcome stays unknown).
 func (r *Runner) cutover(gen uint64, items []cutoverItem) {
 	r.mu.Lock()
-	actx, leaseID := r.attachCtx, r.lease
+	actx, leaseID := r.att.ctx, r.att.lease
 	items = r.stillOwnedLocked(gen, items)
 	r.mu.Unlock()
 	if len(items) == 0 {
@@ -190,7 +190,7 @@ func (r *Runner) finishCutover(gen uint64, actx context.Context, leaseID storage
 func (r *Runner) stillOwnedLocked(gen uint64, items []cutoverItem) []cutoverItem {
 	out := items[:0:0]
 	for _, it := range items {
-		if r.gen == gen && r.shards.owner(it.s.id) == it.s {
+		if r.att.gen == gen && r.shards.owner(it.s.id) == it.s {
 			out = append(out, it)
 			continue
 		}
@@ -231,7 +231,7 @@ func (r *Runner) abortBusy(gen uint64, items []cutoverItem, drained time.Duratio
 // why for its span.
 func (r *Runner) reopenLocked(gen uint64, it cutoverItem, retryIn time.Duration, why, errType string) {
 	r.shards.clearReleasing(it.s.id, it.s.epoch)
-	if r.gen == gen && r.shards.owner(it.s.id) == it.s {
+	if r.att.gen == gen && r.shards.owner(it.s.id) == it.s {
 		it.s.cutoverRetryAt = time.Now().Add(retryIn)
 		it.s.host.Reopen()
 		r.reminders.Resume(it.s.id, it.s.epoch)
@@ -251,7 +251,7 @@ func (r *Runner) abortUnrecorded(gen uint64, items []cutoverItem) []cutoverItem 
 		shards[i] = it.s
 	}
 	r.mu.Lock()
-	actx := r.attachCtx
+	actx := r.att.ctx
 	r.mu.Unlock()
 	failed := r.writeProgress(actx, shards)
 	if len(failed) == 0 {
@@ -276,7 +276,7 @@ func (r *Runner) abortUnrecorded(gen uint64, items []cutoverItem) []cutoverItem 
 func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Transfer, cutStart time.Time) {
 	s, h := it.s, it.h
 	r.shards.clearReleasing(s.id, s.epoch)
-	if r.gen != gen || r.shards.owner(s.id) != s {
+	if r.att.gen != gen || r.shards.owner(s.id) != s {
 		endLife(it.span, outcomeAborted, abortDetached, "detached during the cutover")
 		return // detached meanwhile: detachment wins
 	}
@@ -284,13 +284,13 @@ func (r *Runner) finishCutoverLocked(gen uint64, it cutoverItem, o handoff.Trans
 	switch o.Verdict() {
 	case handoff.Moved:
 		r.shards.handedOff(s, h.To)
-		if !r.fullView { // no watch will show the move: a hint routes there
-			r.hints.set(s.id, h.To)
+		if !r.view.full { // no watch will show the move: a hint routes there
+			r.view.hints.set(s.id, h.To)
 		}
 		if o.Epoch != 0 { // our view, ahead of the watch: not an orphan of ours
 			r.view.locks.Set(storage.Lock{Shard: s.id, Owner: storage.Owner{RunnerID: h.To, Incarnation: h.ToIncarnation}, Lease: h.Lease, Epoch: o.Epoch})
 			seen = o.Epoch
-		} else if l, _ := r.view.locks.Get(s.id); l.Lease == r.lease && l.Epoch == s.epoch {
+		} else if l, _ := r.view.locks.Get(s.id); l.Lease == r.att.lease && l.Epoch == s.epoch {
 			r.view.locks.Del(s.id) // moved, at an epoch a read did not tell: not ours
 		}
 		r.disownLocked(s, ErrShardMoved)

@@ -33,7 +33,7 @@ func TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
-	r.lease = lease
+	r.att.lease = lease
 	r.view.assignment = control.CompactAssignment(make(sharding.Assignment, 4)) // the shard is not wanted here: nothing but the record to decide
 	r.shards.recordWritten(shard, "x", rev, storage.HandoffWarming)
 
@@ -55,8 +55,8 @@ func TestStaleRecordIsDeletedAgainAfterADetachCutItsDelete(t *testing.T) {
 	if !r.toLocked(onAttach) {
 		t.Fatal("cannot re-attach")
 	}
-	r.gen++
-	r.attachCtx, r.attachStop = context.WithCancelCause(t.Context())
+	r.att.gen++
+	r.att.ctx, r.att.stop = context.WithCancelCause(t.Context())
 	r.mu.Unlock()
 	if _, err := r.rewriteKept(ctx, lease); err != nil {
 		t.Fatal(err)

@@ -58,8 +58,8 @@ func attachedRunner(t *testing.T, lease storage.LeaseID, others ...storage.Runne
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.lifecycle.phase, r.gen, r.lease = phaseAttached, 1, lease
-	r.attachCtx, r.attachStop = context.WithCancelCause(t.Context())
+	r.lifecycle.phase, r.att.gen, r.att.lease = phaseAttached, 1, lease
+	r.att.ctx, r.att.stop = context.WithCancelCause(t.Context())
 	r.view.members["me"] = storage.Runner{RunnerRecord: storage.RunnerRecord{ID: "me", Weight: 1, Incarnation: r.incarnation}, Lease: lease}
 	for _, o := range others {
 		r.view.members[o.ID] = o

@@ -205,7 +205,7 @@ func (r *Runner) CheckLiveness() HealthCheck {
 	c.Assigned, c.AssignedOwned = 0, 0
 	switch {
 	case st.fatal != nil:
-	case (closed(r.done) || st.life.phase == phaseClosed) && !shutdown:
+	case (closed(r.sig.done) || st.life.phase == phaseClosed) && !shutdown:
 		c.Reason = "stopped: Run returned (Close, or its context ended)"
 	default:
 		c.OK = true
@@ -232,7 +232,7 @@ func (r *Runner) CheckReadiness() HealthCheck {
 		return c
 	}
 	switch {
-	case st.fatal != nil, shutdown, closed(r.done), !st.life.ran():
+	case st.fatal != nil, shutdown, closed(r.sig.done), !st.life.ran():
 	case r.cfg.ClientOnly:
 		switch {
 		case !closed(r.st.ready):
@@ -276,7 +276,7 @@ func (r *Runner) beginCheck() (c HealthCheck, st healthState, shutdown, ok bool)
 		return c, st, false, false
 	}
 	c.Phase, c.Owned, c.Assigned, c.AssignedOwned = st.life.phase.String(), st.owned, st.assigned, st.assignedOwned
-	shutdown = closed(r.stopReq)
+	shutdown = closed(r.sig.stopReq)
 	c.Reason = r.phaseReason(st, shutdown)
 	return c, st, shutdown, true
 }
@@ -288,7 +288,7 @@ func (r *Runner) phaseReason(st healthState, shutdown bool) string {
 		return "stopped: " + st.fatal.Error()
 	case st.life.phase == phaseClosed:
 		return "stopped before Run"
-	case closed(r.done):
+	case closed(r.sig.done):
 		if shutdown {
 			return "stopped by Shutdown"
 		}
@@ -311,7 +311,7 @@ func (r *Runner) phaseReason(st healthState, shutdown bool) string {
 		}
 		return "starting: registering (after a crash, once the previous process's lease expired)"
 	case phaseDetached:
-		d := r.machine.State()
+		d := r.wd.machine.State()
 		return fmt.Sprintf("detached (%s) since %s: owns nothing, probes the store and re-attaches after RecoverWindow of health",
 			d.Reason, d.Since.Format(time.RFC3339))
 	case phaseAttached:

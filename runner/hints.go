@@ -111,7 +111,7 @@ func (h *ownerHints) seed(id sharding.ShardID, owner string, until time.Time) {
 // routes. Only without a full lock view, and only towards a runner that
 // has been a member long enough to own anything.
 func (r *Runner) seedPreviousAssigneesLocked(old, a control.Assignment) {
-	if r.fullView || old.Len() != a.Len() {
+	if r.view.full || old.Len() != a.Len() {
 		return
 	}
 	now := time.Now()
@@ -125,7 +125,7 @@ func (r *Runner) seedPreviousAssigneesLocked(old, a control.Assignment) {
 		// its view was quiet for 5 x RebalanceDebounce (runners starting
 		// together: the first assignments' assignees never owned a shard).
 		if m, member := r.view.members[was]; member && now.Sub(m.Started) >= 5*r.cfg.RebalanceDebounce {
-			r.hints.seed(id, was, until)
+			r.view.hints.seed(id, was, until)
 		}
 	}
 }
@@ -152,7 +152,7 @@ func (h *ownerHints) forget(id sharding.ShardID, owner string) {
 // watch says. A hint names a member; routing checks again that it still
 // is one.
 func (r *Runner) learned(id sharding.ShardID, owner, refusedBy string) {
-	if r.fullView || int(id) >= r.cfg.NumShards {
+	if r.view.full || int(id) >= r.cfg.NumShards {
 		return
 	}
 	if owner == r.cfg.ID {
@@ -160,13 +160,13 @@ func (r *Runner) learned(id sharding.ShardID, owner, refusedBy string) {
 	}
 	if refusedBy == "" { // a reply: the sender routed there, a member
 		if owner != "" {
-			r.hints.set(id, owner)
+			r.view.hints.set(id, owner)
 		}
 		return
 	}
 	// refusedBy is not the owner: a hint naming it is wrong, whatever it
 	// names instead.
-	r.hints.forget(id, refusedBy)
+	r.view.hints.forget(id, refusedBy)
 	if owner == "" || owner == refusedBy {
 		return
 	}
@@ -174,7 +174,7 @@ func (r *Runner) learned(id sharding.ShardID, owner, refusedBy string) {
 	_, member := r.view.members[owner]
 	r.mu.Unlock()
 	if member {
-		r.hints.set(id, owner)
+		r.view.hints.set(id, owner)
 	}
 }
 
@@ -191,12 +191,12 @@ func (r *Runner) ownerHintLocked(id sharding.ShardID) string {
 	if to := r.shards.at(id).movedTo; to != "" {
 		return to
 	}
-	if to, ok := r.hints.get(id); ok {
+	if to, ok := r.view.hints.get(id); ok {
 		if _, member := r.view.members[to]; member {
 			return to
 		}
 	}
-	if !r.fullView {
+	if !r.view.full {
 		if to := r.assigneeToTellLocked(id); to != "" {
 			return to
 		}

@@ -57,22 +57,22 @@ func TestOwnerHintsFollowAnswersAndStayBounded(t *testing.T) {
 	for i := range maxOwnerHints + 10 {
 		d.Learned(sharding.ShardID(i%4)+4, "x", "y") // a few shards, hinted over and over
 		r.mu.Lock()
-		r.hints.set(sharding.ShardID(1000+i), "y")
+		r.view.hints.set(sharding.ShardID(1000+i), "y")
 		r.mu.Unlock()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if n := len(r.hints.m); n > maxOwnerHints {
+	if n := len(r.view.hints.m); n > maxOwnerHints {
 		t.Errorf("%d hints kept, want at most %d", n, maxOwnerHints)
 	}
-	if _, ok := r.hints.get(1000); ok {
+	if _, ok := r.view.hints.get(1000); ok {
 		t.Error("the oldest hint is kept in a full table")
 	}
-	if _, ok := r.hints.get(sharding.ShardID(1000 + maxOwnerHints + 9)); !ok {
+	if _, ok := r.view.hints.get(sharding.ShardID(1000 + maxOwnerHints + 9)); !ok {
 		t.Error("the newest hint is not kept")
 	}
-	if len(r.hints.order) > 2*maxOwnerHints+1 {
-		t.Errorf("the hints' order holds %d entries, want it compacted", len(r.hints.order))
+	if len(r.view.hints.order) > 2*maxOwnerHints+1 {
+		t.Errorf("the hints' order holds %d entries, want it compacted", len(r.view.hints.order))
 	}
 }
 
@@ -91,7 +91,7 @@ func TestMovedShardRoutesToItsPreviousAssigneeForAWhile(t *testing.T) {
 	r.seedPreviousAssigneesLocked(control.CompactAssignment(sharding.Assignment{"x", "x", "x", "gone"}), control.CompactAssignment(sharding.Assignment{"y", "x", "y", "y"}))
 	r.mu.Unlock()
 	route := func(id sharding.ShardID, at time.Time) string {
-		to, _, _ := r.hints.route(id, at)
+		to, _, _ := r.view.hints.route(id, at)
 		return to
 	}
 	now := time.Now()

@@ -84,14 +84,14 @@ func (r *Runner) decodeLockLocked(kv storage.KeyValue) (storage.Lock, bool) {
 	if !ok {
 		return storage.Lock{}, false
 	}
-	if kv.Lease != r.lease && kv.Lease != storage.NoLease {
+	if kv.Lease != r.att.lease && kv.Lease != storage.NoLease {
 		// Another runner's lock: routing and every decision here follow its
 		// lease and epoch; its value is its owner's to check (every runner
 		// sees every lock, so decoding them all would cost the cluster
 		// runners x shards decodes per reassignment).
 		return storage.Lock{Shard: id, Lease: kv.Lease, Epoch: storage.Epoch(kv.ModRevision)}, true
 	}
-	if kv.Lease == r.lease && bytes.Equal(kv.Value, r.ownerValue) {
+	if kv.Lease == r.att.lease && bytes.Equal(kv.Value, r.ownerValue) {
 		// Our own lock as we write it (every acquisition shows up here).
 		r.keys.good(storage.KeyspaceShards, kv.Key)
 		return storage.Lock{Shard: id, Owner: r.owner(), Lease: kv.Lease, Epoch: storage.Epoch(kv.ModRevision)}, true

@@ -38,7 +38,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.begin(); err != nil {
 		return err
 	}
-	defer close(r.done)
+	defer close(r.sig.done)
 	defer r.met.close()
 	defer r.async.stop() // after the next: sends waiting for routes see ErrClosed
 	defer func() {
@@ -112,23 +112,23 @@ func (r *Runner) serve() error {
 // when the control loop returns (Shutdown finished releasing).
 func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone chan struct{}) {
 	wg.Go(func() { r.followRunners(ctx) })
-	if r.fullView {
+	if r.view.full {
 		wg.Go(func() { r.followLocks(ctx) })
 	}
 	loopDone = make(chan struct{})
 	if r.cfg.ClientOnly {
 		// Routes only: no lease, no registration, no shards; the
 		// assignment only names where a shard with no live owner goes.
-		wg.Go(func() { r.storeProbe.run(ctx, r.stopReq, r.store, r.cfg.OpTimeout, r.cfg.ProbeInterval) })
+		wg.Go(func() { r.storeProbe.run(ctx, r.sig.stopReq, r.store, r.cfg.OpTimeout, r.cfg.ProbeInterval) })
 		wg.Go(func() {
 			defer close(loopDone)
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case <-r.stopReq:
+				case <-r.sig.stopReq:
 					return
-				case <-r.rebalance:
+				case <-r.sig.rebalance:
 					r.recomputeForRouting()
 				}
 			}
@@ -160,7 +160,7 @@ func (r *Runner) waitStop(ctx context.Context, loopDone <-chan struct{}) (grace 
 	case <-ctx.Done():
 		r.dropAll(ErrShutdown, "context ended")
 		return 0, ctx.Err()
-	case <-r.closeReq:
+	case <-r.sig.closeReq:
 		if err = r.fatalErr(); err != nil {
 			// This runner gave up its ID (registration.go): like Close,
 			// then the lease goes, with the locks still under it.
@@ -188,7 +188,7 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	if r.toLocked(onClose) { // before Run
 		r.mu.Unlock()
-		r.stopOnce.Do(func() { close(r.stopReq) })
+		r.sig.stopOnce.Do(func() { close(r.sig.stopReq) })
 		r.async.stop() // sends made before Run: they fail with ErrClosed
 		return nil
 	}
@@ -196,9 +196,9 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 		r.stopCtx = ctx
 	}
 	r.mu.Unlock()
-	r.stopOnce.Do(func() { close(r.stopReq) })
+	r.sig.stopOnce.Do(func() { close(r.sig.stopReq) })
 	select {
-	case <-r.done:
+	case <-r.sig.done:
 		return nil
 	case <-ctx.Done():
 		r.Close()
@@ -220,9 +220,9 @@ func (r *Runner) Close() {
 	r.mu.Lock()
 	started := !r.toLocked(onClose) // closed before Run, or Run was called
 	r.mu.Unlock()
-	r.closeOnce.Do(func() { close(r.closeReq) })
+	r.sig.closeOnce.Do(func() { close(r.sig.closeReq) })
 	if started {
-		<-r.done
+		<-r.sig.done
 	} else {
 		r.async.stop() // sends made before Run: they fail with ErrClosed
 	}
@@ -233,9 +233,9 @@ func (r *Runner) dropAll(cause error, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.toLocked(onStop)
-	r.gen++
-	if r.attachStop != nil {
-		r.attachStop(cause)
+	r.att.gen++
+	if r.att.stop != nil {
+		r.att.stop(cause)
 	}
 	r.dropOwnedLocked(cause)
 	r.log.Info("runner stopped", "why", why)
@@ -280,7 +280,7 @@ func (r *Runner) beginDrainMode() time.Time {
 		}
 	}
 	ok := !r.cfg.DisableHandoff && r.shards.owned > 0 && peers && r.toLocked(onDrain) // attached
-	leaseID, sctx := r.lease, r.stopCtx
+	leaseID, sctx := r.att.lease, r.stopCtx
 	r.mu.Unlock()
 	if !ok {
 		return time.Time{}
@@ -311,7 +311,7 @@ func (r *Runner) shutdown(ctx context.Context) {
 	r.mu.Lock()
 	attached := r.lifecycle.phase == phaseAttached
 	r.toLocked(onRelease) // an attached runner's phase becomes stopping
-	gen := r.gen
+	gen := r.att.gen
 	var ids []sharding.ShardID
 	for s := range r.shards.ownedShards() {
 		ids = append(ids, s.id)
@@ -326,8 +326,8 @@ func (r *Runner) shutdown(ctx context.Context) {
 	r.mu.Lock()
 	r.dropOwnedLocked(ErrShutdown)
 	r.toLocked(onStop) // the revocation below is ours: no lost lease, no detach
-	lease := r.lease
-	clean := attached && lease != 0 && r.detachedLease != lease && !r.cfg.ClientOnly
+	lease := r.att.lease
+	clean := attached && lease != 0 && r.att.detachedLease != lease && !r.cfg.ClientOnly
 	r.mu.Unlock()
 	rbase := ctx
 	if sctx := r.shutdownContext(); sctx != nil {

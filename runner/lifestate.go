@@ -29,9 +29,9 @@ import "fmt"
 //     once it began.
 //   - draining only after Run: the handoff step begins attached.
 //
-// What the runner keeps beside the machine is not lifecycle: attachRev,
-// lease, gen and attachCtx belong to the attachment (set by attach, ended
-// by detachLocked), attachedSince to the control loop.
+// What the runner keeps beside the machine is not lifecycle: its
+// attachment (Runner.att: set by attach, ended by detachLocked), and
+// attachedSince, the control loop's.
 
 // phase is where a Runner is with its cluster (lifeState).
 type phase uint8

@@ -43,7 +43,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 	if err != nil {
 		r.mu.Lock()
 		for _, id := range shards { // retried after AcquireRetryInterval
-			if p := r.shards.at(id).pending; p != nil && r.gen == gen {
+			if p := r.shards.at(id).pending; p != nil && r.att.gen == gen {
 				r.retryLocked(id, p.last.Add(r.cfg.AcquireRetryInterval))
 			}
 		}
@@ -53,7 +53,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 	var rewrite []sharding.ShardID
 	var exhausted []sharding.ShardID
 	r.mu.Lock()
-	if r.gen != gen || !r.mayOwnLocked() {
+	if r.att.gen != gen || !r.mayOwnLocked() {
 		r.mu.Unlock()
 		return
 	}
@@ -82,7 +82,7 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 				rewrite = append(rewrite, a.Shard)
 			}
 		case storage.HeldElsewhere:
-			if !r.fullView && a.Holder.Epoch > 0 {
+			if !r.view.full && a.Holder.Epoch > 0 {
 				r.applyLockPutLocked(a.Holder) // what a lock watch would have shown
 			}
 			if p == nil {
@@ -96,8 +96,8 @@ func (r *Runner) acquire(actx context.Context, gen uint64, leaseID storage.Lease
 				p.exhausted = true
 				exhausted = append(exhausted, a.Shard)
 				r.shardChangedLocked(a.Shard, 0, false) // its parked requests give up
-				if !r.fullView {
-					r.stuck.watch(a.Shard, storage.Revision(a.Holder.Epoch)+1)
+				if !r.view.full {
+					r.view.stuck.watch(a.Shard, storage.Revision(a.Holder.Epoch)+1)
 				}
 				continue
 			}
@@ -129,7 +129,7 @@ func (r *Runner) rewrite(actx context.Context, gen uint64, leaseID storage.Lease
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.gen != gen || !r.mayOwnLocked() {
+	if r.att.gen != gen || !r.mayOwnLocked() {
 		return
 	}
 	r.installRewrittenLocked(res)
@@ -159,7 +159,7 @@ func (r *Runner) mayOwnLocked() bool {
 		return false
 	}
 	h, _ := r.keeper.Health()
-	return h.Lease == r.lease && time.Now().Before(r.policy.TripAt(h.Deadline))
+	return h.Lease == r.att.lease && time.Now().Before(r.wd.policy.TripAt(h.Deadline))
 }
 
 // verify checks, read-only and in one store request, that every owned lock
@@ -171,11 +171,11 @@ func (r *Runner) mayOwnLocked() bool {
 // (orphans: rewriteUnknown).
 func (r *Runner) verify() {
 	r.mu.Lock()
-	if r.lifecycle.phase != phaseAttached || r.shards.owned == 0 && r.fullView {
+	if r.lifecycle.phase != phaseAttached || r.shards.owned == 0 && r.view.full {
 		r.mu.Unlock()
 		return
 	}
-	gen, actx, leaseID := r.gen, r.attachCtx, r.lease
+	gen, actx, leaseID := r.att.gen, r.att.ctx, r.att.lease
 	held := make([]storage.Held, 0, r.shards.owned)
 	for s := range r.shards.ownedShards() {
 		if !r.shards.leaving(s.id) {
@@ -199,7 +199,7 @@ func (r *Runner) verify() {
 	}
 	lost := storage.LostFromKeys(keys, held)
 	r.mu.Lock()
-	if r.gen != gen {
+	if r.att.gen != gen {
 		r.mu.Unlock()
 		return
 	}
@@ -214,7 +214,7 @@ func (r *Runner) verify() {
 	}
 	r.flushLostLocked()
 	var unknown []sharding.ShardID
-	if !r.fullView {
+	if !r.view.full {
 		unknown = r.unknownLocksLocked(keys, time.Now())
 	}
 	r.mu.Unlock()
@@ -228,7 +228,7 @@ func (r *Runner) verify() {
 // being acquired, taken over or released, not in its view. It remembers
 // when each was first found unknown.
 func (r *Runner) unknownLocksLocked(keys []string, now time.Time) []sharding.ShardID {
-	found := make(map[sharding.ShardID]time.Time, len(r.unknownLocks))
+	found := make(map[sharding.ShardID]time.Time, len(r.view.unknownLocks))
 	var out []sharding.ShardID
 	age := max(r.cfg.OpTimeout, r.cfg.VerifyInterval) + r.cfg.VerifyInterval
 	for _, k := range keys {
@@ -240,10 +240,10 @@ func (r *Runner) unknownLocksLocked(keys []string, now time.Time) []sharding.Sha
 		if err != nil || r.shards.busy(id) {
 			continue
 		}
-		if l, held := r.view.locks.Get(id); held && l.Lease == r.lease {
+		if l, held := r.view.locks.Get(id); held && l.Lease == r.att.lease {
 			continue // known: an orphan being deleted, or about to be
 		}
-		first, seen := r.unknownLocks[id]
+		first, seen := r.view.unknownLocks[id]
 		if !seen {
 			first = now
 		}
@@ -252,7 +252,7 @@ func (r *Runner) unknownLocksLocked(keys []string, now time.Time) []sharding.Sha
 			out = append(out, id)
 		}
 	}
-	r.unknownLocks = found
+	r.view.unknownLocks = found
 	return out
 }
 
@@ -270,12 +270,12 @@ func (r *Runner) rewriteUnknown(actx context.Context, gen uint64, leaseID storag
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.gen != gen {
+	if r.att.gen != gen {
 		return
 	}
 	for _, a := range res {
 		if a.Status == storage.Acquired && !r.shards.busy(a.Shard) {
-			delete(r.unknownLocks, a.Shard)
+			delete(r.view.unknownLocks, a.Shard)
 			r.view.locks.Set(storage.Lock{Shard: a.Shard, Owner: r.owner(), Lease: leaseID, Epoch: a.Epoch})
 			r.shardChangedLocked(a.Shard, 0, true)
 		}
@@ -286,11 +286,11 @@ func (r *Runner) rewriteUnknown(actx context.Context, gen uint64, leaseID storag
 // and deletes their locks in batched transactions.
 func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	r.mu.Lock()
-	if r.gen != gen {
+	if r.att.gen != gen {
 		r.mu.Unlock()
 		return
 	}
-	actx, leaseID := r.attachCtx, r.lease
+	actx, leaseID := r.att.ctx, r.att.lease
 	shards := make([]*shard, 0, len(ids))
 	for _, id := range ids {
 		if s := r.shards.owner(id); s != nil {
@@ -315,7 +315,7 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	}
 
 	r.mu.Lock()
-	if r.gen != gen {
+	if r.att.gen != gen {
 		r.mu.Unlock()
 		return
 	}

@@ -37,7 +37,7 @@ func (r *Runner) followNotices(ctx context.Context) {
 		r.flushLostLocked()
 		r.mu.Unlock()
 		r.router.RoutesChanged()
-		signal(r.noticeGC)
+		signal(r.sig.noticeGC)
 	})
 }
 
@@ -62,7 +62,7 @@ func (r *Runner) applyNoticeLocked(ks storage.Keyspace, kv storage.KeyValue) {
 		// The transfer that wrote it put the lock under the new owner's
 		// lease, naming its incarnation, at this very revision. Not this
 		// attachment's (a notice of an earlier lease or process): history.
-		if n.Lease != r.lease || n.Lease == storage.NoLease || n.Incarnation != r.incarnation {
+		if n.Lease != r.att.lease || n.Lease == storage.NoLease || n.Incarnation != r.incarnation {
 			return
 		}
 		r.shards.recordGone(n.Shard, storage.Revision(rev)) // the transfer deleted it
@@ -96,7 +96,7 @@ func (r *Runner) collectNotices(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.noticeGC:
+		case <-r.sig.noticeGC:
 		}
 		r.mu.Lock()
 		seen := r.noticesSeen
@@ -129,7 +129,7 @@ func (r *Runner) collectNotices(ctx context.Context) {
 				return
 			case <-time.After(r.cfg.AcquireRetryWindow):
 			}
-			signal(r.noticeGC)
+			signal(r.sig.noticeGC)
 		}
 	}
 }

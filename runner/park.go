@@ -96,7 +96,7 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID, seen routing.Vie
 	if d, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(d)-parkAnswerMargin)
 	}
-	if !r.fullView {
+	if !r.view.full {
 		seen.Locks = 0 // no lock watch here: only the runner views compare
 	}
 	lagging := r.view.seen.Behind(seen)
@@ -145,8 +145,8 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID, seen routing.Vie
 		case <-timer.C:
 		case <-lagC:
 			lagOver = true
-		case <-r.closeReq:
-		case <-r.stopReq:
+		case <-r.sig.closeReq:
+		case <-r.sig.stopReq:
 		}
 		r.mu.Lock()
 		if r.shards.owner(id) != nil {
@@ -164,9 +164,9 @@ func (r *Runner) park(ctx context.Context, id sharding.ShardID, seen routing.Vie
 		select {
 		case <-timer.C:
 			return false
-		case <-r.closeReq:
+		case <-r.sig.closeReq:
 			return false
-		case <-r.stopReq:
+		case <-r.sig.stopReq:
 			return false
 		default:
 		}
@@ -201,7 +201,7 @@ func (r *Runner) parkableLocked(id sharding.ShardID, lagging bool) bool {
 		return false
 	}
 	l, held := r.view.locks.Get(id)
-	if !held || (l.Lease == r.lease && r.lease != 0) {
+	if !held || (l.Lease == r.att.lease && r.att.lease != 0) {
 		return true
 	}
 	_, live := r.view.byLease[l.Lease]

@@ -51,7 +51,7 @@ func (r *Runner) failRun(err error) {
 		r.fatal = err
 	}
 	r.mu.Unlock()
-	r.closeOnce.Do(func() { close(r.closeReq) })
+	r.sig.closeOnce.Do(func() { close(r.sig.closeReq) })
 }
 
 func (r *Runner) fatalErr() error {
@@ -85,7 +85,7 @@ func (r *Runner) guardRecord(ctx context.Context) {
 // try again later (a failed write).
 func (r *Runner) checkRecord() (again bool) {
 	r.mu.Lock()
-	leaseID, actx := r.lease, r.attachCtx
+	leaseID, actx := r.att.lease, r.att.ctx
 	attached := r.lifecycle.phase == phaseAttached && !r.lifecycle.stopping && leaseID != storage.NoLease
 	r.mu.Unlock()
 	if !attached {

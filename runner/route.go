@@ -84,7 +84,7 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 		}
 		return m, true
 	}
-	if to, tentative, ok := r.hints.route(id, time.Now()); ok && to != r.cfg.ID { // no full view: hints.go
+	if to, tentative, ok := r.view.hints.route(id, time.Now()); ok && to != r.cfg.ID { // no full view: hints.go
 		// A tentative route to the assignee itself is no route: the send
 		// goes to the assignee as such (Assignee), naming the views it
 		// saw, which the assignee may wait for (park.go).
@@ -99,7 +99,7 @@ func (d routingDir) Route(id sharding.ShardID) (owner storage.Runner, ok bool) {
 // ByAssignment reports whether this runner routes by the assignment (no
 // full lock view): a shard's assignee is where its sends usually go, not
 // a last resort.
-func (d routingDir) ByAssignment() bool { return !d.r.fullView }
+func (d routingDir) ByAssignment() bool { return !d.r.view.full }
 
 // Learned records what a send learned of shard id's owner: refusedBy
 // answered "not the owner" naming owner ("" when it named none), or owner
@@ -132,7 +132,7 @@ func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routin
 		return m, seen, false
 	}
 	if l, held := r.view.locks.Get(id); held {
-		if _, live := r.view.byLease[l.Lease]; live || (l.Lease == r.lease && r.lease != 0) {
+		if _, live := r.view.byLease[l.Lease]; live || (l.Lease == r.att.lease && r.att.lease != 0) {
 			return m, seen, false
 		}
 	}
@@ -143,7 +143,7 @@ func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routin
 	m, ok = r.view.members[to]
 	// Routing by the assignment, an assignee without a transport is the
 	// shard's usual owner: the send fails with ErrNoTransport naming it.
-	return m, r.view.seen, ok && (m.Address != "" || !r.fullView)
+	return m, r.view.seen, ok && (m.Address != "" || !r.view.full)
 }
 
 // Park waits while this runner acquires shard id, for a request that
@@ -171,7 +171,7 @@ func (d routingDir) NoRoute(id sharding.ShardID, waited time.Duration) error {
 	detached := r.lifecycle.phase == phaseDetached
 	ours := r.shards.owner(id) != nil
 	l, held := r.view.locks.Get(id)
-	mine := held && l.Lease == r.lease && r.lease != 0
+	mine := held && l.Lease == r.att.lease && r.att.lease != 0
 	r.mu.Unlock()
 	switch {
 	case detached:

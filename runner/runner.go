@@ -34,8 +34,6 @@ type Runner struct {
 	log         *slog.Logger
 	met         *metrics
 	keeper      *lease.Keeper
-	machine     *detachment.Machine
-	policy      detachment.Policy
 	incarnation string
 	ownerValue  []byte // the lock value this runner writes (storage.EncodeOwner)
 	hub         eventhub.Hub[Event]
@@ -50,39 +48,27 @@ type Runner struct {
 
 	// Safe without a lock: channels, atomics, and types with a lock of
 	// their own.
-	kick          chan struct{}                // 1-buffered: run a control round now
-	rebalance     chan struct{}                // 1-buffered: membership changed
-	stopReq       chan struct{}                // closed by Shutdown: release and stop
-	closeReq      chan struct{}                // closed by Close: stop abruptly
-	done          chan struct{}                // closed when Run has returned
+	sig           signals                      // the loops' wake-ups and the ends of Run (signals)
 	singletonRecs chan storage.SingletonRecord // singletons started, their records to write (workers.go)
-	stopOnce      sync.Once
-	closeOnce     sync.Once
-	running       atomic.Bool    // Run was called and has not returned
-	trip          *detachInstant // the detach instant, for the admission checks (trip.go)
-	opDrain       drainState     // the operator's drain request (drain.go)
-	st            startState     // starting up (start.go)
-	ownLog        ownershipLog   // ownership changes of a round (ownershiplog.go)
-	async         asyncSends     // SendAsync's sends in flight (async.go)
-	healthReads   healthReads    // the health checks' read in flight (health.go)
-	storeProbe    storeProbe     // a ClientOnly runner's probes of the store (health.go)
+	running       atomic.Bool                  // Run was called and has not returned
+	trip          *detachInstant               // the detach instant, for the admission checks (trip.go)
+	opDrain       drainState                   // the operator's drain request (drain.go)
+	st            startState                   // starting up (start.go)
+	ownLog        ownershipLog                 // ownership changes of a round (ownershiplog.go)
+	async         asyncSends                   // SendAsync's sends in flight (async.go)
+	healthReads   healthReads                  // the health checks' read in flight (health.go)
+	storeProbe    storeProbe                   // a ClientOnly runner's probes of the store (health.go)
 
 	// Everything below is guarded by mu.
 	mu sync.Mutex
 
 	// The lifecycle and the current attachment (set by attach, ended by
 	// detachLocked).
-	lifecycle  lifeState // changed by toLocked only (lifestate.go)
-	started    time.Time // when Run was called (set before Run starts its goroutines, which read it freely)
-	gen        uint64    // incremented on every attach and detach
-	attachCtx  context.Context
-	attachStop context.CancelCauseFunc
-	lease      storage.LeaseID
-	// detachedLease is the lease of the last detach: a Shutdown under it
-	// does not mark its record Stopped (lifecycle.go).
-	detachedLease storage.LeaseID
-	attachRev     storage.Revision // revision of the current attachment's registration
-	stopCtx       context.Context  // the context of the first Shutdown call
+	lifecycle lifeState       // changed by toLocked only (lifestate.go)
+	wd        watchdogState   // what decides and reports a detach (detach.go; its machine and policy set by New)
+	started   time.Time       // when Run was called (set before Run starts its goroutines, which read it freely)
+	att       attachment      // the current attachment
+	stopCtx   context.Context // the context of the first Shutdown call
 
 	// The cluster as the watches see it, and what this runner owns and does
 	// about it (the control loop).
@@ -93,28 +79,13 @@ type Runner struct {
 	workerRegs    []workerReg    // shard workers and singletons (workers.go), fixed once Run began
 
 	// The own record, and what the runner has reported.
-	reg         *registration.Record // the own record (internal/registration)
-	address     string               // advertised transport address (Config.Address or the listener's)
-	fatal       error                // set once: Run ends with it (failRun)
-	storageErrs map[string]int       // consecutive failed calls, by operation
-	lastStreak  int                  // keep-alive streak last logged
-	wouldDetach detachment.Reason
-	keys        damagedKeys // damaged keys already logged (keys.go)
-	lostLocks   []lostLock  // dropped shards not logged yet
-	// fullView: this runner watches every lock (Config.FullLockView, or
-	// a strategy that reads the current owners); otherwise its lock view
-	// holds only the shards that concern it, and hints the owners of
-	// others (routes.go).
-	fullView bool
-	hints    ownerHints
-	stuck    stuckWatches // locks of stuck shards watched one by one (stuck.go)
-	// unknownLocks: locks under our lease found unknown by verify, since
-	// when (lockops.go).
-	unknownLocks map[sharding.ShardID]time.Time
-	// noticesSeen: notices applied, to delete (notices.go); noticeGC
-	// (1-buffered) wakes their collector.
+	reg       *registration.Record // the own record (internal/registration)
+	address   string               // advertised transport address (Config.Address or the listener's)
+	fatal     error                // set once: Run ends with it (failRun)
+	keys      damagedKeys          // damaged keys already logged (keys.go)
+	lostLocks []lostLock           // dropped shards not logged yet
+	// noticesSeen: notices applied, to delete (notices.go).
 	noticesSeen []storage.NoticeSeen
-	noticeGC    chan struct{}
 	parked      parkingLot // requests waiting for a shard being acquired here (park.go)
 }
 
@@ -136,7 +107,7 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 	}
 	r := newRunner(store, cfg, keeper)
 	// A strategy that reads the current owners needs every lock.
-	r.fullView = cfg.FullLockView || !sharding.IgnoresCurrent(cfg.Strategy)
+	r.view.full = cfg.FullLockView || !sharding.IgnoresCurrent(cfg.Strategy)
 	if r.ownerValue, err = storage.EncodeOwner(r.owner()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -205,6 +176,39 @@ func newTransport(cfg Config, log *slog.Logger, verifyPeer func(string, tls.Conn
 	})
 }
 
+// signals are the channels the runner's loops wait on and the ends of
+// its life (safe without a lock).
+type signals struct {
+	kick      chan struct{} // 1-buffered: run a control round now
+	rebalance chan struct{} // 1-buffered: membership changed
+	noticeGC  chan struct{} // 1-buffered: notices applied, to delete (notices.go)
+	stopReq   chan struct{} // closed by Shutdown: release and stop
+	closeReq  chan struct{} // closed by Close: stop abruptly
+	done      chan struct{} // closed when Run has returned
+	stopOnce  sync.Once     // closes stopReq
+	closeOnce sync.Once     // closes closeReq
+}
+
+func newSignals() signals {
+	return signals{
+		kick: make(chan struct{}, 1), rebalance: make(chan struct{}, 1), noticeGC: make(chan struct{}, 1),
+		stopReq: make(chan struct{}), closeReq: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// attachment is the runner's current attachment (guarded by Runner.mu):
+// set by attach, ended by detachLocked.
+type attachment struct {
+	gen   uint64                  // incremented on every attach and detach
+	ctx   context.Context         // the attachment's: cancelled by its detach
+	stop  context.CancelCauseFunc // cancels ctx
+	lease storage.LeaseID         // the lease it holds (NoLease while detached)
+	rev   storage.Revision        // revision of its registration
+	// detachedLease is the lease of the last detach: a Shutdown under it
+	// does not mark its record Stopped (lifecycle.go).
+	detachedLease storage.LeaseID
+}
+
 // newRunner returns the runner's state before its parts are wired.
 func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 	log := slog.New(tracing.LogHandler(cfg.Logger.Handler())).With("runner", cfg.ID)
@@ -215,26 +219,22 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 		log:    log,
 		keys:   newDamagedKeys(log, cfg.NumShards),
 		keeper: keeper,
-		machine: detachment.New(detachment.Config{
-			Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow,
-			// Probes come every ProbeInterval: a longer silence (a paused
-			// process, a hung probe) is not observed health.
-			MaxSignalGap: 2 * cfg.ProbeInterval,
-		}),
-		policy:        policy,
+		wd: watchdogState{
+			machine: detachment.New(detachment.Config{
+				Enabled: !cfg.DisableDetachment, RecoverWindow: cfg.RecoverWindow,
+				// Probes come every ProbeInterval: a longer silence (a paused
+				// process, a hung probe) is not observed health.
+				MaxSignalGap: 2 * cfg.ProbeInterval,
+			}),
+			policy:      policy,
+			storageErrs: make(map[string]int),
+		},
 		trip:          newDetachInstant(!cfg.DisableDetachment, policy),
 		incarnation:   newIncarnation(),
-		kick:          make(chan struct{}, 1),
-		noticeGC:      make(chan struct{}, 1),
-		stuck:         newStuckWatches(),
 		singletonRecs: make(chan storage.SingletonRecord, singletonRecQueue),
-		rebalance:     make(chan struct{}, 1),
 		opDrain:       drainState{kick: make(chan struct{}, 1)},
-		stopReq:       make(chan struct{}),
-		closeReq:      make(chan struct{}),
-		done:          make(chan struct{}),
+		sig:           newSignals(),
 		shards:        newShardTable(cfg.NumShards),
-		storageErrs:   make(map[string]int),
 		work:          control.NewQueue(cfg.NumShards),
 		view: clusterView{
 			members:  make(map[string]storage.Runner),
@@ -242,6 +242,7 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 			locks:    control.NewLockView(cfg.NumShards),
 			handoffs: make(map[sharding.ShardID]storage.Handoff),
 			planner:  sharding.NewPlanner(cfg.Strategy),
+			stuck:    newStuckWatches(),
 		},
 	}
 }
@@ -373,13 +374,13 @@ type Status struct {
 // Status returns a snapshot of the runner's state.
 func (r *Runner) Status() Status {
 	h, _ := r.keeper.Health()
-	st := r.machine.State()
+	st := r.wd.machine.State()
 	note, startErr := r.st.notStarted()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Status{
 		Phase: r.lifecycle.phase.String(), Detached: r.lifecycle.phase == phaseDetached, Reason: st.Reason,
-		Lease: r.lease, Deadline: h.Deadline, Owned: r.shards.owned, ShardsLoading: int(r.reminders.Loading()), Members: len(r.view.members),
+		Lease: r.att.lease, Deadline: h.Deadline, Owned: r.shards.owned, ShardsLoading: int(r.reminders.Loading()), Members: len(r.view.members),
 		AssignmentDigest: r.view.assignDigest, NotStarted: note, StartError: startErr,
 	}
 }
@@ -414,7 +415,7 @@ func (r *Runner) opCtx(parent context.Context) (context.Context, context.CancelF
 func (r *Runner) boundedCtx(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	deadline := time.Now().Add(d)
 	if h, _ := r.keeper.Health(); h.Lease != storage.NoLease {
-		if trip := r.policy.TripAt(h.Deadline); trip.Before(deadline) {
+		if trip := r.wd.policy.TripAt(h.Deadline); trip.Before(deadline) {
 			deadline = trip
 		}
 	}
@@ -429,19 +430,19 @@ func (r *Runner) storageResult(op string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
-		delete(r.storageErrs, op)
+		delete(r.wd.storageErrs, op)
 		return
 	}
 	if r.lifecycle.phase != phaseAttached {
 		return
 	}
 	if errors.Is(err, storage.ErrLeaseNotFound) {
-		r.keeper.ReportLost(r.lease)
+		r.keeper.ReportLost(r.att.lease)
 		r.tripLocked(detachment.ReasonLeaseLost, fmt.Sprintf("%s: %v", op, err))
 		return
 	}
-	r.storageErrs[op]++
-	n := r.storageErrs[op]
+	r.wd.storageErrs[op]++
+	n := r.wd.storageErrs[op]
 	r.met.storageErrors.Add(context.Background(), 1, r.met.attrs, withErrorType(err))
 	r.log.Warn("storage call failed", "op", op, "streak", n, "err", err)
 	// A failed release costs nobody safety (the shard is no longer ours

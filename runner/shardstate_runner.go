@@ -34,7 +34,7 @@ func (r *Runner) shardChangedLocked(id sharding.ShardID, epoch storage.Epoch, di
 	}
 	if dirty {
 		r.work.Add(id)
-		signal(r.kick)
+		signal(r.sig.kick)
 	}
 }
 
@@ -50,7 +50,7 @@ func (r *Runner) allChangedLocked(dirty bool) {
 	r.recordOwnedLocked()
 	if dirty {
 		r.work.AddAll()
-		signal(r.kick)
+		signal(r.sig.kick)
 	}
 }
 
@@ -110,17 +110,17 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 		return
 	}
 	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
-	ctx, cancel := context.WithCancelCause(r.withShardEnv(r.attachCtx, info))
+	ctx, cancel := context.WithCancelCause(r.withShardEnv(r.att.ctx, info))
 	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel}
 	s.host = r.hosting.NewShard(hosting.ShardSpec{
-		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.attachCtx, Prev: r.shards.at(id).lastHost, Reason: reason, Warmed: warmed,
+		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.att.ctx, Prev: r.shards.at(id).lastHost, Reason: reason, Warmed: warmed,
 	})
 	r.shards.install(s)
-	r.stuck.unwatch(id)
+	r.view.stuck.unwatch(id)
 	if cur, known := r.view.locks.Get(id); !known || cur.Epoch <= epoch {
 		// Our lock, ahead of any watch (without a full view, no watch
 		// shows it: a later release or orphan decision reads it here).
-		r.view.locks.Set(storage.Lock{Shard: id, Owner: r.owner(), Lease: r.lease, Epoch: epoch})
+		r.view.locks.Set(storage.Lock{Shard: id, Owner: r.owner(), Lease: r.att.lease, Epoch: epoch})
 	}
 	r.hosting.Install(s.host)
 	s.host.StartWorkers()

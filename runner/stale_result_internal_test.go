@@ -38,7 +38,7 @@ func TestSenderWithholdsResultOlderThanSeenEpoch(t *testing.T) {
 	// a's lease expires on the server (as after a pause): its locks go, b
 	// acquires, and c's watch shows b's epoch.
 	a.mu.Lock()
-	aLease := a.lease
+	aLease := a.att.lease
 	a.mu.Unlock()
 	if !tc.c.ExpireLease(aLease) {
 		t.Fatal("a's lease was not found")
@@ -140,7 +140,7 @@ func TestShutdownMarksStoppedOnlyWithoutDetach(t *testing.T) {
 	leaseOf := func(r *Runner) storage.LeaseID {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.lease
+		return r.att.lease
 	}
 	aLease, bLease := leaseOf(a), leaseOf(b)
 	a.Detach()
@@ -189,7 +189,7 @@ func shutdownWithHeldReply(t *testing.T) <-chan askOutcome {
 	tc.waitSettled()
 	shard, epoch, id := entityOwnedBy(a, "stopping-")
 	a.mu.Lock()
-	aLease := a.lease
+	aLease := a.att.lease
 	a.mu.Unlock()
 	served, release := make(chan struct{}), make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

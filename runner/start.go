@@ -391,8 +391,8 @@ func (r *Runner) waitRun(ctx context.Context) error {
 		defer t.Stop()
 		select {
 		case <-r.st.runCalled:
-		case <-r.stopReq:
-		case <-r.closeReq:
+		case <-r.sig.stopReq:
+		case <-r.sig.closeReq:
 		case <-ctx.Done():
 			return fmt.Errorf("runner %s: waiting for Run to be called: %w", r.cfg.ID, hosting.ContextError(ctx))
 		case <-t.C:

@@ -85,7 +85,7 @@ func (r *Runner) followStuck(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case w := <-r.stuck.req:
+		case w := <-r.view.stuck.req:
 			if cancel := cancels[w.id]; cancel != nil {
 				cancel()
 				delete(cancels, w.id)
@@ -106,8 +106,8 @@ func (r *Runner) followStuck(ctx context.Context) {
 func (r *Runner) watchStuck(ctx context.Context, id sharding.ShardID, from storage.Revision, gen uint64) {
 	defer func() {
 		r.mu.Lock()
-		if r.stuck.watched[id] == gen {
-			delete(r.stuck.watched, id)
+		if r.view.stuck.watched[id] == gen {
+			delete(r.view.stuck.watched, id)
 		}
 		r.mu.Unlock()
 	}()

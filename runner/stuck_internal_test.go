@@ -21,10 +21,10 @@ func TestStuckWatchEndingLateKeepsTheNextWatchOfItsShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
-	r.stuck.watch(3, 1) // watch 1
-	r.stuck.unwatch(3)  // stopped; its goroutine still runs
-	r.stuck.watch(3, 1) // watch 2
-	second := r.stuck.watched[3]
+	r.view.stuck.watch(3, 1) // watch 1
+	r.view.stuck.unwatch(3)  // stopped; its goroutine still runs
+	r.view.stuck.watch(3, 1) // watch 2
+	second := r.view.stuck.watched[3]
 	r.mu.Unlock()
 	if second != 2 {
 		t.Fatalf("the second watch of shard 3 is number %d, want 2", second)
@@ -33,14 +33,14 @@ func TestStuckWatchEndingLateKeepsTheNextWatchOfItsShard(t *testing.T) {
 	cancel()
 	r.watchStuck(ended, 3, 1, 1) // watch 1's goroutine ends now
 	r.mu.Lock()
-	got, ok := r.stuck.watched[3]
+	got, ok := r.view.stuck.watched[3]
 	r.mu.Unlock()
 	if !ok || got != second {
 		t.Fatalf("after the first watch ended: shard 3 watched %v (number %d), want watch %d kept", ok, got, second)
 	}
 	r.watchStuck(ended, 3, 1, second)
 	r.mu.Lock()
-	_, ok = r.stuck.watched[3]
+	_, ok = r.view.stuck.watched[3]
 	r.mu.Unlock()
 	if ok {
 		t.Fatal("after the second watch ended: shard 3 still watched")

@@ -37,7 +37,7 @@ func (r *Runner) takeoverRecheck() time.Duration {
 // nor a notice comes.
 func (r *Runner) recheckTakeoverLocked(id sharding.ShardID, now time.Time, p *plan) {
 	x := r.shards.at(id)
-	if r.fullView || x.inbound == nil || x.pending == nil {
+	if r.view.full || x.inbound == nil || x.pending == nil {
 		return
 	}
 	every := r.takeoverRecheck()
@@ -73,7 +73,7 @@ func (r *Runner) recheckTakeovers(actx context.Context, gen uint64, leaseID stor
 	}
 	var rewrite []sharding.ShardID
 	r.mu.Lock()
-	if r.gen != gen || !r.mayOwnLocked() {
+	if r.att.gen != gen || !r.mayOwnLocked() {
 		r.mu.Unlock()
 		return
 	}

@@ -23,7 +23,7 @@ func TestStartedTakeoverRereadsItsLockWithoutAnotherEvent(t *testing.T) {
 	c := memory.NewCluster()
 	t.Cleanup(c.Close)
 	r, l, from := leasedRunner(t, c.NewStore("me"), 2)
-	if r.fullView {
+	if r.view.full {
 		t.Fatal("the runner keeps a full lock view; the test needs a scoped one")
 	}
 	const id = sharding.ShardID(1)
@@ -37,7 +37,7 @@ func TestStartedTakeoverRereadsItsLockWithoutAnotherEvent(t *testing.T) {
 	r.view.locks.Set(storage.Lock{Shard: id, Owner: storage.Owner{RunnerID: from.ID, Incarnation: from.Incarnation}, Lease: from.Lease, Epoch: 10})
 
 	decide := func(now time.Time) plan {
-		st := control.Round{Now: now, Self: "me", Lease: l.ID, Interval: r.cfg.AcquireRetryInterval, Registered: r.view.registered(r.cfg.ID, r.incarnation, r.lease)}
+		st := control.Round{Now: now, Self: "me", Lease: l.ID, Interval: r.cfg.AcquireRetryInterval, Registered: r.view.registered(r.cfg.ID, r.incarnation, r.att.lease)}
 		var p plan
 		r.decideLocked(id, &st, &p)
 		return p

@@ -159,7 +159,7 @@ func (tc *testCluster) settled() string {
 			return fmt.Sprintf("shard %d not owned by its assignee %s", s, assignee)
 		}
 		for id, r := range tc.rs {
-			if !r.fullView {
+			if !r.view.full {
 				continue // it sees only the locks that concern it
 			}
 			if o, _ := r.OwnerOf(sharding.ShardID(s)); o != assignee {
@@ -218,7 +218,7 @@ func TestNotOwnerHintRetriesWithoutSecondHop(t *testing.T) {
 	shard := sharding.ShardOf(id, 16)
 	c.mu.Lock()
 	l, _ := c.view.locks.Get(shard)
-	l.Lease = b.lease
+	l.Lease = b.att.lease
 	c.view.locks.Set(l)
 	c.mu.Unlock()
 

@@ -192,7 +192,7 @@ func (r *Runner) recordSingletons(ctx context.Context) {
 // logs a failure when warn is set (the first of a series).
 func (r *Runner) recordSingleton(rec storage.SingletonRecord, warn bool) (again bool) {
 	r.mu.Lock()
-	actx := r.attachCtx
+	actx := r.att.ctx
 	r.mu.Unlock()
 	if actx == nil {
 		return false
