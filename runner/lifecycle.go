@@ -145,7 +145,7 @@ func (r *Runner) startLoops(ctx context.Context, wg *sync.WaitGroup) (loopDone c
 		wg.Go(func() { r.reminders.Run(ctx) })
 		wg.Go(func() { r.guardRecord(ctx) })
 		wg.Go(func() { r.followDrain(ctx) })
-		wg.Go(func() { r.recordSingletons(ctx) })
+		wg.Go(func() { r.singletons.run(ctx) })
 		wg.Go(func() { defer close(loopDone); r.controlLoop(ctx) })
 	}
 	wg.Go(func() { r.startup(ctx) })

@@ -48,16 +48,16 @@ type Runner struct {
 
 	// Safe without a lock: channels, atomics, and types with a lock of
 	// their own.
-	sig           signals                      // the loops' wake-ups and the ends of Run (signals)
-	singletonRecs chan storage.SingletonRecord // singletons started, their records to write (workers.go)
-	running       atomic.Bool                  // Run was called and has not returned
-	trip          *detachInstant               // the detach instant, for the admission checks (trip.go)
-	opDrain       drainState                   // the operator's drain request (drain.go)
-	st            startState                   // starting up (start.go)
-	ownLog        ownershipLog                 // ownership changes of a round (ownershiplog.go)
-	async         asyncSends                   // SendAsync's sends in flight (async.go)
-	healthReads   healthReads                  // the health checks' read in flight (health.go)
-	storeProbe    storeProbe                   // a ClientOnly runner's probes of the store (health.go)
+	sig         signals           // the loops' wake-ups and the ends of Run (signals)
+	singletons  singletonRecorder // writes the records of the singletons started here (workers.go)
+	running     atomic.Bool       // Run was called and has not returned
+	trip        *detachInstant    // the detach instant, for the admission checks (trip.go)
+	opDrain     drainState        // the operator's drain request (drain.go)
+	st          startState        // starting up (start.go)
+	ownLog      ownershipLog      // ownership changes of a round (ownershiplog.go)
+	async       asyncSends        // SendAsync's sends in flight (async.go)
+	healthReads healthReads       // the health checks' read in flight (health.go)
+	storeProbe  storeProbe        // a ClientOnly runner's probes of the store (health.go)
 
 	// Everything below is guarded by mu.
 	mu sync.Mutex
@@ -124,6 +124,12 @@ func New(store storage.Store, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("runner: metrics: %w", err)
 	}
 	r.ownLog.self, r.ownLog.log, r.ownLog.met = cfg.ID, r.log, r.met
+	r.singletons = singletonRecorder{queue: make(chan storage.SingletonRecord, singletonRecQueue), store: store, log: r.log,
+		attachment: func() context.Context {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.att.ctx
+		}}
 	r.st.init(store, r.log, r.met, cfg)
 	r.hub.Observe = r.ownLog.note
 	r.sched = schedule.New(schedule.Config{CatchUpRate: float64(cfg.ReminderCatchUpRate)})
@@ -229,13 +235,12 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 			policy:      policy,
 			storageErrs: make(map[string]int),
 		},
-		trip:          newDetachInstant(!cfg.DisableDetachment, policy),
-		incarnation:   newIncarnation(),
-		singletonRecs: make(chan storage.SingletonRecord, singletonRecQueue),
-		opDrain:       drainState{kick: make(chan struct{}, 1)},
-		sig:           newSignals(),
-		shards:        newShardTable(cfg.NumShards),
-		work:          control.NewQueue(cfg.NumShards),
+		trip:        newDetachInstant(!cfg.DisableDetachment, policy),
+		incarnation: newIncarnation(),
+		opDrain:     drainState{kick: make(chan struct{}, 1)},
+		sig:         newSignals(),
+		shards:      newShardTable(cfg.NumShards),
+		work:        control.NewQueue(cfg.NumShards),
 		view: clusterView{
 			members:  make(map[string]storage.Runner),
 			byLease:  make(map[storage.LeaseID]storage.Runner),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"time"
 
@@ -119,7 +120,7 @@ func (r *Runner) installWorkers() {
 			Started: func(id sharding.ShardID, epoch storage.Epoch) {
 				if reg.singleton {
 					select {
-					case r.singletonRecs <- storage.SingletonRecord{Shard: id, Name: reg.name, Runner: r.cfg.ID, Started: time.Now().UTC(), Epoch: epoch}:
+					case r.singletons.queue <- storage.SingletonRecord{Shard: id, Name: reg.name, Runner: r.cfg.ID, Started: time.Now().UTC(), Epoch: epoch}:
 					default:
 						r.log.Warn("singleton record not written: too many queued", "singleton", reg.name, "shard", id)
 					}
@@ -146,7 +147,7 @@ const (
 	singletonRecordRetryMax = 5 * time.Second
 )
 
-// recordSingletons writes the singletons' records (singletons/{shard}/{name},
+// singletonRecorder writes the singletons' records (singletons/{shard}/{name},
 // fenced by their epochs) queued when they start, in the background: a
 // singleton starts without waiting for its record. A write that failed
 // for another reason than fencing (etcd slow or unreachable) is tried
@@ -154,7 +155,15 @@ const (
 // record lost to one slow write would leave its singleton unlisted until
 // it moves. A fenced write means the shard moved on: its new owner records
 // its own.
-func (r *Runner) recordSingletons(ctx context.Context) {
+type singletonRecorder struct {
+	queue      chan storage.SingletonRecord // singletons started, their records to write
+	store      storage.Store
+	log        *slog.Logger
+	attachment func() context.Context // the current attachment's context (nil: none)
+}
+
+// run writes the queued records until ctx ends.
+func (s *singletonRecorder) run(ctx context.Context) {
 	var pending []storage.SingletonRecord
 	backoff := singletonRecordRetry
 	retry := time.NewTimer(backoff)
@@ -164,13 +173,13 @@ func (r *Runner) recordSingletons(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case rec := <-r.singletonRecs:
+		case rec := <-s.queue:
 			pending = append(pending, rec)
 		case <-retry.C:
 		}
 		failed := pending[:0]
 		for _, rec := range pending {
-			if r.recordSingleton(rec, len(failed) == 0 && backoff == singletonRecordRetry) {
+			if s.record(rec, len(failed) == 0 && backoff == singletonRecordRetry) {
 				failed = append(failed, rec)
 			}
 		}
@@ -187,19 +196,17 @@ func (r *Runner) recordSingletons(ctx context.Context) {
 	}
 }
 
-// recordSingleton writes rec, fenced by rec.Epoch, and reports whether to
+// record writes rec, fenced by rec.Epoch, and reports whether to
 // try again (the write failed, not fenced, and the runner is attached). It
 // logs a failure when warn is set (the first of a series).
-func (r *Runner) recordSingleton(rec storage.SingletonRecord, warn bool) (again bool) {
-	r.mu.Lock()
-	actx := r.att.ctx
-	r.mu.Unlock()
+func (s *singletonRecorder) record(rec storage.SingletonRecord, warn bool) (again bool) {
+	actx := s.attachment()
 	if actx == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(actx, singletonRecordTimeout)
 	defer cancel()
-	res, err := r.store.WriteShardStates(ctx, []storage.ShardWrite{{Shard: rec.Shard, Epoch: rec.Epoch, PutSingletons: []storage.SingletonRecord{rec}}})
+	res, err := s.store.WriteShardStates(ctx, []storage.ShardWrite{{Shard: rec.Shard, Epoch: rec.Epoch, PutSingletons: []storage.SingletonRecord{rec}}})
 	if len(res) == 1 {
 		err = res[0].Err
 	}
@@ -207,7 +214,7 @@ func (r *Runner) recordSingleton(rec storage.SingletonRecord, warn bool) (again 
 		return false
 	}
 	if warn {
-		r.log.Warn("cannot record where a singleton runs; trying again", "singleton", rec.Name, "shard", rec.Shard, "err", err)
+		s.log.Warn("cannot record where a singleton runs; trying again", "singleton", rec.Name, "shard", rec.Shard, "err", err)
 	}
 	return true
 }
