@@ -92,3 +92,14 @@ func (v *clusterView) gatewayView(numShards int) *debugpage.Gateway {
 	}
 	return g
 }
+
+// assigneeToTell returns the member shard id is assigned to, when it is
+// another live runner than self: a release tells it the lock is free
+// (storage.Held.Tell), so it acquires at once ("": nobody).
+func (v *clusterView) assigneeToTell(id sharding.ShardID, self string) string {
+	to := v.assignment.Of(id)
+	if _, live := v.members[to]; !live || to == self {
+		return ""
+	}
+	return to
+}

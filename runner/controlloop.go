@@ -358,7 +358,7 @@ func (r *Runner) applyLocked(id sharding.ShardID, d *control.Decision, in *hando
 	}
 	if d.Orphan {
 		l, _ := r.view.locks.Get(id)
-		p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch, Tell: r.assigneeToTellLocked(id)})
+		p.orphans = append(p.orphans, storage.Held{Shard: id, Epoch: l.Epoch, Tell: r.view.assigneeToTell(id, r.cfg.ID)})
 		r.shards.markReleasing(id, l.Epoch)
 	}
 	if rec := r.shards.at(id).record; d.DeleteRecord && rec != nil {

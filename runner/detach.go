@@ -288,8 +288,8 @@ var errLeaseChanged = errors.New("lease changed during attach")
 
 // heldUnder lists the locks and handoff records attached to lease, in one
 // store request (storage.Leases.LeaseKeys).
-func (r *Runner) heldUnder(ctx context.Context, lease storage.LeaseID) (locks []sharding.ShardID, records []storage.HandoffRef, err error) {
-	keys, err := r.store.LeaseKeys(ctx, lease)
+func heldUnder(ctx context.Context, store storage.Store, lease storage.LeaseID) (locks []sharding.ShardID, records []storage.HandoffRef, err error) {
+	keys, err := store.LeaseKeys(ctx, lease)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -434,7 +434,7 @@ func (r *Runner) attach(ctx context.Context, h lease.Health) (err error) {
 // request, whatever the cluster's size); a lock of ours wanted later and
 // missed here would be rewritten when acquired (AlreadyOwned).
 func (r *Runner) rewriteKept(ctx context.Context, leaseID storage.LeaseID) ([]storage.AcquireResult, error) {
-	mine, records, err := r.heldUnder(ctx, leaseID)
+	mine, records, err := heldUnder(ctx, r.store, leaseID)
 	if err != nil {
 		return nil, fmt.Errorf("list what lease %x holds: %w", leaseID, err)
 	}

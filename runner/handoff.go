@@ -144,25 +144,6 @@ func (r *Runner) applyHandoffLocked(t storage.EventType, kv storage.KeyValue) {
 	r.view.handoffs[id] = h
 }
 
-// handoffLocked returns the handoff record of shard id addressed to this
-// runner (as its old owner).
-func (r *Runner) handoffLocked(id sharding.ShardID) (storage.Handoff, bool) {
-	h, ok := r.view.handoffs[id]
-	return h, ok
-}
-
-// ownRecordsLocked returns our handoff records of shards ids (those we
-// know of), to delete.
-func (r *Runner) ownRecordsLocked(ids []sharding.ShardID) []storage.HandoffRef {
-	refs := make([]storage.HandoffRef, 0, len(ids))
-	for _, id := range ids {
-		if rec := r.shards.at(id).record; rec != nil {
-			refs = append(refs, storage.HandoffRef{Shard: id, From: rec.from})
-		}
-	}
-	return refs
-}
-
 // deleteHandoffs deletes our handoff records refs (batched). On failure
 // the shards are decided again after a pause (the stale-record rule
 // retries).

@@ -36,7 +36,7 @@ func (r *Runner) outboundDecisionLocked(s *shard, now time.Time) handoff.Decisio
 		UnassignedSince: s.unassignedSince, CutoverRetryAt: s.cutoverRetryAt,
 		Now: now, HandoffWait: r.cfg.HandoffWait,
 	}, func() (handoff.Seen, bool) {
-		h, has := r.handoffLocked(s.id)
+		h, has := r.view.handoffs[s.id]
 		return handoff.Seen{Record: h, Holder: r.view.byLease[h.Lease].ID}, has
 	})
 	if d.TimedOut {
@@ -360,7 +360,7 @@ func (r *Runner) releaseShardHook(actx context.Context, s *shard, to string) {
 	}
 	rctx, cancel := r.boundedCtx(actx, r.cfg.DrainTimeout)
 	defer cancel()
-	rctx = r.withShardEnv(rctx, ShardInfo{Runner: r.cfg.ID, Shard: s.id, Epoch: s.epoch})
+	rctx = withShardEnv(rctx, r, ShardInfo{Runner: r.cfg.ID, Shard: s.id, Epoch: s.epoch})
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("ReleaseShard hook panicked", "shard", s.id, "panic", p)

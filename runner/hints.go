@@ -197,7 +197,7 @@ func (r *Runner) ownerHintLocked(id sharding.ShardID) string {
 		}
 	}
 	if !r.view.full {
-		if to := r.assigneeToTellLocked(id); to != "" {
+		if to := r.view.assigneeToTell(id, r.cfg.ID); to != "" {
 			return to
 		}
 	}

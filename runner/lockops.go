@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -333,7 +334,7 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	// lock stays until they return: another runner must never run the
 	// same entities concurrently. Only a detach (or Close) ends the wait.
 	for _, s := range shards {
-		r.waitStragglers(actx, s)
+		waitStragglers(actx, s, r.cfg.DrainTimeout, r.log)
 	}
 	// No handler of these shards can start any more: record which
 	// reminder ticks fired (fenced, while the locks are still ours). A
@@ -350,32 +351,21 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 	held := make([]storage.Held, len(shards))
 	r.mu.Lock()
 	for i, s := range shards {
-		held[i] = storage.Held{Shard: s.id, Epoch: s.epoch, Tell: r.assigneeToTellLocked(s.id)}
+		held[i] = storage.Held{Shard: s.id, Epoch: s.epoch, Tell: r.view.assigneeToTell(s.id, r.cfg.ID)}
 	}
 	r.mu.Unlock()
 	r.deleteLocks(actx, leaseID, held)
 }
 
-// assigneeToTellLocked returns the member shard id is assigned to, when it
-// is another live runner than this one: a release tells it the lock is
-// free (storage.Held.Tell), so it acquires at once ("": nobody).
-func (r *Runner) assigneeToTellLocked(id sharding.ShardID) string {
-	to := r.view.assignment.Of(id)
-	if _, live := r.view.members[to]; !live || to == r.cfg.ID {
-		return ""
-	}
-	return to
-}
-
 // waitStragglers waits until no handler of s runs, logging an error every
 // DrainTimeout while handlers ignore their cancelled context. It returns
 // early when actx ends (detach, Close).
-func (r *Runner) waitStragglers(actx context.Context, s *shard) {
+func waitStragglers(actx context.Context, s *shard, warnEvery time.Duration, log *slog.Logger) {
 	warned := time.Now()
 	for n := s.host.Running(); n > 0 && actx.Err() == nil; n = s.host.Running() {
-		if time.Since(warned) >= r.cfg.DrainTimeout {
+		if time.Since(warned) >= warnEvery {
 			warned = time.Now()
-			r.log.Error("handlers ignore their cancelled context; the shard's lock stays until they return", "shard", s.id, "running", n)
+			log.Error("handlers ignore their cancelled context; the shard's lock stays until they return", "shard", s.id, "running", n)
 		}
 		select {
 		case <-actx.Done():

@@ -120,7 +120,7 @@ func (d routingDir) Learned(id sharding.ShardID, owner, refusedBy string) {
 // them: an assignee that has not seen as much yet waits for it, park.go).
 func (d routingDir) Assignee(id sharding.ShardID) (m storage.Runner, seen routing.ViewSeen, ok bool) {
 	r := d.r
-	if !r.clusterChecked() {
+	if !r.st.clusterChecked() {
 		// An assignment computed before the cluster record was checked may
 		// be of another NumShards: the send waits (and fails with the
 		// mismatch, should there be one).

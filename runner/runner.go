@@ -313,7 +313,7 @@ type shardEnv struct {
 type shardEnvKey struct{}
 
 // withShardEnv returns ctx carrying shard info of runner r.
-func (r *Runner) withShardEnv(ctx context.Context, info ShardInfo) context.Context {
+func withShardEnv(ctx context.Context, r *Runner, info ShardInfo) context.Context {
 	return context.WithValue(ctx, shardEnvKey{}, &shardEnv{info: info, r: r})
 }
 

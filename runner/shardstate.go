@@ -499,3 +499,15 @@ func (t *shardTable) detach() {
 		t.done(id)
 	}
 }
+
+// ownRecords returns our handoff records of shards ids (those we
+// know of), to delete.
+func (t *shardTable) ownRecords(ids []sharding.ShardID) []storage.HandoffRef {
+	refs := make([]storage.HandoffRef, 0, len(ids))
+	for _, id := range ids {
+		if rec := t.at(id).record; rec != nil {
+			refs = append(refs, storage.HandoffRef{Shard: id, From: rec.from})
+		}
+	}
+	return refs
+}

@@ -110,7 +110,7 @@ func (r *Runner) installWithLocked(id sharding.ShardID, epoch storage.Epoch, rea
 		return
 	}
 	info := ShardInfo{Runner: r.cfg.ID, Shard: id, Epoch: epoch}
-	ctx, cancel := context.WithCancelCause(r.withShardEnv(r.att.ctx, info))
+	ctx, cancel := context.WithCancelCause(withShardEnv(r.att.ctx, r, info))
 	s := &shard{id: id, epoch: epoch, ctx: ctx, cancel: cancel}
 	s.host = r.hosting.NewShard(hosting.ShardSpec{
 		ID: id, Epoch: epoch, Ctx: ctx, Attachment: r.att.ctx, Prev: r.shards.at(id).lastHost, Reason: reason, Warmed: warmed,

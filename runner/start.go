@@ -276,15 +276,15 @@ func (r *Runner) startClient(ctx context.Context) {
 
 // clusterChecked reports whether the cluster record was found to agree
 // with this runner's configuration.
-func (r *Runner) clusterChecked() bool {
-	r.st.mu.Lock()
-	defer r.st.mu.Unlock()
-	return r.st.clusterOK
+func (s *startState) clusterChecked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clusterOK
 }
 
 // verifyCluster checks the cluster record once per Run (see checkCluster).
 func (r *Runner) verifyCluster(ctx context.Context) error {
-	if r.clusterChecked() {
+	if r.st.clusterChecked() {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)

@@ -22,8 +22,8 @@ import (
 // takeoverRecheck is how long a takeover waits for its cutover before it
 // reads its lock again (and again after as long): the retry window,
 // between 1 s and 2 s (a takeover usually completes well within 1 s).
-func (r *Runner) takeoverRecheck() time.Duration {
-	return max(time.Second, min(r.cfg.AcquireRetryWindow, 2*time.Second))
+func (c Config) takeoverRecheck() time.Duration {
+	return max(time.Second, min(c.AcquireRetryWindow, 2*time.Second))
 }
 
 // recheckTakeoverLocked adds shard id to the round's re-reads when its
@@ -40,7 +40,7 @@ func (r *Runner) recheckTakeoverLocked(id sharding.ShardID, now time.Time, p *pl
 	if r.view.full || x.inbound == nil || x.pending == nil {
 		return
 	}
-	every := r.takeoverRecheck()
+	every := r.cfg.takeoverRecheck()
 	since := x.inbound.Started()
 	if x.pending.checked.After(since) {
 		since = x.pending.checked

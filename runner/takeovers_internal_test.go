@@ -48,10 +48,10 @@ func TestStartedTakeoverRereadsItsLockWithoutAnotherEvent(t *testing.T) {
 	}
 	// Nothing else happens to the shard: only a timer of its own can
 	// bring it back.
-	due := r.shards.at(id).inbound.Started().Add(r.takeoverRecheck())
+	due := r.shards.at(id).inbound.Started().Add(r.cfg.takeoverRecheck())
 	r.work.Fire(due)
 	if ids, all := r.work.Take(); all || !slices.Contains(ids, id) {
-		t.Fatalf("shard %d is not decided again %v after its takeover started (marked %v, all %v): its lock is never re-read", id, r.takeoverRecheck(), ids, all)
+		t.Fatalf("shard %d is not decided again %v after its takeover started (marked %v, all %v): its lock is never re-read", id, r.cfg.takeoverRecheck(), ids, all)
 	}
 	if p := decide(due); !slices.Contains(p.recheck, id) {
 		t.Fatalf("the round deciding shard %d again re-reads %v; want its lock", id, p.recheck)
