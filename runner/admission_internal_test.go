@@ -66,7 +66,7 @@ func TestDeliverHereRefusesEndedContext(t *testing.T) {
 	if err, retry := routing.ResponseError("a", req, resp); !retry || err == nil {
 		t.Errorf("the sender reads %v (retry %v), want a not-delivered error", err, retry)
 	}
-	if n := a.EntityCount(); n != 0 {
+	if n := a.Status().Entities; n != 0 {
 		t.Errorf("%d entities created for a delivery whose context had ended", n)
 	}
 	resp, written = a.router.Receiver().Deliver(context.Background(), req)

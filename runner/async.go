@@ -74,7 +74,7 @@ func (h handlerSender) Send(ctx context.Context, c entity.Call) (any, error) { r
 // SendAsync implements entity.AsyncSender: Runner.SendAsync in the
 // handler's trace, with its baggage.
 func (h handlerSender) SendAsync(c entity.Call, timeout time.Duration, done func(resp any, err error)) {
-	h.r.sendAsync(h.tr, c, timeout, done)
+	h.r.sendAsync(h.tr, c, timeout, done, h.r.Send)
 }
 
 // sendTrace is what an asynchronous send keeps of its sender's context:
@@ -109,11 +109,12 @@ func (t sendTrace) context(ctx context.Context) context.Context {
 // independent: they may be delivered in any order. Its client span starts
 // a new trace: a handler's sender (SenderFrom) sends in the handler's.
 func (r *Runner) SendAsync(c entity.Call, timeout time.Duration, done func(resp any, err error)) {
-	r.sendAsync(sendTrace{}, c, timeout, done)
+	r.sendAsync(sendTrace{}, c, timeout, done, r.Send)
 }
 
-// sendAsync is SendAsync in the trace tr (none when zero).
-func (r *Runner) sendAsync(tr sendTrace, c entity.Call, timeout time.Duration, done func(resp any, err error)) {
+// sendAsync is SendAsync in the trace tr (none when zero), sending with
+// send (Runner.Send, or a Ref's).
+func (r *Runner) sendAsync(tr sendTrace, c entity.Call, timeout time.Duration, done func(resp any, err error), send func(context.Context, entity.Call) (any, error)) {
 	if timeout <= 0 {
 		timeout = r.cfg.RequestTimeout
 	}
@@ -126,7 +127,7 @@ func (r *Runner) sendAsync(tr sendTrace, c entity.Call, timeout time.Duration, d
 	go func() {
 		defer r.async.end()
 		ctx, cancel := context.WithTimeout(tr.context(r.async.ctx), timeout)
-		resp, err := r.Send(ctx, c)
+		resp, err := send(ctx, c)
 		cancel()
 		if done != nil {
 			done(resp, err)

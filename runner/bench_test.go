@@ -201,7 +201,7 @@ func BenchmarkActivate(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "activations/s")
-	for r.EntityCount() != i {
+	for r.Status().Entities != i {
 		time.Sleep(time.Millisecond)
 	}
 	// Let every entity goroutine finish, then measure the resident heap.

@@ -107,7 +107,7 @@ func TestOwnRecordOverwrittenIsRepaired(t *testing.T) {
 
 	for i, damage := range []string{
 		"garbage",
-		fmt.Sprintf(`{"id":"r1","address":"127.0.0.1:1","weight":1,"incarnation":%q,"started":"2026-01-01T00:00:00Z"}`, r1.Incarnation()),
+		fmt.Sprintf(`{"id":"r1","address":"127.0.0.1:1","weight":1,"incarnation":%q,"started":"2026-01-01T00:00:00Z"}`, r1.Status().Incarnation),
 	} {
 		lease := r1.Status().Lease
 		rev := c.raw("runners/r1", damage, lease)
@@ -117,7 +117,7 @@ func TestOwnRecordOverwrittenIsRepaired(t *testing.T) {
 				return false
 			}
 			got, err := storage.DecodeRunner(kv)
-			return err == nil && got.Address == r1.Address() && got.Incarnation == r1.Incarnation() && kv.Lease == lease
+			return err == nil && got.Address == r1.Address() && got.Incarnation == r1.Status().Incarnation && kv.Lease == lease
 		})
 		waitFor(t, 10*time.Second, "the gateway sees r1's address", func() bool {
 			for _, m := range gw.Members() {

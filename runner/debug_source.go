@@ -45,7 +45,7 @@ func (s debugSource) Snapshot() debugpage.Snapshot {
 	for _, k := range r.hosting.KindCounts() {
 		snap.Kinds = append(snap.Kinds, debugpage.KindCount{Name: k.Name, Active: k.Active, Handled: k.Handled, Rejected: k.Rejected})
 	}
-	snap.Entities = r.EntityCount()
+	snap.Entities = r.hosting.EntityCount()
 	for id := range r.cfg.NumShards {
 		sh := r.hosting.Lookup(sharding.ShardID(id))
 		if sh == nil {

@@ -194,7 +194,7 @@ func TestDebugStateJSON(t *testing.T) {
 			t.Errorf("runner %s: no state (%q)", r.ID, r.StateError)
 			continue
 		}
-		if r.State.ID != r.ID || r.State.Incarnation != node.Incarnation() || !r.State.Attached {
+		if r.State.ID != r.ID || r.State.Incarnation != node.Status().Incarnation || !r.State.Attached {
 			t.Errorf("runner %s state = %+v, want its own, attached", r.ID, *r.State)
 		}
 		if r.Self != (r.ID == "a") || r.URL != node.srv.URL+"/" {

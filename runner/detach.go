@@ -227,9 +227,12 @@ func (r *Runner) detachLocked(reason detachment.Reason, detail string) {
 		"shards_dropped", n, "deadline_in", time.Until(h.Deadline).Round(time.Millisecond))
 }
 
-// Detach detaches the runner by hand (reason manual). It re-attaches on its
-// own after RecoverWindow of health. It does nothing when detachment is
-// disabled or the runner is not attached.
+// Detach detaches the runner by hand (reason manual), as losing its lease
+// would: every entity is interrupted and every shard dropped. It
+// re-attaches on its own after RecoverWindow of health. It does nothing
+// when detachment is disabled or the runner is not attached. It is for
+// failure drills: a test of your own entities (a checkpoint, an
+// idempotent handler) can make the detach happen when it wants.
 func (r *Runner) Detach() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

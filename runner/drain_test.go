@@ -67,7 +67,7 @@ func TestOperatorDrain(t *testing.T) {
 			t.Errorf("%d cutovers a -> b, want one per shard a owned (%d)", cutovers, aOwned)
 		}
 		time.Sleep(10 * time.Second) // the record guard and several drain checks had their chance
-		if r, ok := record(t, c, "a"); !ok || !r.Draining || r.Weight != 1 || r.Incarnation != a.Incarnation() {
+		if r, ok := record(t, c, "a"); !ok || !r.Draining || r.Weight != 1 || r.Incarnation != a.Status().Incarnation {
 			t.Errorf("record of a = %+v (%v), want draining with weight 1", r, ok)
 		}
 		if len(a.Owned()) != 0 {
@@ -83,7 +83,7 @@ func TestOperatorDrain(t *testing.T) {
 		a2 := start(t, c, rec, runner.Config{ID: "a", NumShards: n})
 		waitFor(t, 30*time.Second, "the new a registered drained", func() bool {
 			r, ok := record(t, c, "a")
-			return ok && r.Incarnation == a2.Incarnation() && r.Draining
+			return ok && r.Incarnation == a2.Status().Incarnation && r.Draining
 		})
 		waitFor(t, 30*time.Second, "b owning every shard", func() bool { return len(a2.Owned()) == 0 && len(b.Owned()) == n })
 

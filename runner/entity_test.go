@@ -39,8 +39,8 @@ func TestLocalAskAndTell(t *testing.T) {
 		if len(acts) != 2 || acts[0].Reason != entity.ActivateNew || acts[0].Epoch <= 0 || acts[0].Shard != sharding.ShardOf("c1", 8) {
 			t.Fatalf("activations = %+v, want one per entity, reason new, with shard and epoch", acts)
 		}
-		if r.EntityCount() != 2 {
-			t.Fatalf("EntityCount = %d, want 2", r.EntityCount())
+		if r.Status().Entities != 2 {
+			t.Fatalf("EntityCount = %d, want 2", r.Status().Entities)
 		}
 	})
 }
@@ -183,8 +183,8 @@ func TestPassivationAfterIdle(t *testing.T) {
 		if len(rels) != 1 || rels[0].Entity != "idle" || !errors.Is(rels[0].Reason, runner.ErrPassivated) {
 			t.Fatalf("releases = %+v, want idle passivated", rels)
 		}
-		if r.EntityCount() != 1 {
-			t.Fatalf("EntityCount = %d, want 1 (busy)", r.EntityCount())
+		if r.Status().Entities != 1 {
+			t.Fatalf("EntityCount = %d, want 1 (busy)", r.Status().Entities)
 		}
 		// The next message activates a new instance, which restores the
 		// checkpoint written in Release.
@@ -220,8 +220,8 @@ func TestResidentCapEvictsLRU(t *testing.T) {
 		if len(rels) != 1 || rels[0].Entity != "b" || !errors.Is(rels[0].Reason, runner.ErrPassivated) {
 			t.Fatalf("releases = %+v, want b (least recently used) evicted", rels)
 		}
-		if r.EntityCount() != 3 {
-			t.Fatalf("EntityCount = %d, want 3", r.EntityCount())
+		if r.Status().Entities != 3 {
+			t.Fatalf("EntityCount = %d, want 3", r.Status().Entities)
 		}
 		if n, _ := k.inc.Ask(ctx, r, "a", incReq{}); n != 2 {
 			t.Fatalf("a lost its state: %d", n)
@@ -322,8 +322,8 @@ func TestDetachInterruptsEveryEntity(t *testing.T) {
 		if err := k.add.Tell(tctx, r, "x3", incReq{}); !errors.Is(err, runner.ErrDetached) {
 			t.Fatalf("Tell while detached = %v, want ErrDetached", err)
 		}
-		if r.EntityCount() != 0 {
-			t.Fatalf("%d entities resident after detach", r.EntityCount())
+		if r.Status().Entities != 0 {
+			t.Fatalf("%d entities resident after detach", r.Status().Entities)
 		}
 		// After re-attaching (RecoverWindow), the same entity serves again.
 		if n, err := k.inc.Ask(ctx, r, "x1", incReq{By: 1}); err != nil || n != 1 {

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/shardhost/shardhost/sharding"
+	"github.com/shardhost/shardhost/storage"
 	"github.com/shardhost/shardhost/transport"
 )
 
@@ -58,4 +60,17 @@ func (h observedHandler) Deliver(ctx context.Context, req *transport.DeliverRequ
 		(*f)(req, resp)
 	}
 	return resp, written
+}
+
+// ShardContext returns the context of shard id while r owns it, for the
+// tests that check it ends with the shard (context.Cause: ErrDetached,
+// ErrShardMoved, ErrShutdown).
+func (r *Runner) ShardContext(id sharding.ShardID) (context.Context, storage.Epoch, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.shards.owner(id)
+	if s == nil {
+		return nil, 0, false
+	}
+	return s.ctx, s.epoch, true
 }

@@ -13,20 +13,6 @@ func (r *Runner) Register(kinds ...entity.Descriptor) error {
 	return r.hosting.Register(kinds...)
 }
 
-// EntityCount returns the number of resident entities.
-func (r *Runner) EntityCount() int { return r.hosting.EntityCount() }
-
-// TimerCount returns the number of running entity timers.
-func (r *Runner) TimerCount() int64 { return r.hosting.Timers() }
-
-// RememberedCount returns the number of remembered entities
-// (entity.Remembered) of the shards this runner owns and has loaded.
-func (r *Runner) RememberedCount() int64 { return r.reminders.RememberedCount() }
-
-// ReminderCount returns the number of reminders loaded for the shards
-// this runner owns.
-func (r *Runner) ReminderCount() int64 { return r.reminders.Loaded() }
-
 // hostingEnv is what the entity host (package hosting) asks of the runner.
 type hostingEnv struct{ r *Runner }
 

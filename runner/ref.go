@@ -2,18 +2,20 @@ package runner
 
 import (
 	"context"
+	"time"
 
 	"github.com/shardhost/shardhost/entity"
 	"github.com/shardhost/shardhost/runner/internal/routing"
 )
 
 // Ref is a handle on one entity for a sender that calls it often: the
-// analogue of other actor systems' PIDs and of Akka's EntityRef. It is an
-// entity.Sender, used with the typed Ask and Tell like the Runner, with the
-// same entity ID:
+// analogue of other actor systems' PIDs and of Akka's EntityRef. It is a
+// Sender, used with the typed calls like the Runner, with the same entity
+// ID, waiting or not:
 //
 //	ref := r.Ref(counterKind, "c1")
 //	err := add.Tell(ctx, ref, "c1", incReq{By: 1})
+//	add.TellAsync(ref, "c1", incReq{By: 1}, time.Second, nil)
 //
 // A call through a Ref is a call by ID ([Runner.Send]'s contract, all of
 // it: admission first, the same retries, at most once, the same errors)
@@ -38,7 +40,7 @@ type Ref struct {
 	ref *routing.Ref
 }
 
-var _ entity.Sender = (*Ref)(nil)
+var _ Sender = (*Ref)(nil)
 
 // Ref returns a handle on the entity id of kind (see [Ref]).
 func (r *Runner) Ref(kind entity.Descriptor, id string) *Ref {
@@ -49,6 +51,13 @@ func (r *Runner) Ref(kind entity.Descriptor, id string) *Ref {
 // to the Ref's entity (see [Ref]).
 func (f *Ref) Send(ctx context.Context, c entity.Call) (any, error) {
 	return f.r.router.SendRef(ctx, f.ref, &c)
+}
+
+// SendAsync delivers c like [Runner.SendAsync] (the typed forms are
+// AskAsync and TellAsync), through the handle when c is a call to the
+// Ref's entity.
+func (f *Ref) SendAsync(c entity.Call, timeout time.Duration, done func(resp any, err error)) {
+	f.r.sendAsync(sendTrace{}, c, timeout, done, f.Send)
 }
 
 // Entity returns the ID of the Ref's entity.

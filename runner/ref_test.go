@@ -68,15 +68,59 @@ func TestRefFollowsItsShardWhenItMoves(t *testing.T) {
 // refHandled counts refKind's handled tells (one test at a time).
 var refHandled atomic.Int64
 
-type refCounter struct{}
+type refCounter struct{ n int64 }
 
 var (
 	refKind = entity.NewKind("ref-counter", func(string) *refCounter { return &refCounter{} })
-	refTell = entity.Signal(refKind, "add", func(*refCounter, context.Context, struct{}) error {
+	refTell = entity.Signal(refKind, "add", func(c *refCounter, _ context.Context, _ struct{}) error {
 		refHandled.Add(1)
+		c.n++
 		return nil
 	})
+	refGet = entity.Method(refKind, "get", func(c *refCounter, _ context.Context, _ struct{}) (int64, error) {
+		return c.n, nil
+	})
 )
+
+// TestRefSendsAsynchronously: a Ref is a runner.Sender, so the typed
+// asynchronous calls take it: TellAsync and AskAsync through it are each
+// delivered once and report their outcome, and while the runner is
+// detached they fail as by ID (the detach joined with their deadline)
+// without running.
+func TestRefSendsAsynchronously(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refHandled.Store(0)
+		t0 := time.Now()
+		_, r, rec := startOwningAll(t, detachCfg("a"), refKind)
+		var ref runner.Sender = r.Ref(refKind, "x")
+		told := make(chan error, 3)
+		for range 3 {
+			refTell.TellAsync(ref, "x", struct{}{}, time.Second, func(err error) { told <- err })
+		}
+		for range 3 {
+			if err := <-told; err != nil {
+				t.Fatal(err)
+			}
+		}
+		asked := make(chan string, 1)
+		refGet.AskAsync(ref, "x", struct{}{}, time.Second, func(n int64, err error) { asked <- fmt.Sprint(n, " ", err) })
+		if got := <-asked; got != "3 <nil>" {
+			t.Fatalf("AskAsync through the ref = %s, want 3 <nil>", got)
+		}
+
+		time.Sleep(time.Until(t0.Add(5500 * time.Millisecond))) // renewal at 5s succeeded
+		r.store.FailKeepAlive(true)
+		waitDetached(t, rec, 20*time.Second)
+		refTell.TellAsync(ref, "x", struct{}{}, time.Second, func(err error) { told <- err })
+		if err := <-told; !errors.Is(err, runner.ErrDetached) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("TellAsync through the ref while detached = %v, want its deadline joined with ErrDetached", err)
+		}
+		synctest.Wait()
+		if n := refHandled.Load(); n != 3 {
+			t.Fatalf("%d tells handled, want 3", n)
+		}
+	})
+}
 
 // TestRefTellAfterDetachIsNotDelivered: once the runner detached, a tell
 // through a ref whose entity was resident is refused as by ID (the

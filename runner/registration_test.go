@@ -104,7 +104,7 @@ func TestOwnRecordDamagedIsRewritten(t *testing.T) {
 					return ok && got.ModRevision > damaged
 				})
 				got, _ := ownRecord(t, c, "a")
-				if got.Lease != a.Status().Lease || got.Incarnation != a.Incarnation() || got.Address != want.Address ||
+				if got.Lease != a.Status().Lease || got.Incarnation != a.Status().Incarnation || got.Address != want.Address ||
 					got.Weight != want.Weight || got.Draining || !got.Started.Equal(want.Started) {
 					t.Fatalf("rewritten record = %+v under lease %x, want %+v under %x", got.RunnerRecord, got.Lease, want.RunnerRecord, a.Status().Lease)
 				}
@@ -113,7 +113,7 @@ func TestOwnRecordDamagedIsRewritten(t *testing.T) {
 				}
 				waitFor(t, 5*time.Second, "b sees a again", func() bool {
 					for _, m := range b.Members() {
-						if m.ID == "a" && m.Lease == a.Status().Lease && m.Incarnation == a.Incarnation() {
+						if m.ID == "a" && m.Lease == a.Status().Lease && m.Incarnation == a.Status().Incarnation {
 							return true
 						}
 					}
@@ -173,7 +173,7 @@ func TestRestartWithSameIDWaitsForCrashedPredecessor(t *testing.T) {
 					deleted = ev.KV.ModRevision
 				case ev.Type == storage.EventPut && registered == 0:
 					r, err := storage.DecodeRunner(ev.KV)
-					if err != nil || r.Incarnation != a2.Incarnation() {
+					if err != nil || r.Incarnation != a2.Status().Incarnation {
 						t.Fatalf("runners/a written with %+v, %v before a2 registered", r, err)
 					}
 					if deleted == 0 {
@@ -281,11 +281,11 @@ func TestDuplicateIDWrittenByBothFirstStartedKeepsIt(t *testing.T) {
 		}
 		waitFor(t, 10*time.Second, "a's record back", func() bool {
 			r, ok := ownRecord(t, c, "a")
-			return ok && r.Incarnation == a.Incarnation() && r.Lease == a.Status().Lease
+			return ok && r.Incarnation == a.Status().Incarnation && r.Lease == a.Status().Lease
 		})
 		time.Sleep(time.Minute)
-		if r, _ := ownRecord(t, c, "a"); r.Incarnation != a.Incarnation() {
-			t.Errorf("runners/a names %s, want the first process %s", r.Incarnation, a.Incarnation())
+		if r, _ := ownRecord(t, c, "a"); r.Incarnation != a.Status().Incarnation {
+			t.Errorf("runners/a names %s, want the first process %s", r.Incarnation, a.Status().Incarnation)
 		}
 		noLossOrDetach(t, rec.all(), "a")
 		for id, e := range owned {

@@ -108,7 +108,7 @@ func TestRememberedKindGrowthIsVisible(t *testing.T) {
 
 	b, rdB, lcB := startRunner("b")
 	waitFor(t, 30*time.Second, fmt.Sprintf("sharding.remembered{kind=twin} = %d on b, with no message", n-1), func() bool {
-		return rememberedByKind(t, rdB)["twin"] == n-1 && b.RememberedCount() == n-1
+		return rememberedByKind(t, rdB)["twin"] == n-1 && b.Status().Remembered == n-1
 	})
 	checkWarns("b", lcB, warnAt+1)
 }

@@ -255,7 +255,7 @@ func TestRememberedEntitiesRunWithoutMessagesWhereverTheirShardGoes(t *testing.T
 		if got := env.passivated("twin"); got != 1 {
 			t.Errorf("%d remembered entities passivated, want 1 (t0, forgotten)", got)
 		}
-		if got := a.RememberedCount(); got != n-1 {
+		if got := a.Status().Remembered; got != n-1 {
 			t.Errorf("RememberedCount %d, want %d", got, n-1)
 		}
 
@@ -389,7 +389,7 @@ func TestRememberedStartRateSpreadsAColdStart(t *testing.T) {
 		env.mu.Unlock()
 		b := run("b")
 		rc.converge(b)
-		waitFor(t, 30*time.Second, "every remembered entity running on b", func() bool { return b.RememberedCount() == n && b.EntityCount() == n })
+		waitFor(t, 30*time.Second, "every remembered entity running on b", func() bool { return b.Status().Remembered == n && b.Status().Entities == n })
 		env.mu.Lock()
 		defer env.mu.Unlock()
 		var first, last time.Time

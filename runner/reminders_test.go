@@ -140,8 +140,8 @@ func TestReminderFiresOnTheOwnerWhetherResidentOrNot(t *testing.T) {
 		if n := len(env.firesOf("x", "every")); n != 10 {
 			t.Fatalf("a cancelled reminder fired again: %d fires", n)
 		}
-		if r.ReminderCount() != 0 {
-			t.Fatalf("ReminderCount = %d after cancelling everything", r.ReminderCount())
+		if r.Status().Reminders != 0 {
+			t.Fatalf("ReminderCount = %d after cancelling everything", r.Status().Reminders)
 		}
 		checkFiresByOwners(t, rec.all(), env.firesOf("x", "every"))
 	})
@@ -594,8 +594,8 @@ func TestConcurrentRegistrationsOnOneShardAllLand(t *testing.T) {
 				}
 			}
 		}
-		if r.ReminderCount() != 0 {
-			t.Errorf("%d reminders left loaded, want 0 (one-shots deleted, periodic ones cancelled)", r.ReminderCount())
+		if r.Status().Reminders != 0 {
+			t.Errorf("%d reminders left loaded, want 0 (one-shots deleted, periodic ones cancelled)", r.Status().Reminders)
 		}
 		left := 0
 		for _, ev := range mustHistoryKeys(t, c, "reminders/0/") {

@@ -111,7 +111,7 @@ func TestEtcdRemoteAsksLandOnOwners(t *testing.T) {
 		entities, time.Since(start).Round(time.Millisecond), failed.Load(), wrong.Load())
 	resident := 0
 	for _, r := range rs {
-		resident += r.EntityCount()
+		resident += r.Status().Entities
 	}
 	if resident != entities {
 		t.Errorf("%d entities resident on the owners, want %d", resident, entities)

@@ -255,9 +255,6 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 // ID returns the runner's ID.
 func (r *Runner) ID() string { return r.cfg.ID }
 
-// Incarnation returns the unique name of this runner instance.
-func (r *Runner) Incarnation() string { return r.incarnation }
-
 // Config returns the effective configuration (defaults applied).
 func (r *Runner) Config() Config { return r.cfg }
 
@@ -327,19 +324,6 @@ func ShardInfoFrom(ctx context.Context) (ShardInfo, bool) {
 	return env.info, true
 }
 
-// ShardContext returns the context of shard id while this runner owns it.
-// It is cancelled when ownership ends; context.Cause says why
-// (ErrDetached, ErrShardMoved, ErrShutdown).
-func (r *Runner) ShardContext(id sharding.ShardID) (context.Context, storage.Epoch, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.shards.owner(id)
-	if s == nil {
-		return nil, 0, false
-	}
-	return s.ctx, s.epoch, true
-}
-
 // Assignment returns the assignment this runner computed last (nil before
 // the membership was first listed).
 func (r *Runner) Assignment() sharding.Assignment {
@@ -350,12 +334,21 @@ func (r *Runner) Assignment() sharding.Assignment {
 
 // Status is a snapshot of a runner's state.
 type Status struct {
-	Phase    string
-	Detached bool
-	Reason   detachment.Reason // while detached
-	Lease    storage.LeaseID
-	Deadline time.Time // lease deadline
-	Owned    int
+	Phase       string
+	Incarnation string // this runner instance's unique name (its record's and its locks')
+	Detached    bool
+	Reason      detachment.Reason // while detached
+	Lease       storage.LeaseID
+	Deadline    time.Time // lease deadline
+	Owned       int
+	// Entities is how many entities are resident, Timers how many of
+	// their timers run, Reminders how many reminders and Remembered how
+	// many remembered entities the owned shards hold (of those whose state
+	// is read: ShardsLoading). The metrics report the same.
+	Entities   int
+	Timers     int64
+	Reminders  int64
+	Remembered int64
 	// ShardsLoading is how many owned shards' reminders and remembered
 	// entities are not read from the store yet: their reminders fire,
 	// and their remembered entities activate, once read (after a cold
@@ -381,10 +374,13 @@ func (r *Runner) Status() Status {
 	h, _ := r.keeper.Health()
 	st := r.wd.machine.State()
 	note, startErr := r.st.notStarted()
+	entities, timers := r.hosting.EntityCount(), r.hosting.Timers()
+	reminders, remembered := r.reminders.Loaded(), r.reminders.RememberedCount()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return Status{
-		Phase: r.lifecycle.phase.String(), Detached: r.lifecycle.phase == phaseDetached, Reason: st.Reason,
+		Phase: r.lifecycle.phase.String(), Incarnation: r.incarnation, Detached: r.lifecycle.phase == phaseDetached, Reason: st.Reason,
+		Entities: entities, Timers: timers, Reminders: reminders, Remembered: remembered,
 		Lease: r.att.lease, Deadline: h.Deadline, Owned: r.shards.owned, ShardsLoading: int(r.reminders.Loading()), Members: len(r.view.members),
 		AssignmentDigest: r.view.assignDigest, NotStarted: note, StartError: startErr,
 	}
@@ -406,7 +402,7 @@ func (r *Runner) gaugeReadings() gaugeReadings {
 			remembered[kind] = 0
 		}
 	}
-	return gaugeReadings{entities: r.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers(), remembered: remembered}
+	return gaugeReadings{entities: r.hosting.EntityCount(), reminders: r.reminders.Loaded(), timers: r.hosting.Timers(), remembered: remembered}
 }
 
 // opCtx returns the context for one storage call of the attachment gen:

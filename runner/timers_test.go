@@ -100,8 +100,8 @@ func TestTimerTicksDoNotKeepAnIdleEntityResident(t *testing.T) {
 				if len(fires) < 5 || len(fires) > 7 || checkExact(fires) != "" {
 					t.Fatalf("fires before passivation = %v (%s), want ticks 1..~6", ticks(fires), checkExact(fires))
 				}
-				if r.EntityCount() != 0 || r.TimerCount() != 0 {
-					t.Fatalf("after passivation: %d entities, %d timers resident; want none", r.EntityCount(), r.TimerCount())
+				if r.Status().Entities != 0 || r.Status().Timers != 0 {
+					t.Fatalf("after passivation: %d entities, %d timers resident; want none", r.Status().Entities, r.Status().Timers)
 				}
 			})
 		})
@@ -160,8 +160,8 @@ func TestTimersEndWhenTheirShardMoves(t *testing.T) {
 				t.Fatalf("timer fire %+v after its shard moved to b at %v", f, moved)
 			}
 		}
-		if a.TimerCount() != 0 || b2.TimerCount() != 0 {
-			t.Fatalf("timers left: a %d, b %d; want none", a.TimerCount(), b2.TimerCount())
+		if a.Status().Timers != 0 || b2.Status().Timers != 0 {
+			t.Fatalf("timers left: a %d, b %d; want none", a.Status().Timers, b2.Status().Timers)
 		}
 	})
 }

@@ -175,7 +175,7 @@ func (e *env) waitOwned(ctx context.Context, limit time.Duration) (time.Duration
 func (e *env) loaded() int64 {
 	var n int64
 	for _, nd := range e.live() {
-		n += nd.r.ReminderCount()
+		n += nd.r.Status().Reminders
 	}
 	return n
 }

@@ -635,7 +635,7 @@ func writesOnce(ctx context.Context, p params, k int, w io.Writer) (int64, error
 	}
 	var counted int64
 	for _, n := range e.live() {
-		counted += n.r.RememberedCount()
+		counted += n.r.Status().Remembered
 	}
 	if counted != int64(k) {
 		return 0, fmt.Errorf("after the moves the runners count %d remembered entities (RememberedCount), want %d", counted, k)

@@ -190,7 +190,7 @@ func TestAgainstRealCluster(t *testing.T) {
 	}
 	for i, sr := range st.Runners {
 		n := nodes[i]
-		if sr.ID != n.ID() || sr.State != "active" || sr.Shards != len(n.Owned()) || sr.Incarnation != n.Incarnation() ||
+		if sr.ID != n.ID() || sr.State != "active" || sr.Shards != len(n.Owned()) || sr.Incarnation != n.Status().Incarnation ||
 			sr.LeaseTTL <= 0 || sr.LeaseTTL > 3 || sr.Lease != fmt.Sprintf("%x", n.Status().Lease) {
 			t.Errorf("status runner %d = %+v; runner %s owns %d, lease %x", i, sr, n.ID(), len(n.Owned()), n.Status().Lease)
 		}
@@ -285,7 +285,7 @@ func TestAgainstRealCluster(t *testing.T) {
 	waitFor(t, 15*time.Second, "the restarted r1 drained", func() bool {
 		var s Status
 		ctlJSON(t, &s, append(base, "status")...)
-		return len(s.Runners) == 2 && s.Runners[0].Incarnation == r1.Incarnation() && s.Runners[0].State == "draining" &&
+		return len(s.Runners) == 2 && s.Runners[0].Incarnation == r1.Status().Incarnation && s.Runners[0].State == "draining" &&
 			len(r1.Owned()) == 0 && len(r2.Owned()) == shards
 	})
 
