@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +53,7 @@ func TestSecureDemoScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := freePortRange(t, 9) // etcd 2, debug pages 4, transports 3 (run.sh's layout)
+	base := testenv.FreePortRange(t, 9) // etcd 2, debug pages 4, transports 3 (run.sh's layout)
 	dir := t.TempDir()
 	demo := filepath.Join(dir, "demo")
 	logf, err := os.Create(filepath.Join(dir, "run.log"))
@@ -170,32 +169,6 @@ func TestSecureDemoScript(t *testing.T) {
 			t.Errorf("the gateway's user reading %s: %v, want permission denied", key, err)
 		}
 	}
-}
-
-// freePortRange returns the first of n consecutive loopback ports none of
-// which is in use.
-func freePortRange(t *testing.T, n int) int {
-	t.Helper()
-	for range 50 {
-		b, _ := rand.Int(rand.Reader, big.NewInt(20000))
-		base := 30000 + int(b.Int64())
-		var ls []net.Listener
-		for p := base; p < base+n; p++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				break
-			}
-			ls = append(ls, l)
-		}
-		for _, l := range ls {
-			l.Close()
-		}
-		if len(ls) == n {
-			return base
-		}
-	}
-	t.Fatalf("no %d free consecutive ports", n)
-	return 0
 }
 
 func readFile(t *testing.T, path string) []byte {

@@ -250,8 +250,8 @@ func (e *Etcd) Cluster() *EtcdCluster { return e.cluster }
 // all are ready, bounded by ctx and the start timeout.
 func (c *EtcdCluster) start(ctx context.Context) error {
 	for _, m := range c.members {
-		client, err1 := freePort()
-		peer, err2 := freePort()
+		client, err1 := freePorts(1)
+		peer, err2 := freePorts(1)
 		if err := errors.Join(err1, err2); err != nil {
 			return fmt.Errorf("free port: %w", err)
 		}

@@ -68,7 +68,7 @@ func launchToxiproxy(dir string, logf func(string, ...any)) (*Toxiproxy, error) 
 	x := &Toxiproxy{logPath: filepath.Join(dir, "toxiproxy.log")}
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		port, err := freePort()
+		port, err := freePorts(1)
 		if err != nil {
 			return x, fmt.Errorf("testenv: toxiproxy: free port: %w", err)
 		}
