@@ -66,7 +66,7 @@ type clusterView struct {
 	// otherwise its lock view holds only the shards that concern it, and
 	// hints the owners of others (hints.go).
 	full  bool
-	hints ownerHints
+	hints ownerHints   // a lock of its own: the send path reads it without r.mu
 	stuck stuckWatches // locks of stuck shards watched one by one (stuck.go)
 	// unknownLocks: locks under our lease found unknown by verify, since
 	// when (lockops.go).
