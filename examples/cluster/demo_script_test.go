@@ -53,8 +53,21 @@ func TestSecureDemoScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := testenv.FreePortRange(t, 9) // etcd 2, debug pages 4, transports 3 (run.sh's layout)
 	dir := t.TempDir()
+	// run.sh checks its ports free, then builds its programs (minutes on a
+	// loaded machine), then binds them: in between, a test process beside
+	// it may take one of them (a runner then fails with "address already
+	// in use"). Built here first, its builds come from the build cache, and
+	// the ports are chosen only now: seconds between the check and the
+	// binds instead of minutes.
+	for _, b := range []struct{ dir, pkg string }{{"..", "./cluster"}, {"../..", "./cmd/shardhostctl"}} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, "prebuilt", filepath.Base(b.pkg)), b.pkg)
+		build.Dir = b.dir
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	base := testenv.FreePortRange(t, 9) // etcd 2, debug pages 4, transports 3 (run.sh's layout)
 	demo := filepath.Join(dir, "demo")
 	logf, err := os.Create(filepath.Join(dir, "run.log"))
 	if err != nil {
