@@ -19,11 +19,11 @@ import (
 )
 
 // watchdogState is what decides a detach and what the watchdog reported
-// of it (watchdog, storageResult).
+// of it (watchdog, storageResult); the policy that places the detach
+// instant is the instant's own (Runner.trip).
 type watchdogState struct {
 	// Set by New, read-only afterwards.
 	machine *detachment.Machine
-	policy  detachment.Policy
 
 	// Guarded by Runner.mu.
 	storageErrs map[string]int    // consecutive failed calls, by operation
@@ -60,7 +60,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 		case phaseAttached, phaseStopping:
 			r.trip.set(h)
 			r.observeLease(h)
-			reason := r.wd.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
+			reason := r.trip.policy.Evaluate(time.Now(), detachment.Lease{Deadline: h.Deadline, FailureStreak: h.FailureStreak, Lost: h.Lost})
 			detail := leaseDetail(h)
 			if reason == detachment.ReasonNone && r.trip.acted() {
 				// A renewal landed after a handler saw the detach instant
@@ -76,7 +76,7 @@ func (r *Runner) watchdog(ctx context.Context) {
 					continue
 				}
 			}
-			wait = time.Until(r.wd.policy.TripAt(h.Deadline))
+			wait = time.Until(r.trip.policy.TripAt(h.Deadline))
 			if h.Lost || wait <= 0 { // tripped with detachment disabled: re-check later
 				wait = r.cfg.ProbeInterval
 			}
@@ -248,7 +248,7 @@ func (r *Runner) probe(ctx context.Context, h lease.Health) time.Duration {
 	if h.Lease != storage.NoLease && !h.Lost {
 		// The keep-alive is the probe: ask for one now, judge the last.
 		r.keeper.RenewNow()
-		healthy = h.Healthy && now.Before(r.wd.policy.TripAt(h.Deadline))
+		healthy = h.Healthy && now.Before(r.trip.policy.TripAt(h.Deadline))
 		failed = h.Err
 	} else {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)

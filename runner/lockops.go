@@ -160,7 +160,7 @@ func (r *Runner) mayOwnLocked() bool {
 		return false
 	}
 	h, _ := r.keeper.Health()
-	return h.Lease == r.att.lease && time.Now().Before(r.wd.policy.TripAt(h.Deadline))
+	return h.Lease == r.att.lease && time.Now().Before(r.trip.policy.TripAt(h.Deadline))
 }
 
 // verify checks, read-only and in one store request, that every owned lock
@@ -358,7 +358,7 @@ func (r *Runner) release(gen uint64, ids []sharding.ShardID, cause error) {
 }
 
 // waitStragglers waits until no handler of s runs, logging an error every
-// DrainTimeout while handlers ignore their cancelled context. It returns
+// warnEvery (DrainTimeout) while handlers ignore their cancelled context. It returns
 // early when actx ends (detach, Close).
 func waitStragglers(actx context.Context, s *shard, warnEvery time.Duration, log *slog.Logger) {
 	warned := time.Now()

@@ -65,7 +65,7 @@ type Runner struct {
 	// The lifecycle and the current attachment (set by attach, ended by
 	// detachLocked).
 	lifecycle lifeState       // changed by toLocked only (lifestate.go)
-	wd        watchdogState   // what decides and reports a detach (detach.go; its machine and policy set by New)
+	wd        watchdogState   // what decides and reports a detach (detach.go; its machine set by New)
 	started   time.Time       // when Run was called (set before Run starts its goroutines, which read it freely)
 	att       attachment      // the current attachment
 	stopCtx   context.Context // the context of the first Shutdown call
@@ -218,7 +218,6 @@ type attachment struct {
 // newRunner returns the runner's state before its parts are wired.
 func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 	log := slog.New(tracing.LogHandler(cfg.Logger.Handler())).With("runner", cfg.ID)
-	policy := detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold}
 	return &Runner{
 		store:  store,
 		cfg:    cfg,
@@ -232,10 +231,9 @@ func newRunner(store storage.Store, cfg Config, keeper *lease.Keeper) *Runner {
 				// process, a hung probe) is not observed health.
 				MaxSignalGap: 2 * cfg.ProbeInterval,
 			}),
-			policy:      policy,
 			storageErrs: make(map[string]int),
 		},
-		trip:        newDetachInstant(!cfg.DisableDetachment, policy),
+		trip:        newDetachInstant(!cfg.DisableDetachment, detachment.Policy{Margin: cfg.DetachMargin, FailureThreshold: cfg.KeepAliveFailureThreshold}),
 		incarnation: newIncarnation(),
 		opDrain:     drainState{kick: make(chan struct{}, 1)},
 		sig:         newSignals(),
@@ -416,7 +414,7 @@ func (r *Runner) opCtx(parent context.Context) (context.Context, context.CancelF
 func (r *Runner) boundedCtx(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	deadline := time.Now().Add(d)
 	if h, _ := r.keeper.Health(); h.Lease != storage.NoLease {
-		if trip := r.wd.policy.TripAt(h.Deadline); trip.Before(deadline) {
+		if trip := r.trip.policy.TripAt(h.Deadline); trip.Before(deadline) {
 			deadline = trip
 		}
 	}

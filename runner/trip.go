@@ -17,7 +17,7 @@ type detachInstant struct {
 	at      atomic.Int64      // ns since clockBase; MaxInt64: none; tripActed: acted on
 	kick    chan struct{}     // 1-buffered: a caller saw the instant pass (the watchdog detaches)
 	enabled bool              // detachment is on (Config.DisableDetachment)
-	policy  detachment.Policy // the instant of a lease deadline
+	policy  detachment.Policy // the instant of a lease deadline (the watchdog's too)
 }
 
 func newDetachInstant(enabled bool, policy detachment.Policy) *detachInstant {

@@ -193,15 +193,3 @@ func (c *connBudgets) put(key string, b *connBudget) {
 		delete(c.m, key)
 	}
 }
-
-// held returns the requests and bytes the delivery streams of every
-// connection hold now (tests).
-func (c *connBudgets) held() (n, bytes int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, b := range c.m {
-		n += b.n.Load()
-		bytes += b.bytes.Load()
-	}
-	return n, bytes
-}
